@@ -1,0 +1,132 @@
+"""Profiles: one TOML file that builds every block (local runs need no Prefect server), or
+names saved blocks to load (production).
+
+    [graph]
+    type = "neo4j"
+    block = "prod-graph"      # load the saved block 'prod-graph' instead of inline fields
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect.blocks.core import Block
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from blocks.compute import LocalCompute
+from blocks.graph import FalkorDBGraph, Neo4jGraph
+from blocks.inference import InferenceEndpoint
+from blocks.sources import DocumentSources
+from tasks.errors import ConfigError
+
+PROFILE_DIR = Path("profiles")
+
+
+class ExtractionSettings(BaseModel):
+    """Phase-1 settings that are not a block."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_failed_share: float = Field(default=0.2, ge=0.0, le=1.0,
+                                    description="Phase 1 fails above this share of failed documents.")
+    batch_documents: int = Field(default=64, ge=1, le=100_000,
+                                 description="Documents per Prefect task (extract + upsert).")
+
+
+_KINDS: dict[str, dict[str, type[Block]]] = {
+    "compute": {"local": LocalCompute},
+    "inference": {"openai": InferenceEndpoint},
+    "graph": {"falkordb": FalkorDBGraph, "neo4j": Neo4jGraph},
+    "sources": {"folders": DocumentSources},
+}
+
+
+@dataclass
+class Profile:
+    name: str
+    path: Path
+    state_dir: Path
+    compute: LocalCompute
+    inference: InferenceEndpoint
+    graph: FalkorDBGraph | Neo4jGraph
+    sources: DocumentSources
+    extraction: ExtractionSettings
+
+
+def profile_path(ref: str) -> Path:
+    if ref.endswith(".toml") or "/" in ref:
+        return Path(ref)
+    return PROFILE_DIR / f"{ref}.toml"
+
+
+def _explain(path: Path, section: str, err: ValidationError) -> str:
+    lines = [f"profile {path}: invalid [{section}]:"]
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(section)"
+        lines.append(f"  - {loc}: {e['msg']} (got {e.get('input')!r})"
+                     if "input" in e and not isinstance(e["input"], dict)
+                     else f"  - {loc}: {e['msg']}")
+    lines.append(f"Fix the field in {path} (or in the saved block it names).")
+    return "\n".join(lines)
+
+
+def _build(path: Path, section: str, table: dict[str, Any]) -> Any:
+    table = dict(table)
+    kinds = _KINDS[section]
+    kind = table.pop("type", next(iter(kinds)))
+    if kind not in kinds:
+        raise ConfigError(f"profile {path}: [{section}] type {kind!r} is not one of "
+                          f"{sorted(kinds)} — fix 'type'")
+    cls = kinds[kind]
+    if "block" in table:
+        name = table.pop("block")
+        try:
+            return cls.load(name)
+        except (ValueError, RuntimeError) as e:
+            raise ConfigError(f"profile {path}: [{section}] saved block "
+                              f"'{cls.get_block_type_slug()}/{name}' could not be loaded "
+                              f"({e}) — create it (see README) or fix 'block'") from e
+    unknown = sorted(set(table) - set(cls.model_fields))
+    if unknown:
+        raise ConfigError(f"profile {path}: [{section}] unknown field(s) {unknown}; "
+                          f"valid fields: {sorted(f for f in cls.model_fields if not f.startswith('_'))}")
+    try:
+        return cls(**table)
+    except ValidationError as e:
+        raise ConfigError(_explain(path, section, e)) from None
+
+
+def load_profile(ref: str) -> Profile:
+    """Build the blocks a run needs from a profile name (profiles/NAME.toml) or path."""
+    path = profile_path(ref)
+    if not path.is_file():
+        known = sorted(p.stem for p in PROFILE_DIR.glob("*.toml")) if PROFILE_DIR.is_dir() else []
+        raise ConfigError(f"profile {ref!r}: {path.resolve()} not found — pass a path to a .toml "
+                          f"file or one of {known} (run from the project root)")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"profile {path}: not valid TOML ({e}) — fix the syntax") from e
+    unknown = sorted(set(data) - {*_KINDS, "extraction", "state_dir"})
+    if unknown:
+        raise ConfigError(f"profile {path}: unknown section(s) {unknown}")
+    try:
+        extraction = ExtractionSettings(**data.get("extraction", {}))
+    except ValidationError as e:
+        raise ConfigError(_explain(path, "extraction", e)) from None
+    state_dir = str(data.get("state_dir", ".slm-nightly"))
+    compute_table = dict(data.get("compute", {}))
+    if "block" not in compute_table:
+        compute_table.setdefault("state_dir", state_dir)
+    return Profile(
+        name=path.stem,
+        path=path,
+        state_dir=Path(state_dir),
+        compute=_build(path, "compute", compute_table),
+        inference=_build(path, "inference", data.get("inference", {})),
+        graph=_build(path, "graph", data.get("graph", {})),
+        sources=_build(path, "sources", data.get("sources", {})),
+        extraction=extraction,
+    )

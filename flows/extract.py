@@ -1,0 +1,132 @@
+"""Phase 1 as a flow: the day's documents → LLM → property graph.
+
+Runs inside the nightly flow, or on its own against a running endpoint:
+    prefect deployment run 'extract/ad-hoc' -p base_url=http://127.0.0.1:8080
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+from blocks.profile import load_profile
+from tasks.errors import ConfigError, PhaseFailed
+from tasks.extract import (
+    append_dead_letters,
+    failure_record,
+    plan,
+    prompt_overhead_tokens,
+    schema_for,
+)
+from tasks.graph.store import batched
+from tasks.llm import LLMClient, Usage
+from tasks.phase1 import (
+    count_documents,
+    extract_batch,
+    prune_orphans,
+    publish_report,
+    retract_deleted,
+    scan_documents,
+)
+
+
+@flow(name="extract", log_prints=True)
+def extract(profile: str = "local", base_url: str | None = None, full: bool = False,
+            max_failed_share: float | None = None) -> dict[str, Any]:
+    """Extract entities and relationships from every new or changed document into the graph.
+
+    Unchanged documents (same content hash, model and prompt version) are skipped; deleted
+    ones lose their provenance; failures go to the dead-letter file with their reasons."""
+    logger = get_run_logger()
+    started = time.monotonic()
+    cfg = load_profile(profile)
+    endpoint = cfg.inference
+    url = base_url or endpoint.base_url
+    if not url:
+        raise ConfigError("extract: no inference endpoint — pass base_url, or set base_url in "
+                          "the profile's [inference] (the nightly flow starts one for you)")
+    share = cfg.extraction.max_failed_share if max_failed_share is None else max_failed_share
+    roots = cfg.sources.roots()
+    client = LLMClient(
+        base_url=url, model=endpoint.model, dialect=endpoint.dialect,
+        api_key=endpoint.api_key.get_secret_value() if endpoint.api_key else None,
+        max_concurrency=endpoint.max_concurrent_requests,
+        timeout_seconds=endpoint.request_timeout_seconds, max_retries=endpoint.max_retries,
+        retry_base_seconds=endpoint.retry_base_seconds,
+        max_output_tokens=endpoint.max_output_tokens,
+    )
+    schema = schema_for(endpoint.max_entities, endpoint.max_relationships)
+    chunk_tokens = endpoint.chunk_tokens(prompt_overhead_tokens())
+
+    usage = Usage()
+    extracted: Counter[str] = Counter()
+    failed: list[dict[str, Any]] = []
+    rejected: Counter[str] = Counter()
+    remapped: Counter[str] = Counter()
+    dangling = entities = relationships = 0
+    with cfg.graph.open() as store:
+        docs, load_failures = scan_documents(roots, int(cfg.sources.max_document_mb * 1e6))
+        work = plan(docs, load_failures, store.document_states(), roots, endpoint.model, full)
+        logger.info("%d to extract, %d unchanged (skipped), %d deleted, %d unreadable",
+                    len(work.extract), len(work.skipped), len(work.deleted), len(load_failures))
+        if work.deleted:
+            retract_deleted(store, work.deleted)
+        progress = create_progress_artifact(0.0, key="extraction-progress",
+                                            description="Phase 1: documents extracted (%)")
+        batches = list(batched(work.extract, cfg.extraction.batch_documents))
+        done = 0
+        changed = set(work.changed)
+        for i, batch in enumerate(batches, 1):
+            rep = extract_batch(list(batch), store, client, endpoint.model, chunk_tokens,
+                                endpoint.chunk_overlap_tokens, schema, changed)
+            usage.add(rep.usage)
+            extracted.update(rep.extracted)
+            failed.extend(rep.failed)
+            rejected.update(rep.rejected_entity_types)
+            remapped.update(rep.remapped_relationship_types)
+            dangling += rep.dangling_relationships
+            entities += rep.entities
+            relationships += rep.relationships
+            done += len(batch)
+            update_progress_artifact(progress, 100.0 * done / max(len(work.extract), 1))
+            logger.info("batch %d/%d: %d/%d documents, %d LLM calls so far, %d failed",
+                        i, len(batches), done, len(work.extract), usage.calls, len(failed))
+        pruned = prune_orphans(store) if (work.deleted or work.changed) else 0
+        graph_stats = store.stats()
+        top = store.top_entities(10)
+        location = store.location
+
+    all_failures = [failure_record(f.id, f.stream, f.path, f.hash, "DocumentError", f.reason, 0)
+                    for f in load_failures] + failed
+    dead_letter = cfg.state_dir / "dead-letter.jsonl"
+    append_dead_letters(dead_letter, all_failures)
+    counts = count_documents(docs, load_failures, work.skipped, extracted, failed, list(roots))
+    summary: dict[str, Any] = {
+        "documents": counts,
+        "llm_calls": usage.calls,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "llm_retries": usage.retries,
+        "entities": entities,
+        "relationships": relationships,
+        "deleted": len(work.deleted),
+        "pruned": pruned,
+        "rejected_entity_types": dict(rejected),
+        "remapped_relationship_types": dict(remapped),
+        "dangling_relationships": dangling,
+        "failures": all_failures,
+        "dead_letter": str(dead_letter.resolve()) if all_failures else None,
+        "graph": {"location": location, "description": cfg.graph.describe(), **graph_stats},
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    publish_report(summary, top)
+    attempted = len(work.extract) + len(load_failures)
+    if attempted and len(all_failures) / attempted > share:
+        raise PhaseFailed(f"{len(all_failures)} of {attempted} documents failed (more than "
+                          f"{share:.0%}); reasons in {dead_letter} — fix them or raise "
+                          "max_failed_share", summary)
+    return summary

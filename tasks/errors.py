@@ -1,0 +1,38 @@
+"""One exception root; every message says what was wrong and what to do."""
+
+
+class SlmNightlyError(Exception):
+    """Root of the project's errors."""
+
+
+class ConfigError(SlmNightlyError):
+    """A profile, block field or parameter is invalid."""
+
+
+class DocumentError(SlmNightlyError):
+    """A document cannot be loaded; the message is the reason recorded for it."""
+
+
+class LLMError(SlmNightlyError):
+    """The inference endpoint failed after retries or returned unusable output."""
+
+
+class ChunkTooLong(LLMError):
+    """The model ran out of tokens or context: retry on a smaller chunk."""
+
+
+class GraphError(SlmNightlyError):
+    """The graph store rejected a statement or could not be reached."""
+
+
+class ServerError(SlmNightlyError):
+    """A process the project manages (inference server, FalkorDB) failed to start or stop."""
+
+
+class PhaseFailed(SlmNightlyError):
+    """A pipeline phase ended in failure (e.g. too many documents failed); carries the
+    phase's summary so the run summary still reports what was done."""
+
+    def __init__(self, message: str, summary: dict | None = None) -> None:
+        super().__init__(message)
+        self.summary = summary or {}

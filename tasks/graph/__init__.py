@@ -1,0 +1,1 @@
+"""Property-graph stores behind one protocol: FalkorDB (embedded default) and Neo4j."""

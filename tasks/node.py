@@ -1,0 +1,42 @@
+"""Prefect tasks for the compute node's lifecycle: boot, serve, release, stop."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from blocks.compute import LocalCompute
+from blocks.inference import InferenceEndpoint
+
+
+@task(name="compute-up", cache_policy=NO_CACHE)
+def compute_up(compute: LocalCompute) -> str:
+    """Boot the node."""
+    node = compute.start()
+    get_run_logger().info("compute up: %s", node)
+    return node
+
+
+@task(name="inference-up", cache_policy=NO_CACHE)
+def inference_up(compute: LocalCompute, endpoint: InferenceEndpoint) -> str:
+    """Start the inference server on the node and wait until /v1/models answers."""
+    url = compute.start_inference(endpoint)
+    get_run_logger().info("inference server ready at %s (model %s)", url, endpoint.model)
+    return url
+
+
+@task(name="inference-down", cache_policy=NO_CACHE)
+def inference_down(compute: LocalCompute) -> bool:
+    """Stop the inference server and verify it is gone, so phase 2 has the GPU to itself."""
+    stopped = compute.stop_inference()
+    if compute.inference_running():
+        raise RuntimeError("inference server still running after stop")
+    get_run_logger().info("inference server stopped; accelerator released")
+    return stopped
+
+
+@task(name="compute-down", cache_policy=NO_CACHE)
+def compute_down(compute: LocalCompute) -> None:
+    """Stop the node (always runs, from the flow's `finally`)."""
+    compute.stop()
+    get_run_logger().info("compute down")

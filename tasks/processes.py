@@ -1,0 +1,155 @@
+"""Local server processes the project starts: bound to 127.0.0.1, tracked by a PID file,
+stopped by PID (never by name) and verified gone.
+
+The PID file lets a different process — an `on_crashed` hook, the next run — find and stop
+a server this one started. Before signalling, the PID's command line is checked against the
+file, so a recycled PID is never killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tasks.errors import ServerError
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def _cmdline(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie has exited; only its parent has not reaped it yet.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+@dataclass
+class ServerRecord:
+    name: str
+    pid: int
+    port: int
+    marker: str  # a string the process's command line must contain
+    log: str
+    started_at: float
+
+
+class ManagedServer:
+    """One server process described by a PID file in `state_dir`."""
+
+    def __init__(self, name: str, state_dir: Path) -> None:
+        self.name = name
+        self.state_dir = Path(state_dir)
+        self.pid_file = self.state_dir / f"{name}.pid.json"
+
+    def record(self) -> ServerRecord | None:
+        try:
+            return ServerRecord(**json.loads(self.pid_file.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def running(self) -> ServerRecord | None:
+        """The recorded server if its process is still the one we started."""
+        rec = self.record()
+        if rec and alive(rec.pid) and rec.marker in (_cmdline(rec.pid) or ""):
+            return rec
+        return None
+
+    def start(self, argv: list[str], port: int, marker: str,
+              ready: Callable[[], bool], timeout: float, env: dict[str, str] | None = None,
+              poll: float = 0.25) -> ServerRecord:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = self.state_dir / f"{self.name}.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    env={**os.environ, **(env or {})})
+        rec = ServerRecord(self.name, proc.pid, port, marker, str(log), time.time())
+        tmp = self.pid_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(rec)))
+        tmp.replace(self.pid_file)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.pid_file.unlink(missing_ok=True)
+                raise ServerError(f"{self.name} exited with code {proc.returncode} while "
+                                  f"starting; last log lines:\n{tail(log)}")
+            try:
+                if ready():
+                    return rec
+            except Exception:  # noqa: BLE001, S110 - not ready yet
+                pass
+            time.sleep(poll)
+            poll = min(poll * 1.5, 5.0)
+        self.stop()
+        raise ServerError(f"{self.name} was not ready after {timeout:.0f} s; last log lines:\n"
+                          f"{tail(log)}\nRaise the readiness timeout if the machine is slow.")
+
+    def stop(self, grace: float = 10.0) -> bool:
+        """Stop the recorded process (SIGTERM, then SIGKILL after `grace`) and verify it is
+        gone. Returns True if a process was stopped."""
+        rec = self.running()
+        if rec is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            try:
+                os.kill(rec.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and alive(rec.pid):
+                _reap(rec.pid)
+                time.sleep(0.1)
+            if not alive(rec.pid):
+                break
+        _reap(rec.pid)
+        if alive(rec.pid):
+            raise ServerError(f"{self.name} (pid {rec.pid}) survived SIGKILL")
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def tail(path: Path | str, lines: int = 15) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,117 @@
+"""Entity resolution: canonical keys from type + normalised name.
+
+"Hon. Anita Anand (Minister of Public Services and Procurement)" and "Hon. Anita Anand" are
+one Person: honorifics and post-nominals are dropped from the key, a trailing parenthetical
+becomes the affiliation, and every spelling seen is kept as an alias.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+_HONORIFICS = (
+    "the right honourable", "the honourable", "right honourable", "rt. hon.", "rt hon", "hon.",
+    "hon", "mr.", "mr", "mrs.", "mrs", "ms.", "ms", "miss", "mx.", "dr.", "dr", "prof.", "prof",
+    "sir", "dame", "senator",
+)
+# Post-nominals written in capitals after a name ("Kirsty Williams AM", "Jane Doe MP").
+_POSTNOMINALS = {"AM", "MS", "MP", "MLA", "MSP", "MPP", "QC", "KC", "PHD", "MBE", "OBE", "CBE"}
+_ROLE_PREFIX = re.compile(r"^(the\s+)?(acting\s+)?(deputy\s+)?(chair|speaker|clerk)\b", re.I)
+_WS = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class ResolvedName:
+    name: str  # display name without honorific, post-nominals or affiliation
+    affiliation: str | None
+    role: str | None
+    raw: str
+
+
+def _split_trailing_paren(s: str) -> tuple[str, str | None]:
+    """'A (B (C))' -> ('A', 'B (C)'); parentheses may nest."""
+    if not s.endswith(")"):
+        return s, None
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        if s[i] == ")":
+            depth += 1
+        elif s[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return s[:i].rstrip(), s[i + 1 : -1].strip()
+    return s, None
+
+
+def _strip_honorifics(s: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        low = s.lower()
+        for h in _HONORIFICS:
+            if low.startswith(h + " ") or (h.endswith(".") and low.startswith(h)):
+                s = s[len(h):].lstrip()
+                changed = True
+                break
+    return s
+
+
+def _strip_postnominals(s: str) -> str:
+    parts = s.split(" ")
+    while len(parts) > 1 and parts[-1].replace(".", "").upper() in _POSTNOMINALS and \
+            parts[-1].replace(".", "").isupper():
+        parts.pop()
+    return " ".join(parts)
+
+
+def split_name(raw: str, person: bool = True) -> ResolvedName:
+    """Separate a written name into name, affiliation and role."""
+    s = _WS.sub(" ", unicodedata.normalize("NFKC", raw)).strip()
+    outer, inner = _split_trailing_paren(s)
+    role = None
+    affiliation = None
+    if inner is not None:
+        # "The Acting Chair (Mr. Bruce Stanton)": the parenthetical is the person.
+        if person and _ROLE_PREFIX.match(outer) and _strip_honorifics(inner) != inner:
+            role, s = outer, inner
+            s, affiliation = _split_trailing_paren(s)
+        else:
+            s, affiliation = outer, inner
+    if person:
+        s = _strip_postnominals(_strip_honorifics(s))
+    return ResolvedName(name=s.strip() or raw.strip(), affiliation=affiliation, role=role, raw=raw)
+
+
+def normalize(name: str) -> str:
+    """Case-, accent- and whitespace-insensitive form of a name."""
+    decomposed = unicodedata.normalize("NFKD", name)
+    s = "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+    s = re.sub(r"[^\w\s'&-]", " ", s)
+    return _WS.sub(" ", s).strip()
+
+
+def entity_key(entity_type: str, name: str) -> str:
+    """Canonical key: 'Person:anita anand'. `name` must already be cleaned by split_name."""
+    return f"{entity_type}:{normalize(name)}"
+
+
+def resolve(entity_type: str, raw: str) -> tuple[str, ResolvedName]:
+    resolved = split_name(raw, person=entity_type == "Person")
+    return entity_key(entity_type, resolved.name), resolved
+
+
+def looks_like_person_name(raw: str) -> bool:
+    """A transcript participant that names a person, not a role such as 'Grad A'."""
+    r = split_name(raw)
+    if r.name != raw.strip() and (r.affiliation or r.role or _strip_honorifics(raw) != raw):
+        return True
+    words = r.name.split()
+    return len(words) >= 2 and all(w[:1].isupper() and len(w) > 1 for w in words) and \
+        r.name.lower() not in _ROLE_NAMES
+
+
+_ROLE_NAMES = {
+    "project manager", "industrial designer", "user interface", "marketing", "the chair",
+}

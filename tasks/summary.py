@@ -1,0 +1,79 @@
+"""The run summary: one dict, printed for people, written as JSON, published as an artifact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PHASE2_NOT_BUILT = ("phase 2 (corpus scorecard and training) is not built yet: nothing was "
+                    "scored or trained")
+
+
+def new_summary(profile: str) -> dict[str, Any]:
+    return {
+        "profile": profile,
+        "status": "running",
+        "documents": {},
+        "llm_calls": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "entities": 0,
+        "relationships": 0,
+        "failures": [],
+        "phases": {},
+        "graph": {},
+    }
+
+
+def merge_extraction(summary: dict[str, Any], phase1: dict[str, Any]) -> None:
+    for key in ("documents", "llm_calls", "prompt_tokens", "completion_tokens", "entities",
+                "relationships", "failures", "graph", "dead_letter", "deleted", "pruned",
+                "rejected_entity_types", "remapped_relationship_types"):
+        if key in phase1:
+            summary[key] = phase1[key]
+
+
+def render_text(s: dict[str, Any], profile_ref: str = "local") -> str:
+    lines = [f"slm-nightly run — profile {s['profile']}: {s['status'].upper()}", ""]
+    lines.append("Phases:")
+    for name, p in s["phases"].items():
+        note = f"  ({p['note']})" if p.get("note") else ""
+        lines.append(f"  {name:<15} {p['status']:<10} {p['seconds']:>8.1f} s{note}")
+    if s.get("error"):
+        lines += ["", f"Error: {s['error']}"]
+    if s["documents"]:
+        lines += ["", "Documents      seen  extracted  skipped  failed"]
+        for stream, c in s["documents"].items():
+            lines.append(f"  {stream:<12}{c['seen']:>5}{c['extracted']:>11}{c['skipped']:>9}"
+                         f"{c['failed']:>8}")
+    lines += ["", f"LLM calls: {s['llm_calls']}  (prompt tokens {s['prompt_tokens']}, "
+              f"completion tokens {s['completion_tokens']})",
+              f"Upserted: {s['entities']} entities, {s['relationships']} relationships"]
+    if s.get("failures"):
+        lines += ["", f"Failed documents ({len(s['failures'])}), also in {s.get('dead_letter')}:"]
+        for f in s["failures"][:20]:
+            lines.append(f"  {f['id']}: {f['message']}")
+        if len(s["failures"]) > 20:
+            lines.append(f"  … {len(s['failures']) - 20} more")
+    g = s.get("graph") or {}
+    if g:
+        nodes = ", ".join(f"{k} {v}" for k, v in g.get("nodes", {}).items())
+        rels = ", ".join(f"{k} {v}" for k, v in g.get("relationships", {}).items())
+        lines += ["", f"Graph: {g.get('description')}", f"  nodes: {nodes or 'none'}",
+                  f"  relationships: {rels or 'none'}",
+                  f"  query it: slm-nightly graph stats --profile {profile_ref}",
+                  f"            slm-nightly graph query --profile {profile_ref} "
+                  "\"MATCH (p:Person)-[:MENTIONED_IN]->(d:Document) RETURN p.name, d.id LIMIT 10\""]
+    return "\n".join(lines)
+
+
+def render_markdown(s: dict[str, Any]) -> str:
+    lines = [f"# Nightly run: {s['status']}", "", "| phase | status | seconds | note |",
+             "|---|---|---:|---|"]
+    for name, p in s["phases"].items():
+        lines.append(f"| {name} | {p['status']} | {p['seconds']:.1f} | {p.get('note', '')} |")
+    lines += ["", f"LLM calls {s['llm_calls']}, tokens in {s['prompt_tokens']} / out "
+              f"{s['completion_tokens']}; entities {s['entities']}, relationships "
+              f"{s['relationships']}; failed documents {len(s.get('failures', []))}."]
+    if s.get("error"):
+        lines += ["", f"**Error:** {s['error']}"]
+    return "\n".join(lines)
