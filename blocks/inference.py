@@ -36,6 +36,7 @@ class InferenceEndpoint(Block):
     chunk_overlap_tokens: int = Field(default=64, ge=0, description="Overlap between chunks.")
     max_entities: int = Field(default=24, ge=1, le=200, description="Schema bound per chunk.")
     max_relationships: int = Field(default=24, ge=0, le=200, description="Schema bound per chunk.")
+    max_description_chars: int = Field(default=160, ge=16, le=2000, description="Schema bound.")
     max_retries: int = Field(default=4, ge=0, le=20, description="Retries on transient errors.")
     retry_base_seconds: float = Field(default=1.0, ge=0, description="First backoff delay.")
 

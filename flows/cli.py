@@ -25,7 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"slm-nightly: running the nightly pipeline on profile '{args.profile}' "
           f"(documents: {', '.join(f'{k}={v}' for k, v in cfg.sources.roots().items())})",
           flush=True)
-    state = nightly(profile=args.profile, full=args.full,
+    state = nightly(profile=args.profile, full=args.full, retry_failed=args.retry_failed,
                     phase1_timeout_seconds=args.phase1_timeout, return_state=True)
     if not last.exists() or last.stat().st_mtime == before:
         print(f"run ended {state.name} before writing a summary: {state.message}", file=sys.stderr)
@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--profile", default="local", help="profiles/NAME.toml or a path")
     run.add_argument("--summary", help="also write the run summary JSON here")
     run.add_argument("--full", action="store_true", help="re-extract unchanged documents too")
+    run.add_argument("--retry-failed", action="store_true",
+                     help="retry unchanged documents that failed before")
     run.add_argument("--phase1-timeout", type=int, default=7200, help="seconds (default 7200)")
     run.set_defaults(func=_run)
 

@@ -36,11 +36,13 @@ from tasks.phase1 import (
 
 @flow(name="extract", log_prints=True)
 def extract(profile: str = "local", base_url: str | None = None, full: bool = False,
-            max_failed_share: float | None = None) -> dict[str, Any]:
+            retry_failed: bool = False, max_failed_share: float | None = None
+            ) -> dict[str, Any]:
     """Extract entities and relationships from every new or changed document into the graph.
 
-    Unchanged documents (same content hash, model and prompt version) are skipped; deleted
-    ones lose their provenance; failures go to the dead-letter file with their reasons."""
+    Unchanged documents (same content hash, model and prompt version) are skipped, and so are
+    unchanged ones that failed before unless `retry_failed`; deleted ones lose their
+    provenance; failures go to the dead-letter file with their reasons."""
     logger = get_run_logger()
     started = time.monotonic()
     cfg = load_profile(profile)
@@ -59,7 +61,8 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         retry_base_seconds=endpoint.retry_base_seconds,
         max_output_tokens=endpoint.max_output_tokens,
     )
-    schema = schema_for(endpoint.max_entities, endpoint.max_relationships)
+    schema = schema_for(endpoint.max_entities, endpoint.max_relationships,
+                        endpoint.max_description_chars)
     chunk_tokens = endpoint.chunk_tokens(prompt_overhead_tokens())
 
     usage = Usage()
@@ -70,9 +73,12 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     dangling = entities = relationships = 0
     with cfg.graph.open() as store:
         docs, load_failures = scan_documents(roots, int(cfg.sources.max_document_mb * 1e6))
-        work = plan(docs, load_failures, store.document_states(), roots, endpoint.model, full)
-        logger.info("%d to extract, %d unchanged (skipped), %d deleted, %d unreadable",
-                    len(work.extract), len(work.skipped), len(work.deleted), len(load_failures))
+        work = plan(docs, load_failures, store.document_states(), roots, endpoint.model, full,
+                    retry_failed)
+        logger.info("%d to extract, %d unchanged (skipped), %d unchanged since they failed "
+                    "(held; retry with --retry-failed), %d deleted, %d unreadable",
+                    len(work.extract), len(work.skipped), len(work.held), len(work.deleted),
+                    len(load_failures))
         if work.deleted:
             retract_deleted(store, work.deleted)
         progress = create_progress_artifact(0.0, key="extraction-progress",
@@ -100,11 +106,16 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         top = store.top_entities(10)
         location = store.location
 
-    all_failures = [failure_record(f.id, f.stream, f.path, f.hash, "DocumentError", f.reason, 0)
-                    for f in load_failures] + failed
+    load_failed = [failure_record(f.id, f.stream, f.path, f.hash, "DocumentError", f.reason, 0)
+                   for f in load_failures]
+    held = [failure_record(d.id, d.stream, d.path, d.hash, "HeldAfterFailure",
+                           f"unchanged since it failed ({reason}); not retried — fix the "
+                           "document or run with --retry-failed", 0) for d, reason in work.held]
     dead_letter = cfg.state_dir / "dead-letter.jsonl"
-    append_dead_letters(dead_letter, all_failures)
-    counts = count_documents(docs, load_failures, work.skipped, extracted, failed, list(roots))
+    append_dead_letters(dead_letter, load_failed + failed)
+    all_failures = load_failed + failed + held
+    counts = count_documents(docs, load_failures, work.skipped, extracted, failed + held,
+                             list(roots))
     summary: dict[str, Any] = {
         "documents": counts,
         "llm_calls": usage.calls,
@@ -125,8 +136,8 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     }
     publish_report(summary, top)
     attempted = len(work.extract) + len(load_failures)
-    if attempted and len(all_failures) / attempted > share:
-        raise PhaseFailed(f"{len(all_failures)} of {attempted} documents failed (more than "
+    if attempted and len(load_failed + failed) / attempted > share:
+        raise PhaseFailed(f"{len(load_failed + failed)} of {attempted} documents failed (more than "
                           f"{share:.0%}); reasons in {dead_letter} — fix them or raise "
                           "max_failed_share", summary)
     return summary

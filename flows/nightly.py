@@ -67,8 +67,9 @@ def _write_summary(summary: dict[str, Any], state_dir: Path) -> Path:
 
 
 @flow(name="nightly", on_cancellation=[_stop_node_hook], on_crashed=[_stop_node_hook])
-def nightly(profile: str = "local", full: bool = False, phase1_timeout_seconds: int = 7200,
-            max_failed_share: float | None = None) -> dict[str, Any]:
+def nightly(profile: str = "local", full: bool = False, retry_failed: bool = False,
+            phase1_timeout_seconds: int = 7200, max_failed_share: float | None = None
+            ) -> dict[str, Any]:
     """Run the nightly pipeline on the profile's blocks and return the run summary."""
     logger = get_run_logger()
     cfg = load_profile(profile)
@@ -81,7 +82,8 @@ def nightly(profile: str = "local", full: bool = False, phase1_timeout_seconds: 
             base_url = inference_up(cfg.compute, cfg.inference)
         with _phase(summary, "extract"):
             phase1 = extract.with_options(timeout_seconds=phase1_timeout_seconds)(
-                profile=profile, base_url=base_url, full=full, max_failed_share=max_failed_share)
+                profile=profile, base_url=base_url, full=full, retry_failed=retry_failed,
+                max_failed_share=max_failed_share)
             merge_extraction(summary, phase1)
         with _phase(summary, "inference_down"):
             inference_down(cfg.compute)

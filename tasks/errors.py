@@ -16,6 +16,10 @@ class DocumentError(SlmNightlyError):
 class LLMError(SlmNightlyError):
     """The inference endpoint failed after retries or returned unusable output."""
 
+    def __init__(self, message: str, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
 
 class ChunkTooLong(LLMError):
     """The model ran out of tokens or context: retry on a smaller chunk."""

@@ -33,7 +33,7 @@ from tasks.schema import (
     map_relationship_type,
 )
 
-MAX_SPLIT_DEPTH = 3
+MAX_SPLIT_DEPTH = 2
 
 
 @dataclass
@@ -42,22 +42,29 @@ class Plan:
     skipped: list[Document]
     changed: list[str]  # ids already in the graph whose content (or model/prompt) changed
     deleted: list[str]  # ids in the graph whose file is gone
+    held: list[tuple[Document, str]] = field(default_factory=list)  # failed before, unchanged
 
 
 def plan(docs: list[Document], failures: list[LoadFailure], states: dict[str, dict[str, Any]],
-         streams: Iterable[str], model: str, full: bool = False) -> Plan:
-    """Decide per document: skip (unchanged since its last successful extraction), extract, or
-    retract (deleted). A file that now fails to load keeps its old graph contribution."""
+         streams: Iterable[str], model: str, full: bool = False,
+         retry_failed: bool = False) -> Plan:
+    """Decide per document: skip (unchanged since its last successful extraction), hold
+    (unchanged since it failed), extract, or retract (deleted). A file that now fails to load
+    keeps its old graph contribution."""
     out = Plan([], [], [], [])
+    key = (model, PROMPT_VERSION)
     for d in docs:
-        st = states.get(d.id)
-        fresh = st is not None and (st.get("hash"), st.get("model"), st.get("prompt_version")) \
-            == (d.hash, model, PROMPT_VERSION)
+        st = states.get(d.id) or {}
+        fresh = (st.get("hash"), st.get("model"), st.get("prompt_version")) == (d.hash, *key)
+        failed = (st.get("failed_hash"), st.get("failed_model"),
+                  st.get("failed_prompt_version")) == (d.hash, *key)
         if fresh and not full:
             out.skipped.append(d)
+        elif failed and not (full or retry_failed):
+            out.held.append((d, str(st.get("failed_reason"))))
         else:
             out.extract.append(d)
-            if st is not None:
+            if st:
                 out.changed.append(d.id)
     present = {d.id for d in docs} | {f.id for f in failures}
     streams = set(streams)
@@ -115,15 +122,13 @@ async def extract_document(client: LLMClient, doc: Document, chunk_tokens: int,
     if not doc.text.strip():
         return outcome
     chunks = chunk_text(doc.text, chunk_tokens, overlap_tokens)
-    calls_before = client.usage.calls
     try:
         results = await asyncio.gather(*(
             _extract_chunk(client, doc, c, schema, 0, i + 1, len(chunks))
             for i, c in enumerate(chunks)))
         outcome.extraction = [x for r in results for x in r]
     except LLMError as e:
-        outcome.error, outcome.error_type = str(e), type(e).__name__
-    outcome.attempts = client.usage.calls - calls_before
+        outcome.error, outcome.error_type, outcome.attempts = str(e), type(e).__name__, e.attempts
     return outcome
 
 
@@ -213,10 +218,10 @@ def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, st
 
 
 def failure_record(doc_id: str, stream: str, path: str, digest: str | None, error: str,
-                   message: str, attempts: int) -> dict[str, Any]:
+                   message: str, attempts: int, **extra: Any) -> dict[str, Any]:
     return {"id": doc_id, "path": path, "stream": stream, "hash": digest, "error": error,
             "message": message, "attempts": attempts,
-            "time": datetime.now(UTC).isoformat(timespec="seconds")}
+            "time": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
 
 
 def run_sync(coro: Any) -> Any:
@@ -245,7 +250,8 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
         if o.error:
             d = o.doc
             report.failed.append(failure_record(d.id, d.stream, d.path, d.hash,
-                                                o.error_type or "Error", o.error, o.attempts))
+                                                o.error_type or "Error", o.error, o.attempts,
+                                                model=model, prompt_version=PROMPT_VERSION))
     emails = [e for o in outcomes if not o.error for r in o.doc.records for e in r["emails"]]
     email_keys = store.keys_by_email(emails)
     batch = build_batch(outcomes, model, email_keys, report)
@@ -254,6 +260,8 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
         store.retract(retract)
     store.upsert(batch)
     store.mark_extracted(batch.documents)
+    if report.failed:
+        store.mark_failed(report.failed)
     for d in batch.documents:
         report.extracted[d["stream"]] += 1
     report.entities = len(batch.entities)
@@ -265,8 +273,9 @@ def prompt_overhead_tokens() -> int:
     return estimate_tokens(SYSTEM_PROMPT) + 64
 
 
-def schema_for(max_entities: int, max_relationships: int) -> dict[str, Any]:
-    return json_schema(max_entities, max_relationships)
+def schema_for(max_entities: int, max_relationships: int, max_description: int = 160
+               ) -> dict[str, Any]:
+    return json_schema(max_entities, max_relationships, max_description=max_description)
 
 
 def append_dead_letters(path: Path, records: list[dict[str, Any]]) -> None:

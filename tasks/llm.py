@@ -130,24 +130,28 @@ class LLMClient:
                 if resp.status_code == 200:
                     try:
                         return self._parse(resp.json())
-                    except (json.JSONDecodeError, ValidationError, KeyError, TypeError,
-                            IndexError) as e:
+                    except ValidationError as e:
                         # Truncated or off-schema JSON without a 'length' finish: the model
                         # may do better on another sample.
-                        last_error = f"unusable output: {str(e).splitlines()[0][:200]}"
+                        err = e.errors()[0]
+                        where = ".".join(str(x) for x in err["loc"]) or "(root)"
+                        last_error = f"unusable output: {where}: {err['msg']}"
+                    except (json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
+                        last_error = f"malformed response: {type(e).__name__}: {e}"
                 elif resp.status_code == 400 and _CONTEXT_ERROR.search(resp.text):
                     raise ChunkTooLong(f"endpoint rejected the prompt as too long: "
-                                       f"{resp.text[:200]}")
+                                       f"{resp.text[:200]}", attempt + 1)
                 elif resp.status_code in _RETRY_STATUS:
                     last_error = f"HTTP {resp.status_code}: {resp.text[:200]}"
                     retry_after = resp.headers.get("retry-after")
                 else:
                     raise LLMError(f"HTTP {resp.status_code} from {self.base_url}: "
                                    f"{resp.text[:300]} — check the inference block's model "
-                                   "and dialect")
+                                   "and dialect", attempt + 1)
             if attempt < self.max_retries:
                 await asyncio.sleep(self._backoff(attempt, retry_after))
-        raise LLMError(f"gave up after {self.max_retries + 1} attempts: {last_error}")
+        raise LLMError(f"gave up after {self.max_retries + 1} attempts: {last_error}",
+                       self.max_retries + 1)
 
     def _parse(self, payload: dict[str, Any]) -> Extraction:
         choice = payload["choices"][0]
@@ -157,4 +161,5 @@ class LLMClient:
         if choice.get("finish_reason") == "length":
             raise ChunkTooLong("the model hit max_tokens before closing the JSON")
         content = strip_reasoning(choice["message"].get("content") or "")
-        return Extraction.model_validate_json(content)
+        # strict=False: small models put raw newlines inside JSON strings; grammars allow it.
+        return Extraction.model_validate(json.loads(content, strict=False))

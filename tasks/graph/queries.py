@@ -43,7 +43,17 @@ MARK_DOCUMENTS = """
 UNWIND $rows AS row
 MATCH (d:Document {id: row.id})
 SET d.hash = row.hash, d.model = row.model, d.prompt_version = row.prompt_version,
-    d.extracted_at = row.extracted_at
+    d.extracted_at = row.extracted_at, d.failed_hash = NULL, d.failed_reason = NULL
+"""
+
+# A document that failed extraction: remembered so an unchanged copy is not retried (and
+# billed) every night; `retry_failed` or a content change tries it again.
+MARK_FAILED = """
+UNWIND $rows AS row
+MERGE (d:Document {id: row.id})
+SET d.stream = row.stream, d.path = row.path, d.failed_hash = row.hash,
+    d.failed_model = row.model, d.failed_prompt_version = row.prompt_version,
+    d.failed_reason = row.message
 """
 
 
@@ -133,7 +143,9 @@ RETURN count(e) AS pruned
 DOCUMENT_STATES = """
 MATCH (d:Document)
 RETURN d.id AS id, d.stream AS stream, d.hash AS hash, d.model AS model,
-       d.prompt_version AS prompt_version
+       d.prompt_version AS prompt_version, d.failed_hash AS failed_hash,
+       d.failed_model AS failed_model, d.failed_prompt_version AS failed_prompt_version,
+       d.failed_reason AS failed_reason
 """
 
 KEYS_BY_EMAIL = """

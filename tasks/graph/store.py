@@ -169,6 +169,11 @@ class GraphStore(ABC):
                 for d in documents]
         self._write_batched(q.MARK_DOCUMENTS, rows)
 
+    def mark_failed(self, failures: list[dict[str, Any]]) -> None:
+        rows = [{k: f[k] for k in ("id", "stream", "path", "hash", "model", "prompt_version",
+                                   "message")} for f in failures]
+        self._write_batched(q.MARK_FAILED, rows)
+
     def prune_orphans(self) -> int:
         rows = self._write(q.PRUNE_ORPHANS)
         return int(rows[0]["pruned"]) if rows else 0
