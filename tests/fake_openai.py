@@ -1,0 +1,165 @@
+"""A deterministic OpenAI-compatible server on loopback, for tests and benchmarks.
+
+It "extracts" capitalised two-word names as Person entities and links the first to the rest.
+Markers in the document text script faults, per document:
+    FAULT:500x2       the first 2 requests answer HTTP 500 (also 429, 503)
+    FAULT:slowx1      the first request sleeps `slow_seconds` (longer than the client timeout)
+    FAULT:truncated   every answer is cut-off JSON with finish_reason "stop"
+    FAULT:length      finish_reason "length" while the chunk is longer than 400 characters
+    FAULT:think       the answer is wrapped in <think>…</think> and has reasoning_content
+    FAULT:badlabels   entity types outside the schema ("Spaceship", "company")
+    FAULT:extra       an extra field the schema forbids
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+NAME = re.compile(r"\b([A-Z][a-z]+(?:[-'][A-Z][a-z]+)? [A-Z][a-z]+(?:-[A-Z][a-z]+)?)\b")
+
+
+def extraction_for(text: str) -> dict[str, Any]:
+    names: list[str] = []
+    for m in NAME.finditer(text):
+        if m.group(1) not in names and not m.group(1).startswith(("Document", "Notes")):
+            names.append(m.group(1))
+    entities = [{"name": n, "type": "Person", "description": f"named in the text as {n}"}
+                for n in names[:12]]
+    rels = [{"source": names[0], "target": n, "type": "RELATED_TO", "description": "co-mentioned"}
+            for n in names[1:12]]
+    return {"entities": entities, "relationships": rels}
+
+
+class FakeOpenAI:
+    def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0) -> None:
+        self.latency = latency
+        self.slow_seconds = slow_seconds
+        self.requests: list[dict[str, Any]] = []
+        self.fault_counts: Counter[str] = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.server.request_queue_size = 1024
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeOpenAI:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.fault_counts.clear()
+            self.max_in_flight = 0
+
+    def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | str, float]:
+        """(status, payload, delay) for one chat request."""
+        user = body["messages"][-1]["content"]
+        doc = user.split("\n", 1)[0]
+        content = extraction_for(user.split("---", 1)[-1])
+        finish = "stop"
+        for code, n in re.findall(r"FAULT:(\d{3})x(\d+)", user):
+            key = f"{doc}:{code}"
+            with self._lock:
+                self.fault_counts[key] += 1
+                if self.fault_counts[key] <= int(n):
+                    return int(code), f"injected {code}", 0.0
+        m = re.search(r"FAULT:slowx(\d+)", user)
+        if m:
+            with self._lock:
+                self.fault_counts[f"{doc}:slow"] += 1
+                if self.fault_counts[f"{doc}:slow"] <= int(m.group(1)):
+                    return 200, self._payload(json.dumps(content), "stop"), self.slow_seconds
+        text = json.dumps(content)
+        if "FAULT:truncated" in user:
+            text = text[: len(text) // 2]
+        if "FAULT:length" in user and len(user.split("---", 1)[-1]) > 400:
+            text, finish = text[: len(text) // 2], "length"
+        if "FAULT:badlabels" in user:
+            content["entities"] += [{"name": "Enterprise Ship", "type": "Spaceship",
+                                     "description": "x"},
+                                    {"name": "Acme Corp", "type": "company", "description": "y"}]
+            content["relationships"] += [{"source": content["entities"][0]["name"],
+                                          "target": "Acme Corp", "type": "LOVES",
+                                          "description": "z"}]
+            text = json.dumps(content)
+        if "FAULT:extra" in user:
+            content["confidence"] = 0.9
+            text = json.dumps(content)
+        reasoning = None
+        if "FAULT:think" in user:
+            reasoning = "Let me think about the entities."
+            text = "<think>The user wants {\"entities\": []} maybe.</think>\n" + text
+        return 200, self._payload(text, finish, reasoning), self.latency
+
+    @staticmethod
+    def _payload(text: str, finish: str, reasoning: str | None = None) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": text}
+        if reasoning:
+            msg["reasoning_content"] = reasoning
+        return {"id": "fake", "object": "chat.completion", "model": "fake",
+                "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, payload: dict[str, Any] | str) -> None:
+                data = (json.dumps(payload) if isinstance(payload, dict) else payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                if status == 429:
+                    self.send_header("Retry-After", "0")
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": "fake"}]})
+                else:
+                    self._send(404, "not found")
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length))
+                with fake._lock:
+                    fake.requests.append(body)
+                    fake.in_flight += 1
+                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                try:
+                    status, payload, delay = fake.respond(body)
+                    if delay:
+                        time.sleep(delay)
+                    self._send(status, payload)
+                finally:
+                    with fake._lock:
+                        fake.in_flight -= 1
+
+        return Handler
