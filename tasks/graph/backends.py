@@ -67,10 +67,11 @@ class Neo4jStore(GraphStore):
 
         self.dialect = dialect
         self._database = database
+        self._driver = neo4j.GraphDatabase.driver(uri, auth=(user, password))
         try:
-            self._driver = neo4j.GraphDatabase.driver(uri, auth=(user, password))
             self._driver.verify_connectivity()
         except Exception as e:  # noqa: BLE001
+            self._driver.close()
             # Never echo credentials: the message names the URI and user only.
             raise GraphError(f"cannot connect to Neo4j at {uri} as {user!r}: "
                              f"{type(e).__name__} — check the graph block's uri, user and "

@@ -1,0 +1,205 @@
+"""Phase 1 end to end through Prefect, against the fake endpoint and a real FalkorDB."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flows.extract import extract
+from tasks.errors import PhaseFailed
+from tasks.graph.backends import FalkorDBStore
+from tests.conftest import write_profile
+from tests.fake_openai import FakeOpenAI
+from tests.graph_dump import dump
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+
+def transcript(names: list[str], extra: str = "") -> str:
+    parts = "\n".join(f'  - "{n}"' for n in names)
+    body = " ".join(names)
+    return f"---\nmeeting_id: M\nparticipants:\n{parts}\n---\n# Meeting\n\n**Chair:** {body}. {extra}\n"
+
+
+@pytest.fixture
+def setup(tmp_path: Path, falkordb: int, fake_llm: FakeOpenAI, request: pytest.FixtureRequest):
+    graph = "f_" + request.node.name[:40].replace("[", "_").replace("]", "_").replace("-", "_")
+    src = tmp_path / "docs"
+    profile = write_profile(tmp_path, base_url=fake_llm.url, falkordb_port=falkordb, graph=graph,
+                            sources=src)
+    (src / "transcripts" / "a.md").write_text(transcript(["Ann Lee", "Bob Stone"]))
+    (src / "transcripts" / "b.md").write_text(transcript(["Cy Young", "Bob Stone"]))
+    (src / "transcripts" / "c.md").write_text(transcript(["Hon. Dee Ray (Minister of Things)",
+                                                          "Hon. Dee Ray"]))
+    (src / "research" / "r.yaml").write_text("title: Briefing\nsummary: Ann Lee joined Acme Corp.\n")
+    (src / "contacts" / "c.json").write_text(json.dumps([
+        {"name": "Ann Lee", "emails": ["ann@acme.test"], "organization": "Acme Corp",
+         "title": "CTO", "notes": "Introduced by Bob Stone."},
+        {"name": "A. Lee", "emails": ["ANN@acme.test"]},
+    ]))
+    store = FalkorDBStore("127.0.0.1", falkordb, graph)
+    yield profile, src, store, fake_llm
+    try:
+        store._graph.delete()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def test_three_streams_into_the_graph_with_provenance(setup) -> None:
+    profile, src, store, fake = setup
+    s = extract(profile=str(profile))
+    assert s["documents"] == {
+        "transcripts": {"seen": 3, "extracted": 3, "skipped": 0, "failed": 0},
+        "research": {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0},
+        "contacts": {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0},
+    }
+    assert s["llm_calls"] == fake.calls == 5  # contacts: one call for the notes
+    rows = store.query("MATCH (p:Person {key: 'Person:ann lee'})-[:MENTIONED_IN]->(d:Document) "
+                       "RETURN d.id AS id ORDER BY id")
+    assert [r["id"] for r in rows] == ["contacts/c.json", "research/r.yaml", "transcripts/a.md"]
+    # contacts unify by e-mail; the second spelling is an alias
+    ann = store.query("MATCH (p:Person {key: 'Person:ann lee'}) RETURN p.emails AS e, "
+                      "p.aliases AS a")[0]
+    assert ann["e"] == ["ann@acme.test"] and "A. Lee" in ann["a"]
+    assert store.query("MATCH (:Person {key:'Person:ann lee'})-[r:WORKS_FOR]->(o:Organization) "
+                       "RETURN o.name AS o, r.description AS t") == [{"o": "Acme Corp", "t": "CTO"}]
+    # the same person with and without affiliation: one node, aliases kept
+    dee = store.query("MATCH (p:Person) WHERE p.name = 'Dee Ray' RETURN p.aliases AS a, "
+                      "p.affiliation AS aff")
+    assert len(dee) == 1 and dee[0]["aff"] == "Minister of Things"
+    assert sorted(dee[0]["a"]) == ["Hon. Dee Ray", "Hon. Dee Ray (Minister of Things)"]
+
+
+def test_incremental_rerun_edit_and_delete(setup) -> None:
+    profile, src, store, fake = setup
+    extract(profile=str(profile))
+    first = dump(store)
+    fake.reset()
+
+    s = extract(profile=str(profile))  # nothing changed
+    assert fake.calls == 0 and s["llm_calls"] == 0
+    assert sum(c["skipped"] for c in s["documents"].values()) == 5
+    assert dump(store) == first
+
+    # edit b.md: Cy Young is replaced by Eve Park → one call, Cy's relationship gone
+    (src / "transcripts" / "b.md").write_text(transcript(["Eve Park", "Bob Stone"]))
+    s = extract(profile=str(profile))
+    assert fake.calls == 1
+    assert s["documents"]["transcripts"] == {"seen": 3, "extracted": 1, "skipped": 2, "failed": 0}
+    names = {r["n"] for r in store.query("MATCH (p:Person) RETURN p.name AS n")}
+    assert "Cy Young" not in names and "Eve Park" in names
+    bob = store.query("MATCH (:Person {name:'Bob Stone'})-[r:PARTICIPATED_IN]->(e:Event) "
+                      "RETURN r.doc_ids AS d")
+    assert sorted(x for r in bob for x in r["d"]) == ["transcripts/a.md", "transcripts/b.md"]
+    assert s["pruned"] >= 1
+
+    # delete a.md: its provenance goes, Ann stays (research + contacts mention her)
+    fake.reset()
+    (src / "transcripts" / "a.md").unlink()
+    s = extract(profile=str(profile))
+    assert fake.calls == 0 and s["deleted"] == 1
+    docs = {r["id"] for r in store.query("MATCH (d:Document) RETURN d.id AS id")}
+    assert "transcripts/a.md" not in docs
+    rels = store.query("MATCH ()-[r]->() WHERE r.doc_ids IS NOT NULL AND "
+                       "'transcripts/a.md' IN r.doc_ids RETURN count(r) AS n")
+    assert rels[0]["n"] == 0
+    ann_docs = store.query("MATCH (:Person {key:'Person:ann lee'})-[:MENTIONED_IN]->(d) "
+                           "RETURN d.id AS id ORDER BY id")
+    assert [r["id"] for r in ann_docs] == ["contacts/c.json", "research/r.yaml"]
+    orphans = store.query("MATCH (e:Entity) WHERE NOT (e)-[:MENTIONED_IN]->() RETURN count(e) AS n")
+    assert orphans[0]["n"] == 0
+
+    # --full re-extracts everything
+    fake.reset()
+    extract(profile=str(profile), full=True)
+    assert fake.calls == 4
+
+
+def test_crash_mid_upsert_then_rerun_equals_a_clean_run(setup, falkordb: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    profile, src, store, fake = setup
+    clean_profile = Path(str(profile).replace("profile.toml", "clean.toml"))
+    clean_profile.write_text(profile.read_text().replace(f'graph_name = "{store._graph.name}"',
+                                                         'graph_name = "clean_run"'))
+    extract(profile=str(clean_profile))
+    clean = FalkorDBStore("127.0.0.1", falkordb, "clean_run")
+    expected = dump(clean)
+    clean._graph.delete()
+
+    real_write = FalkorDBStore._write
+    calls = {"n": 0}
+
+    def crashing_write(self, query, params=None):
+        calls["n"] += 1
+        if calls["n"] == 12:  # in the middle of the entity/relationship upserts
+            raise KeyboardInterrupt("simulated crash")
+        return real_write(self, query, params)
+
+    monkeypatch.setattr(FalkorDBStore, "_write", crashing_write)
+    with pytest.raises(BaseException, match="simulated crash"):
+        extract(profile=str(profile))
+    monkeypatch.setattr(FalkorDBStore, "_write", real_write)
+    partial = dump(store)
+    assert partial != expected
+    extract(profile=str(profile))
+    assert dump(store) == expected
+
+
+def test_bad_inputs_are_counted_with_reasons_and_never_crash(setup) -> None:
+    profile, src, store, fake = setup
+    t = src / "transcripts"
+    (t / "empty.md").write_text("")
+    (t / "binary.md").write_bytes(b"\x00\x01\x02binary")
+    (t / "latin1.md").write_bytes("caf\xe9".encode("latin-1"))
+    (t / "huge.md").write_text("**A:** " + "word " * 2_100_000)
+    (src / "research" / "bomb.yaml").write_text("a: &a [1,2]\nb: [*a, *a]\n")
+    (src / "research" / "broken.yml").write_text("a: [1,\n")
+    (src / "contacts" / "broken.json").write_text("{")
+    s = extract(profile=str(profile))
+    assert s["documents"]["transcripts"] == {"seen": 7, "extracted": 3, "skipped": 0, "failed": 4}
+    assert s["documents"]["research"]["failed"] == 2
+    assert s["documents"]["contacts"]["failed"] == 1
+    reasons = {f["id"]: f["message"] for f in s["failures"]}
+    assert "empty file" in reasons["transcripts/empty.md"]
+    assert "binary" in reasons["transcripts/binary.md"]
+    assert "UTF-8" in reasons["transcripts/latin1.md"]
+    assert "too large" in reasons["transcripts/huge.md"]
+    assert "aliases" in reasons["research/bomb.yaml"]
+    assert "malformed JSON" in reasons["contacts/broken.json"]
+    lines = Path(s["dead_letter"]).read_text().splitlines()
+    rec = json.loads(lines[0])
+    assert set(rec) >= {"id", "path", "stream", "hash", "error", "message", "attempts", "time"}
+    assert len(lines) == 7
+
+
+def test_llm_failures_dead_letter_then_hold_and_share_gate(setup, tmp_path: Path) -> None:
+    profile, src, store, fake = setup
+    (src / "transcripts" / "bad.md").write_text(transcript(["Zed Zulu"], "FAULT:500x99"))
+    s = extract(profile=str(profile))
+    failed = [f for f in s["failures"] if f["id"] == "transcripts/bad.md"]
+    assert failed and failed[0]["error"] == "LLMError" and failed[0]["attempts"] == 4
+    fake.reset()
+    s = extract(profile=str(profile))  # unchanged since it failed: held, no calls
+    assert fake.calls == 0
+    assert s["documents"]["transcripts"]["failed"] == 1
+    assert "retry-failed" in s["failures"][0]["message"]
+    # a share above the limit fails the phase, after reporting
+    strict = tmp_path / "strict.toml"
+    strict.write_text(profile.read_text().replace("max_failed_share = 1.0",
+                                                  "max_failed_share = 0.1"))
+    with pytest.raises(PhaseFailed, match="1 of 1 documents failed") as e:
+        extract(profile=str(strict), retry_failed=True)
+    assert e.value.summary["documents"]["transcripts"]["failed"] == 1
+
+
+def test_labels_outside_the_schema_are_mapped_or_rejected_and_counted(setup) -> None:
+    profile, src, store, fake = setup
+    for p in src.rglob("*.*"):
+        p.unlink()
+    (src / "transcripts" / "x.md").write_text(transcript(["Ann Lee"], "FAULT:badlabels"))
+    s = extract(profile=str(profile))
+    assert s["rejected_entity_types"] == {"Spaceship": 1}
+    assert s["remapped_relationship_types"] == {"LOVES": 1}
+    orgs = store.query("MATCH (o:Organization) RETURN o.name AS n")
+    assert orgs == [{"n": "Acme Corp"}]  # "company" mapped to Organization
+    assert store.query("MATCH ()-[r:RELATED_TO]->(o:Organization) RETURN count(r) AS n") == [{"n": 1}]
