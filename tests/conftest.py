@@ -59,6 +59,7 @@ def fake_llm() -> Iterator[FakeOpenAI]:
 
 def write_profile(tmp: Path, *, base_url: str | None, falkordb_port: int, graph: str,
                   sources: Path, extra_inference: str = "", max_failed_share: float = 1.0,
+                  request_timeout: float = 1.0,
                   batch_documents: int = 3) -> Path:
     """A profile pointing at test servers; sources has transcripts/research/contacts dirs."""
     for s in ("transcripts", "research", "contacts"):
@@ -73,7 +74,7 @@ def write_profile(tmp: Path, *, base_url: str | None, falkordb_port: int, graph:
         dialect = "vllm"
         model = "fake"
         max_concurrent_requests = 4
-        request_timeout_seconds = 1.0
+        request_timeout_seconds = {request_timeout}
         readiness_timeout_seconds = 10
         max_retries = 3
         retry_base_seconds = 0.01

