@@ -36,6 +36,11 @@ def extraction_for(text: str) -> dict[str, Any]:
     return {"entities": entities, "relationships": rels}
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # listen backlog: many clients connect at once
+
+
 class FakeOpenAI:
     def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0) -> None:
         self.latency = latency
@@ -45,9 +50,7 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.server.request_queue_size = 1024
+        self.server = _Server(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -123,6 +126,7 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body leave as separate writes
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -163,3 +167,19 @@ class FakeOpenAI:
                         fake.in_flight -= 1
 
         return Handler
+
+
+def main() -> None:
+    """Serve in this process until killed: `python -m tests.fake_openai --latency 0.2`."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--latency", type=float, default=0.0)
+    args = ap.parse_args()
+    fake = FakeOpenAI(latency=args.latency)
+    print(fake.url, flush=True)
+    fake.server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

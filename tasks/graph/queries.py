@@ -58,12 +58,14 @@ SET d.stream = row.stream, d.path = row.path, d.failed_hash = row.hash,
 
 
 def upsert_entities(label: str) -> str:
+    # ON CREATE sets rows as they are (most rows on a first run); ON MATCH merges lists.
     return f"""
 UNWIND $rows AS row
 MERGE (e:Entity:{entity_label(label)} {{key: row.key}})
-ON CREATE SET e.name = row.name, e.type = row.type, e.first_seen = $now, e.aliases = [],
-    e.emails = [], e.phones = [], e.description = ''
-SET e.last_seen = $now,
+ON CREATE SET e.name = row.name, e.type = row.type, e.first_seen = $now, e.last_seen = $now,
+    e.aliases = row.aliases, e.emails = row.emails, e.phones = row.phones,
+    e.description = row.description, e.affiliation = row.affiliation
+ON MATCH SET e.last_seen = $now,
     e.aliases = e.aliases + [a IN row.aliases WHERE NOT a IN e.aliases],
     e.emails = e.emails + [x IN row.emails WHERE NOT x IN e.emails],
     e.phones = e.phones + [x IN row.phones WHERE NOT x IN e.phones],
@@ -87,8 +89,9 @@ UNWIND $rows AS row
 MATCH (a:Entity {{key: row.src}})
 MATCH (b:Entity {{key: row.dst}})
 MERGE (a)-[r:{relationship_type(rel)}]->(b)
-ON CREATE SET r.doc_ids = [], r.first_seen = $now, r.description = ''
-SET r.doc_ids = r.doc_ids + [x IN row.doc_ids WHERE NOT x IN r.doc_ids],
+ON CREATE SET r.doc_ids = row.doc_ids, r.first_seen = $now, r.last_seen = $now,
+    r.description = row.description
+ON MATCH SET r.doc_ids = r.doc_ids + [x IN row.doc_ids WHERE NOT x IN r.doc_ids],
     r.last_seen = $now,
     r.description = CASE WHEN size(row.description) > size(r.description)
                          THEN row.description ELSE r.description END

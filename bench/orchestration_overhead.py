@@ -1,0 +1,76 @@
+"""Prefect's share of phase-1 wall time at 1,000 documents.
+
+The same batches through the extract flow (Prefect tasks, artifacts, progress) and through the
+plain functions the tasks call, against the fake endpoint (1 s latency, 32 slots).
+Target: overhead ≤ 5% of the flow's wall time.
+    python bench/orchestration_overhead.py
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from _common import fake_endpoint, profile, report, write_documents
+
+from blocks.profile import load_profile
+from flows.extract import extract
+from tasks.documents import scan
+from tasks.extract import plan, process_batch, prompt_overhead_tokens, schema_for
+from tasks.graph import falkordb_server
+from tasks.graph.store import batched
+from tasks.llm import LLMClient
+
+N, LATENCY, SLOTS, BATCH = 1000, 1.0, 32, 256
+
+
+def plain(prof: str) -> int:
+    """Phase 1 without Prefect: the same functions, the same batches."""
+    cfg = load_profile(prof)
+    ep = cfg.inference
+    assert ep.base_url
+    client = LLMClient(ep.base_url, ep.model, ep.dialect, max_concurrency=SLOTS,
+                       timeout_seconds=60)
+    calls = 0
+    with cfg.graph.open() as store:
+        docs, failures = scan(cfg.sources.roots(), 10**7)
+        work = plan(docs, failures, store.document_states(), ["transcripts"], ep.model, True)
+        for b in batched(work.extract, BATCH):
+            rep = process_batch(list(b), store, client, ep.model,
+                                ep.chunk_tokens(prompt_overhead_tokens()), 0,
+                                schema_for(ep.max_entities, ep.max_relationships),
+                                set(work.changed))
+            calls += rep.usage.calls
+        store.prune_orphans()
+    return calls
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp())
+    write_documents(tmp / "docs", N)
+    rec, _ = falkordb_server.start(tmp / "graph")
+    try:
+        with fake_endpoint(LATENCY) as url:
+            p_flow = str(profile(tmp, url, rec.port, "flow", SLOTS, BATCH))
+            p_plain = str(profile(tmp, url, rec.port, "plain", SLOTS, BATCH))
+            extract(profile=p_flow)  # warm-up (Prefect server start, imports, first graph)
+            plain(p_plain)
+            t = time.perf_counter()
+            summary = extract(profile=p_flow, full=True)
+            flow_s = time.perf_counter() - t
+            t = time.perf_counter()
+            calls = plain(p_plain)
+            plain_s = time.perf_counter() - t
+    finally:
+        falkordb_server.stop(tmp / "graph")
+    assert summary["llm_calls"] == calls == N
+    report({"bench": "orchestration_overhead", "documents": N, "batch_documents": BATCH,
+            "flow_s": round(flow_s, 2), "plain_s": round(plain_s, 2),
+            "overhead_s": round(flow_s - plain_s, 2),
+            "overhead_share": round((flow_s - plain_s) / flow_s, 4),
+            "targets": {"overhead_share": "<= 0.05"}})
+
+
+if __name__ == "__main__":
+    main()
