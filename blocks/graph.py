@@ -47,7 +47,8 @@ class FalkorDBGraph(Block):
                 falkordb_server.stop(Path(self.data_dir))
 
     def describe(self) -> str:
-        where = f"{self.host}:{self.port}" if self.host else f"embedded, data in {Path(self.data_dir).resolve()}"
+        where = f"{self.host}:{self.port}" if self.host else \
+            f"embedded, data in {Path(self.data_dir).resolve()}"
         return f"FalkorDB graph '{self.graph_name}' ({where})"
 
 
@@ -69,7 +70,7 @@ class Neo4jGraph(Block):
     @field_validator("uri")
     @classmethod
     def _uri(cls, v: str) -> str:
-        if not v.split("://")[0] in {"bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc"}:
+        if v.split("://")[0] not in {"bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc"}:
             raise ValueError("must be a bolt:// or neo4j:// URI, e.g. neo4j://host:7687")
         return v
 

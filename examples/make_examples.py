@@ -109,7 +109,7 @@ def main() -> None:
         return plain(n).lower().replace(" ", ".").replace("'", "") + "@" + domain
 
     contacts = []
-    for base, (name, org, meeting) in chosen[:6]:
+    for base, (_name, org, meeting) in chosen[:6]:
         contacts.append({
             "name": base,
             "emails": [email(base, org)],
@@ -127,7 +127,7 @@ def main() -> None:
 
     rdir = args.out / "research"
     rdir.mkdir(parents=True, exist_ok=True)
-    for i, (base, (name, org, meeting)) in enumerate(chosen[:4]):
+    for i, (base, (_name, org, meeting)) in enumerate(chosen[:4]):
         rec = {
             "title": f"Briefing on {plain(base)}",
             "subject": plain(base),
