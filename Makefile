@@ -22,6 +22,7 @@ run: $(STAMP)
 	$(VENV)/bin/slm-nightly run --profile local --summary .slm-nightly/last-summary.json
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check flows tasks blocks tests bench examples
 	$(PY) -m pytest tests
 
 lint: $(STAMP)
