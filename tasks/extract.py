@@ -11,7 +11,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -133,10 +133,17 @@ async def extract_document(client: LLMClient, doc: Document, chunk_tokens: int,
 
 
 async def extract_documents(client: LLMClient, docs: list[Document], chunk_tokens: int,
-                            overlap_tokens: int, schema: dict[str, Any]) -> list[DocOutcome]:
+                            overlap_tokens: int, schema: dict[str, Any],
+                            on_done: Callable[[DocOutcome], None] | None = None
+                            ) -> list[DocOutcome]:
+    async def one(d: Document) -> DocOutcome:
+        outcome = await extract_document(client, d, chunk_tokens, overlap_tokens, schema)
+        if on_done:
+            on_done(outcome)
+        return outcome
+
     async with client:
-        return list(await asyncio.gather(*(
-            extract_document(client, d, chunk_tokens, overlap_tokens, schema) for d in docs)))
+        return list(await asyncio.gather(*(one(d) for d in docs)))
 
 
 def _entity(entity_type: str, raw: str, description: str = "") -> EntityRow:
@@ -236,7 +243,8 @@ def run_sync(coro: Any) -> Any:
 
 def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, model: str,
                   chunk_tokens: int, overlap_tokens: int, schema: dict[str, Any],
-                  changed: set[str]) -> BatchReport:
+                  changed: set[str], on_done: Callable[[DocOutcome], None] | None = None
+                  ) -> BatchReport:
     """Extract a batch of documents and write it to the graph.
 
     Order makes a crash harmless: retract what changed documents contributed before, upsert
@@ -244,7 +252,8 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
     them unmarked, so the next run does them again and reaches the same graph."""
     report = BatchReport()
     client = replace(client, usage=Usage())
-    outcomes = run_sync(extract_documents(client, docs, chunk_tokens, overlap_tokens, schema))
+    outcomes = run_sync(extract_documents(client, docs, chunk_tokens, overlap_tokens, schema,
+                                          on_done))
     report.usage = client.usage
     for o in outcomes:
         if o.error:

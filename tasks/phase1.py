@@ -11,7 +11,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from tasks.documents import Document, LoadFailure, scan
-from tasks.extract import BatchReport, process_batch
+from tasks.extract import BatchReport, DocOutcome, process_batch
 from tasks.graph.store import GraphStore
 from tasks.llm import LLMClient
 
@@ -38,8 +38,18 @@ def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
                   changed: set[str]) -> BatchReport:
     """Extract a batch of documents with the LLM and upsert the result (idempotent, so a
     retry after a graph error is safe)."""
+    logger = get_run_logger()
+    done = [0]
+    step = max(1, len(docs) // 10)  # a line per document for small batches, else every 10%
+
+    def progress(outcome: DocOutcome) -> None:
+        done[0] += 1
+        if done[0] % step == 0 or done[0] == len(docs) or outcome.error:
+            status = f"FAILED: {outcome.error}" if outcome.error else "ok"
+            logger.info("  %d/%d %s — %s", done[0], len(docs), outcome.doc.id, status)
+
     return process_batch(docs, store, client, model, chunk_tokens, overlap_tokens, schema,
-                         changed)
+                         changed, progress)
 
 
 @task(name="prune-orphans", cache_policy=NO_CACHE)

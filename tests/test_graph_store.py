@@ -3,6 +3,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,16 @@ def test_neo4j_connection_error_never_shows_the_password() -> None:
     with pytest.raises(GraphError) as e:
         Neo4jStore(f"bolt://127.0.0.1:{_free_port()}", "neo4j", "s3cret-pw")
     assert "s3cret-pw" not in str(e.value) and "neo4j" in str(e.value)
+
+
+def test_unique_key_constraints_are_enforced(store: FalkorDBStore) -> None:
+    from tasks.errors import GraphError
+
+    for _ in range(100):
+        states = {(c["label"], c["status"]) for c in store._graph.list_constraints()}
+        if states == {("Entity", "OPERATIONAL"), ("Document", "OPERATIONAL")}:
+            break
+        time.sleep(0.05)
+    store._write("CREATE (:Entity {key: 'dup'})")
+    with pytest.raises(GraphError, match="constraint"):
+        store._write("CREATE (:Entity {key: 'dup'})")

@@ -47,6 +47,17 @@ class FalkorDBStore(GraphStore):
     def _schema_statement_done(self, error: Exception) -> bool:
         return "already indexed" in str(error).lower()
 
+    def ensure_schema(self) -> None:
+        super().ensure_schema()  # range indexes first: the constraints need them
+        for label, prop in (("Entity", "key"), ("Document", "id")):
+            try:
+                # Built asynchronously by the server (PENDING, then OPERATIONAL).
+                self._graph.create_node_unique_constraint(label, prop)
+            except Exception as e:  # noqa: BLE001
+                if "already exists" not in str(e).lower():
+                    raise GraphError(f"FalkorDB refused the unique constraint on "
+                                     f"{label}.{prop}: {e}") from e
+
     def close(self) -> None:
         try:
             self._db.connection.close()
