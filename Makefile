@@ -21,12 +21,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/slm-nightly run --profile local --summary .slm-nightly/last-summary.json
 
-test: $(STAMP)
-	$(VENV)/bin/ruff check flows tasks blocks tests bench examples
+test: lint
 	$(PY) -m pytest tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check flows tasks blocks tests bench
+	$(VENV)/bin/ruff check flows tasks blocks tests bench examples
+	$(VENV)/bin/mypy --ignore-missing-imports flows tasks blocks
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

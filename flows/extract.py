@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -81,8 +82,8 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
                     len(load_failures))
         if work.deleted:
             retract_deleted(store, work.deleted)
-        progress = create_progress_artifact(0.0, key="extraction-progress",
-                                            description="Phase 1: documents extracted (%)")
+        progress = cast(UUID, create_progress_artifact(
+            0.0, key="extraction-progress", description="Phase 1: documents extracted (%)"))
         batches = list(batched(work.extract, cfg.extraction.batch_documents))
         done = 0
         changed = set(work.changed)

@@ -16,7 +16,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.runtime import flow_run
+from prefect.runtime import flow_run as current_run
 
 from blocks.profile import load_profile
 from flows.extract import extract
@@ -25,10 +25,10 @@ from tasks.node import compute_down, compute_up, inference_down, inference_up
 from tasks.summary import PHASE2_NOT_BUILT, merge_extraction, new_summary, render_markdown
 
 
-def _stop_node_hook(flow: Any, run: Any, state: Any) -> None:
+def _stop_node_hook(flow: Any, flow_run: Any, state: Any) -> None:
     """Backstop for cancellation and crashes: the `finally` below may not have run."""
     try:
-        load_profile(run.parameters.get("profile", "local")).compute.stop()
+        load_profile(flow_run.parameters.get("profile", "local")).compute.stop()
     except Exception as e:  # noqa: BLE001 - a hook must not raise
         print(f"nightly teardown hook could not stop the node: {e}")
 
@@ -57,7 +57,7 @@ def _write_summary(summary: dict[str, Any], state_dir: Path) -> Path:
     runs = state_dir / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = runs / f"{stamp}-{(flow_run.get_id() or 'local')[:8]}.json"
+    path = runs / f"{stamp}-{(current_run.get_id() or 'local')[:8]}.json"
     text = json.dumps(summary, indent=2, default=str)
     path.write_text(text)
     tmp = runs / "last-run.json.tmp"
@@ -98,7 +98,12 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     finally:
         try:
             with _phase(summary, "compute_down"):
-                compute_down(cfg.compute)
+                try:
+                    compute_down(cfg.compute)
+                except BaseException:
+                    # Cancellation can refuse new task runs: stop the node directly.
+                    cfg.compute.stop()
+                    raise
         except Exception:
             summary["status"] = "failed"
             raise

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -295,6 +294,3 @@ def append_dead_letters(path: Path, records: list[dict[str, Any]]) -> None:
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
-
-def elapsed(start: float) -> float:
-    return round(time.monotonic() - start, 3)

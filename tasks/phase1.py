@@ -104,6 +104,6 @@ def count_documents(docs: list[Document], failures: list[LoadFailure], skipped: 
         out[d.stream]["skipped"] += 1
     for s, n in extracted.items():
         out[s]["extracted"] += n
-    for f in failed:
-        out[f["stream"]]["failed"] += 1
+    for rec in failed:
+        out[rec["stream"]]["failed"] += 1
     return out
