@@ -48,6 +48,23 @@ def write_documents(root: Path, n: int) -> None:
             "discussed the quarterly plan.\n")
 
 
+@contextlib.contextmanager
+def phase1_setup(n_documents: int, latency: float) -> Iterator[tuple[Path, int, str]]:
+    """n generated documents, an embedded FalkorDB and the fake endpoint: (tmp, port, url)."""
+    import tempfile
+
+    from tasks.graph import falkordb_server
+
+    tmp = Path(tempfile.mkdtemp())
+    write_documents(tmp / "docs", n_documents)
+    rec, _ = falkordb_server.start(tmp / "graph")
+    try:
+        with fake_endpoint(latency) as url:
+            yield tmp, rec.port, url
+    finally:
+        falkordb_server.stop(tmp / "graph")
+
+
 def report(figures: dict) -> None:
     print(json.dumps(figures))
 

@@ -8,17 +8,14 @@ Target: overhead ≤ 5% of the flow's wall time.
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 
-from _common import fake_endpoint, profile, report, write_documents
+from _common import phase1_setup, profile, report
 
 from blocks.profile import load_profile
 from flows.extract import extract
 from tasks.documents import scan
 from tasks.extract import plan, process_batch, prompt_overhead_tokens, schema_for
-from tasks.graph import falkordb_server
 from tasks.graph.store import batched
 from tasks.llm import LLMClient
 
@@ -47,23 +44,17 @@ def plain(prof: str) -> int:
 
 
 def main() -> None:
-    tmp = Path(tempfile.mkdtemp())
-    write_documents(tmp / "docs", N)
-    rec, _ = falkordb_server.start(tmp / "graph")
-    try:
-        with fake_endpoint(LATENCY) as url:
-            p_flow = str(profile(tmp, url, rec.port, "flow", SLOTS, BATCH))
-            p_plain = str(profile(tmp, url, rec.port, "plain", SLOTS, BATCH))
-            extract(profile=p_flow)  # warm-up (Prefect server start, imports, first graph)
-            plain(p_plain)
-            t = time.perf_counter()
-            summary = extract(profile=p_flow, full=True)
-            flow_s = time.perf_counter() - t
-            t = time.perf_counter()
-            calls = plain(p_plain)
-            plain_s = time.perf_counter() - t
-    finally:
-        falkordb_server.stop(tmp / "graph")
+    with phase1_setup(N, LATENCY) as (tmp, port, url):
+        p_flow = str(profile(tmp, url, port, "flow", SLOTS, BATCH))
+        p_plain = str(profile(tmp, url, port, "plain", SLOTS, BATCH))
+        extract(profile=p_flow)  # warm-up (Prefect server start, imports, first graph)
+        plain(p_plain)
+        t = time.perf_counter()
+        summary = extract(profile=p_flow, full=True)
+        flow_s = time.perf_counter() - t
+        t = time.perf_counter()
+        calls = plain(p_plain)
+        plain_s = time.perf_counter() - t
     assert summary["llm_calls"] == calls == N
     report({"bench": "orchestration_overhead", "documents": N, "batch_documents": BATCH,
             "flow_s": round(flow_s, 2), "plain_s": round(plain_s, 2),

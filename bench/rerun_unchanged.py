@@ -6,34 +6,25 @@ The fake endpoint answers in 1 s with 32 slots (a real 32B model is slower still
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 
-from _common import fake_endpoint, profile, report, write_documents
+from _common import phase1_setup, profile, report
 
 from flows.extract import extract
-from tasks.graph import falkordb_server
 
 N, LATENCY, SLOTS = 1000, 1.0, 32
 
 
 def main() -> None:
-    tmp = Path(tempfile.mkdtemp())
-    write_documents(tmp / "docs", N)
-    rec, _ = falkordb_server.start(tmp / "graph")
-    try:
-        with fake_endpoint(LATENCY) as url:
-            prof = str(profile(tmp, url, rec.port, "rerun", SLOTS, 256))
-            extract(profile=prof)  # warm-up: starts Prefect's server, fills nothing we measure
-            t = time.perf_counter()
-            first = extract(profile=prof, full=True)
-            first_s = time.perf_counter() - t
-            t = time.perf_counter()
-            second = extract(profile=prof)
-            second_s = time.perf_counter() - t
-    finally:
-        falkordb_server.stop(tmp / "graph")
+    with phase1_setup(N, LATENCY) as (tmp, port, url):
+        prof = str(profile(tmp, url, port, "rerun", SLOTS, 256))
+        extract(profile=prof)  # warm-up: starts Prefect's server, fills nothing we measure
+        t = time.perf_counter()
+        first = extract(profile=prof, full=True)
+        first_s = time.perf_counter() - t
+        t = time.perf_counter()
+        second = extract(profile=prof)
+        second_s = time.perf_counter() - t
     report({"bench": "rerun_unchanged", "documents": N, "latency_s": LATENCY, "slots": SLOTS,
             "first_run_s": round(first_s, 2), "first_run_llm_calls": first["llm_calls"],
             "second_run_s": round(second_s, 2), "second_run_llm_calls": second["llm_calls"],
