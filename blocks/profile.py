@@ -11,7 +11,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect.blocks.core import Block
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -21,6 +21,7 @@ from blocks.graph import FalkorDBGraph, Neo4jGraph
 from blocks.inference import InferenceEndpoint
 from blocks.sources import DocumentSources
 from tasks.errors import ConfigError
+from tasks.scorecard import ScorecardConfig
 
 PROFILE_DIR = Path("profiles")
 
@@ -33,6 +34,32 @@ class ExtractionSettings(BaseModel):
                                     description="Phase 1 fails above this share of failed documents.")
     batch_documents: int = Field(default=64, ge=1, le=100_000,
                                  description="Documents per Prefect task (extract + upsert).")
+
+
+class CorpusSettings(BaseModel):
+    """Phase 2a: where the training corpus is and what a bucket needs to pass."""
+
+    model_config = ConfigDict(extra="forbid")
+    root: str | None = Field(default=None, description="Corpus root; empty = no phase 2.")
+    engineering_bucket: str = Field(default="engineering-pointsav", description="SFT bucket.")
+    apprenticeship_bucket: str = Field(default="apprenticeship-pointsav", description="DPO bucket.")
+    floor: int = Field(default=3000, ge=0, description="CLEAN_PAIR_FLOOR: clean pairs to train.")
+    min_tokens: int = Field(default=8, ge=0)
+    max_tokens: int = Field(default=8192, ge=1)
+    near_duplicate_threshold: float = Field(default=0.8, gt=0, le=1)
+    pii_policy: Literal["drop", "flag"] = "drop"
+    max_source_share: float = Field(default=0.5, gt=0, le=1)
+    min_sources: int = Field(default=1, ge=1)
+    eval_share: float = Field(default=0.05, ge=0, lt=1)
+
+    def buckets(self) -> dict[str, Literal["sft", "dpo"]]:
+        return {self.engineering_bucket: "sft", self.apprenticeship_bucket: "dpo"}
+
+    def scorecard_config(self, floor: int | None = None) -> ScorecardConfig:
+        fields = self.model_dump(exclude={"root", "engineering_bucket", "apprenticeship_bucket"})
+        if floor is not None:
+            fields["floor"] = floor
+        return ScorecardConfig(**fields)
 
 
 _KINDS: dict[str, dict[str, type[Block]]] = {
@@ -53,6 +80,7 @@ class Profile:
     graph: FalkorDBGraph | Neo4jGraph
     sources: DocumentSources
     extraction: ExtractionSettings
+    corpus: CorpusSettings
 
 
 def profile_path(ref: str) -> Path:
@@ -109,13 +137,17 @@ def load_profile(ref: str) -> Profile:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"profile {path}: not valid TOML ({e}) — fix the syntax") from e
-    unknown = sorted(set(data) - {*_KINDS, "extraction", "state_dir"})
+    unknown = sorted(set(data) - {*_KINDS, "extraction", "corpus", "state_dir"})
     if unknown:
         raise ConfigError(f"profile {path}: unknown section(s) {unknown}")
     try:
         extraction = ExtractionSettings(**data.get("extraction", {}))
     except ValidationError as e:
         raise ConfigError(_explain(path, "extraction", e)) from None
+    try:
+        corpus = CorpusSettings(**data.get("corpus", {}))
+    except ValidationError as e:
+        raise ConfigError(_explain(path, "corpus", e)) from None
     state_dir = str(data.get("state_dir", ".slm-nightly"))
     compute_table = dict(data.get("compute", {}))
     if "block" not in compute_table:
@@ -129,4 +161,5 @@ def load_profile(ref: str) -> Profile:
         graph=_build(path, "graph", data.get("graph", {})),
         sources=_build(path, "sources", data.get("sources", {})),
         extraction=extraction,
+        corpus=corpus,
     )

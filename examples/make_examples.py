@@ -1,6 +1,6 @@
 """Regenerate examples/ from the QMSum data (a developer tool; never run by the pipeline).
 
-    python examples/make_examples.py --qmsum ../shared/data/qmsum
+    python examples/make_examples.py --qmsum ../shared/data/qmsum --hh ../shared/data/hh-rlhf
 
 Transcripts are excerpts (front matter kept, the first turns up to a size budget) so that
 `make run` stays within a few minutes on a CPU model. Research and contacts are generated
@@ -71,9 +71,32 @@ def find(qmsum: Path, meeting: str) -> Path:
     raise FileNotFoundError(meeting)
 
 
+def corpus(qmsum: Path, hh: Path, out: Path, per_source: int = 100) -> None:
+    """A small training corpus: QMSum Q/A as SFT rows (100 per meeting type), HH-RLHF
+    preference pairs as DPO rows (3 files of 100: three sources)."""
+    eng = out / "corpus" / "engineering-pointsav"
+    eng.mkdir(parents=True, exist_ok=True)
+    taken: dict[str, list[str]] = {}
+    for line in (qmsum / "sft-train.jsonl").read_text(encoding="utf-8").splitlines():
+        src = json.loads(line)["source"]
+        if len(taken.setdefault(src, [])) < per_source:
+            taken[src].append(line)
+    (eng / "qmsum-qa.jsonl").write_text("\n".join(sum(taken.values(), [])) + "\n",
+                                        encoding="utf-8")
+    shutil.copy(qmsum / "LICENSE", eng / "LICENSE")
+    app = out / "corpus" / "apprenticeship-pointsav"
+    app.mkdir(parents=True, exist_ok=True)
+    pairs = (hh / "harmless-base-test.jsonl").read_text(encoding="utf-8").splitlines()
+    for i, name in enumerate(("routing-a", "routing-b", "routing-c")):
+        chunk = pairs[i * per_source:(i + 1) * per_source]
+        (app / f"{name}.jsonl").write_text("\n".join(chunk) + "\n", encoding="utf-8")
+    shutil.copy(hh / "LICENSE", app / "LICENSE")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--qmsum", type=Path, required=True)
+    ap.add_argument("--hh", type=Path, required=True, help="../shared/data/hh-rlhf")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
     args = ap.parse_args()
     rng = random.Random(SEED)
@@ -155,6 +178,7 @@ def main() -> None:
     ]
     for fname, body in notes:
         (rdir / fname).write_text(body, encoding="utf-8")
+    corpus(args.qmsum, args.hh, args.out)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks import prefect_env
+from tasks.errors import ConfigError, SlmNightlyError
 
 prefect_env.apply()
 
@@ -67,6 +68,23 @@ def _graph(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scorecard(args: argparse.Namespace) -> int:
+    from blocks.profile import CorpusSettings, load_profile
+    from tasks.phase2 import render_card, score_corpus
+    from tasks.scorecard import card_json
+
+    # Without --profile: the production rules (CLEAN_PAIR_FLOOR = 3000, default buckets).
+    settings = load_profile(args.profile).corpus if args.profile else CorpusSettings()
+    if not (args.corpus or settings.root):
+        raise ConfigError("scorecard: pass --corpus DIR (or --profile with a [corpus] root)")
+    root = Path(args.corpus or settings.root or "")
+    sc = settings.scorecard_config(args.floor)
+    cards, _ = score_corpus(root, settings.buckets(), sc)
+    card = card_json(cards, sc, root)
+    print(json.dumps(card, indent=2) if args.json else render_card(card))
+    return 0 if all(c.passed for c in cards) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="slm-nightly", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,8 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--json", action="store_true")
     graph.set_defaults(func=_graph)
 
+    card = sub.add_parser("scorecard", help="score the training corpus (prints; writes nothing)")
+    card.add_argument("--corpus", help="corpus root with the two bucket folders")
+    card.add_argument("--floor", type=int, help="clean pairs a bucket needs (default 3000)")
+    card.add_argument("--profile", help="take buckets and rule settings from this profile")
+    card.add_argument("--json", action="store_true")
+    card.set_defaults(func=_scorecard)
+
     args = parser.parse_args(argv)
-    from tasks.errors import SlmNightlyError
 
     try:
         return int(args.func(args))

@@ -1,7 +1,8 @@
 """The nightly pipeline, as the runbook reads:
 
 boot the node → start the inference server and wait for it → phase 1 (extract) → stop the
-inference server, release the accelerator → phase 2 (not built yet) → stop the node, always.
+inference server, release the accelerator → phase 2: score the corpus (training is not built
+yet) → stop the node, always.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from prefect.runtime import flow_run as current_run
 
 from blocks.profile import load_profile
 from flows.extract import extract
+from flows.scorecard import scorecard
 from tasks.errors import PhaseFailed
 from tasks.node import compute_down, compute_up, inference_down, inference_up
-from tasks.summary import PHASE2_NOT_BUILT, merge_extraction, new_summary, render_markdown
+from tasks.summary import TRAINING_NOT_BUILT, merge_extraction, new_summary, render_markdown
 
 
 def _stop_node_hook(flow: Any, flow_run: Any, state: Any) -> None:
@@ -87,10 +89,16 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
             merge_extraction(summary, phase1)
         with _phase(summary, "inference_down"):
             inference_down(cfg.compute)
-        # Phase 2 (scorecard → training → export) is not built yet: no placeholder work.
+        if cfg.corpus.root:
+            with _phase(summary, "scorecard"):
+                summary["scorecard"] = scorecard(profile=profile)
+        else:
+            summary["phases"]["scorecard"] = {"status": "skipped", "seconds": 0.0,
+                                              "note": "no [corpus] root in the profile"}
+        # Training (phase 2b) is not built yet: no placeholder work.
         summary["phases"]["train"] = {"status": "not built", "seconds": 0.0,
-                                      "note": PHASE2_NOT_BUILT}
-        logger.info(PHASE2_NOT_BUILT)
+                                      "note": TRAINING_NOT_BUILT}
+        logger.info(TRAINING_NOT_BUILT)
         summary["status"] = "completed"
     except BaseException:
         summary["status"] = "failed"

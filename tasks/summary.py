@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-PHASE2_NOT_BUILT = ("phase 2 (corpus scorecard and training) is not built yet: nothing was "
-                    "scored or trained")
+TRAINING_NOT_BUILT = ("training (phase 2b: QLoRA, GGUF export) is not built yet: nothing was "
+                      "trained; passing buckets wait under training-pending/")
 
 
 def new_summary(profile: str) -> dict[str, Any]:
@@ -40,6 +40,13 @@ def render_text(s: dict[str, Any], profile_ref: str = "local") -> str:
         lines.append(f"  {name:<15} {p['status']:<10} {p['seconds']:>8.1f} s{note}")
     if s.get("error"):
         lines += ["", f"Error: {s['error']}"]
+    card = s.get("scorecard")
+    if card:
+        lines += ["", f"Corpus scorecard (floor {card['floor']} clean pairs): {card['scorecard']}"]
+        for name, b in card["buckets"].items():
+            why = "" if b["passed"] else " — " + "; ".join(b["reasons"])
+            lines.append(f"  {name:<26}{'PASS' if b['passed'] else 'FAIL'}  {b['clean']} clean of "
+                         f"{b['total']}{why}")
     if s["documents"]:
         lines += ["", "Documents      seen  extracted  skipped  failed"]
         for stream, c in s["documents"].items():

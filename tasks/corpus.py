@@ -1,0 +1,201 @@
+"""Reading the training corpus into one canonical Polars frame per bucket.
+
+Every row becomes conversational lists of {role, content} messages:
+  SFT (`engineering`):     messages            ← {"messages": [...]} or {"prompt", "completion"}
+  DPO (`apprenticeship`):  prompt, chosen, rejected ← strings or message lists, or the
+                           implicit-prompt form {"chosen", "rejected"} (HH-RLHF dialogues)
+Rows that cannot be read keep their place with a `status` saying why (invalid UTF-8,
+unparseable, wrong schema), so the scorecard counts every line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+
+from tasks.errors import ConfigError
+
+Kind = Literal["sft", "dpo"]
+MESSAGE = pl.Struct({"role": pl.String, "content": pl.String})
+MESSAGES = pl.List(MESSAGE)
+DIALOGUE_TURN = re.compile(r"\n\n(Human|Assistant):[ ]?")
+ROLE = {"Human": "user", "Assistant": "assistant"}
+
+
+def bucket_files(root: Path) -> list[Path]:
+    if not root.is_dir():
+        raise ConfigError(f"corpus bucket folder {root.resolve()} does not exist — create it, "
+                          "or fix the corpus root / bucket name")
+    files = {p for pat in ("*.jsonl", "*.jsonl.gz") for p in root.rglob(pat) if p.is_file()}
+    return sorted(files)
+
+
+def default_source(root: Path, path: Path) -> str:
+    """The sub-folder of origin, or the file name when the file sits at the bucket's top."""
+    rel = path.relative_to(root)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.name.removesuffix(".gz")
+
+
+def _read_lines(path: Path) -> tuple[pl.DataFrame, int]:
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        data = gzip.decompress(data)
+    try:
+        text = data.decode("utf-8")
+        lines = text.split("\n")
+        utf8 = [True] * len(lines)
+    except UnicodeDecodeError:
+        lines, utf8 = [], []
+        for raw in data.split(b"\n"):
+            try:
+                lines.append(raw.decode("utf-8"))
+                utf8.append(True)
+            except UnicodeDecodeError:
+                lines.append("")
+                utf8.append(False)
+    df = pl.DataFrame({"raw": lines, "utf8": utf8},
+                      schema={"raw": pl.String, "utf8": pl.Boolean}).with_row_index("line", 1)
+    # Blank lines are layout, not rows (they still count as raw lines, for information).
+    return df.filter(~(pl.col("utf8") & (pl.col("raw").str.strip_chars() == ""))), \
+        len(lines) - (1 if lines and lines[-1] == "" else 0)
+
+
+def _field(name: str) -> pl.Expr:
+    return pl.col("raw").str.json_path_match(f"$.{name}")
+
+
+def _is_str(name: str) -> pl.Expr:
+    return pl.col("raw").str.contains(rf'"{name}"\s*:\s*"')
+
+
+def _is_list(name: str) -> pl.Expr:
+    return pl.col("raw").str.contains(rf'"{name}"\s*:\s*\[')
+
+
+def _as_messages(name: str, role: str) -> pl.Expr:
+    """A string field becomes one message with `role`; a list is decoded as messages."""
+    one = pl.concat_list(pl.struct(role=pl.lit(role), content=_field(name)))
+    return pl.when(_is_str(name)).then(one).otherwise(None).alias(name)
+
+
+def _decode_lists(df: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """Decode list-typed fields; rows whose lists are not messages get status wrong_schema."""
+    for name in names:
+        listed = df.select(pl.when(_is_list(name)).then(_field(name)).alias("j"))["j"]
+        try:
+            decoded = listed.str.json_decode(dtype=MESSAGES)
+        except pl.exceptions.PolarsError:
+            decoded = pl.Series([_py_messages(v) for v in listed.to_list()], dtype=MESSAGES)
+            bad = listed.is_not_null() & decoded.is_null()
+            df = df.with_columns(status=pl.when(bad & pl.col("status").is_null())
+                                 .then(pl.lit("wrong_schema")).otherwise(pl.col("status")))
+        df = df.with_columns(decoded.alias("_decoded")) \
+            .with_columns(pl.coalesce("_decoded", name).alias(name)).drop("_decoded")
+    return df
+
+
+def _py_messages(value: str | None) -> list[dict[str, str | None]] | None:
+    if value is None:
+        return None
+    try:
+        items = json.loads(value)
+    except ValueError:
+        return None
+    if not all(isinstance(m, dict) and isinstance(m.get("content"), str | None) for m in items):
+        return None
+    return [{"role": str(m.get("role") or ""), "content": m.get("content")} for m in items]
+
+
+def split_dialogue(text: str) -> list[dict[str, str]]:
+    """'\\n\\nHuman: a\\n\\nAssistant: b' → [{user, a}, {assistant, b}]."""
+    parts = DIALOGUE_TURN.split(text)
+    return [{"role": ROLE[parts[i]], "content": parts[i + 1].strip()}
+            for i in range(1, len(parts) - 1, 2)]
+
+
+def split_implicit(chosen: list[dict[str, Any]], rejected: list[dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Shared leading turns are the prompt; the rest, from the first divergent turn, are the
+    chosen and rejected completions."""
+    n = 0
+    while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+        n += 1
+    if n == len(chosen) == len(rejected) and n:  # identical dialogues: a tie, last turn apart
+        n -= 1
+    return chosen[:n], chosen[n:], rejected[n:]
+
+
+def _implicit_rows(df: pl.DataFrame) -> pl.DataFrame:
+    """HH-RLHF form: no prompt; chosen and rejected are whole dialogues (text or messages)."""
+    out: dict[str, list[Any]] = {"prompt": [], "chosen": [], "rejected": []}
+    for raw in df["raw"].to_list():
+        row = json.loads(raw)
+        c, r = row["chosen"], row["rejected"]
+        cm = split_dialogue(c) if isinstance(c, str) else _py_messages(json.dumps(c)) or []
+        rm = split_dialogue(r) if isinstance(r, str) else _py_messages(json.dumps(r)) or []
+        p, cc, rr = split_implicit(cm, rm)
+        out["prompt"].append(p or None)
+        out["chosen"].append(cc or None)
+        out["rejected"].append(rr or None)
+    return df.with_columns(
+        pl.Series("prompt", out["prompt"], dtype=MESSAGES),
+        pl.Series("chosen", out["chosen"], dtype=MESSAGES),
+        pl.Series("rejected", out["rejected"], dtype=MESSAGES),
+    )
+
+
+def read_bucket(root: Path, kind: Kind) -> tuple[pl.DataFrame, int]:
+    """All rows of a bucket — file, line, source, status (null = readable), raw_chars and the
+    canonical message columns of its kind — and the raw line count (information only)."""
+    frames = []
+    raw_lines = 0
+    for path in bucket_files(root):
+        lines, n = _read_lines(path)
+        raw_lines += n
+        frames.append(lines.with_columns(file=pl.lit(str(path.relative_to(root))),
+                                         default_source=pl.lit(default_source(root, path))))
+    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
+    if not frames:
+        return pl.DataFrame(schema={"file": pl.String, "line": pl.UInt32, "source": pl.String,
+                                    "status": pl.String, "raw_chars": pl.UInt32,
+                                    **{c: MESSAGES for c in cols}}), 0
+    df = pl.concat(frames)
+    is_obj = pl.col("raw").str.strip_chars_start().str.starts_with("{") & \
+        pl.col("raw").str.json_path_match("$").is_not_null()
+    df = df.with_columns(
+        status=pl.when(~pl.col("utf8")).then(pl.lit("invalid_utf8"))
+        .when(~is_obj).then(pl.lit("unparseable")).otherwise(None),
+        source=pl.when(_is_str("source")).then(_field("source"))
+        .otherwise(pl.col("default_source")),
+        raw_chars=pl.col("raw").str.len_chars().cast(pl.UInt32),
+    )
+    if kind == "sft":
+        df = df.with_columns(
+            messages=pl.when(_is_list("messages")).then(None)
+            .when(_is_str("prompt") & _is_str("completion"))
+            .then(pl.concat_list(pl.struct(role=pl.lit("user"), content=_field("prompt")),
+                                 pl.struct(role=pl.lit("assistant"),
+                                           content=_field("completion"))))
+            .otherwise(None))
+        df = _decode_lists(df, ["messages"])
+    else:
+        implicit = ~pl.col("raw").str.contains(r'"prompt"\s*:') & \
+            (_is_str("chosen") | _is_list("chosen")) & (_is_str("rejected") | _is_list("rejected"))
+        df = df.with_columns(implicit=implicit & pl.col("status").is_null(),
+                             **{c: _as_messages(c, "user" if c == "prompt" else "assistant")
+                                for c in cols})
+        df = _decode_lists(df, cols)
+        imp = df.filter(pl.col("implicit"))
+        if imp.height:
+            df = pl.concat([df.filter(~pl.col("implicit")), _implicit_rows(imp)]) \
+                .sort(["file", "line"])
+    complete = pl.all_horizontal(pl.col(c).is_not_null() & (pl.col(c).list.len() > 0)
+                                 for c in cols)
+    df = df.with_columns(status=pl.when(pl.col("status").is_null() & ~complete)
+                         .then(pl.lit("wrong_schema")).otherwise(pl.col("status")))
+    return df.select("file", "line", "source", "status", "raw_chars", *cols), raw_lines

@@ -1,0 +1,210 @@
+"""The composition scorecard: named Polars rules over a bucket; their failure counts ARE the card.
+
+Each row is charged to the first rule it fails, in RULES order, so the counts add up:
+total = clean + Σ failures. Duplicates are looked for only among rows that passed the earlier
+rules. A bucket passes when clean ≥ floor and its composition caps hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+
+from tasks.corpus import Kind, read_bucket
+
+SCORECARD_VERSION = 1
+CLEAN_PAIR_FLOOR = 3000
+RULES = ("invalid_utf8", "unparseable", "wrong_schema", "empty_turn", "too_short", "too_long",
+         "chosen_equals_rejected", "secrets_pii", "exact_duplicate", "near_duplicate")
+CHARS_PER_TOKEN = 3.5
+
+PII_PATTERNS = {
+    "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
+    "phone": r"(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,4}\)|\d{2,4})[ .-]\d{3,4}[ .-]\d{3,4}\b",
+    "api_key": r"\b(?:sk-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36,}|"
+               r"xox[baprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})",
+    "private_key": r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----",
+}
+
+
+@dataclass
+class ScorecardConfig:
+    """Bounds and policies; every field has a default an operator can override."""
+
+    floor: int = CLEAN_PAIR_FLOOR  # clean pairs a bucket needs to train
+    min_tokens: int = 8  # estimated tokens of a whole row
+    max_tokens: int = 8192
+    near_duplicate_threshold: float = 0.8  # estimated Jaccard of word-bigram sets
+    pii_policy: Literal["drop", "flag"] = "drop"
+    max_source_share: float = 0.5  # of a bucket's clean rows
+    min_sources: int = 1
+    eval_share: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.floor < 0 or self.min_tokens < 0 or self.max_tokens <= self.min_tokens:
+            raise ValueError("scorecard: need floor ≥ 0 and 0 ≤ min_tokens < max_tokens")
+        if not 0 < self.near_duplicate_threshold <= 1:
+            raise ValueError("scorecard: near_duplicate_threshold must be in (0, 1]")
+        if not 0 < self.max_source_share <= 1 or self.min_sources < 1:
+            raise ValueError("scorecard: max_source_share in (0, 1], min_sources ≥ 1")
+        if not 0 <= self.eval_share < 1:
+            raise ValueError("scorecard: eval_share must be in [0, 1)")
+
+
+def _text(cols: list[str]) -> pl.Expr:
+    """All message contents of a row, role-tagged, as one string."""
+    parts = [pl.col(c).list.eval(pl.concat_str(pl.element().struct.field("role"), pl.lit(": "),
+                                               pl.element().struct.field("content"),
+                                               ignore_nulls=True)).list.join("\n")
+             for c in cols]
+    return pl.concat_str(parts, separator="\n", ignore_nulls=True)
+
+
+def _normalized(expr: pl.Expr) -> pl.Expr:
+    return expr.str.to_lowercase().str.replace_all(r"[^\w]+", " ").str.strip_chars()
+
+
+def _empty_turn(cols: list[str]) -> pl.Expr:
+    return pl.any_horizontal(
+        pl.col(c).list.eval(pl.element().struct.field("content").fill_null("")
+                            .str.strip_chars().str.len_chars() == 0).list.any()
+        for c in cols)
+
+
+_MASKS = [random.Random(1234 + i).getrandbits(64) for i in range(16)]
+BANDS, ROWS_PER_BAND = 8, 2  # 16 minhashes: candidate pairs from bands, then verified
+
+
+def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) -> pl.Series:
+    """Rows (`id`, `norm`) whose MinHash signature agrees with an earlier row's on ≥ threshold
+    of 16 hashes — an estimate of the Jaccard similarity of their word bigrams. Shingles come
+    from the first and last 300 characters (a long shared prompt must not hide different
+    answers). LSH bands find the candidates, so the work stays linear in rows."""
+    if rows.height < 2:
+        return pl.Series("id", [], dtype=pl.UInt32)
+    sigs = []
+    for start in range(0, rows.height, chunk):
+        part = rows.slice(start, chunk)
+        ends = pl.concat_str(pl.col("norm").str.slice(0, 300), pl.col("norm").str.slice(-300),
+                             separator=" ")
+        words = part.select("id", w=ends.str.split(" ")).explode("w")
+        h = words.with_columns(h=pl.col("w").hash(seed=7))
+        h = h.with_columns(h=pl.col("h") ^ (pl.col("h").shift(-1).fill_null(0) * 0x9E3779B97F4A7C15))
+        sigs.append(h.group_by("id").agg((pl.col("h") ^ m).min().alias(f"s{i}")
+                                         for i, m in enumerate(_MASKS)))
+    sig = pl.concat(sigs)
+    bands = []
+    for b in range(BANDS):
+        cols = [f"s{b * ROWS_PER_BAND + r}" for r in range(ROWS_PER_BAND)]
+        bands.append(sig.select("id", key=pl.struct(cols).hash(seed=b), band=pl.lit(b)))
+    cand = pl.concat(bands).with_columns(rep=pl.col("id").min().over("band", "key")) \
+        .filter(pl.col("rep") != pl.col("id")).select("id", "rep").unique()
+    if cand.height == 0:
+        return pl.Series("id", [], dtype=pl.UInt32)
+    a = cand.join(sig, on="id")
+    both = a.join(sig, left_on="rep", right_on="id", suffix="_r")
+    agree = pl.sum_horizontal((pl.col(f"s{i}") == pl.col(f"s{i}_r")).cast(pl.UInt8)
+                              for i in range(len(_MASKS))) / len(_MASKS)
+    return both.filter(agree >= threshold)["id"].unique()
+
+
+@dataclass
+class BucketCard:
+    bucket: str
+    kind: Kind
+    path: str
+    raw_lines: int
+    total: int
+    clean: int
+    passed: bool
+    reasons: list[str]
+    rules: dict[str, int]
+    pii_flagged: int
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    digest: str = ""
+
+
+def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
+                 ) -> tuple[BucketCard, pl.DataFrame]:
+    """Score one bucket; returns its card and the clean rows (with a stable `split`)."""
+    path = root / bucket
+    df, raw_lines = read_bucket(path, kind)
+    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
+    df = df.with_row_index("id").with_columns(text=_text(cols))
+    df = df.with_columns(norm=_normalized(pl.col("text")),
+                         tokens=(pl.col("text").str.len_chars() / CHARS_PER_TOKEN))
+    pii = pl.any_horizontal(pl.col("text").str.contains(p) for p in PII_PATTERNS.values())
+    tie = (_normalized(_text(["chosen"])) == _normalized(_text(["rejected"]))) \
+        if kind == "dpo" else pl.lit(False)
+    ok = pl.col("status").is_null()
+    df = df.with_columns(
+        pii=pl.when(ok).then(pii).otherwise(False),
+        status=pl.when(~ok).then(pl.col("status"))
+        .when(_empty_turn(cols)).then(pl.lit("empty_turn"))
+        .when(pl.col("tokens") < cfg.min_tokens).then(pl.lit("too_short"))
+        .when(pl.col("tokens") > cfg.max_tokens).then(pl.lit("too_long"))
+        .when(tie).then(pl.lit("chosen_equals_rejected"))
+        .otherwise(None))
+    if cfg.pii_policy == "drop":
+        df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("pii"))
+                             .then(pl.lit("secrets_pii")).otherwise(pl.col("status")))
+    df = df.with_columns(h=pl.col("norm").hash(seed=42))
+    first = pl.col("id").min().over("h")
+    df = df.with_columns(status=pl.when(pl.col("status").is_null() & (pl.col("id") != first))
+                         .then(pl.lit("exact_duplicate")).otherwise(pl.col("status")))
+    near = near_duplicates(df.filter(pl.col("status").is_null()).select("id", "norm"),
+                           cfg.near_duplicate_threshold)
+    df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("id").is_in(near))
+                         .then(pl.lit("near_duplicate")).otherwise(pl.col("status")))
+    counts = dict(df.group_by("status").len().iter_rows())
+    clean = df.filter(pl.col("status").is_null())
+    # A hash that never changes across Polars versions: the split and digest stay stable.
+    clean = clean.with_columns(stable=pl.col("norm").map_batches(_stable_hash, return_dtype=pl.UInt64))
+    card = _compose(bucket, kind, path, df, clean, counts, cfg, raw_lines)
+    split = (pl.col("stable") % 10_000 < int(cfg.eval_share * 10_000))
+    clean = clean.with_columns(split=pl.when(split).then(pl.lit("eval")).otherwise(pl.lit("train")))
+    return card, clean.select("source", *cols, "split", "file", "line")
+
+
+def _stable_hash(s: pl.Series) -> pl.Series:
+    return pl.Series([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little")
+                      for v in s.to_list()], dtype=pl.UInt64)
+
+
+def _compose(bucket: str, kind: Kind, path: Path, df: pl.DataFrame, clean: pl.DataFrame,
+             counts: dict[str | None, int], cfg: ScorecardConfig, raw_lines: int) -> BucketCard:
+    total, n_clean = df.height, clean.height
+    by_source = df.group_by("source").agg(total=pl.len(),
+                                          clean=pl.col("status").is_null().sum()) \
+        .sort(["clean", "source"], descending=[True, False])
+    sources = [{"source": s, "total": t, "clean": c, "share_of_clean": round(c / n_clean, 4)
+                if n_clean else 0.0} for s, t, c in by_source.iter_rows()]
+    reasons = []
+    if n_clean < cfg.floor:
+        reasons.append(f"{n_clean} clean pairs < floor {cfg.floor}")
+    distinct = sum(1 for s in sources if s["clean"])
+    if distinct < cfg.min_sources:
+        reasons.append(f"{distinct} distinct sources < minimum {cfg.min_sources}")
+    for s in sources:
+        if n_clean and s["share_of_clean"] > cfg.max_source_share:
+            reasons.append(f"source '{s['source']}' is {s['share_of_clean']:.0%} of clean "
+                           f"pairs > cap {cfg.max_source_share:.0%}")
+    digest = hashlib.sha256()
+    for h in clean["stable"].sort().to_list():
+        digest.update(int(h).to_bytes(8, "little"))
+    return BucketCard(
+        bucket=bucket, kind=kind, path=str(path.resolve()), raw_lines=raw_lines, total=total,
+        clean=n_clean, passed=not reasons, reasons=reasons,
+        rules={r: int(counts.get(r, 0)) for r in RULES},
+        pii_flagged=int(df["pii"].sum()) if cfg.pii_policy == "flag" else 0,
+        sources=sources, digest=digest.hexdigest())
+
+
+def card_json(cards: list[BucketCard], cfg: ScorecardConfig, corpus: Path) -> dict[str, Any]:
+    return {"version": SCORECARD_VERSION, "corpus": str(corpus.resolve()), "floor": cfg.floor,
+            "config": asdict(cfg), "buckets": [asdict(c) for c in cards]}
