@@ -65,6 +65,12 @@ def _text(cols: list[str]) -> pl.Expr:
     return pl.concat_str(parts, separator="\n", ignore_nulls=True)
 
 
+def _content_chars(cols: list[str]) -> pl.Expr:
+    return pl.sum_horizontal(
+        pl.col(c).list.eval(pl.element().struct.field("content").str.len_chars()).list.sum()
+        for c in cols)
+
+
 def _normalized(expr: pl.Expr) -> pl.Expr:
     return expr.str.to_lowercase().str.replace_all(r"[^\w]+", " ").str.strip_chars()
 
@@ -110,7 +116,22 @@ def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) 
     both = a.join(sig, left_on="rep", right_on="id", suffix="_r")
     agree = pl.sum_horizontal((pl.col(f"s{i}") == pl.col(f"s{i}_r")).cast(pl.UInt8)
                               for i in range(len(_MASKS))) / len(_MASKS)
-    return both.filter(agree >= threshold)["id"].unique()
+    # The 16-hash estimate is noisy: it only shortlists; the exact Jaccard decides.
+    pairs = both.filter(agree >= threshold - 0.25).select("id", "rep")
+    text = dict(rows.filter(pl.col("id").is_in(pl.concat([pairs["id"], pairs["rep"]]).implode()))
+                .select("id", "norm").iter_rows())
+    near = [i for i, r in pairs.iter_rows() if _jaccard(text[i], text[r]) >= threshold]
+    return pl.Series("id", sorted(set(near)), dtype=pl.UInt32)
+
+
+def _shingles(norm: str) -> set[str]:
+    words = (norm[:300] + " " + norm[-300:]).split()
+    return {f"{x} {y}" for x, y in zip(words, words[1:], strict=False)} or set(words)
+
+
+def _jaccard(a: str, b: str) -> float:
+    sa, sb = _shingles(a), _shingles(b)
+    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
 
 
 @dataclass
@@ -137,7 +158,7 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
     cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
     df = df.with_row_index("id").with_columns(text=_text(cols))
     df = df.with_columns(norm=_normalized(pl.col("text")),
-                         tokens=(pl.col("text").str.len_chars() / CHARS_PER_TOKEN))
+                         tokens=_content_chars(cols) / CHARS_PER_TOKEN)
     pii = pl.any_horizontal(pl.col("text").str.contains(p) for p in PII_PATTERNS.values())
     tie = (_normalized(_text(["chosen"])) == _normalized(_text(["rejected"]))) \
         if kind == "dpo" else pl.lit(False)
@@ -159,7 +180,7 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
                          .then(pl.lit("exact_duplicate")).otherwise(pl.col("status")))
     near = near_duplicates(df.filter(pl.col("status").is_null()).select("id", "norm"),
                            cfg.near_duplicate_threshold)
-    df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("id").is_in(near))
+    df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("id").is_in(near.implode()))
                          .then(pl.lit("near_duplicate")).otherwise(pl.col("status")))
     counts = dict(df.group_by("status").len().iter_rows())
     clean = df.filter(pl.col("status").is_null())

@@ -50,6 +50,9 @@ def local_profile(tmp: Path, graph_port: int | None = None) -> Path:
         contacts = "{src / 'contacts'}"
         [extraction]
         max_failed_share = 1.0
+        [corpus]
+        root = "{ROOT / 'examples' / 'corpus'}"
+        floor = 250
     """))
     return path
 
@@ -60,8 +63,18 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path) ->
     assert s["status"] == "completed"
     assert [(k, v["status"]) for k, v in s["phases"].items()] == [
         ("compute_up", "completed"), ("inference_up", "completed"), ("extract", "completed"),
-        ("inference_down", "completed"), ("train", "not built"), ("compute_down", "completed")]
+        ("inference_down", "completed"), ("scorecard", "completed"), ("train", "not built"),
+        ("compute_down", "completed")]
     assert "not built yet" in s["phases"]["train"]["note"]
+    card = s["scorecard"]
+    assert card["floor"] == 250 and card["training_pending"] == ["engineering-pointsav",
+                                                                 "apprenticeship-pointsav"]
+    assert card["buckets"]["engineering-pointsav"] == {"passed": True, "clean": 300,
+                                                       "total": 300, "reasons": []}
+    marker = json.loads((tmp_path / "state" / "training-pending" /
+                         "apprenticeship-pointsav.json").read_text())
+    assert marker["clean"] == card["buckets"]["apprenticeship-pointsav"]["clean"]
+    assert Path(marker["dataset"]).is_file() and Path(marker["scorecard"]).is_file()
     docs = s["documents"]
     assert {k: v["seen"] for k, v in docs.items()} == {"transcripts": 1, "research": 1,
                                                       "contacts": 1}
