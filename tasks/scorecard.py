@@ -108,8 +108,15 @@ def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) 
     for b in range(BANDS):
         cols = [f"s{b * ROWS_PER_BAND + r}" for r in range(ROWS_PER_BAND)]
         bands.append(sig.select("id", key=pl.struct(cols).hash(seed=b), band=pl.lit(b)))
-    cand = pl.concat(bands).with_columns(rep=pl.col("id").min().over("band", "key")) \
-        .filter(pl.col("rep") != pl.col("id")).select("id", "rep").unique()
+    # Candidates: each row against its band-bucket's first row and its predecessor there
+    # (a shared common phrase can put unrelated rows in one bucket: the first alone would
+    # hide the real partner).
+    banded = pl.concat(bands).sort("id")
+    cand = pl.concat([
+        banded.with_columns(rep=pl.col("id").min().over("band", "key")),
+        banded.with_columns(rep=pl.col("id").shift(1).over("band", "key")),
+    ]).filter(pl.col("rep").is_not_null() & (pl.col("rep") != pl.col("id"))) \
+        .select("id", "rep").unique()
     if cand.height == 0:
         return pl.Series("id", [], dtype=pl.UInt32)
     a = cand.join(sig, on="id")
