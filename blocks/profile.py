@@ -51,12 +51,15 @@ class CorpusSettings(BaseModel):
     max_source_share: float = Field(default=0.5, gt=0, le=1)
     min_sources: int = Field(default=1, ge=1)
     eval_share: float = Field(default=0.05, ge=0, lt=1)
+    gcs_block: str | None = Field(default=None, description="Saved GcsBucket block to sync the "
+                                  "corpus to (else $SLM_YOYO_WEIGHTS_GCS_BUCKET, else no sync).")
 
     def buckets(self) -> dict[str, Literal["sft", "dpo"]]:
         return {self.engineering_bucket: "sft", self.apprenticeship_bucket: "dpo"}
 
     def scorecard_config(self, floor: int | None = None) -> ScorecardConfig:
-        fields = self.model_dump(exclude={"root", "engineering_bucket", "apprenticeship_bucket"})
+        fields = self.model_dump(exclude={"root", "engineering_bucket", "apprenticeship_bucket",
+                                          "gcs_block"})
         if floor is not None:
             fields["floor"] = floor
         return ScorecardConfig(**fields)

@@ -12,7 +12,7 @@ from prefect import flow
 
 from blocks.profile import load_profile
 from tasks.errors import ConfigError
-from tasks.phase2 import hand_over, score_and_publish, summary_of
+from tasks.phase2 import hand_over, score_and_publish, summary_of, sync_corpus
 
 
 @flow(name="scorecard", log_prints=True)
@@ -27,5 +27,6 @@ def scorecard(profile: str = "local", corpus: str | None = None,
     sc = cfg.corpus.scorecard_config(floor)
     card, path, clean = score_and_publish(Path(root), cfg.corpus.buckets(), sc, cfg.state_dir)
     markers = hand_over(card, path, clean, cfg.state_dir)
+    synced = sync_corpus(Path(root), cfg.corpus.gcs_block) if markers else None
     return {**summary_of(card), "scorecard": str(path.resolve()),
-            "training_pending": [m["bucket"] for m in markers]}
+            "training_pending": [m["bucket"] for m in markers], "gcs_sync": synced}

@@ -130,6 +130,26 @@ def hand_over(card: dict[str, Any], scorecard_path: Path, clean: dict[str, pl.Da
     return markers
 
 
+@task(name="sync-corpus-to-gcs", cache_policy=NO_CACHE)
+def sync_corpus(corpus: Path, gcs_block: str | None) -> dict[str, Any] | None:
+    """Upload new and changed corpus files to GCS, if a bucket is configured; a failure is
+    reported in the summary and the local corpus stays as it is."""
+    from tasks.gcs_sync import ENV_BUCKET, gcs_bucket_from_env_or_block, sync_folder
+
+    logger = get_run_logger()
+    bucket = gcs_bucket_from_env_or_block(gcs_block)
+    if bucket is None:
+        logger.info("no GCS sync: set %s or [corpus] gcs_block to enable it", ENV_BUCKET)
+        return None
+    report = sync_folder(corpus, bucket)
+    if report["error"]:
+        logger.warning("GCS sync failed (local corpus kept): %s", report["error"])
+    else:
+        logger.info("GCS sync to gs://%s/%s: %d uploaded, %d unchanged", report["bucket"],
+                    report["prefix"], report["uploaded"], report["unchanged"])
+    return report
+
+
 def summary_of(card: dict[str, Any]) -> dict[str, Any]:
     return {"floor": card["floor"],
             "buckets": {b["bucket"]: {"passed": b["passed"], "clean": b["clean"],

@@ -1,0 +1,59 @@
+"""Sync the corpus folder to GCS through prefect-gcp's GcsBucket: new and changed files only.
+
+Idempotent (a second sync uploads nothing), and a failure is reported, never raised past the
+caller's summary: the local corpus is the source of truth and is never touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+ENV_BUCKET = "SLM_YOYO_WEIGHTS_GCS_BUCKET"
+
+
+def _md5_b64(path: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return base64.b64encode(h.digest()).decode()
+
+
+def gcs_bucket_from_env_or_block(block_name: str | None) -> Any | None:
+    """The configured GcsBucket: a saved block by name, else the bucket named by
+    SLM_YOYO_WEIGHTS_GCS_BUCKET with application-default credentials, else None."""
+    from prefect_gcp import GcpCredentials, GcsBucket
+
+    if block_name:
+        return GcsBucket.load(block_name)
+    name = os.environ.get(ENV_BUCKET)
+    if name:
+        return GcsBucket(bucket=name, gcp_credentials=GcpCredentials())
+    return None
+
+
+def sync_folder(local: Path, bucket: Any, prefix: str = "corpus") -> dict[str, Any]:
+    """Upload files under `local` whose MD5 differs from (or is missing in) gs://bucket/prefix."""
+    folder = (bucket.bucket_folder or "").strip("/")
+    full = (lambda key: f"{folder}/{key}" if folder else key)  # noqa: E731
+    report: dict[str, Any] = {"bucket": bucket.bucket, "prefix": full(prefix), "uploaded": 0,
+                              "unchanged": 0, "error": None}
+    try:
+        remote = {b.name: b.md5_hash for b in bucket.list_blobs(prefix)}
+        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+            rel = path.relative_to(local).as_posix()
+            if any(part.startswith(".") for part in rel.split("/")):
+                continue
+            key = f"{prefix}/{rel}"
+            if remote.get(full(key)) == _md5_b64(path):
+                report["unchanged"] += 1
+                continue
+            bucket.upload_from_path(path, key)
+            report["uploaded"] += 1
+    except Exception as e:  # noqa: BLE001 - reported in the summary; the local corpus is safe
+        report["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    return report

@@ -1,0 +1,79 @@
+"""gcp-storage-emulator on loopback, plus a fake OAuth token endpoint, so prefect-gcp's
+GcsBucket (google-cloud-storage underneath) runs unmodified against it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+from tasks.processes import free_port, port_open
+
+
+class _Token(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"access_token": "fake-token", "expires_in": 3600,
+                           "token_type": "Bearer"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def service_account(token_uri: str) -> dict:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    return {"type": "service_account", "project_id": "test-project", "private_key_id": "k1",
+            "private_key": pem, "client_email": "sync@test-project.iam.gserviceaccount.com",
+            "client_id": "1", "token_uri": token_uri}
+
+
+class GcsEmulator:
+    def __init__(self, data: Path) -> None:
+        self.port = free_port()
+        self.token = HTTPServer(("127.0.0.1", 0), _Token)
+        self.data = data
+
+    def __enter__(self) -> GcsEmulator:
+        threading.Thread(target=self.token.serve_forever, daemon=True).start()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+             "--port", str(self.port), "--default-bucket", "slm-corpus"],
+            cwd=self.data, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if port_open(self.port):
+                break
+            time.sleep(0.1)
+        self._old = os.environ.get("STORAGE_EMULATOR_HOST")
+        os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{self.port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = self._old
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.token.shutdown()
+
+    def bucket(self, name: str = "slm-corpus", folder: str = ""):  # type: ignore[no-untyped-def]
+        from prefect_gcp import GcpCredentials, GcsBucket
+
+        info = service_account(f"http://127.0.0.1:{self.token.server_address[1]}/token")
+        creds = GcpCredentials(service_account_info=info, project="test-project")
+        return GcsBucket(bucket=name, gcp_credentials=creds, bucket_folder=folder)
