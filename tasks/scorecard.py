@@ -57,10 +57,9 @@ class ScorecardConfig:
 
 
 def _text(cols: list[str]) -> pl.Expr:
-    """All message contents of a row, role-tagged, as one string."""
-    parts = [pl.col(c).list.eval(pl.concat_str(pl.element().struct.field("role"), pl.lit(": "),
-                                               pl.element().struct.field("content"),
-                                               ignore_nulls=True)).list.join("\n")
+    """All message contents of a row as one string (roles do not matter to the rules)."""
+    parts = [pl.col(c).list.eval(pl.element().struct.field("content")).list.join("\n",
+                                                                                 ignore_nulls=True)
              for c in cols]
     return pl.concat_str(parts, separator="\n", ignore_nulls=True)
 
@@ -71,8 +70,19 @@ def _content_chars(cols: list[str]) -> pl.Expr:
         for c in cols)
 
 
+# Punctuation and whitespace become spaces (Aho-Corasick in one pass: a regex over every word
+# gap was the slowest step of the card).
+_SEPARATORS = list("\n\t\r.,;:!?\"'()[]{}<>/\\|-_*#@&%$+=~`^") + ["\u2019", "\u201c", "\u201d"]
+
+
 def _normalized(expr: pl.Expr) -> pl.Expr:
-    return expr.str.to_lowercase().str.replace_all(r"[^\w]+", " ").str.strip_chars()
+    """Lower-case words separated by spaces (runs of separators may leave double spaces)."""
+    return expr.str.to_lowercase().str.replace_many(_SEPARATORS, [" "] * len(_SEPARATORS))
+
+
+def _key(expr: pl.Expr) -> pl.Expr:
+    """What "equal after normalisation" compares: the words without any separators."""
+    return expr.str.replace_all(" ", "", literal=True)
 
 
 def _empty_turn(cols: list[str]) -> pl.Expr:
@@ -82,27 +92,31 @@ def _empty_turn(cols: list[str]) -> pl.Expr:
         for c in cols)
 
 
-_MASKS = [random.Random(1234 + i).getrandbits(64) for i in range(16)]
-BANDS, ROWS_PER_BAND = 8, 2  # 16 minhashes: candidate pairs from bands, then verified
+_MASKS = [random.Random(1234 + i).getrandbits(64) for i in range(8)]
+BANDS, ROWS_PER_BAND = 4, 2  # 8 minhashes: candidate pairs from bands, verified exactly
+WINDOW = 200  # shingles from the first and last WINDOW characters
 
 
 def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) -> pl.Series:
     """Rows (`id`, `norm`) whose MinHash signature agrees with an earlier row's on ≥ threshold
-    of 16 hashes — an estimate of the Jaccard similarity of their word bigrams. Shingles come
-    from the first and last 300 characters (a long shared prompt must not hide different
-    answers). LSH bands find the candidates, so the work stays linear in rows."""
+    of 8 hashes — an estimate of the Jaccard similarity of their word bigrams — and whose exact
+    Jaccard then reaches the threshold. Shingles come from the first and last WINDOW characters
+    (a long shared prompt must not hide different answers). LSH bands find the candidates, so
+    the work stays linear in rows."""
     if rows.height < 2:
         return pl.Series("id", [], dtype=pl.UInt32)
     sigs = []
     for start in range(0, rows.height, chunk):
         part = rows.slice(start, chunk)
-        ends = pl.concat_str(pl.col("norm").str.slice(0, 300), pl.col("norm").str.slice(-300),
-                             separator=" ")
-        words = part.select("id", w=ends.str.split(" ")).explode("w")
-        h = words.with_columns(h=pl.col("w").hash(seed=7))
-        h = h.with_columns(h=pl.col("h") ^ (pl.col("h").shift(-1).fill_null(0) * 0x9E3779B97F4A7C15))
-        sigs.append(h.group_by("id").agg((pl.col("h") ^ m).min().alias(f"s{i}")
-                                         for i, m in enumerate(_MASKS)))
+        ends = pl.concat_str(pl.col("norm").str.slice(0, WINDOW),
+                             pl.col("norm").str.slice(-WINDOW), separator=" ")
+        words = ends.str.split(" ").list.eval(pl.element().filter(pl.element() != "").hash(seed=7))
+        # word-bigram hashes: each word's hash mixed with the next one's
+        bigrams = words.list.eval(pl.element() ^ (pl.element().shift(-1).fill_null(0)
+                                                  * 0x9E3779B97F4A7C15))
+        h = part.select("id", b=bigrams)
+        sigs.append(h.select("id", *[pl.col("b").list.eval((pl.element() ^ m).min()).list.first()
+                                     .fill_null(0).alias(f"s{i}") for i, m in enumerate(_MASKS)]))
     sig = pl.concat(sigs)
     bands = []
     for b in range(BANDS):
@@ -132,7 +146,7 @@ def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) 
 
 
 def _shingles(norm: str) -> set[str]:
-    words = (norm[:300] + " " + norm[-300:]).split()
+    words = (norm[:WINDOW] + " " + norm[-WINDOW:]).split()  # as the Polars side: no empties
     return {f"{x} {y}" for x, y in zip(words, words[1:], strict=False)} or set(words)
 
 
@@ -166,8 +180,8 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
     df = df.with_row_index("id").with_columns(text=_text(cols))
     df = df.with_columns(norm=_normalized(pl.col("text")),
                          tokens=_content_chars(cols) / CHARS_PER_TOKEN)
-    pii = pl.any_horizontal(pl.col("text").str.contains(p) for p in PII_PATTERNS.values())
-    tie = (_normalized(_text(["chosen"])) == _normalized(_text(["rejected"]))) \
+    pii = pl.col("text").str.contains("|".join(f"(?:{p})" for p in PII_PATTERNS.values()))
+    tie = (_key(_normalized(_text(["chosen"]))) == _key(_normalized(_text(["rejected"])))) \
         if kind == "dpo" else pl.lit(False)
     ok = pl.col("status").is_null()
     df = df.with_columns(
@@ -181,7 +195,7 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
     if cfg.pii_policy == "drop":
         df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("pii"))
                              .then(pl.lit("secrets_pii")).otherwise(pl.col("status")))
-    df = df.with_columns(h=pl.col("norm").hash(seed=42))
+    df = df.with_columns(h=_key(pl.col("norm")).hash(seed=42))
     first = pl.col("id").min().over("h")
     df = df.with_columns(status=pl.when(pl.col("status").is_null() & (pl.col("id") != first))
                          .then(pl.lit("exact_duplicate")).otherwise(pl.col("status")))
