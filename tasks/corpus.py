@@ -151,20 +151,25 @@ def _implicit_rows(df: pl.DataFrame) -> pl.DataFrame:
 
 def read_bucket(root: Path, kind: Kind) -> tuple[pl.DataFrame, int]:
     """All rows of a bucket — file, line, source, status (null = readable), raw_chars and the
-    canonical message columns of its kind — and the raw line count (information only)."""
+    canonical message columns of its kind — and the raw line count (information only).
+    Files are parsed one at a time, so raw lines never pile up in memory."""
     frames = []
     raw_lines = 0
+    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
     for path in bucket_files(root):
         lines, n = _read_lines(path)
         raw_lines += n
-        frames.append(lines.with_columns(file=pl.lit(str(path.relative_to(root))),
-                                         default_source=pl.lit(default_source(root, path))))
-    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
+        frames.append(_parse(lines.with_columns(file=pl.lit(str(path.relative_to(root))),
+                                                default_source=pl.lit(default_source(root, path))),
+                             kind, cols))
     if not frames:
         return pl.DataFrame(schema={"file": pl.String, "line": pl.UInt32, "source": pl.String,
                                     "status": pl.String, "raw_chars": pl.UInt32,
                                     **{c: MESSAGES for c in cols}}), 0
-    df = pl.concat(frames)
+    return pl.concat(frames), raw_lines
+
+
+def _parse(df: pl.DataFrame, kind: Kind, cols: list[str]) -> pl.DataFrame:
     is_obj = pl.col("raw").str.strip_chars_start().str.starts_with("{") & \
         pl.col("raw").str.json_path_match("$").is_not_null()
     df = df.with_columns(
@@ -192,10 +197,9 @@ def read_bucket(root: Path, kind: Kind) -> tuple[pl.DataFrame, int]:
         df = _decode_lists(df, cols)
         imp = df.filter(pl.col("implicit"))
         if imp.height:
-            df = pl.concat([df.filter(~pl.col("implicit")), _implicit_rows(imp)]) \
-                .sort(["file", "line"])
+            df = pl.concat([df.filter(~pl.col("implicit")), _implicit_rows(imp)]).sort("line")
     complete = pl.all_horizontal(pl.col(c).is_not_null() & (pl.col(c).list.len() > 0)
                                  for c in cols)
     df = df.with_columns(status=pl.when(pl.col("status").is_null() & ~complete)
                          .then(pl.lit("wrong_schema")).otherwise(pl.col("status")))
-    return df.select("file", "line", "source", "status", "raw_chars", *cols), raw_lines
+    return df.select("file", "line", "source", "status", "raw_chars", *cols)

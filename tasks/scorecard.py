@@ -138,7 +138,7 @@ def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) 
     agree = pl.sum_horizontal((pl.col(f"s{i}") == pl.col(f"s{i}_r")).cast(pl.UInt8)
                               for i in range(len(_MASKS))) / len(_MASKS)
     # The 16-hash estimate is noisy: it only shortlists; the exact Jaccard decides.
-    pairs = both.filter(agree >= threshold - 0.25).select("id", "rep")
+    pairs = both.filter(agree >= threshold - 0.35).select("id", "rep")
     text = dict(rows.filter(pl.col("id").is_in(pl.concat([pairs["id"], pairs["rep"]]).implode()))
                 .select("id", "norm").iter_rows())
     near = [i for i, r in pairs.iter_rows() if _jaccard(text[i], text[r]) >= threshold]
@@ -177,15 +177,17 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
     path = root / bucket
     df, raw_lines = read_bucket(path, kind)
     cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
-    df = df.with_row_index("id").with_columns(text=_text(cols))
-    df = df.with_columns(norm=_normalized(pl.col("text")),
-                         tokens=_content_chars(cols) / CHARS_PER_TOKEN)
+    # One lazy pass: the full text feeds the PII check and the normalised form, then goes.
     pii = pl.col("text").str.contains("|".join(f"(?:{p})" for p in PII_PATTERNS.values()))
+    df = (df.lazy().with_row_index("id").with_columns(text=_text(cols))
+          .with_columns(pii=pii, norm=_normalized(pl.col("text")),
+                        tokens=_content_chars(cols) / CHARS_PER_TOKEN)
+          .drop("text").collect())
     tie = (_key(_normalized(_text(["chosen"]))) == _key(_normalized(_text(["rejected"])))) \
         if kind == "dpo" else pl.lit(False)
     ok = pl.col("status").is_null()
     df = df.with_columns(
-        pii=pl.when(ok).then(pii).otherwise(False),
+        pii=pl.when(ok).then(pl.col("pii")).otherwise(False),
         status=pl.when(~ok).then(pl.col("status"))
         .when(_empty_turn(cols)).then(pl.lit("empty_turn"))
         .when(pl.col("tokens") < cfg.min_tokens).then(pl.lit("too_short"))
