@@ -51,7 +51,7 @@ def generate(root: Path, rows: int, seed: int = 7) -> dict[str, int]:
                 f.write(rng.choice(recent) + "\n")
                 planted["exact_duplicate"] += 1
                 continue
-            q, ans, rejected = sentence(rng, 28), sentence(rng, 40), sentence(rng, 30)
+            q, ans, rejected = sentence(rng, 22), sentence(rng, 32), sentence(rng, 24)
             if r < 0.07 and recent:
                 base = json.loads(rng.choice(recent))
                 text = base["messages"][1]["content"] if kind == "sft" else base["chosen"]
