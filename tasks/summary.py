@@ -47,6 +47,13 @@ def render_text(s: dict[str, Any], profile_ref: str = "local") -> str:
             why = "" if b["passed"] else " — " + "; ".join(b["reasons"])
             lines.append(f"  {name:<26}{'PASS' if b['passed'] else 'FAIL'}  {b['clean']} clean of "
                          f"{b['total']}{why}")
+        if card.get("training_pending"):
+            lines.append(f"  training-pending markers: {', '.join(card['training_pending'])}")
+        sync = card.get("gcs_sync")
+        if sync:
+            lines.append(f"  GCS sync gs://{sync['bucket']}/{sync['prefix']}: " + (
+                f"FAILED ({sync['error']}); local corpus kept" if sync["error"] else
+                f"{sync['uploaded']} uploaded, {sync['unchanged']} unchanged"))
     if s["documents"]:
         lines += ["", "Documents      seen  extracted  skipped  failed"]
         for stream, c in s["documents"].items():

@@ -209,3 +209,19 @@ def test_scorecard_flow_writes_card_dataset_and_marker_for_passing_buckets_only(
     data = pl.read_parquet(marker["dataset"])
     assert data.height == 40 and set(data["split"]) <= {"train", "eval"}
     assert not (tmp_path / "state" / "training-pending" / f"{APP}.json").exists()
+
+
+def test_cli_prints_the_card_and_exits_by_verdict(tmp_path: Path, capsys) -> None:
+    from flows.cli import main
+
+    write(tmp_path / ENG / "a.jsonl", [sft(q(i), a(i)) for i in range(5)])
+    (tmp_path / APP).mkdir()
+    assert main(["scorecard", "--corpus", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "floor 3000 clean pairs" in out and "5 clean pairs < floor 3000" in out
+    assert main(["scorecard", "--corpus", str(tmp_path), "--floor", "0", "--json"]) == 1
+    card = json.loads(capsys.readouterr().out)
+    assert card["floor"] == 0 and card["buckets"][1]["reasons"] == [
+        "0 distinct sources < minimum 1"]
+    assert main(["scorecard", "--corpus", str(tmp_path / "nope")]) == 2
+    assert "nope/engineering-pointsav does not exist" in capsys.readouterr().err
