@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from typing import Any
 
 from tasks.chunking import chunk_text, estimate_tokens, halve
 from tasks.documents import Document, LoadFailure
-from tasks.errors import ChunkTooLong, LLMError
+from tasks.errors import ChunkTooLong, GraphError, LLMError
 from tasks.graph.store import EntityRow, GraphBatch, GraphStore, RelRow, now_iso
 from tasks.llm import LLMClient, Usage
 from tasks.resolve import looks_like_person_name, resolve
@@ -33,6 +34,8 @@ from tasks.schema import (
 )
 
 MAX_SPLIT_DEPTH = 2
+GRAPH_ATTEMPTS = 3
+GRAPH_RETRY_SECONDS = 1.0
 
 
 @dataclass
@@ -261,15 +264,32 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
                                                 o.error_type or "Error", o.error, o.attempts,
                                                 model=model, prompt_version=PROMPT_VERSION))
     emails = [e for o in outcomes if not o.error for r in o.doc.records for e in r["emails"]]
-    email_keys = store.keys_by_email(emails)
-    batch = build_batch(outcomes, model, email_keys, report)
-    retract = [d["id"] for d in batch.documents if d["id"] in changed]
-    if retract:
-        store.retract(retract)
-    store.upsert(batch)
-    store.mark_extracted(batch.documents)
-    if report.failed:
-        store.mark_failed(report.failed)
+
+    def write() -> tuple[GraphBatch, BatchReport]:
+        labels = BatchReport()  # label counts of this attempt only
+        batch = build_batch(outcomes, model, store.keys_by_email(emails), labels)
+        retract = [d["id"] for d in batch.documents if d["id"] in changed]
+        if retract:
+            store.retract(retract)
+        store.upsert(batch)
+        store.mark_extracted(batch.documents)
+        if report.failed:
+            store.mark_failed(report.failed)
+        return batch, labels
+
+    # The LLM work is done and paid for: a graph hiccup retries the writes, not the calls.
+    # (All writes are idempotent MERGEs, and the extraction mark comes last.)
+    for attempt in range(GRAPH_ATTEMPTS):
+        try:
+            batch, labels = write()
+            break
+        except GraphError:
+            if attempt == GRAPH_ATTEMPTS - 1:
+                raise
+            time.sleep(GRAPH_RETRY_SECONDS * 2**attempt)
+    report.rejected_entity_types = labels.rejected_entity_types
+    report.remapped_relationship_types = labels.remapped_relationship_types
+    report.dangling_relationships = labels.dangling_relationships
     for d in batch.documents:
         report.extracted[d["stream"]] += 1
     report.entities = len(batch.entities)

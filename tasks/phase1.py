@@ -32,12 +32,12 @@ def retract_deleted(store: GraphStore, doc_ids: list[str]) -> int:
     return len(doc_ids)
 
 
-@task(name="extract-batch", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(name="extract-batch", cache_policy=NO_CACHE)
 def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, model: str,
                   chunk_tokens: int, overlap_tokens: int, schema: dict[str, Any],
                   changed: set[str]) -> BatchReport:
-    """Extract a batch of documents with the LLM and upsert the result (idempotent, so a
-    retry after a graph error is safe)."""
+    """Extract a batch of documents with the LLM and upsert the result (graph writes are
+    retried inside; LLM calls are never repeated for a graph error)."""
     logger = get_run_logger()
     done = [0]
     step = max(1, len(docs) // 10)  # a line per document for small batches, else every 10%

@@ -203,3 +203,24 @@ def test_labels_outside_the_schema_are_mapped_or_rejected_and_counted(setup) -> 
     orgs = store.query("MATCH (o:Organization) RETURN o.name AS n")
     assert orgs == [{"n": "Acme Corp"}]  # "company" mapped to Organization
     assert store.query("MATCH ()-[r:RELATED_TO]->(o:Organization) RETURN count(r) AS n") == [{"n": 1}]
+
+
+def test_graph_hiccup_retries_the_writes_not_the_llm_calls(setup, monkeypatch) -> None:
+    import tasks.extract as ex
+    from tasks.errors import GraphError
+
+    profile, src, store, fake = setup
+    monkeypatch.setattr(ex, "GRAPH_RETRY_SECONDS", 0.01)
+    real = FalkorDBStore.upsert
+    fails = {"n": 2}
+
+    def flaky(self, batch):
+        if fails["n"]:
+            fails["n"] -= 1
+            raise GraphError("connection reset")
+        return real(self, batch)
+
+    monkeypatch.setattr(FalkorDBStore, "upsert", flaky)
+    s = extract(profile=str(profile))
+    assert fails["n"] == 0 and s["llm_calls"] == fake.calls == 5
+    assert sum(c["extracted"] for c in s["documents"].values()) == 5
