@@ -40,7 +40,7 @@ def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
     retried inside; LLM calls are never repeated for a graph error)."""
     logger = get_run_logger()
     done = [0]
-    step = max(1, len(docs) // 10)  # a line per document for small batches, else every 10%
+    step = 1 if len(docs) <= 50 else len(docs) // 10  # every document, or every 10%
 
     def progress(outcome: DocOutcome) -> None:
         done[0] += 1

@@ -102,16 +102,16 @@ def resolve(entity_type: str, raw: str) -> tuple[str, ResolvedName]:
     return entity_key(entity_type, resolved.name), resolved
 
 
+_ROLE_NAMES = {
+    "project manager", "industrial designer", "user interface", "marketing", "the chair",
+}
+
+
 def looks_like_person_name(raw: str) -> bool:
     """A transcript participant that names a person, not a role such as 'Grad A'."""
     r = split_name(raw)
-    if r.name != raw.strip() and (r.affiliation or r.role or _strip_honorifics(raw) != raw):
+    if r.name != raw.strip():  # an honorific, post-nominal, affiliation or role came off
         return True
     words = r.name.split()
     return len(words) >= 2 and all(w[:1].isupper() and len(w) > 1 for w in words) and \
         r.name.lower() not in _ROLE_NAMES
-
-
-_ROLE_NAMES = {
-    "project manager", "industrial designer", "user interface", "marketing", "the chair",
-}
