@@ -190,6 +190,10 @@ class GraphStore(ABC):
     def top_entities(self, limit: int = 10) -> list[dict[str, Any]]:
         return self._read(q.TOP_ENTITIES, {"limit": limit})
 
+    def clear(self) -> None:
+        """Delete every node and relationship (for scratch graphs)."""
+        self._write("MATCH (n) DETACH DELETE n")
+
     def query(self, cypher: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Read-only query for operators and notebooks."""
         return self._read(cypher, params)
