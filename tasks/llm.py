@@ -66,7 +66,7 @@ class LLMClient:
     base_url: str
     model: str
     dialect: Dialect = "vllm"
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in logs or tracebacks
     max_concurrency: int = 8
     timeout_seconds: float = 300.0
     max_retries: int = 4

@@ -115,3 +115,11 @@ def test_http_400_that_is_not_about_context_is_not_retried(fake_llm: FakeOpenAI)
     out = run(client(fake_llm.url), doc("Ann Lee FAULT:400x5"))
     assert out.error_type == "LLMError" and "HTTP 400" in (out.error or "")
     assert fake_llm.calls == 1
+
+
+def test_api_key_never_shows_in_repr_or_errors(fake_llm: FakeOpenAI) -> None:
+    c = client(fake_llm.url, api_key="sk-live-very-secret", max_retries=0)
+    assert "sk-live-very-secret" not in repr(c)
+    out = run(c, doc("Ann Lee FAULT:500x5"))
+    assert out.error and "sk-live-very-secret" not in out.error
+    assert fake_llm.requests  # the key went where it belongs: the Authorization header
