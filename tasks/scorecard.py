@@ -85,6 +85,23 @@ def _key(expr: pl.Expr) -> pl.Expr:
     return expr.str.replace_all(" ", "", literal=True)
 
 
+def _pair_text(kind: Kind) -> pl.Expr:
+    """What makes a pair itself, for near-duplicates: the end of the last prompt turn and the
+    start of each answer. A long shared context (a meeting excerpt before different questions)
+    must not make different pairs look alike."""
+    def content(col: str, i: int) -> pl.Expr:
+        return pl.col(col).list.get(i, null_on_oob=True).struct.field("content").fill_null("")
+
+    if kind == "sft":
+        question, answers = content("messages", -2), [content("messages", -1)]
+    else:
+        question = content("prompt", -1)
+        answers = [pl.col(c).list.eval(pl.element().struct.field("content")).list.join(" ")
+                   for c in ("chosen", "rejected")]
+    return pl.concat_str([question.str.slice(-QUESTION_TAIL),
+                          *(a.str.slice(0, ANSWER_HEAD) for a in answers)], separator=" ")
+
+
 def _empty_turn(cols: list[str]) -> pl.Expr:
     return pl.any_horizontal(
         pl.col(c).list.eval(pl.element().struct.field("content").fill_null("")
@@ -94,23 +111,20 @@ def _empty_turn(cols: list[str]) -> pl.Expr:
 
 _MASKS = [random.Random(1234 + i).getrandbits(64) for i in range(8)]
 BANDS, ROWS_PER_BAND = 4, 2  # 8 minhashes: candidate pairs from bands, verified exactly
-WINDOW = 200  # shingles from the first and last WINDOW characters
+QUESTION_TAIL, ANSWER_HEAD = 300, 600  # characters of a pair that near-duplicates compare
 
 
 def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) -> pl.Series:
     """Rows (`id`, `norm`) whose MinHash signature agrees with an earlier row's on ≥ threshold
     of 8 hashes — an estimate of the Jaccard similarity of their word bigrams — and whose exact
-    Jaccard then reaches the threshold. Shingles come from the first and last WINDOW characters
-    (a long shared prompt must not hide different answers). LSH bands find the candidates, so
-    the work stays linear in rows."""
+    Jaccard then reaches the threshold. `norm` is the pair's identity (see _pair_text). LSH
+    bands find the candidates, so the work stays linear in rows."""
     if rows.height < 2:
         return pl.Series("id", [], dtype=pl.UInt32)
     sigs = []
     for start in range(0, rows.height, chunk):
         part = rows.slice(start, chunk)
-        ends = pl.concat_str(pl.col("norm").str.slice(0, WINDOW),
-                             pl.col("norm").str.slice(-WINDOW), separator=" ")
-        words = ends.str.split(" ").list.eval(pl.element().filter(pl.element() != "").hash(seed=7))
+        words = pl.col("norm").str.split(" ").list.eval(pl.element().filter(pl.element() != "").hash(seed=7))
         # word-bigram hashes: each word's hash mixed with the next one's
         bigrams = words.list.eval(pl.element() ^ (pl.element().shift(-1).fill_null(0)
                                                   * 0x9E3779B97F4A7C15))
@@ -146,7 +160,7 @@ def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) 
 
 
 def _shingles(norm: str) -> set[str]:
-    words = (norm[:WINDOW] + " " + norm[-WINDOW:]).split()  # as the Polars side: no empties
+    words = norm.split()  # as the Polars side: no empty words
     return {f"{x} {y}" for x, y in zip(words, words[1:], strict=False)} or set(words)
 
 
@@ -201,7 +215,8 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
     first = pl.col("id").min().over("h")
     df = df.with_columns(status=pl.when(pl.col("status").is_null() & (pl.col("id") != first))
                          .then(pl.lit("exact_duplicate")).otherwise(pl.col("status")))
-    near = near_duplicates(df.filter(pl.col("status").is_null()).select("id", "norm"),
+    survivors = df.filter(pl.col("status").is_null())
+    near = near_duplicates(survivors.select("id", norm=_normalized(_pair_text(kind))),
                            cfg.near_duplicate_threshold)
     df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("id").is_in(near.implode()))
                          .then(pl.lit("near_duplicate")).otherwise(pl.col("status")))
