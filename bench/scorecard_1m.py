@@ -101,7 +101,7 @@ PII = [re.compile(p) for p in (
 
 def run_loop(root: Path, limit: int) -> dict:
     """The baseline: json.loads per line, the same rules in plain Python (near duplicates with
-    the same word-bigram MinHash, 16 hashes, banded)."""
+    the same word-bigram MinHash over the pair text, 16 hashes, banded)."""
     t = time.perf_counter()
     seen: set[str] = set()
     bands: dict[tuple, int] = {}
@@ -136,7 +136,11 @@ def run_loop(root: Path, limit: int) -> dict:
                     counts["exact_duplicate"] = counts.get("exact_duplicate", 0) + 1
                     continue
                 seen.add(h)
-                words = (norm[:300] + " " + norm[-300:]).split()
+                if "messages" in row:
+                    pair = texts[-2][-300:] + " " + texts[-1][:600]
+                else:
+                    pair = " ".join((texts[0][-300:], texts[1][:600], texts[2][:600]))
+                words = " ".join(re.sub(r"[^\w]+", " ", pair.lower()).split()).split()
                 sh = [hash(a + " " + b) for a, b in zip(words, words[1:], strict=False)]
                 sig = [min((x ^ m) & 0xFFFFFFFFFFFFFFFF for x in sh) for m in range(16)]
                 dup = False

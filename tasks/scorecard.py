@@ -194,7 +194,7 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
     # One lazy pass: the full text feeds the PII check and the normalised form, then goes.
     pii = pl.col("text").str.contains("|".join(f"(?:{p})" for p in PII_PATTERNS.values()))
     df = (df.lazy().with_row_index("id").with_columns(text=_text(cols))
-          .with_columns(pii=pii, norm=_normalized(pl.col("text")),
+          .with_columns(pii=pii, key=_key(_normalized(pl.col("text"))),
                         tokens=_content_chars(cols) / CHARS_PER_TOKEN)
           .drop("text").collect())
     tie = (_key(_normalized(_text(["chosen"]))) == _key(_normalized(_text(["rejected"])))) \
@@ -211,19 +211,21 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
     if cfg.pii_policy == "drop":
         df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("pii"))
                              .then(pl.lit("secrets_pii")).otherwise(pl.col("status")))
-    df = df.with_columns(h=_key(pl.col("norm")).hash(seed=42))
+    df = df.with_columns(h=pl.col("key").hash(seed=42))
     first = pl.col("id").min().over("h")
     df = df.with_columns(status=pl.when(pl.col("status").is_null() & (pl.col("id") != first))
                          .then(pl.lit("exact_duplicate")).otherwise(pl.col("status")))
-    survivors = df.filter(pl.col("status").is_null())
-    near = near_duplicates(survivors.select("id", norm=_normalized(_pair_text(kind))),
+    # A hash that never changes across Polars versions, for the split and the digest; then the
+    # key text goes, before the near-duplicate pass builds its own.
+    ok = pl.col("status").is_null()
+    df = df.with_columns(stable=pl.when(ok).then(pl.col("key"))
+                         .map_batches(_stable_hash, return_dtype=pl.UInt64)).drop("key")
+    near = near_duplicates(df.filter(ok).select("id", norm=_normalized(_pair_text(kind))),
                            cfg.near_duplicate_threshold)
     df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("id").is_in(near.implode()))
                          .then(pl.lit("near_duplicate")).otherwise(pl.col("status")))
     counts = dict(df.group_by("status").len().iter_rows())
     clean = df.filter(pl.col("status").is_null())
-    # A hash that never changes across Polars versions: the split and digest stay stable.
-    clean = clean.with_columns(stable=pl.col("norm").map_batches(_stable_hash, return_dtype=pl.UInt64))
     card = _compose(bucket, kind, path, df, clean, counts, cfg, raw_lines)
     split = (pl.col("stable") % 10_000 < int(cfg.eval_share * 10_000))
     clean = clean.with_columns(split=pl.when(split).then(pl.lit("eval")).otherwise(pl.lit("train")))
@@ -231,7 +233,8 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
 
 
 def _stable_hash(s: pl.Series) -> pl.Series:
-    return pl.Series([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little")
+    return pl.Series([None if v is None else
+                      int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little")
                       for v in s.to_list()], dtype=pl.UInt64)
 
 
