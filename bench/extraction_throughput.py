@@ -11,8 +11,9 @@ import time
 from _common import fake_endpoint, report
 
 from tasks.documents import Document
-from tasks.extract import extract_documents, run_sync, schema_for
+from tasks.extract import extract_documents, run_sync
 from tasks.llm import LLMClient
+from tasks.schema import json_schema
 
 LATENCY, SLOTS = 0.2, 32
 
@@ -26,7 +27,7 @@ def docs(n: int) -> list[Document]:
 def rate(url: str, slots: int, n: int) -> float:
     client = LLMClient(url, "fake", "vllm", max_concurrency=slots, timeout_seconds=30)
     t = time.perf_counter()
-    out = run_sync(extract_documents(client, docs(n), 1000, 0, schema_for(12, 12)))
+    out = run_sync(extract_documents(client, docs(n), 1000, 0, json_schema(12, 12)))
     elapsed = time.perf_counter() - t
     errors = [o.error for o in out if o.error]
     assert not errors and client.usage.calls == n, (errors[:3], client.usage)

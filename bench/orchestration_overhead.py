@@ -15,9 +15,8 @@ from _common import phase1_setup, profile, report
 from blocks.profile import load_profile
 from flows.extract import extract
 from tasks.documents import scan
-from tasks.extract import plan, process_batch, prompt_overhead_tokens, schema_for
+from tasks.extract import plan, process_batch
 from tasks.graph.store import batched
-from tasks.llm import LLMClient
 
 N, LATENCY, SLOTS, BATCH = 1000, 1.0, 32, 256
 
@@ -26,17 +25,14 @@ def plain(prof: str) -> int:
     """Phase 1 without Prefect: the same functions, the same batches."""
     cfg = load_profile(prof)
     ep = cfg.inference
-    assert ep.base_url
-    client = LLMClient(ep.base_url, ep.model, ep.dialect, max_concurrency=SLOTS,
-                       timeout_seconds=60)
+    client = ep.get_client()
     calls = 0
     with cfg.graph.open() as store:
         docs, failures = scan(cfg.sources.roots(), 10**7)
         work = plan(docs, failures, store.document_states(), ["transcripts"], ep.model, True)
         for b in batched(work.extract, BATCH):
-            rep = process_batch(list(b), store, client, ep.model,
-                                ep.chunk_tokens(prompt_overhead_tokens()), 0,
-                                schema_for(ep.max_entities, ep.max_relationships),
+            rep = process_batch(list(b), store, client, ep.model, ep.chunk_tokens(),
+                                ep.chunk_overlap_tokens, ep.response_schema(),
                                 set(work.changed))
             calls += rep.usage.calls
         store.prune_orphans()

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator, model_validator
+
+from tasks.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tasks.llm import LLMClient
 
 
 class InferenceEndpoint(Block):
@@ -56,6 +61,30 @@ class InferenceEndpoint(Block):
             )
         return self
 
-    def chunk_tokens(self, prompt_overhead: int) -> int:
+    def chunk_tokens(self) -> int:
         """Document tokens per request: the context minus the answer and the prompt."""
-        return max(128, self.context_tokens - self.max_output_tokens - prompt_overhead)
+        from tasks.extract import prompt_overhead_tokens
+
+        return max(128, self.context_tokens - self.max_output_tokens - prompt_overhead_tokens())
+
+    def response_schema(self) -> dict[str, Any]:
+        """The bounded JSON schema every request asks for."""
+        from tasks.schema import json_schema
+
+        return json_schema(self.max_entities, self.max_relationships,
+                           max_description=self.max_description_chars)
+
+    def get_client(self, base_url: str | None = None) -> LLMClient:
+        """A client for this endpoint (at `base_url` when the compute node provides it)."""
+        from tasks.llm import LLMClient
+
+        url = base_url or self.base_url
+        if not url:
+            raise ConfigError("inference: no endpoint — pass base_url, or set base_url in the "
+                              "profile's [inference] (the nightly flow's node starts one)")
+        return LLMClient(
+            base_url=url, model=self.model, dialect=self.dialect,
+            api_key=self.api_key.get_secret_value() if self.api_key else None,
+            max_concurrency=self.max_concurrent_requests,
+            timeout_seconds=self.request_timeout_seconds, max_retries=self.max_retries,
+            retry_base_seconds=self.retry_base_seconds, max_output_tokens=self.max_output_tokens)

@@ -15,16 +15,14 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from blocks.profile import load_profile
-from tasks.errors import ConfigError, PhaseFailed
+from tasks.errors import PhaseFailed
 from tasks.extract import (
     append_dead_letters,
     failure_record,
     plan,
-    prompt_overhead_tokens,
-    schema_for,
 )
 from tasks.graph.store import batched
-from tasks.llm import LLMClient, Usage
+from tasks.llm import Usage
 from tasks.phase1 import (
     count_documents,
     extract_batch,
@@ -48,23 +46,11 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     started = time.monotonic()
     cfg = load_profile(profile)
     endpoint = cfg.inference
-    url = base_url or endpoint.base_url
-    if not url:
-        raise ConfigError("extract: no inference endpoint — pass base_url, or set base_url in "
-                          "the profile's [inference] (the nightly flow starts one for you)")
     share = cfg.extraction.max_failed_share if max_failed_share is None else max_failed_share
     roots = cfg.sources.roots()
-    client = LLMClient(
-        base_url=url, model=endpoint.model, dialect=endpoint.dialect,
-        api_key=endpoint.api_key.get_secret_value() if endpoint.api_key else None,
-        max_concurrency=endpoint.max_concurrent_requests,
-        timeout_seconds=endpoint.request_timeout_seconds, max_retries=endpoint.max_retries,
-        retry_base_seconds=endpoint.retry_base_seconds,
-        max_output_tokens=endpoint.max_output_tokens,
-    )
-    schema = schema_for(endpoint.max_entities, endpoint.max_relationships,
-                        endpoint.max_description_chars)
-    chunk_tokens = endpoint.chunk_tokens(prompt_overhead_tokens())
+    client = endpoint.get_client(base_url)
+    schema = endpoint.response_schema()
+    chunk_tokens = endpoint.chunk_tokens()
 
     usage = Usage()
     extracted: Counter[str] = Counter()

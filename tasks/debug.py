@@ -15,13 +15,10 @@ from tasks.extract import (
     DocOutcome,
     build_batch,
     extract_document,
-    prompt_overhead_tokens,
     run_sync,
-    schema_for,
     user_prompt,
 )
 from tasks.graph.store import GraphBatch, GraphStore
-from tasks.llm import LLMClient
 from tasks.schema import SYSTEM_PROMPT
 
 
@@ -42,32 +39,21 @@ def load(cfg: Profile, path: str | Path) -> Document:
 def prompts(cfg: Profile, doc: Document) -> list[dict[str, str]]:
     """The exact messages each chunk sends."""
     ep = cfg.inference
-    chunks = chunk_text(doc.text, ep.chunk_tokens(prompt_overhead_tokens()),
-                        ep.chunk_overlap_tokens) if doc.text.strip() else []
+    chunks = chunk_text(doc.text, ep.chunk_tokens(), ep.chunk_overlap_tokens) \
+        if doc.text.strip() else []
     return [{"system": SYSTEM_PROMPT, "user": user_prompt(doc, c, i + 1, len(chunks))}
             for i, c in enumerate(chunks)]
-
-
-def client(cfg: Profile, base_url: str) -> LLMClient:
-    ep = cfg.inference
-    return LLMClient(base_url=base_url, model=ep.model, dialect=ep.dialect,
-                     api_key=ep.api_key.get_secret_value() if ep.api_key else None,
-                     max_concurrency=ep.max_concurrent_requests,
-                     timeout_seconds=ep.request_timeout_seconds, max_retries=ep.max_retries,
-                     retry_base_seconds=ep.retry_base_seconds,
-                     max_output_tokens=ep.max_output_tokens)
 
 
 def extract(cfg: Profile, doc: Document, base_url: str) -> tuple[DocOutcome, dict[str, Any]]:
     """Run the document through the endpoint; returns the outcome and the usage."""
     ep = cfg.inference
-    c = client(cfg, base_url)
-    schema = schema_for(ep.max_entities, ep.max_relationships, ep.max_description_chars)
+    c = ep.get_client(base_url)
 
     async def go() -> DocOutcome:
         async with c:
-            return await extract_document(c, doc, ep.chunk_tokens(prompt_overhead_tokens()),
-                                          ep.chunk_overlap_tokens, schema)
+            return await extract_document(c, doc, ep.chunk_tokens(), ep.chunk_overlap_tokens,
+                                          ep.response_schema())
 
     return run_sync(go()), asdict(c.usage)  # notebooks already run an event loop
 

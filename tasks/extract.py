@@ -28,7 +28,6 @@ from tasks.schema import (
     PROMPT_VERSION,
     SYSTEM_PROMPT,
     Extraction,
-    json_schema,
     map_entity_type,
     map_relationship_type,
 )
@@ -299,11 +298,6 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
 
 def prompt_overhead_tokens() -> int:
     return estimate_tokens(SYSTEM_PROMPT) + 64
-
-
-def schema_for(max_entities: int, max_relationships: int, max_description: int = 160
-               ) -> dict[str, Any]:
-    return json_schema(max_entities, max_relationships, max_description=max_description)
 
 
 def append_dead_letters(path: Path, records: list[dict[str, Any]]) -> None:

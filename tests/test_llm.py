@@ -5,11 +5,12 @@ import pytest
 
 from tasks.documents import Document
 from tasks.errors import ChunkTooLong, LLMError
-from tasks.extract import extract_document, schema_for
+from tasks.extract import extract_document
 from tasks.llm import LLMClient, response_format, strip_reasoning
+from tasks.schema import json_schema
 from tests.fake_openai import FakeOpenAI
 
-SCHEMA = schema_for(12, 12)
+SCHEMA = json_schema(12, 12)
 
 
 def client(url: str, **kw: object) -> LLMClient:
