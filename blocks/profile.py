@@ -17,6 +17,7 @@ from prefect.blocks.core import Block
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from blocks.compute import LocalCompute
+from blocks.gce import GceCompute
 from blocks.graph import FalkorDBGraph, Neo4jGraph
 from blocks.inference import InferenceEndpoint
 from blocks.sources import DocumentSources
@@ -66,7 +67,7 @@ class CorpusSettings(BaseModel):
 
 
 _KINDS: dict[str, dict[str, type[Block]]] = {
-    "compute": {"local": LocalCompute},
+    "compute": {"local": LocalCompute, "gce": GceCompute},
     "inference": {"openai": InferenceEndpoint},
     "graph": {"falkordb": FalkorDBGraph, "neo4j": Neo4jGraph},
     "sources": {"folders": DocumentSources},
@@ -78,7 +79,7 @@ class Profile:
     name: str
     path: Path
     state_dir: Path
-    compute: LocalCompute
+    compute: LocalCompute | GceCompute
     inference: InferenceEndpoint
     graph: FalkorDBGraph | Neo4jGraph
     sources: DocumentSources

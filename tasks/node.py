@@ -6,11 +6,14 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from blocks.compute import LocalCompute
+from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
+
+Compute = LocalCompute | GceCompute
 
 
 @task(name="compute-up", cache_policy=NO_CACHE)
-def compute_up(compute: LocalCompute) -> str:
+def compute_up(compute: Compute) -> str:
     """Boot the node."""
     node = compute.start()
     get_run_logger().info("compute up: %s", node)
@@ -18,7 +21,7 @@ def compute_up(compute: LocalCompute) -> str:
 
 
 @task(name="inference-up", cache_policy=NO_CACHE)
-def inference_up(compute: LocalCompute, endpoint: InferenceEndpoint) -> str:
+def inference_up(compute: Compute, endpoint: InferenceEndpoint) -> str:
     """Start the inference server on the node and wait until /v1/models answers."""
     url = compute.start_inference(endpoint)
     get_run_logger().info("inference server ready at %s (model %s)", url, endpoint.model)
@@ -26,7 +29,7 @@ def inference_up(compute: LocalCompute, endpoint: InferenceEndpoint) -> str:
 
 
 @task(name="inference-down", cache_policy=NO_CACHE)
-def inference_down(compute: LocalCompute) -> bool:
+def inference_down(compute: Compute) -> bool:
     """Stop the inference server and verify it is gone, so phase 2 has the GPU to itself."""
     stopped = compute.stop_inference()
     if compute.inference_running():
@@ -36,7 +39,7 @@ def inference_down(compute: LocalCompute) -> bool:
 
 
 @task(name="compute-down", cache_policy=NO_CACHE)
-def compute_down(compute: LocalCompute) -> None:
+def compute_down(compute: Compute) -> None:
     """Stop the node (always runs, from the flow's `finally`)."""
     compute.stop()
     get_run_logger().info("compute down")

@@ -42,7 +42,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeOpenAI:
-    def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0) -> None:
+    def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0, port: int = 0) -> None:
         self.latency = latency
         self.slow_seconds = slow_seconds
         self.requests: list[dict[str, Any]] = []
@@ -50,7 +50,7 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self.server = _Server(("127.0.0.1", 0), self._handler())
+        self.server = _Server(("127.0.0.1", port), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -175,8 +175,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--port", type=int, default=0, help="0 = any free port")
     args = ap.parse_args()
-    fake = FakeOpenAI(latency=args.latency)
+    fake = FakeOpenAI(latency=args.latency, port=args.port)
     print(fake.url, flush=True)
     fake.server.serve_forever()
 

@@ -1,0 +1,313 @@
+"""GceCompute driven through the real google-cloud-compute client (REST transport, service
+account credentials) against tests/fake_compute_engine.py."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prefect_gcp import GcpCredentials
+
+from blocks.gce import GceCompute, NodeBootTimeout, NodePreempted, NodeUnavailable
+from blocks.inference import InferenceEndpoint
+from blocks.vllm_node import render_startup_script, vllm_launch_args
+from tasks.errors import ConfigError
+from tasks.processes import free_port
+from tests.conftest import ROOT
+from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
+from tests.gcs_emulator import service_account
+
+PROJECT = "test-project"
+SA = service_account("http://127.0.0.1:1/token")  # one RSA key for the module (keygen is slow)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeComputeEngine]:
+    with FakeComputeEngine(PROJECT) as f:
+        yield f
+
+
+def creds(fake: FakeComputeEngine) -> GcpCredentials:
+    return GcpCredentials(service_account_info={**SA, "token_uri": fake.token_uri},
+                          project=PROJECT)
+
+
+def gce(fake: FakeComputeEngine, tmp: Path, **kw: Any) -> GceCompute:
+    fields: dict[str, Any] = dict(project=PROJECT, zone="zone-a", instance="node",
+                                  api_endpoint=fake.url, gcp_credentials=creds(fake),
+                                  state_dir=str(tmp / "state"), poll_seconds=0.1,
+                                  boot_timeout_seconds=10, stop_timeout_seconds=10)
+    fields.update(kw)
+    return GceCompute(**fields)
+
+
+def test_start_waits_for_running_and_reads_the_ip(fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node", boot_seconds=0.5)
+    node = gce(fake, tmp_path)
+    desc = node.start()
+    assert desc == "GCE test-project/zone-a/node (spot, g2-standard-4) at 127.0.0.1"
+    assert fake.instance("zone-a", "node").status == "RUNNING"
+    assert len(fake.seen("start")) == 1 and fake.seen("wait")
+    # every call was authenticated with the service account (self-signed JWT or token)
+    assert all(c["auth"] and c["auth"].startswith("Bearer ") for c in fake.calls)
+    assert node.check_running().ip == "127.0.0.1"
+
+
+def test_start_when_already_running_reuses_it(fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node", status="RUNNING")
+    desc = gce(fake, tmp_path).start()
+    assert desc.endswith("at 127.0.0.1, already running (reused)")
+    assert fake.seen("start") == []
+
+
+def test_running_node_in_a_fallback_zone_is_reused_not_duplicated(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")
+    fake.add_instance("zone-b", "node", status="RUNNING")
+    desc = gce(fake, tmp_path, fallback_zones=["zone-b"]).start()
+    assert "zone-b/node" in desc and "reused" in desc
+    assert fake.seen("start") == [] and fake.instance("zone-a", "node").status == "TERMINATED"
+
+
+def test_stop_and_stop_when_already_stopped(fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")
+    node = gce(fake, tmp_path)
+    node.start()
+    assert node.stop() == ["zone-a"]
+    assert fake.instance("zone-a", "node").status == "TERMINATED"
+    assert len(fake.seen("stop", "zone-a", "node")) == 1
+    assert node.stop() == []  # idempotent: no second stop call
+    assert len(fake.seen("stop")) == 1
+
+
+def test_missing_instance_names_project_zone_and_instance(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    node = gce(fake, tmp_path, instance="nope")
+    for call in (node.start, node.stop):
+        with pytest.raises(ConfigError) as e:
+            call()
+        msg = str(e.value)
+        assert "projects/test-project/zones/zone-a/instances/nope not found" in msg
+        assert "fix project/zone/instance" in msg
+    with pytest.raises(ConfigError, match="permission denied"):
+        gce(fake, tmp_path, project="other-project").start()
+
+
+def test_stockout_falls_back_to_the_next_zone(fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")
+    fake.add_instance("zone-b", "node-b")
+    fake.stock_out("zone-a", "SPOT")
+    node = gce(fake, tmp_path, fallback_zones=["zone-b"], zone_instances={"zone-b": "node-b"})
+    desc = node.start()
+    assert desc.startswith("GCE test-project/zone-b/node-b (spot, g2-standard-4) at 127.0.0.1")
+    assert "zone-a spot: stocked out (ZONE_RESOURCE_POOL_EXHAUSTED)" in desc
+    assert fake.instance("zone-a", "node").status == "TERMINATED"
+    assert fake.instance("zone-b", "node-b").status == "RUNNING"
+    assert node.stop() == ["zone-b"]  # stop finds the node in whichever zone it runs
+
+
+def test_stockout_everywhere_falls_back_to_on_demand_then_back_to_spot(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")
+    fake.add_instance("zone-b", "node")
+    fake.stock_out("zone-a", "SPOT")
+    fake.stock_out("zone-b", "SPOT")
+    node = gce(fake, tmp_path, fallback_zones=["zone-b"], on_demand_fallback=True)
+    desc = node.start()
+    assert desc.startswith("GCE test-project/zone-a/node (on-demand, g2-standard-4)")
+    assert "zone-a spot: stocked out" in desc and "zone-b spot: stocked out" in desc
+    assert fake.instance("zone-a", "node").provisioning_model == "STANDARD"
+    assert len(fake.seen("setScheduling", "zone-a")) == 1
+    node.stop()
+    fake.restock("zone-a")
+    assert "(spot," in node.start()  # the next night is spot again
+    assert fake.instance("zone-a", "node").provisioning_model == "SPOT"
+    node.stop()
+
+
+def test_stockout_without_on_demand_fails_clearly(fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")
+    fake.add_instance("zone-b", "node")
+    fake.stock_out("zone-a", "SPOT")
+    fake.stock_out("zone-b", "SPOT")
+    with pytest.raises(NodeUnavailable) as e:
+        gce(fake, tmp_path, fallback_zones=["zone-b"]).start()
+    msg = str(e.value)
+    assert "zone-a spot: stocked out" in msg and "zone-b spot: stocked out" in msg
+    assert "on_demand_fallback = true" in msg and "fallback_zones" in msg
+    assert fake.seen("setScheduling") == []
+
+
+def test_slow_boot_respects_boot_timeout_and_requests_a_stop(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node", boot_seconds=60)
+    node = gce(fake, tmp_path, boot_timeout_seconds=1.5)
+    t = time.monotonic()
+    with pytest.raises(NodeBootTimeout, match="not RUNNING after 2 s .*a stop was requested"):
+        node.start()
+    assert time.monotonic() - t < 8
+    assert len(fake.seen("stop", "zone-a", "node")) == 1
+    time.sleep(0.5)
+    assert fake.instance("zone-a", "node").status == "TERMINATED"
+
+
+def test_preemption_mid_run_is_detected(fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")
+    node = gce(fake, tmp_path)
+    node.start()
+    fake.preempt("zone-a", "node")
+    with pytest.raises(NodePreempted, match="is TERMINATED while the run uses it "
+                                            r"\(spot preemption at "):
+        node.check_running()
+    endpoint = InferenceEndpoint(model="fake", readiness_timeout_seconds=30)
+    with pytest.raises(NodePreempted):
+        node.start_inference(endpoint)
+    assert node.stop() == []  # nothing left running
+
+
+def test_usage_and_cost_come_from_running_time(fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")
+    node = gce(fake, tmp_path, spot_usd_per_hour=3600.0)  # $1 per second, to see it
+    node.start()
+    time.sleep(1.0)
+    node.stop()
+    used = node.usage()
+    truth = fake.running_seconds("zone-a", "node")
+    # lastStart → lastStop also spans STOPPING: the estimate errs high by at most the stop time
+    slack = fake.op_pending_seconds + fake.stop_seconds + 0.15
+    assert truth >= 1.0 and truth <= used["running_seconds"] <= truth + slack
+    assert used["estimated_usd"] == pytest.approx(used["running_seconds"], abs=1e-3)
+    assert used["zones"]["zone-a"]["provisioning"] == "spot"
+    assert node.usage(since=time.time() + 60)["running_seconds"] == 0
+
+
+def test_start_inference_waits_for_the_server_the_node_starts_and_stop_kills_it(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    port = free_port()
+
+    def vllm(inst: FakeInstance) -> list[str]:
+        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port), "--latency", "0"]
+
+    fake.on_start = vllm
+    fake.agent_log = tmp_path / "agent.log"
+    fake.add_instance("zone-a", "node")
+    node = gce(fake, tmp_path, inference_port=port)
+    endpoint = InferenceEndpoint(model="fake", readiness_timeout_seconds=30)
+    node.start()
+    url = node.start_inference(endpoint)
+    assert url == f"http://127.0.0.1:{port}"
+    assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "fake"
+    assert node.inference_running()
+    assert node.stop_inference() is True  # metadata slm-vllm=stopped → the watcher kills it
+    assert not node.inference_running() and not fake.agent_running("zone-a", "node")
+    url = node.start_inference(endpoint)  # slm-vllm=running brings it back
+    assert node.inference_running()
+    node.stop()
+    assert not fake.agent_running("zone-a", "node") and not node.inference_running()
+
+
+def test_credentials_stay_out_of_logs_reprs_and_descriptions(
+        fake: FakeComputeEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    fake.add_instance("zone-a", "node")
+    fake.add_instance("zone-b", "node")
+    fake.stock_out("zone-a", "SPOT")
+    node = gce(fake, tmp_path, fallback_zones=["zone-b"])
+    with caplog.at_level(logging.DEBUG):
+        desc = node.start()
+        node.usage()
+        node.stop()
+    key = SA["private_key"].splitlines()[1]
+    bearer = {c["auth"].split()[1] for c in fake.calls if c["auth"]}
+    assert bearer, "the client sent no credentials"
+    text = "\n".join([caplog.text, desc, repr(node), str(node.model_dump()),
+                      *(p.read_text() for p in (tmp_path / "state").glob("*"))])
+    for secret in (key, *bearer):
+        assert secret not in text
+    assert "SecretDict('**********')" in repr(node)
+
+
+def test_no_credentials_anywhere_is_a_clear_error(fake: FakeComputeEngine, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    with pytest.raises(ConfigError, match="no Google credentials — set the block's gcp_credentials"):
+        gce(fake, tmp_path, gcp_credentials=None).start()
+
+
+def test_startup_script_is_written_into_instance_metadata(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")
+    fake.add_instance("zone-b", "node")
+    inst = fake.instance("zone-a", "node")
+    inst.metadata = {"enable-oslogin": "TRUE"}
+    node = gce(fake, tmp_path, fallback_zones=["zone-b"],
+               vllm={"prefect_api_url": "https://prefect.internal/api", "work_pool": "gpu-node"})
+    endpoint = InferenceEndpoint(model="olmo-3-32b-think", context_tokens=8192,
+                                 max_output_tokens=3072)
+    assert node.install_startup_script(endpoint, {"today": "/opt/adapters/2026-11-30"}) == \
+        ["zone-a", "zone-b"]
+    for zone in ("zone-a", "zone-b"):
+        script = fake.instance(zone, "node").metadata["startup-script"]
+        assert "--lora-modules today=/opt/adapters/2026-11-30" in script
+        assert '--host "$VPC_IP" --port 9080' in script
+        assert "prefect worker start --pool gpu-node --type process" in script
+    assert fake.instance("zone-a", "node").metadata["enable-oslogin"] == "TRUE"  # kept
+
+
+def test_vllm_launch_args() -> None:
+    endpoint = InferenceEndpoint(model="olmo-3-32b-think", context_tokens=8192,
+                                 max_output_tokens=3072)
+    argv = vllm_launch_args(endpoint, host="10.128.0.5")
+    assert argv[:3] == ["/opt/vllm/bin/vllm", "serve", "/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf"]
+    pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert pairs["--host"] == "10.128.0.5" and pairs["--port"] == "9080"
+    assert pairs["--max-model-len"] == "8192" and pairs["--served-model-name"] == "olmo-3-32b-think"
+    assert pairs["--gpu-memory-utilization"] == "0.92"
+    assert pairs["--structured-outputs-config"] == '{"backend": "xgrammar"}'
+    assert pairs["--reasoning-parser"] == "olmo3"
+    assert "--enable-lora" not in argv
+    lora = vllm_launch_args(endpoint, {"a": "/opt/a", "b": "/opt/b"})
+    i = lora.index("--lora-modules")
+    assert "--enable-lora" in lora and lora[i + 1:i + 3] == ["a=/opt/a", "b=/opt/b"]
+    assert lora[lora.index("--host") + 1] == "$VPC_IP"
+    with pytest.raises(ValueError, match="every interface"):
+        vllm_launch_args(endpoint, host="0.0.0.0")
+    with pytest.raises(ValueError, match="absolute path on the node"):
+        vllm_launch_args(endpoint, {"a": "relative/dir"})
+    keyed = InferenceEndpoint(model="m", api_key="sk-node-secret")
+    assert "sk-node-secret" not in " ".join(vllm_launch_args(keyed))
+    with pytest.raises(ValueError, match="api_key_secret"):
+        render_startup_script(keyed)
+    script = render_startup_script(keyed, api_key_secret="vllm-key")
+    assert "sk-node-secret" not in script and "--secret=vllm-key" in script
+
+
+def test_startup_script_is_valid_bash(tmp_path: Path) -> None:
+    script = render_startup_script(InferenceEndpoint(model="m"), {"x": "/opt/x"})
+    path = tmp_path / "s.sh"
+    path.write_text(script)
+    assert os.system(f"bash -n {path}") == 0
+
+
+def test_gcp_profile_parses() -> None:
+    data = tomllib.loads((ROOT / "profiles" / "gcp.toml").read_text())
+    assert data["compute"]["type"] == "gce" and data["graph"]["block"] == "slm-neo4j"
+    fields = {k: v for k, v in data["compute"].items() if k != "type"}
+    node = GceCompute(**fields)
+    assert node.zones() == ["us-central1-a", "us-central1-b", "us-central1-c"]
+    assert node.vllm.reasoning_parser == "olmo3"
+    InferenceEndpoint(**data["inference"])
+
+
+def test_bad_zone_config_is_refused() -> None:
+    with pytest.raises(ValueError, match="repeat a zone"):
+        GceCompute(project="p", zone="a", instance="n", fallback_zones=["a"])
+    with pytest.raises(ValueError, match="zone_instances names zones not in"):
+        GceCompute(project="p", zone="a", instance="n", zone_instances={"b": "x"})
