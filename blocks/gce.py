@@ -282,6 +282,9 @@ class GceCompute(Block):
         elif inst.status not in {"TERMINATED", "STOPPED"}:
             return f"instance is {inst.status} (cannot start from that state)"
         client, _ = self._clients()
+        if any(i.key == AGENT_KEY and i.value == "stopped" for i in inst.metadata.items):
+            # the last run stopped vLLM through metadata: let it start at boot this time
+            self._set_metadata(zone, {AGENT_KEY: "running"})
         current = inst.scheduling.provisioning_model or ("SPOT" if inst.scheduling.preemptible
                                                          else "STANDARD")
         if current != model:

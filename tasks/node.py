@@ -43,3 +43,11 @@ def compute_down(compute: Compute) -> None:
     """Stop the node (always runs, from the flow's `finally`)."""
     compute.stop()
     get_run_logger().info("compute down")
+    if isinstance(compute, GceCompute):
+        try:
+            used = compute.usage()
+        except Exception as e:  # noqa: BLE001 - the node is down; the estimate is a nicety
+            get_run_logger().warning("node usage unavailable: %s", e)
+        else:
+            get_run_logger().info("node ran %.0f s this run, estimated $%.2f",
+                                  used["running_seconds"], used["estimated_usd"])

@@ -210,8 +210,13 @@ def test_start_inference_waits_for_the_server_the_node_starts_and_stop_kills_it(
     assert not node.inference_running() and not fake.agent_running("zone-a", "node")
     url = node.start_inference(endpoint)  # slm-vllm=running brings it back
     assert node.inference_running()
+    node.stop_inference()
     node.stop()
     assert not fake.agent_running("zone-a", "node") and not node.inference_running()
+    node.start()  # the next night: start() resets slm-vllm so vLLM comes up at boot
+    assert fake.instance("zone-a", "node").metadata["slm-vllm"] == "running"
+    assert fake.agent_running("zone-a", "node")
+    node.stop()
 
 
 def test_credentials_stay_out_of_logs_reprs_and_descriptions(

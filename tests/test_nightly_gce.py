@@ -1,0 +1,72 @@
+"""The nightly flow with the GCE node: the fake Compute Engine boots the 'node', whose startup
+agent is the fake OpenAI server (standing in for vLLM), real FalkorDB, Prefect test server."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from blocks.gce import GceCompute
+from flows.nightly import nightly
+from tasks.processes import free_port
+from tests.conftest import ROOT
+from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
+from tests.test_gce import PROJECT, creds
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+
+def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int) -> None:
+    port = free_port()
+
+    def vllm(inst: FakeInstance) -> list[str]:
+        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port)]
+
+    src = tmp_path / "docs"
+    for stream in ("transcripts", "research", "contacts"):
+        (src / stream).mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md", src / "transcripts")
+    with FakeComputeEngine(PROJECT, on_start=vllm, agent_log=tmp_path / "agent.log") as fake:
+        fake.add_instance("zone-a", "node")
+        fake.add_instance("zone-b", "node")
+        fake.stock_out("zone-a", "SPOT")
+        GceCompute(project=PROJECT, zone="zone-a", instance="node", fallback_zones=["zone-b"],
+                   api_endpoint=fake.url, gcp_credentials=creds(fake), poll_seconds=0.1,
+                   inference_port=port, state_dir=str(tmp_path / "state")
+                   ).save("nightly-gce-node", overwrite=True)
+        profile = tmp_path / "gce.toml"
+        profile.write_text(textwrap.dedent(f"""
+            state_dir = "{tmp_path / 'state'}"
+            [compute]
+            type = "gce"
+            block = "nightly-gce-node"
+            [inference]
+            dialect = "vllm"
+            model = "fake"
+            readiness_timeout_seconds = 30
+            context_tokens = 2048
+            max_output_tokens = 256
+            [graph]
+            type = "falkordb"
+            host = "127.0.0.1"
+            port = {falkordb}
+            graph_name = "nightly_gce"
+            [sources]
+            transcripts = "{src / 'transcripts'}"
+            research = "{src / 'research'}"
+            contacts = "{src / 'contacts'}"
+        """))
+        s = nightly(profile=str(profile))
+        assert s["status"] == "completed", s.get("error")
+        assert s["node"].startswith("GCE test-project/zone-b/node (spot, g2-standard-4)")
+        assert "zone-a spot: stocked out" in s["node"]
+        assert s["documents"]["transcripts"]["seen"] == 1
+        assert {k: v["status"] for k, v in s["phases"].items()}["inference_down"] == "completed"
+        assert fake.instance("zone-b", "node").status == "TERMINATED"
+        assert fake.instance("zone-b", "node").metadata["slm-vllm"] == "stopped"
+        assert not fake.agent_running("zone-b", "node")
+        assert len(fake.seen("stop", "zone-b", "node")) == 1
