@@ -316,3 +316,16 @@ def test_bad_zone_config_is_refused() -> None:
         GceCompute(project="p", zone="a", instance="n", fallback_zones=["a"])
     with pytest.raises(ValueError, match="zone_instances names zones not in"):
         GceCompute(project="p", zone="a", instance="n", zone_instances={"b": "x"})
+
+
+def test_profile_with_incomplete_gce_section_names_the_missing_fields(tmp_path: Path) -> None:
+    from blocks.profile import load_profile
+
+    path = tmp_path / "p.toml"
+    path.write_text('[compute]\ntype = "gce"\nzone = "us-central1-a"\nprovisioning = "cheap"\n')
+    with pytest.raises(ConfigError) as e:
+        load_profile(str(path))
+    msg = str(e.value)
+    for needle in ("invalid [compute]", "project: Field required", "instance: Field required",
+                   "provisioning: Input should be 'spot' or 'on-demand'"):
+        assert needle in msg
