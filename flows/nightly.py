@@ -23,6 +23,7 @@ from blocks.profile import load_profile
 from flows.extract import extract
 from flows.scorecard import scorecard
 from tasks.errors import PhaseFailed
+from tasks.gpu import gpu_slot
 from tasks.node import compute_down, compute_up, inference_down, inference_up
 from tasks.summary import TRAINING_NOT_BUILT, merge_extraction, new_summary, render_markdown
 
@@ -80,15 +81,17 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     try:
         with _phase(summary, "compute_up"):
             summary["node"] = compute_up(cfg.compute)
-        with _phase(summary, "inference_up"):
-            base_url = inference_up(cfg.compute, cfg.inference)
-        with _phase(summary, "extract"):
-            phase1 = extract.with_options(timeout_seconds=phase1_timeout_seconds)(
-                profile=profile, base_url=base_url, full=full, retry_failed=retry_failed,
-                max_failed_share=max_failed_share)
-            merge_extraction(summary, phase1)
-        with _phase(summary, "inference_down"):
-            inference_down(cfg.compute)
+        # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
+        with gpu_slot():
+            with _phase(summary, "inference_up"):
+                base_url = inference_up(cfg.compute, cfg.inference)
+            with _phase(summary, "extract"):
+                phase1 = extract.with_options(timeout_seconds=phase1_timeout_seconds)(
+                    profile=profile, base_url=base_url, full=full, retry_failed=retry_failed,
+                    max_failed_share=max_failed_share)
+                merge_extraction(summary, phase1)
+            with _phase(summary, "inference_down"):
+                inference_down(cfg.compute)
         if cfg.corpus.root:
             with _phase(summary, "scorecard"):
                 summary["scorecard"] = scorecard(profile=profile)
