@@ -94,6 +94,10 @@ def _export(adapter_dir: Path, base_hf_dir: Path, out_path: Path, dtype: str,
                       "pass the folder made by tasks.base_model.hf_from_gguf")
     _check_peft_config(config, adapter_dir)
     spec = _arch(base, base_hf_dir)
+    missing = [k for k in ("num_hidden_layers", "num_attention_heads") if k not in base]
+    if missing:
+        raise ConfigError(f"{base_hf_dir / 'config.json'} lacks {', '.join(missing)} — pass the "
+                          "folder made by tasks.base_model.hf_from_gguf")
     n_layers = int(base["num_hidden_layers"])
     name_map = gguf.get_tensor_name_map(_model_arch(spec.gguf_arch), n_layers)
 

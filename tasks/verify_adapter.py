@@ -80,7 +80,7 @@ def verify_adapter(base_gguf: Path, adapter_gguf: Path, hf_base_dir: Path, peft_
         raise AdapterVerificationError(
             f"verification of {where} timed out after {timeout_s:.0f} s (last stage: {stage}) — "
             "use fewer/shorter prompts or a smaller max_tokens, or raise timeout_s", report)
-    if rc == EXIT_NOT_LOADED or (rc != 0 and not report["loaded"]):
+    if rc == EXIT_NOT_LOADED or (rc != 0 and stage == "load adapter"):
         how = f"crashed ({_describe(rc)})" if rc != EXIT_NOT_LOADED else "refused it"
         raise AdapterVerificationError(
             f"adapter not loaded: llama.cpp {how} while loading {where} (stage: {stage}) — the "
@@ -188,8 +188,8 @@ def _child(request: dict[str, Any], result: Path) -> int:
     adapter_llm = _llama(request["base_gguf"], request["adapter_gguf"], n_ctx, request)
     loaded = adapter_llm is not None and bool(adapter_llm._lora_adapter)
     out: dict[str, Any] = {"loaded": loaded, "chat_template": chat}
+    _write(result, out)  # a crash further on still reports whether the adapter loaded
     if not loaded:
-        _write(result, out)
         return EXIT_NOT_LOADED
     eos = {int(adapter_llm.token_eos())}
     for e in (tok.eos_token_id, getattr(GenerationConfig.from_pretrained(
@@ -264,8 +264,10 @@ def _llama(model_path: str, lora_path: str | None, n_ctx: int, request: dict[str
         return Llama(model_path=model_path, lora_path=lora_path, n_ctx=max(n_ctx, 64),
                      n_batch=max(n_ctx, 64), n_threads=int(request["n_threads"]), seed=0,
                      logits_all=False, verbose=True)
-    except (RuntimeError, ValueError) as e:
-        if lora_path is None:
+    except RuntimeError as e:
+        # llama-cpp-python raises "Failed to initialize/set LoRA adapter ..." when llama.cpp
+        # rejects the file; a base that does not load is a different error and propagates.
+        if lora_path is None or "lora" not in str(e).lower():
             raise
         print(f"adapter load failed: {e}", file=sys.stderr, flush=True)
         return None

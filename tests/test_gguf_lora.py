@@ -158,13 +158,20 @@ def test_verify_catches_missing_qk_permutation(peft_dir: Path, base_cache: dict[
 
 @pytest.mark.slow
 def test_corrupt_or_missing_adapter_is_not_loaded(exported: dict[str, Any], peft_dir: Path,
-                                                  base_cache: dict[str, Any],
+                                                  base_cache: dict[str, Any], tiny: tuple[Any, Path],
                                                   tmp_path: Path) -> None:
-    """A truncated file and a missing one: an error saying 'not loaded', never a crash here."""
+    """Truncated, made for another base, missing: an error saying 'not loaded', never a crash.
+
+    The wrong-shape adapter is the dangerous one: llama-cpp-python's Llama() returns with a
+    null adapter and the first decode segfaults (measured: exit 139), so the check must happen
+    before generating, and in a child."""
     good = Path(exported["path"])
     truncated = tmp_path / "truncated.gguf"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    for bad in (truncated, tmp_path / "missing.gguf"):
+    model, tiny_base = tiny
+    other_base = export_gguf_lora(_save_peft(model, tmp_path / "tiny", TARGETS), tiny_base,
+                                  tmp_path / "other-base.gguf")
+    for bad in (truncated, Path(other_base["path"]), tmp_path / "missing.gguf"):
         with pytest.raises(AdapterVerificationError, match="adapter not loaded") as e:
             verify_adapter(base_cache["f32"], bad, base_cache["hf"], peft_dir, PROMPTS[:1],
                            max_tokens=2, n_threads=THREADS)
