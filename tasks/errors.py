@@ -40,3 +40,12 @@ class PhaseFailed(SlmNightlyError):
     def __init__(self, message: str, summary: dict | None = None) -> None:
         super().__init__(message)
         self.summary = summary or {}
+
+
+class AdapterVerificationError(SlmNightlyError):
+    """A GGUF LoRA adapter did not load in llama.cpp, changed nothing, disagreed with HF+PEFT,
+    or crashed the verifying process; carries the verification report."""
+
+    def __init__(self, message: str, report: dict | None = None) -> None:
+        super().__init__(message)
+        self.report = report or {}
