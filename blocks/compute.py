@@ -29,8 +29,9 @@ class LocalCompute(Block):
         Path(self.state_dir).mkdir(parents=True, exist_ok=True)
         return "local machine"
 
-    def start_inference(self, endpoint: InferenceEndpoint) -> str:
-        """Bring the inference server up and wait until it is ready; return its base URL."""
+    def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None) -> str:
+        """Bring the inference server up (with the GGUF LoRA `adapter` when given, checked to
+        load) and wait until it is ready; return its base URL."""
         if endpoint.base_url:  # an external server: only wait for it
             key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
             inference_server.wait_ready(endpoint.base_url, endpoint.readiness_timeout_seconds, key)
@@ -38,7 +39,7 @@ class LocalCompute(Block):
         model = Path(self.model_path) if self.model_path else inference_server.default_model_path()
         return inference_server.start_llama_server(
             Path(self.state_dir), model, endpoint.model, endpoint.context_tokens,
-            self.n_threads, endpoint.readiness_timeout_seconds,
+            self.n_threads, endpoint.readiness_timeout_seconds, adapter,
         )
 
     def stop_inference(self) -> bool:

@@ -66,6 +66,26 @@ class CorpusSettings(BaseModel):
         return ScorecardConfig(**fields)
 
 
+class TrainingSettings(BaseModel):
+    """Phase 2b: how a passing bucket is trained, where adapters go, when one is promoted."""
+
+    model_config = ConfigDict(extra="forbid")
+    recipe: str = Field(default="local", description="recipes/NAME.yaml or a path.")
+    base_model: str | None = Field(default=None, description="Overrides the recipe's base "
+                                   "model; empty = the recipe's, else the GGUF the server serves.")
+    artifact_store: str | None = Field(default=None, description="Adapters, manifests, "
+                                       "checkpoints (a local folder); empty = <state_dir>/artifacts.")
+    gcs_block: str | None = Field(default=None, description="Saved GcsBucket block that mirrors "
+                                  "the artifact store.")
+    promote_margin: float = Field(default=0.0, ge=0, lt=1, description="The new adapter's eval "
+                                  "loss must be this fraction below the base's and the promoted "
+                                  "adapter's.")
+    serve_bucket: str | None = Field(default="engineering-pointsav", description="Whose promoted "
+                                     "adapter the inference server loads (empty: none).")
+    timeout_seconds: int = Field(default=7200, ge=1, description="Phase-2 timeout per run.")
+    enabled: bool = Field(default=True, description="false: score only, never train.")
+
+
 _KINDS: dict[str, dict[str, type[Block]]] = {
     "compute": {"local": LocalCompute, "gce": GceCompute},
     "inference": {"openai": InferenceEndpoint},
@@ -85,6 +105,7 @@ class Profile:
     sources: DocumentSources
     extraction: ExtractionSettings
     corpus: CorpusSettings
+    training: TrainingSettings
 
 
 def profile_path(ref: str) -> Path:
@@ -141,7 +162,7 @@ def load_profile(ref: str) -> Profile:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"profile {path}: not valid TOML ({e}) — fix the syntax") from e
-    unknown = sorted(set(data) - {*_KINDS, "extraction", "corpus", "state_dir"})
+    unknown = sorted(set(data) - {*_KINDS, "extraction", "corpus", "training", "state_dir"})
     if unknown:
         raise ConfigError(f"profile {path}: unknown section(s) {unknown}")
     try:
@@ -152,7 +173,13 @@ def load_profile(ref: str) -> Profile:
         corpus = CorpusSettings(**data.get("corpus", {}))
     except ValidationError as e:
         raise ConfigError(_explain(path, "corpus", e)) from None
+    try:
+        training = TrainingSettings(**data.get("training", {}))
+    except ValidationError as e:
+        raise ConfigError(_explain(path, "training", e)) from None
     state_dir = str(data.get("state_dir", ".slm-nightly"))
+    if training.artifact_store is None:
+        training.artifact_store = str(Path(state_dir) / "artifacts")
     compute_table = dict(data.get("compute", {}))
     if "block" not in compute_table:
         compute_table.setdefault("state_dir", state_dir)
@@ -166,4 +193,5 @@ def load_profile(ref: str) -> Profile:
         sources=_build(path, "sources", data.get("sources", {})),
         extraction=extraction,
         corpus=corpus,
+        training=training,
     )

@@ -85,6 +85,61 @@ def _scorecard(args: argparse.Namespace) -> int:
     return 0 if all(c.passed for c in cards) else 1
 
 
+def _train(args: argparse.Namespace) -> int:
+    from blocks.profile import load_profile
+    from flows.train import train_flow
+    from tasks.train_params import build_params
+
+    cfg = load_profile(args.profile)
+    dataset = args.dataset
+    bucket = args.bucket
+    if not dataset:  # the newest training-pending marker for the bucket
+        marker = cfg.state_dir / "training-pending" / f"{bucket}.json"
+        if not marker.is_file():
+            raise ConfigError(f"train: no --dataset and no marker {marker} — run the scorecard "
+                              "(slm-nightly run) or pass --dataset PARQUET")
+        dataset = json.loads(marker.read_text())["dataset"]
+    method = args.method or ("dpo" if bucket == cfg.corpus.apprenticeship_bucket else "sft")
+    overrides: dict[str, Any] = {"dataset": dataset, "bucket": bucket, "method": method,
+                                 "base_model": args.base_model or cfg.training.base_model
+                                 or getattr(cfg.compute, "model_path", None),
+                                 "max_steps": args.max_steps, "lora_r": args.lora_r}
+    params = build_params(args.recipe or cfg.training.recipe, overrides)
+    state = train_flow(params=params, profile=args.profile, promote=not args.no_promote,
+                       created_by="cli", return_state=True)
+    if not state.is_completed():
+        print(f"training ended {state.name}: {state.message}", file=sys.stderr)
+        return 1
+    m = state.result()
+    print(json.dumps({k: m.get(k) for k in ("name", "state", "step", "steps", "loss",
+                                            "eval_loss", "verified", "promoted", "gate")},
+                     indent=2, default=str))
+    return 0
+
+
+def _adapters(args: argparse.Namespace) -> int:
+    from blocks.profile import load_profile
+    from tasks.registry import ArtifactStore
+
+    cfg = load_profile(args.profile)
+    store = ArtifactStore(cfg.training.artifact_store or "", cfg.training.gcs_block)
+    if args.adapters_command == "list":
+        current = {b: store.pointer(b).get("current") for b in cfg.corpus.buckets()}
+        rows = [{"name": m["name"], "bucket": m["bucket"], "state": m["state"],
+                 "eval_loss": m.get("eval_loss"), "verified": m.get("verified"),
+                 "promoted": m["name"] in current.values()} for m in store.list(args.bucket)]
+        _print_rows(rows, args.json)
+        if not rows and not args.json:
+            print(f"no adapters in {store.root}")
+    elif args.adapters_command == "show":
+        print(json.dumps(store.manifest(args.name), indent=2, default=str))
+    elif args.adapters_command == "promote":
+        print(json.dumps(store.promote(args.name, reason=f"by hand: {args.reason}"), indent=2))
+    else:
+        print(json.dumps(store.rollback(args.bucket), indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="slm-nightly", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,6 +168,34 @@ def main(argv: list[str] | None = None) -> int:
     card.add_argument("--profile", help="take buckets and rule settings from this profile")
     card.add_argument("--json", action="store_true")
     card.set_defaults(func=_scorecard)
+
+    tr = sub.add_parser("train", help="train an adapter on a bucket's dataset (ad hoc)")
+    tr.add_argument("--profile", default="local")
+    tr.add_argument("--bucket", default="engineering-pointsav")
+    tr.add_argument("--dataset", help="Parquet (default: the bucket's training-pending marker)")
+    tr.add_argument("--method", choices=["sft", "dpo"], help="default: by bucket")
+    tr.add_argument("--recipe", help="recipes/NAME.yaml (default: the profile's)")
+    tr.add_argument("--base-model", help="HF folder, .gguf or org/name@revision")
+    tr.add_argument("--max-steps", type=int)
+    tr.add_argument("--lora-r", type=int)
+    tr.add_argument("--no-promote", action="store_true", help="register only")
+    tr.set_defaults(func=_train)
+
+    ad = sub.add_parser("adapters", help="the adapter registry")
+    asub = ad.add_subparsers(dest="adapters_command", required=True)
+    a_list = asub.add_parser("list")
+    a_list.add_argument("--bucket")
+    a_list.add_argument("--json", action="store_true")
+    a_show = asub.add_parser("show")
+    a_show.add_argument("name")
+    a_prom = asub.add_parser("promote", help="promote by hand (skips the gate)")
+    a_prom.add_argument("name")
+    a_prom.add_argument("--reason", default="operator decision")
+    a_roll = asub.add_parser("rollback", help="back to the previously promoted adapter")
+    a_roll.add_argument("bucket")
+    for p in (a_list, a_show, a_prom, a_roll):
+        p.add_argument("--profile", default="local")
+    ad.set_defaults(func=_adapters)
 
     args = parser.parse_args(argv)
 

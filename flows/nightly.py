@@ -1,8 +1,9 @@
 """The nightly pipeline, as the runbook reads:
 
 boot the node → start the inference server and wait for it → phase 1 (extract) → stop the
-inference server, release the accelerator → phase 2: score the corpus (training is not built
-yet) → stop the node, always.
+inference server, release the accelerator → phase 2: score the corpus, train each passing
+bucket (export, verify, register, promote) → stop the node, always. The next night's server
+loads the promoted adapter.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run as current_run
 
-from blocks.profile import load_profile
+from blocks.profile import Profile, load_profile
 from flows.extract import extract
 from flows.scorecard import scorecard
+from flows.train import run_for_marker
 from tasks.errors import PhaseFailed
 from tasks.gpu import gpu_slot
 from tasks.node import compute_down, compute_up, inference_down, inference_up
-from tasks.summary import TRAINING_NOT_BUILT, merge_extraction, new_summary, render_markdown
+from tasks.registry import ArtifactStore
+from tasks.summary import merge_extraction, new_summary, render_markdown
 
 
 def _stop_node_hook(flow: Any, flow_run: Any, state: Any) -> None:
@@ -69,10 +72,54 @@ def _write_summary(summary: dict[str, Any], state_dir: Path) -> Path:
     return path
 
 
+def _train_passing_buckets(summary: dict[str, Any], cfg: Profile, profile: str,
+                           timeout_seconds: int) -> None:
+    """Phase 2b: one training run per passing bucket, one after the other (each holds the
+    `gpu` slot). A failed run fails the night after the others have had their turn."""
+    logger = get_run_logger()
+    pending = (summary.get("scorecard") or {}).get("training_pending") or []
+    summary["training"] = {}
+    if not cfg.training.enabled:
+        summary["phases"]["train"] = {"status": "skipped", "seconds": 0.0,
+                                      "note": "[training] enabled = false"}
+        return
+    if not pending:
+        summary["phases"]["train"] = {"status": "skipped", "seconds": 0.0,
+                                      "note": "no bucket passed the scorecard"}
+        return
+    failed = []
+    for bucket in pending:
+        marker_path = cfg.state_dir / "training-pending" / f"{bucket}.json"
+        marker = json.loads(marker_path.read_text())
+        try:
+            with _phase(summary, f"train:{bucket}"):
+                m = run_for_marker(marker, profile, timeout_seconds)
+        except Exception as e:  # noqa: BLE001 - recorded; the other bucket still trains
+            summary["training"][bucket] = {"state": "failed", "message": str(e)[:500]}
+            failed.append(bucket)
+            continue
+        summary["training"][bucket] = {k: m.get(k) for k in (
+            "name", "state", "step", "steps", "loss", "eval_loss", "verified", "promoted",
+            "peak_mib", "reused")} | {"gate": (m.get("gate") or {}).get("reason")}
+        marker_path.unlink(missing_ok=True)  # consumed: the manifest records the dataset
+        logger.info("%s: adapter %s %s", bucket, m["name"],
+                    "PROMOTED" if m.get("promoted") else "kept")
+    if failed:
+        raise PhaseFailed(f"training failed for {', '.join(failed)} (see training in the summary)")
+
+
+def _served_adapter(cfg: Profile) -> Path | None:
+    """Tonight's server loads the promoted adapter of the profile's serve_bucket, if any."""
+    bucket = cfg.training.serve_bucket
+    if not bucket or not cfg.training.enabled:
+        return None
+    return ArtifactStore(cfg.training.artifact_store or cfg.state_dir / "artifacts").serving(bucket)
+
+
 @flow(name="nightly", on_cancellation=[_stop_node_hook], on_crashed=[_stop_node_hook])
 def nightly(profile: str = "local", full: bool = False, retry_failed: bool = False,
-            phase1_timeout_seconds: int = 7200, max_failed_share: float | None = None
-            ) -> dict[str, Any]:
+            phase1_timeout_seconds: int = 7200, phase2_timeout_seconds: int = 7200,
+            max_failed_share: float | None = None) -> dict[str, Any]:
     """Run the nightly pipeline on the profile's blocks and return the run summary."""
     logger = get_run_logger()
     cfg = load_profile(profile)
@@ -84,7 +131,9 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
         with gpu_slot():
             with _phase(summary, "inference_up"):
-                base_url = inference_up(cfg.compute, cfg.inference)
+                adapter = _served_adapter(cfg)
+                summary["serving_adapter"] = str(adapter) if adapter else None
+                base_url = inference_up(cfg.compute, cfg.inference, adapter)
             with _phase(summary, "extract"):
                 phase1 = extract.with_options(timeout_seconds=phase1_timeout_seconds)(
                     profile=profile, base_url=base_url, full=full, retry_failed=retry_failed,
@@ -98,10 +147,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
         else:
             summary["phases"]["scorecard"] = {"status": "skipped", "seconds": 0.0,
                                               "note": "no [corpus] root in the profile"}
-        # Training (phase 2b) is not built yet: no placeholder work.
-        summary["phases"]["train"] = {"status": "not built", "seconds": 0.0,
-                                      "note": TRAINING_NOT_BUILT}
-        logger.info(TRAINING_NOT_BUILT)
+        _train_passing_buckets(summary, cfg, profile, phase2_timeout_seconds)
         summary["status"] = "completed"
     except BaseException:
         summary["status"] = "failed"

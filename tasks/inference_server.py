@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,11 +54,33 @@ def wait_ready(base_url: str, timeout: float, api_key: str | None = None,
         poll = min(poll * 1.5, max_poll)
 
 
+def check_adapter_loads(model_path: Path, adapter: Path, timeout: float = 120.0) -> None:
+    """llama.cpp ignores an adapter it cannot load (and the first completion may then crash the
+    server): load it once in a child process and check it really attached."""
+    code = ("import sys, llama_cpp\n"
+            "m = llama_cpp.Llama(model_path=sys.argv[1], lora_path=sys.argv[2], n_ctx=64, "
+            "verbose=False)\n"
+            "sys.exit(0 if m._lora_adapter else 3)\n")
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(model_path), str(adapter)],
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise ServerError(f"adapter {adapter}: loading it took over {timeout:.0f} s") from e
+    if r.returncode != 0:
+        raise ServerError(f"adapter {adapter} does not load onto {model_path.name} (exit "
+                          f"{r.returncode}): {(r.stderr or '').strip()[-400:]} — roll it back "
+                          "(slm-nightly adapters rollback BUCKET) or re-export it")
+
+
 def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int,
-                       n_threads: int, readiness_timeout: float) -> str:
-    """Start `python -m llama_cpp.server` on a free loopback port; return its base URL."""
+                       n_threads: int, readiness_timeout: float,
+                       adapter: Path | None = None) -> str:
+    """Start `python -m llama_cpp.server` on a free loopback port; return its base URL.
+    With `adapter`, the GGUF LoRA adapter is checked to load, then served on the base."""
     server = ManagedServer(SERVER_NAME, state_dir)
     server.stop()  # a leftover from a crashed run would hold the CPU
+    if adapter is not None:
+        check_adapter_loads(model_path, adapter)
     port = free_port()
     argv = [
         sys.executable, "-m", "llama_cpp.server",
@@ -70,6 +93,8 @@ def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int
         "--host", "127.0.0.1",
         "--port", str(port),
     ]
+    if adapter is not None:
+        argv += ["--lora_path", str(adapter)]
     base_url = f"http://127.0.0.1:{port}"
     server.start(argv, port, marker=f"--port {port}", ready=lambda: models_ready(base_url),
                  timeout=readiness_timeout)

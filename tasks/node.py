@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -21,10 +23,20 @@ def compute_up(compute: Compute) -> str:
 
 
 @task(name="inference-up", cache_policy=NO_CACHE)
-def inference_up(compute: Compute, endpoint: InferenceEndpoint) -> str:
-    """Start the inference server on the node and wait until /v1/models answers."""
-    url = compute.start_inference(endpoint)
-    get_run_logger().info("inference server ready at %s (model %s)", url, endpoint.model)
+def inference_up(compute: Compute, endpoint: InferenceEndpoint,
+                 adapter: Path | None = None) -> str:
+    """Start the inference server on the node (with tonight's promoted adapter, if any) and
+    wait until /v1/models answers."""
+    logger = get_run_logger()
+    if isinstance(compute, LocalCompute):
+        url = compute.start_inference(endpoint, adapter)
+    else:
+        if adapter is not None:  # vLLM takes the PEFT adapter through the startup script
+            logger.warning("promoted adapter %s is not loaded by this node: the GCE node serves "
+                           "adapters through install_startup_script(lora_modules=…)", adapter)
+        url = compute.start_inference(endpoint)
+    logger.info("inference server ready at %s (model %s%s)", url, endpoint.model,
+                f", adapter {adapter}" if adapter and isinstance(compute, LocalCompute) else "")
     return url
 
 

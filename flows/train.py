@@ -1,0 +1,318 @@
+"""Phase 2b: train an adapter on one bucket's clean dataset, export it, verify it, register it,
+and promote it when it beats what is served today.
+
+Deployable on its own (`prefect deployment run train/ad-hoc -p params='{…}'`) and run by the
+nightly for each passing bucket. Every run holds the `gpu` slot while it loads weights, so an
+ad-hoc run waits for the nightly (and the other way round).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.cache_policies import NO_CACHE
+from prefect.events import emit_event
+from prefect.runtime import flow_run as current_run
+
+from blocks.profile import load_profile
+from tasks.errors import ConfigError
+from tasks.gpu import gpu_slot
+from tasks.registry import ArtifactStore, gate, now, pack
+from tasks.train import (
+    Hooks,
+    TrainingError,
+    TrainingInterrupted,
+    device_report,
+    load_splits,
+    resolve_base_model,
+)
+from tasks.train_params import TrainParams, build_params
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _event(kind: str, name: str, payload: dict[str, Any]) -> None:
+    emit_event(f"slm.training.{kind}", resource={"prefect.resource.id": f"slm.adapter.{name}",
+                                                 "prefect.resource.name": name},
+               payload=payload)
+
+
+def _loss_png(history: list[dict[str, Any]], path: Path, title: str) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train_pts = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    eval_pts = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
+    if not train_pts and not eval_pts:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    for pts, label in ((train_pts, "train loss"), (eval_pts, "eval loss")):
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+class _Reporter:
+    """Progress artifact, loss table, manifest and events while the Trainer runs."""
+
+    def __init__(self, store: ArtifactStore, manifest: dict[str, Any], key: str) -> None:
+        self.store, self.manifest, self.key = store, manifest, key
+        self.rows: list[dict[str, Any]] = []
+        self.progress_id: Any = create_progress_artifact(
+            0.0, key=f"training-progress-{key}", description=f"Training {manifest['name']}")
+        self.logger = get_run_logger()
+        self.last_write = 0.0
+
+    def on_start(self, total: int) -> None:
+        self.manifest.update(steps=total, state="running", started=self.manifest.get("started")
+                             or now())
+        self.store.write_manifest(self.manifest)
+        _event("started", self.manifest["name"], {"steps": total, "method":
+                                                  self.manifest["method"]})
+
+    def on_log(self, step: int, total: int, logs: dict[str, float]) -> None:
+        row = {"step": step, **{k: round(v, 5) for k, v in logs.items()
+                                if k in ("loss", "eval_loss", "learning_rate", "grad_norm",
+                                         "tokens_per_second", "peak_mib")}}
+        self.rows.append(row)
+        self.manifest.update(step=step, steps=total, peak_mib=logs.get("peak_mib"))
+        if "loss" in logs:
+            self.manifest["loss"] = round(logs["loss"], 5)
+        if "eval_loss" in logs:
+            self.manifest["eval_loss"] = round(logs["eval_loss"], 5)
+        self.store.write_manifest(self.manifest)
+        update_progress_artifact(self.progress_id, 100.0 * step / max(total, 1))
+        create_table_artifact(self.rows, key=f"training-loss-{self.key}",
+                              description=f"Loss per logging step, {self.manifest['name']}")
+        self.logger.info("step %d/%d  %s", step, total,
+                         "  ".join(f"{k} {v}" for k, v in row.items() if k != "step"))
+
+    def on_save(self, step: int, path: str) -> None:
+        self.manifest["checkpoint"] = {"step": step, "path": path}
+        self.store.write_manifest(self.manifest)
+        _event("checkpoint", self.manifest["name"], {"step": step})
+        self.logger.info("checkpoint at step %d: %s", step, path)
+
+
+@task(name="export-adapter", cache_policy=NO_CACHE)
+def export_adapter(peft_dir: Path, hf_dir: Path, out_dir: Path) -> dict[str, Any]:
+    from tasks.gguf_lora import export_gguf_lora
+
+    report = export_gguf_lora(peft_dir, hf_dir, out_dir / "adapter.gguf", dtype="f32")
+    pack(peft_dir, out_dir / "adapter.tar.gz")
+    return report
+
+
+@task(name="verify-adapter", cache_policy=NO_CACHE)
+def verify(base_gguf: Path, adapter_gguf: Path, hf_dir: Path, peft_dir: Path, prompts: list[str],
+           cache_dir: Path, n_threads: int = 2) -> dict[str, Any]:
+    """Exact comparison on an F32 copy of the served base (quantized matmuls differ from HF)."""
+    from tasks.base_model import f32_gguf
+    from tasks.verify_adapter import verify_adapter
+
+    return verify_adapter(f32_gguf(base_gguf, cache_dir), adapter_gguf, hf_dir, peft_dir, prompts,
+                          n_threads=n_threads)
+
+
+def _run_training(params: TrainParams, hf_dir: Path, store: ArtifactStore, run_digest: str,
+                  out_dir: Path, reporter: _Reporter, promoted: Path | None) -> dict[str, Any]:
+    """Train with SIGTERM turned into 'checkpoint now, then stop' (Prefect gives a cancelled
+    run 30 s before SIGKILL); Prefect's own handler then records the cancellation."""
+    from tasks.train import train
+
+    hooks = Hooks(on_start=reporter.on_start, on_log=reporter.on_log, on_save=reporter.on_save)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+
+    def _on_term(signum: int, frame: Any) -> None:
+        reporter.logger.warning("SIGTERM: saving a checkpoint at the end of this step, then "
+                                "stopping")
+        hooks.stop.set()
+
+    if main:
+        signal.signal(signal.SIGTERM, _on_term)
+    try:
+        return train(params, hf_dir, store.checkpoint_dir(run_digest), out_dir, hooks, promoted)
+    except TrainingInterrupted:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+            if callable(previous):  # hand the termination to Prefect (→ Cancelled)
+                previous(signal.SIGTERM, None)
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@flow(name="train")
+def train_flow(params: TrainParams, profile: str = "local", recipe: str | None = None,
+               promote: bool = True, created_by: str = "ad-hoc") -> dict[str, Any]:
+    """Train → export → verify → register → promote (if the gate passes). Returns the manifest."""
+    logger = get_run_logger()
+    cfg = load_profile(profile)
+    ts = cfg.training
+    if recipe:  # the recipe fills what the caller did not set
+        explicit = params.model_dump(include=params.model_fields_set)
+        params = build_params(recipe, explicit, where=f"train ({recipe})")
+    store = ArtifactStore(ts.artifact_store or cfg.state_dir / "artifacts", ts.gcs_block)
+    dataset = Path(params.dataset)
+    if not dataset.is_file():
+        raise ConfigError(f"dataset {dataset}: not found — run the scorecard first (a passing "
+                          "bucket's dataset is <state_dir>/datasets/<bucket>/<digest>.parquet)")
+    data_digest = file_digest(dataset)
+    run_digest = params.digest(data_digest)
+    bucket = params.bucket or params.method
+    name = f"{bucket}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{run_digest[:8]}"
+    out_dir = store.adapter_dir(name)
+    manifest: dict[str, Any] = {
+        "version": 1, "name": name, "bucket": bucket, "method": params.method,
+        "base": {"spec": params.base_model or "(served GGUF)"}, "data_digest": data_digest,
+        "run_digest": run_digest, "dataset": str(dataset), "params": params.model_dump(),
+        "state": "queued", "step": 0, "steps": None, "loss": None, "eval_loss": None,
+        "message": "", "peak_mib": None, "created": now(), "started": None, "finished": None,
+        "created_by": created_by, "flow_run_id": str(current_run.get_id() or ""),
+        "verified": None, "promoted": False,
+    }
+    store.write_manifest(manifest)
+    try:
+        manifest["state"] = "preparing"
+        store.write_manifest(manifest)
+        # Everything that can be wrong is checked before the slot is taken and weights load.
+        train_rows, eval_rows = load_splits(dataset, params.method, params.max_eval_rows)
+        manifest["pairs"] = {"train": len(train_rows), "eval": len(eval_rows)}
+        hf_dir, served_gguf = resolve_base_model(params.base_model, cfg.state_dir / "models")
+        base_gguf = Path(params.base_gguf) if params.base_gguf else served_gguf
+        if base_gguf is not None and not base_gguf.is_file():
+            raise ConfigError(f"base_gguf {base_gguf}: not found — fix base_gguf")
+        manifest["base"].update(hf_dir=str(hf_dir), gguf=str(base_gguf) if base_gguf else None)
+        promoted = store.promoted(bucket)
+        promoted_peft = store.adapter_dir(promoted["name"]) / "peft" if promoted else None
+        with gpu_slot():
+            manifest["device"] = device_report(params.required_free_gpu_mib)
+            logger.info("training %s: %s on %d pairs (%d held out), device %s", name,
+                        params.method, len(train_rows), len(eval_rows),
+                        manifest["device"]["device"])
+            reporter = _Reporter(store, manifest, bucket)
+            result = _run_training(params, hf_dir, store, run_digest, out_dir, reporter,
+                                   promoted_peft)
+        history = result.pop("history")
+        (out_dir / "losses.json").write_text(json.dumps(history, indent=1))
+        _loss_png(history, out_dir / "loss.png", name)
+        manifest.update(step=result["steps"], steps=result["max_steps"],
+                        loss=result["train_loss"], eval_loss=result["eval_loss"]["new"],
+                        peak_mib=result["peak_mib"], training=result)
+        if result["resumed_from"]:
+            logger.info("resumed from %s (step %d)", result["resumed_from"],
+                        result["resumed_step"])
+        peft_dir = Path(result["peft_dir"])
+        files = {"peft": "peft", "losses": "losses.json", "loss_curve": "loss.png"}
+        if params.export_gguf and base_gguf is not None:
+            manifest["export"] = export_adapter(peft_dir, hf_dir, out_dir)
+            report = verify(base_gguf, out_dir / "adapter.gguf", hf_dir, peft_dir,
+                            params.verify_prompts, cfg.state_dir / "models",
+                            getattr(cfg.compute, "n_threads", 2))
+            (out_dir / "verify.json").write_text(json.dumps(report, indent=1))
+            manifest["verified"] = True
+            files.update(gguf="adapter.gguf", tarball="adapter.tar.gz", verify="verify.json")
+        else:
+            pack(peft_dir, out_dir / "adapter.tar.gz")
+            files["tarball"] = "adapter.tar.gz"
+            manifest["message"] = ("no GGUF export (export_gguf off or no GGUF base): PEFT "
+                                   "adapter only, for vLLM")
+        manifest["files"] = files
+        manifest["state"], manifest["finished"] = "done", now()
+        ok, why = gate(result["eval_loss"], ts.promote_margin)
+        manifest["gate"] = {"passed": ok, "reason": why, "margin": ts.promote_margin,
+                            "eval_loss": result["eval_loss"],
+                            "against": promoted["name"] if promoted else "base model"}
+        store.write_manifest(manifest)
+        if ok and promote:
+            store.promote(name, why)
+            manifest = store.manifest(name)
+            manifest["promoted"] = True
+            store.write_manifest(manifest)
+            logger.info("promoted %s: %s", name, why)
+        else:
+            logger.info("%s kept, not promoted: %s", name,
+                        why if not ok else "promote=False")
+        manifest["mirror"] = store.mirror(f"adapters/{name}")
+        store.write_manifest(manifest)
+        _event("finished", name, {"state": "done", "promoted": manifest["promoted"],
+                                  "eval_loss": result["eval_loss"]})
+        create_markdown_artifact(_markdown(manifest), key=f"training-{bucket}",
+                                 description=f"Training run {name}")
+        return manifest
+    except TrainingInterrupted as e:
+        manifest.update(state="cancelled", message=str(e), finished=now(), step=e.step)
+        store.write_manifest(manifest)
+        _event("finished", name, {"state": "cancelled", "step": e.step})
+        raise
+    except BaseException as e:
+        cancelled = type(e).__name__ in {"TerminationSignal", "CancelledRun", "Abort"} or \
+            isinstance(e, KeyboardInterrupt)
+        manifest.update(state="cancelled" if cancelled else "failed", finished=now(),
+                        message=f"{type(e).__name__}: {e}"[:2000])
+        store.write_manifest(manifest)
+        _event("finished", name, {"state": manifest["state"], "message": manifest["message"]})
+        raise
+
+
+def _markdown(m: dict[str, Any]) -> str:
+    g = m.get("gate", {})
+    tr = m.get("training", {})
+    lines = [f"# Training {m['name']}: {m['state']}", "",
+             f"- method {m['method']}, bucket {m['bucket']}, pairs {m.get('pairs')}",
+             f"- steps {m['step']}/{m['steps']}, train loss {m['loss']}, "
+             f"{tr.get('steps_per_second')} steps/s, {tr.get('tokens_per_second')} tokens/s, "
+             f"peak {m['peak_mib']} MiB ({tr.get('peak_kind')})",
+             f"- held-out loss: {g.get('eval_loss')}",
+             f"- verified in llama.cpp: {m['verified']}",
+             f"- promotion: {'PROMOTED' if m['promoted'] else 'kept'} — {g.get('reason')}"]
+    return "\n".join(lines)
+
+
+def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
+                   ) -> dict[str, Any]:
+    """The nightly's hand-over: one training-pending marker → one training run."""
+    cfg = load_profile(profile)
+    params = build_params(cfg.training.recipe, {
+        "dataset": marker["dataset"], "bucket": marker["bucket"], "method": marker["kind"],
+        "base_model": cfg.training.base_model or getattr(cfg.compute, "model_path", None)},
+        where=f"profile {profile} [training]")
+    started = time.monotonic()
+    manifest = train_flow.with_options(timeout_seconds=timeout_seconds)(
+        params=params, profile=profile, created_by="nightly")
+    manifest["seconds"] = round(time.monotonic() - started, 1)
+    return manifest
+
+
+__all__ = ["TrainParams", "TrainingError", "run_for_marker", "train_flow"]
