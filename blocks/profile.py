@@ -77,6 +77,8 @@ class TrainingSettings(BaseModel):
                                        "checkpoints (a local folder); empty = <state_dir>/artifacts.")
     gcs_block: str | None = Field(default=None, description="Saved GcsBucket block that mirrors "
                                   "the artifact store.")
+    model_cache: str | None = Field(default=None, description="Base models dequantized from "
+                                    "GGUF (HF folders) and F32 copies; empty = <state_dir>/models.")
     promote_margin: float = Field(default=0.0, ge=0, lt=1, description="The new adapter's eval "
                                   "loss must be this fraction below the base's and the promoted "
                                   "adapter's.")

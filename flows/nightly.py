@@ -88,12 +88,13 @@ def _train_passing_buckets(summary: dict[str, Any], cfg: Profile, profile: str,
                                       "note": "no bucket passed the scorecard"}
         return
     failed = []
+    deadline = time.monotonic() + timeout_seconds  # one budget for the whole of phase 2b
     for bucket in pending:
         marker_path = cfg.state_dir / "training-pending" / f"{bucket}.json"
         marker = json.loads(marker_path.read_text())
         try:
             with _phase(summary, f"train:{bucket}"):
-                m = run_for_marker(marker, profile, timeout_seconds)
+                m = run_for_marker(marker, profile, max(1.0, deadline - time.monotonic()))
         except Exception as e:  # noqa: BLE001 - recorded; the other bucket still trains
             summary["training"][bucket] = {"state": "failed", "message": str(e)[:500]}
             failed.append(bucket)

@@ -175,7 +175,8 @@ def _run_training(params: TrainParams, hf_dir: Path, store: ArtifactStore, run_d
 
 @flow(name="train")
 def train_flow(params: TrainParams, profile: str = "local", recipe: str | None = None,
-               promote: bool = True, created_by: str = "ad-hoc") -> dict[str, Any]:
+               promote: bool = True, created_by: str = "ad-hoc", retrain: bool = False
+               ) -> dict[str, Any]:
     """Train → export → verify → register → promote (if the gate passes). Returns the manifest."""
     logger = get_run_logger()
     cfg = load_profile(profile)
@@ -184,6 +185,7 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
         explicit = params.model_dump(include=params.model_fields_set)
         params = build_params(recipe, explicit, where=f"train ({recipe})")
     store = ArtifactStore(ts.artifact_store or cfg.state_dir / "artifacts", ts.gcs_block)
+    model_cache = Path(ts.model_cache) if ts.model_cache else cfg.state_dir / "models"
     dataset = Path(params.dataset)
     if not dataset.is_file():
         raise ConfigError(f"dataset {dataset}: not found — run the scorecard first (a passing "
@@ -191,6 +193,13 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
     data_digest = file_digest(dataset)
     run_digest = params.digest(data_digest)
     bucket = params.bucket or params.method
+    done = [m for m in store.list(bucket) if m.get("run_digest") == run_digest
+            and m.get("state") == "done"]
+    if done and not retrain:  # same data, same parameters: nothing new to learn
+        m = done[-1]
+        logger.info("%s: already trained on this data with these parameters (%s) — reused; "
+                    "pass retrain=True to train again", bucket, m["name"])
+        return {**m, "reused": True}
     name = f"{bucket}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{run_digest[:8]}"
     out_dir = store.adapter_dir(name)
     manifest: dict[str, Any] = {
@@ -209,7 +218,7 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
         # Everything that can be wrong is checked before the slot is taken and weights load.
         train_rows, eval_rows = load_splits(dataset, params.method, params.max_eval_rows)
         manifest["pairs"] = {"train": len(train_rows), "eval": len(eval_rows)}
-        hf_dir, served_gguf = resolve_base_model(params.base_model, cfg.state_dir / "models")
+        hf_dir, served_gguf = resolve_base_model(params.base_model, model_cache)
         base_gguf = Path(params.base_gguf) if params.base_gguf else served_gguf
         if base_gguf is not None and not base_gguf.is_file():
             raise ConfigError(f"base_gguf {base_gguf}: not found — fix base_gguf")
@@ -238,7 +247,7 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
         if params.export_gguf and base_gguf is not None:
             manifest["export"] = export_adapter(peft_dir, hf_dir, out_dir)
             report = verify(base_gguf, out_dir / "adapter.gguf", hf_dir, peft_dir,
-                            params.verify_prompts, cfg.state_dir / "models",
+                            params.verify_prompts, model_cache,
                             getattr(cfg.compute, "n_threads", 2))
             (out_dir / "verify.json").write_text(json.dumps(report, indent=1))
             manifest["verified"] = True

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-TRAINING_NOT_BUILT = ("training (phase 2b: QLoRA, GGUF export) is not built yet: nothing was "
-                      "trained; passing buckets wait under training-pending/")
-
 
 def new_summary(profile: str) -> dict[str, Any]:
     return {
@@ -32,6 +29,24 @@ def merge_extraction(summary: dict[str, Any], phase1: dict[str, Any]) -> None:
             summary[key] = phase1[key]
 
 
+def _training_lines(s: dict[str, Any]) -> list[str]:
+    lines = []
+    if "serving_adapter" in s:
+        lines += ["", f"Inference server adapter: {s['serving_adapter'] or 'none (base model)'}"]
+    for bucket, t in (s.get("training") or {}).items():
+        if t.get("state") != "done":
+            lines.append(f"Training {bucket}: {t.get('state', '?').upper()} — {t.get('message')}")
+            continue
+        verdict = ("reused (same data and parameters)" if t.get("reused") else
+                   "PROMOTED" if t.get("promoted") else "kept, not promoted")
+        loss = t.get("eval_loss")
+        lines.append(f"Training {bucket}: {t['name']} — {t['step']}/{t['steps']} steps, "
+                     f"held-out loss {loss}, verified {t.get('verified')}, {verdict}")
+        if t.get("gate") and not t.get("reused"):
+            lines.append(f"  gate: {t['gate']}")
+    return lines
+
+
 def render_text(s: dict[str, Any], profile_ref: str = "local") -> str:
     lines = [f"slm-nightly run — profile {s['profile']}: {s['status'].upper()}", ""]
     lines.append("Phases:")
@@ -54,6 +69,7 @@ def render_text(s: dict[str, Any], profile_ref: str = "local") -> str:
             lines.append(f"  GCS sync gs://{sync['bucket']}/{sync['prefix']}: " + (
                 f"FAILED ({sync['error']}); local corpus kept" if sync["error"] else
                 f"{sync['uploaded']} uploaded, {sync['unchanged']} unchanged"))
+    lines += _training_lines(s)
     if s["documents"]:
         lines += ["", "Documents      seen  extracted  skipped  failed"]
         for stream, c in s["documents"].items():
@@ -88,6 +104,9 @@ def render_markdown(s: dict[str, Any]) -> str:
     lines += ["", f"LLM calls {s['llm_calls']}, tokens in {s['prompt_tokens']} / out "
               f"{s['completion_tokens']}; entities {s['entities']}, relationships "
               f"{s['relationships']}; failed documents {len(s.get('failures', []))}."]
+    train = _training_lines(s)
+    if train:
+        lines += ["", "## Training", ""] + [f"- {x.strip()}" for x in train if x.strip()]
     if s.get("error"):
         lines += ["", f"**Error:** {s['error']}"]
     return "\n".join(lines)

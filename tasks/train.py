@@ -44,13 +44,18 @@ def device_report(required_free_mib: int) -> dict[str, Any]:
         return {"device": "cpu", "note": "no CUDA device: training on the CPU (slow, LoRA in "
                 "float32; 4-bit only when load_in_4bit is set)"}
     free, total = torch.cuda.mem_get_info()
-    free_mib, total_mib = free // 2**20, total // 2**20
     name = torch.cuda.get_device_name()
-    if free_mib < required_free_mib:
+    check_free_memory(name, free // 2**20, total // 2**20, required_free_mib)
+    return {"device": "cuda", "name": name, "free_mib": free // 2**20,
+            "total_mib": total // 2**20}
+
+
+def check_free_memory(name: str, free_mib: int, total_mib: int, required_mib: int) -> None:
+    """Refuse a card that something else still holds, naming both numbers."""
+    if free_mib < required_mib:
         raise TrainingError(f"GPU {name}: {free_mib} MiB free of {total_mib} MiB, the run needs "
-                            f"{required_free_mib} MiB (required_free_gpu_mib) — stop what holds "
+                            f"{required_mib} MiB (required_free_gpu_mib) — stop what holds "
                             "the card (is the inference server still up?) or lower the setting")
-    return {"device": "cuda", "name": name, "free_mib": free_mib, "total_mib": total_mib}
 
 
 def resolve_base_model(spec: str, cache_dir: Path) -> tuple[Path, Path | None]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +100,18 @@ def write_profile(tmp: Path, *, base_url: str | None, falkordb_port: int, graph:
     path = tmp / "profile.toml"
     path.write_text(text)
     return path
+
+
+@pytest.fixture(scope="session")
+def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """SmolLM2-135M dequantized once per session (HF folder + F32 GGUF), shared by tests."""
+    cache = tmp_path_factory.mktemp("base-cache")
+    from tasks.base_model import f32_gguf, hf_from_gguf
+    from tasks.inference_server import default_model_path
+
+    gguf_path = default_model_path()
+    t = time.monotonic()
+    hf = hf_from_gguf(gguf_path, cache)
+    cold = time.monotonic() - t
+    return {"gguf": gguf_path, "cache": cache, "hf": hf, "cold_s": cold,
+            "f32": f32_gguf(gguf_path, cache)}

@@ -21,7 +21,6 @@ from tasks import gguf_lora
 from tasks.base_model import f32_gguf, hf_from_gguf
 from tasks.errors import AdapterVerificationError, ConfigError
 from tasks.gguf_lora import export_gguf_lora, rope_permute_rows
-from tasks.inference_server import default_model_path
 from tasks.verify_adapter import verify_adapter
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -45,17 +44,6 @@ def _gguf_fields(path: Path) -> dict[str, Any]:
 
 
 # --- real model --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    cache = tmp_path_factory.mktemp("base-cache")
-    gguf_path = default_model_path()
-    t = time.monotonic()
-    hf = hf_from_gguf(gguf_path, cache)
-    cold = time.monotonic() - t
-    return {"gguf": gguf_path, "cache": cache, "hf": hf, "cold_s": cold,
-            "f32": f32_gguf(gguf_path, cache)}
 
 
 @pytest.fixture(scope="session")
