@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -149,24 +150,33 @@ def _implicit_rows(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def empty_bucket(kind: Kind) -> pl.DataFrame:
+    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
+    return pl.DataFrame(schema={"file": pl.String, "line": pl.UInt32, "source": pl.String,
+                                "status": pl.String, "raw_chars": pl.UInt32,
+                                **{c: MESSAGES for c in cols}})
+
+
+def iter_bucket(root: Path, kind: Kind) -> Iterator[tuple[pl.DataFrame, int]]:
+    """The rows of a bucket one file at a time (see read_bucket), with each file's raw line
+    count, so a caller can reduce a file before the next one is parsed."""
+    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
+    for path in bucket_files(root):
+        lines, n = _read_lines(path)
+        yield _parse(lines.with_columns(file=pl.lit(str(path.relative_to(root))),
+                                        default_source=pl.lit(default_source(root, path))),
+                     kind, cols), n
+
+
 def read_bucket(root: Path, kind: Kind) -> tuple[pl.DataFrame, int]:
     """All rows of a bucket — file, line, source, status (null = readable), raw_chars and the
     canonical message columns of its kind — and the raw line count (information only).
     Files are parsed one at a time, so raw lines never pile up in memory."""
-    frames = []
-    raw_lines = 0
-    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
-    for path in bucket_files(root):
-        lines, n = _read_lines(path)
+    frames, raw_lines = [], 0
+    for frame, n in iter_bucket(root, kind):
+        frames.append(frame)
         raw_lines += n
-        frames.append(_parse(lines.with_columns(file=pl.lit(str(path.relative_to(root))),
-                                                default_source=pl.lit(default_source(root, path))),
-                             kind, cols))
-    if not frames:
-        return pl.DataFrame(schema={"file": pl.String, "line": pl.UInt32, "source": pl.String,
-                                    "status": pl.String, "raw_chars": pl.UInt32,
-                                    **{c: MESSAGES for c in cols}}), 0
-    return pl.concat(frames), raw_lines
+    return (pl.concat(frames), raw_lines) if frames else (empty_bucket(kind), 0)
 
 
 def _parse(df: pl.DataFrame, kind: Kind, cols: list[str]) -> pl.DataFrame:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import polars as pl
 
-from tasks.corpus import Kind, read_bucket
+from tasks.corpus import Kind, empty_bucket, iter_bucket
 
 SCORECARD_VERSION = 1
 CLEAN_PAIR_FLOOR = 3000
@@ -81,8 +83,12 @@ def _normalized(expr: pl.Expr) -> pl.Expr:
 
 
 def _key(expr: pl.Expr) -> pl.Expr:
-    """What "equal after normalisation" compares: the words without any separators."""
-    return expr.str.replace_all(" ", "", literal=True)
+    """What "equal after normalisation" compares: the lower-case words without any separators
+    (the same as _normalized with its spaces taken out, in one pass)."""
+    return expr.str.to_lowercase().str.replace_many(_KEY_DROP, [""] * len(_KEY_DROP))
+
+
+_KEY_DROP = [*_SEPARATORS, " "]
 
 
 def _pair_text(kind: Kind) -> pl.Expr:
@@ -114,24 +120,56 @@ BANDS, ROWS_PER_BAND = 4, 2  # 8 minhashes: candidate pairs from bands, verified
 QUESTION_TAIL, ANSWER_HEAD = 300, 600  # characters of a pair that near-duplicates compare
 
 
-def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) -> pl.Series:
+def near_duplicates(rows: pl.DataFrame, threshold: float) -> pl.Series:
     """Rows (`id`, `norm`) whose MinHash signature agrees with an earlier row's on ≥ threshold
     of 8 hashes — an estimate of the Jaccard similarity of their word bigrams — and whose exact
     Jaccard then reaches the threshold. `norm` is the pair's identity (see _pair_text). LSH
     bands find the candidates, so the work stays linear in rows."""
-    if rows.height < 2:
+    sig = signatures(rows["norm"]).with_columns(rows["id"])
+    return _near_from_signatures(sig, lambda ids: dict(
+        rows.filter(pl.col("id").is_in(ids.implode())).select("id", "norm").iter_rows()),
+        threshold)
+
+
+def signatures(norm: pl.Series, chunk: int = 32_768) -> pl.DataFrame:
+    """The 8 MinHashes (s0…s7) of each text's word bigrams. Each word's hash is mixed with the
+    next one's (the last word stands alone); an empty text gets zeros. Words are split and
+    hashed by Polars over a flat column, the minima taken per row by NumPy: a list.eval per
+    row was the slowest step of the card."""
+    n = len(norm)
+    out = np.zeros((n, len(_MASKS)), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for start in range(0, n, chunk):
+            lists = norm.slice(start, chunk).str.split(" ")
+            m = len(lists)
+            lens = lists.list.len().fill_null(1).to_numpy()  # a null explodes to one null
+            words = lists.explode()
+            keep = (words.str.len_bytes().fill_null(0) > 0).to_numpy()
+            h = words.hash(seed=7).to_numpy()[keep]
+            if not len(h):
+                continue
+            row = np.repeat(np.arange(m), lens)[keep]
+            nxt = np.zeros_like(h)
+            nxt[:-1] = np.where(row[1:] == row[:-1], h[1:], 0)
+            big = h ^ (nxt * _GOLDEN)
+            cnt = np.bincount(row, minlength=m)
+            has = np.flatnonzero(cnt)
+            seg = (np.cumsum(cnt) - cnt)[has]
+            for i, mask in enumerate(_MASKS):
+                out[start + has, i] = np.minimum.reduceat(big ^ np.uint64(mask), seg)
+    return pl.DataFrame({f"s{i}": out[:, i] for i in range(len(_MASKS))},
+                        schema={f"s{i}": pl.UInt64 for i in range(len(_MASKS))})
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _near_from_signatures(sig: pl.DataFrame, texts: Callable[[pl.Series], dict[int, str]],
+                          threshold: float) -> pl.Series:
+    """Near duplicates among the rows of `sig` (`id`, s0…s7): banded candidates, shortlisted by
+    their signatures' agreement, decided by the exact Jaccard of the texts `texts(ids)` gives."""
+    if sig.height < 2:
         return pl.Series("id", [], dtype=pl.UInt32)
-    sigs = []
-    for start in range(0, rows.height, chunk):
-        part = rows.slice(start, chunk)
-        words = pl.col("norm").str.split(" ").list.eval(pl.element().filter(pl.element() != "").hash(seed=7))
-        # word-bigram hashes: each word's hash mixed with the next one's
-        bigrams = words.list.eval(pl.element() ^ (pl.element().shift(-1).fill_null(0)
-                                                  * 0x9E3779B97F4A7C15))
-        h = part.select("id", b=bigrams)
-        sigs.append(h.select("id", *[pl.col("b").list.eval((pl.element() ^ m).min()).list.first()
-                                     .fill_null(0).alias(f"s{i}") for i, m in enumerate(_MASKS)]))
-    sig = pl.concat(sigs)
     bands = []
     for b in range(BANDS):
         cols = [f"s{b * ROWS_PER_BAND + r}" for r in range(ROWS_PER_BAND)]
@@ -151,10 +189,9 @@ def near_duplicates(rows: pl.DataFrame, threshold: float, chunk: int = 200_000) 
     both = a.join(sig, left_on="rep", right_on="id", suffix="_r")
     agree = pl.sum_horizontal((pl.col(f"s{i}") == pl.col(f"s{i}_r")).cast(pl.UInt8)
                               for i in range(len(_MASKS))) / len(_MASKS)
-    # The 16-hash estimate is noisy: it only shortlists; the exact Jaccard decides.
+    # The 8-hash estimate is noisy: it only shortlists; the exact Jaccard decides.
     pairs = both.filter(agree >= threshold - 0.35).select("id", "rep")
-    text = dict(rows.filter(pl.col("id").is_in(pl.concat([pairs["id"], pairs["rep"]]).implode()))
-                .select("id", "norm").iter_rows())
+    text = texts(pl.concat([pairs["id"], pairs["rep"]]).unique())
     near = [i for i, r in pairs.iter_rows() if _jaccard(text[i], text[r]) >= threshold]
     return pl.Series("id", sorted(set(near)), dtype=pl.UInt32)
 
@@ -187,42 +224,35 @@ class BucketCard:
 
 def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
                  ) -> tuple[BucketCard, pl.DataFrame]:
-    """Score one bucket; returns its card and the clean rows (with a stable `split`)."""
+    """Score one bucket; returns its card and the clean rows (with a stable `split`).
+
+    Files are read and put through the per-row rules one at a time; only the rows' ids,
+    statuses, hashes and MinHash signatures (and the message columns the clean rows are
+    returned with) are kept for the bucket-wide duplicate passes."""
     path = root / bucket
-    df, raw_lines = read_bucket(path, kind)
     cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
-    # One lazy pass: the full text feeds the PII check and the normalised form, then goes.
-    pii = pl.col("text").str.contains("|".join(f"(?:{p})" for p in PII_PATTERNS.values()))
-    df = (df.lazy().with_row_index("id").with_columns(text=_text(cols))
-          .with_columns(pii=pii, key=_key(_normalized(pl.col("text"))),
-                        tokens=_content_chars(cols) / CHARS_PER_TOKEN)
-          .drop("text").collect())
-    tie = (_key(_normalized(_text(["chosen"]))) == _key(_normalized(_text(["rejected"])))) \
-        if kind == "dpo" else pl.lit(False)
-    ok = pl.col("status").is_null()
-    df = df.with_columns(
-        pii=pl.when(ok).then(pl.col("pii")).otherwise(False),
-        status=pl.when(~ok).then(pl.col("status"))
-        .when(_empty_turn(cols)).then(pl.lit("empty_turn"))
-        .when(pl.col("tokens") < cfg.min_tokens).then(pl.lit("too_short"))
-        .when(pl.col("tokens") > cfg.max_tokens).then(pl.lit("too_long"))
-        .when(tie).then(pl.lit("chosen_equals_rejected"))
-        .otherwise(None))
-    if cfg.pii_policy == "drop":
-        df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("pii"))
-                             .then(pl.lit("secrets_pii")).otherwise(pl.col("status")))
-    df = df.with_columns(h=pl.col("key").hash(seed=42))
+    parts, sigs, raw_lines, offset = [], [], 0, 0
+    for frame, n in iter_bucket(path, kind):
+        raw_lines += n
+        part, sig = _row_rules(frame.with_row_index("id", offset), kind, cols, cfg)
+        parts.append(part)
+        sigs.append(sig)
+        offset += frame.height
+    if not parts:
+        part, sig = _row_rules(empty_bucket(kind).with_row_index("id"), kind, cols, cfg)
+        parts, sigs = [part], [sig]
+    df, sig = pl.concat(parts), pl.concat(sigs)
+    del parts, sigs
     first = pl.col("id").min().over("h")
     df = df.with_columns(status=pl.when(pl.col("status").is_null() & (pl.col("id") != first))
-                         .then(pl.lit("exact_duplicate")).otherwise(pl.col("status")))
-    # A hash that never changes across Polars versions, for the split and the digest; then the
-    # key text goes, before the near-duplicate pass builds its own.
+                         .then(pl.lit("exact_duplicate")).otherwise(pl.col("status"))).drop("h")
     ok = pl.col("status").is_null()
-    df = df.with_columns(stable=pl.when(ok).then(pl.col("key"))
-                         .map_batches(_stable_hash, return_dtype=pl.UInt64)).drop("key")
-    near = near_duplicates(df.filter(ok).select("id", norm=_normalized(_pair_text(kind))),
-                           cfg.near_duplicate_threshold)
-    df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("id").is_in(near.implode()))
+    sig = sig.filter(pl.col("id").is_in(df.filter(ok)["id"].implode()))
+    near = _near_from_signatures(sig, lambda ids: dict(
+        df.filter(pl.col("id").is_in(ids.implode()))
+        .select("id", norm=_normalized(_pair_text(kind))).iter_rows()),
+        cfg.near_duplicate_threshold)
+    df = df.with_columns(status=pl.when(ok & pl.col("id").is_in(near.implode()))
                          .then(pl.lit("near_duplicate")).otherwise(pl.col("status")))
     counts = dict(df.group_by("status").len().iter_rows())
     clean = df.filter(pl.col("status").is_null())
@@ -232,10 +262,63 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
     return card, clean.select("source", *cols, "split", "file", "line")
 
 
-def _stable_hash(s: pl.Series) -> pl.Series:
-    return pl.Series([None if v is None else
-                      int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little")
-                      for v in s.to_list()], dtype=pl.UInt64)
+def _row_rules(df: pl.DataFrame, kind: Kind, cols: list[str], cfg: ScorecardConfig
+               ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The per-row rules (through secrets_pii) over one file's rows: the rows with their status,
+    `pii`, the in-run duplicate hash `h` and the `stable` hash; and the MinHash signatures of
+    the rows still clean, for the near-duplicate pass."""
+    # One lazy pass: the full text feeds the PII check and the duplicate key, then goes.
+    pii = pl.col("text").str.contains("|".join(f"(?:{p})" for p in PII_PATTERNS.values()))
+    df = (df.lazy().with_columns(text=_text(cols))
+          .with_columns(pii=pii, key=_key(pl.col("text")),
+                        tokens=_content_chars(cols) / CHARS_PER_TOKEN)
+          .drop("text").collect())
+    ok = pl.col("status").is_null()
+    df = df.with_columns(
+        pii=pl.when(ok).then(pl.col("pii")).otherwise(False),
+        status=pl.when(~ok).then(pl.col("status"))
+        .when(_empty_turn(cols)).then(pl.lit("empty_turn"))
+        .when(pl.col("tokens") < cfg.min_tokens).then(pl.lit("too_short"))
+        .when(pl.col("tokens") > cfg.max_tokens).then(pl.lit("too_long"))
+        .when(_ties(df, kind)).then(pl.lit("chosen_equals_rejected"))
+        .otherwise(None))
+    if cfg.pii_policy == "drop":
+        df = df.with_columns(status=pl.when(pl.col("status").is_null() & pl.col("pii"))
+                             .then(pl.lit("secrets_pii")).otherwise(pl.col("status")))
+    # `h` finds duplicates within this run; `stable` never changes across Polars versions (the
+    # split and the digest). Only rows still clean can end up clean, so only they get one.
+    okm = df["status"].is_null().to_numpy()
+    stable = np.zeros(df.height, dtype=np.uint64)
+    stable[okm] = _stable_hashes(df.filter(ok)["key"])
+    df = df.with_columns(h=pl.col("key").hash(seed=42),
+                         stable=pl.when(ok).then(pl.Series(stable, dtype=pl.UInt64)))
+    clean = df.filter(ok)
+    sig = signatures(clean.select(norm=_normalized(_pair_text(kind)))["norm"]) \
+        .with_columns(clean["id"])
+    return df.select("id", "file", "line", "source", "status", "pii", "h", "stable", *cols), sig
+
+
+def _ties(df: pl.DataFrame, kind: Kind) -> pl.Expr:
+    """Rows whose chosen and rejected answers are equal after normalisation. Only rows whose
+    answers' starts agree are compared whole: the key of a prefix is a prefix of the key
+    (the last lower-cased character aside: a final sigma depends on what follows)."""
+    if kind != "dpo":
+        return pl.lit(False)
+    c, r = _text(["chosen"]), _text(["rejected"])
+
+    def start(e: pl.Expr) -> pl.Expr:
+        return _key(e.str.slice(0, 64).str.to_lowercase().str.head(-1))
+
+    ids = df.filter(start(c).str.starts_with(start(r)) | start(r).str.starts_with(start(c))) \
+        .filter(_key(c) == _key(r))["id"]
+    return pl.col("id").is_in(ids.implode())
+
+
+def _stable_hashes(keys: pl.Series) -> np.ndarray:
+    """blake2b-64 (little-endian) of each key's UTF-8 bytes: stable across library versions."""
+    blake = hashlib.blake2b
+    digests = b"".join([blake(v, digest_size=8).digest() for v in keys.cast(pl.Binary).to_list()])
+    return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 
 def _compose(bucket: str, kind: Kind, path: Path, df: pl.DataFrame, clean: pl.DataFrame,
@@ -257,8 +340,7 @@ def _compose(bucket: str, kind: Kind, path: Path, df: pl.DataFrame, clean: pl.Da
             reasons.append(f"source '{s['source']}' is {s['share_of_clean']:.0%} of clean "
                            f"pairs > cap {cfg.max_source_share:.0%}")
     digest = hashlib.sha256()
-    for h in clean["stable"].sort().to_list():
-        digest.update(int(h).to_bytes(8, "little"))
+    digest.update(clean["stable"].sort().to_numpy().astype("<u8").tobytes())
     return BucketCard(
         bucket=bucket, kind=kind, path=str(path.resolve()), raw_lines=raw_lines, total=total,
         clean=n_clean, passed=not reasons, reasons=reasons,
