@@ -126,9 +126,8 @@ def near_duplicates(rows: pl.DataFrame, threshold: float) -> pl.Series:
     Jaccard then reaches the threshold. `norm` is the pair's identity (see _pair_text). LSH
     bands find the candidates, so the work stays linear in rows."""
     sig = signatures(rows["norm"]).with_columns(rows["id"])
-    return _near_from_signatures(sig, lambda ids: dict(
-        rows.filter(pl.col("id").is_in(ids.implode())).select("id", "norm").iter_rows()),
-        threshold)
+    return _near_from_signatures(sig, lambda ids: rows.filter(pl.col("id").is_in(ids.implode()))
+                                 .select("id", "norm"), threshold)
 
 
 def signatures(norm: pl.Series, chunk: int = 32_768) -> pl.DataFrame:
@@ -164,36 +163,57 @@ def signatures(norm: pl.Series, chunk: int = 32_768) -> pl.DataFrame:
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _near_from_signatures(sig: pl.DataFrame, texts: Callable[[pl.Series], dict[int, str]],
+def _near_from_signatures(sig: pl.DataFrame, texts: Callable[[pl.Series], pl.DataFrame],
                           threshold: float) -> pl.Series:
-    """Near duplicates among the rows of `sig` (`id`, s0…s7): banded candidates, shortlisted by
-    their signatures' agreement, decided by the exact Jaccard of the texts `texts(ids)` gives."""
+    """Near duplicates among the rows of `sig` (`id`, s0…s7, ascending ids): banded candidates,
+    shortlisted by their signatures' agreement, decided by the exact Jaccard of the texts
+    (`id`, `norm`) that `texts(ids)` gives."""
     if sig.height < 2:
         return pl.Series("id", [], dtype=pl.UInt32)
-    bands = []
-    for b in range(BANDS):
-        cols = [f"s{b * ROWS_PER_BAND + r}" for r in range(ROWS_PER_BAND)]
-        bands.append(sig.select("id", key=pl.struct(cols).hash(seed=b), band=pl.lit(b)))
+    ids = sig["id"].to_numpy().astype(np.int64)
+    s = sig.select(f"s{i}" for i in range(len(_MASKS))).to_numpy()
     # Candidates: each row against its band-bucket's first row and its predecessor there
     # (a shared common phrase can put unrelated rows in one bucket: the first alone would
-    # hide the real partner).
-    banded = pl.concat(bands).sort("id")
-    cand = pl.concat([
-        banded.with_columns(rep=pl.col("id").min().over("band", "key")),
-        banded.with_columns(rep=pl.col("id").shift(1).over("band", "key")),
-    ]).filter(pl.col("rep").is_not_null() & (pl.col("rep") != pl.col("id"))) \
-        .select("id", "rep").unique()
-    if cand.height == 0:
+    # hide the real partner). A stable sort by band key keeps each bucket in id order.
+    pairs = []
+    with np.errstate(over="ignore"):
+        for b in range(BANDS):
+            key = s[:, b * ROWS_PER_BAND].copy()
+            for r in range(1, ROWS_PER_BAND):
+                key = key * _GOLDEN ^ s[:, b * ROWS_PER_BAND + r]
+            order = np.argsort(key, kind="stable")
+            k = key[order]
+            same = np.empty(len(k), dtype=bool)
+            same[0] = False
+            same[1:] = k[1:] == k[:-1]
+            first = np.maximum.accumulate(np.where(same, 0, np.arange(len(k))))
+            at = np.flatnonzero(same)
+            row = order[at] << 32
+            pairs += [row | order[first[at]], row | order[at - 1]]
+    both = _distinct(np.concatenate(pairs))
+    cand = np.stack([both >> 32, both & 0xFFFFFFFF], 1)  # positions: (row, earlier row)
+    if not len(cand):
         return pl.Series("id", [], dtype=pl.UInt32)
-    a = cand.join(sig, on="id")
-    both = a.join(sig, left_on="rep", right_on="id", suffix="_r")
-    agree = pl.sum_horizontal((pl.col(f"s{i}") == pl.col(f"s{i}_r")).cast(pl.UInt8)
-                              for i in range(len(_MASKS))) / len(_MASKS)
     # The 8-hash estimate is noisy: it only shortlists; the exact Jaccard decides.
-    pairs = both.filter(agree >= threshold - 0.35).select("id", "rep")
-    text = texts(pl.concat([pairs["id"], pairs["rep"]]).unique())
-    near = [i for i, r in pairs.iter_rows() if _jaccard(text[i], text[r]) >= threshold]
-    return pl.Series("id", sorted(set(near)), dtype=pl.UInt32)
+    agree = (s[cand[:, 0]] == s[cand[:, 1]]).sum(axis=1) / len(_MASKS)
+    cand = cand[agree >= threshold - 0.35]
+    text = texts(pl.Series("id", ids[_distinct(cand.ravel())], dtype=pl.UInt32))
+    near = ids[cand[:, 0]][jaccards(text, ids[cand[:, 0]], ids[cand[:, 1]]) >= threshold]
+    return pl.Series("id", _distinct(near), dtype=pl.UInt32)
+
+
+def jaccards(text: pl.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The exact Jaccard similarity of the word-bigram sets (see _shingles) of the texts
+    (`id`, `norm`) of rows a[k] and b[k], for every k."""
+    norm = dict(text.iter_rows())
+    return np.array([_jaccard(norm[i], norm[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)],
+                    dtype=np.float64)
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (np.unique's hashing path is many times slower here)."""
+    a = np.sort(a)
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
 def _shingles(norm: str) -> set[str]:
@@ -248,10 +268,9 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
                          .then(pl.lit("exact_duplicate")).otherwise(pl.col("status"))).drop("h")
     ok = pl.col("status").is_null()
     sig = sig.filter(pl.col("id").is_in(df.filter(ok)["id"].implode()))
-    near = _near_from_signatures(sig, lambda ids: dict(
-        df.filter(pl.col("id").is_in(ids.implode()))
-        .select("id", norm=_normalized(_pair_text(kind))).iter_rows()),
-        cfg.near_duplicate_threshold)
+    near = _near_from_signatures(sig, lambda ids: df.filter(pl.col("id").is_in(ids.implode()))
+                                 .select("id", norm=_normalized(_pair_text(kind))),
+                                 cfg.near_duplicate_threshold)
     df = df.with_columns(status=pl.when(ok & pl.col("id").is_in(near.implode()))
                          .then(pl.lit("near_duplicate")).otherwise(pl.col("status")))
     counts = dict(df.group_by("status").len().iter_rows())
@@ -309,7 +328,8 @@ def _ties(df: pl.DataFrame, kind: Kind) -> pl.Expr:
     def start(e: pl.Expr) -> pl.Expr:
         return _key(e.str.slice(0, 64).str.to_lowercase().str.head(-1))
 
-    ids = df.filter(start(c).str.starts_with(start(r)) | start(r).str.starts_with(start(c))) \
+    ids = df.with_columns(_c=start(c), _r=start(r)) \
+        .filter(pl.col("_c").str.starts_with(pl.col("_r")) | pl.col("_r").str.starts_with(pl.col("_c"))) \
         .filter(_key(c) == _key(r))["id"]
     return pl.col("id").is_in(ids.implode())
 
