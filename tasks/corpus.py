@@ -158,15 +158,20 @@ def empty_bucket(kind: Kind) -> pl.DataFrame:
                                 **{c: MESSAGES for c in cols}})
 
 
+def read_file(root: Path, path: Path, kind: Kind) -> tuple[pl.DataFrame, int]:
+    """One file's rows (see read_bucket) and its raw line count."""
+    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
+    lines, n = _read_lines(path)
+    return _parse(lines.with_columns(file=pl.lit(str(path.relative_to(root))),
+                                     default_source=pl.lit(default_source(root, path))),
+                  kind, cols), n
+
+
 def iter_bucket(root: Path, kind: Kind) -> Iterator[tuple[pl.DataFrame, int]]:
     """The rows of a bucket one file at a time (see read_bucket), with each file's raw line
     count, so a caller can reduce a file before the next one is parsed."""
-    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
     for path in bucket_files(root):
-        lines, n = _read_lines(path)
-        yield _parse(lines.with_columns(file=pl.lit(str(path.relative_to(root))),
-                                        default_source=pl.lit(default_source(root, path))),
-                     kind, cols), n
+        yield read_file(root, path, kind)
 
 
 def read_bucket(root: Path, kind: Kind) -> tuple[pl.DataFrame, int]:
