@@ -220,14 +220,17 @@ def _distinct(a: np.ndarray) -> np.ndarray:
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
-def _shingles(norm: str) -> set[str]:
+def _shingles(norm: str) -> set[Any]:
+    """Word bigrams (as pairs of words), or the words of a text of fewer than two."""
     words = norm.split()  # as the Polars side: no empty words
-    return {f"{x} {y}" for x, y in zip(words, words[1:], strict=False)} or set(words)
+    return set(zip(words, words[1:], strict=False)) or set(words)
 
 
 def _jaccard(a: str, b: str) -> float:
     sa, sb = _shingles(a), _shingles(b)
-    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+    common = len(sa & sb)
+    union = len(sa) + len(sb) - common
+    return common / union if union else 1.0
 
 
 @dataclass
