@@ -47,9 +47,8 @@ def _read_lines(path: Path) -> tuple[pl.DataFrame, int]:
     if path.name.endswith(".gz"):
         data = gzip.decompress(data)
     try:
-        text = data.decode("utf-8")
-        lines = text.split("\n")
-        utf8 = [True] * len(lines)
+        lines = data.decode("utf-8").split("\n")
+        utf8: pl.Expr | list[bool] = pl.lit(True)
     except UnicodeDecodeError:
         lines, utf8 = [], []
         for raw in data.split(b"\n"):
@@ -59,10 +58,10 @@ def _read_lines(path: Path) -> tuple[pl.DataFrame, int]:
             except UnicodeDecodeError:
                 lines.append("")
                 utf8.append(False)
-    df = pl.DataFrame({"raw": lines, "utf8": utf8},
-                      schema={"raw": pl.String, "utf8": pl.Boolean}).with_row_index("line", 1)
+    df = pl.Series("raw", lines, dtype=pl.String).to_frame().with_row_index("line", 1) \
+        .with_columns(utf8=utf8 if isinstance(utf8, pl.Expr) else pl.Series(utf8, dtype=pl.Boolean))
     # Blank lines are layout, not rows (they still count as raw lines, for information).
-    return df.filter(~(pl.col("utf8") & (pl.col("raw").str.strip_chars() == ""))), \
+    return df.filter(~(pl.col("utf8") & pl.col("raw").str.contains(r"^\s*$"))), \
         len(lines) - (1 if lines and lines[-1] == "" else 0)
 
 
