@@ -134,7 +134,7 @@ def near_duplicates(rows: pl.DataFrame, threshold: float) -> pl.Series:
                                  .select("id", "norm"), threshold)
 
 
-def signatures(norm: pl.Series, chunk: int = 32_768) -> pl.DataFrame:
+def signatures(norm: pl.Series, chunk: int = 8192) -> pl.DataFrame:
     """The 8 MinHashes (s0…s7) of each text's word bigrams. Each word's hash is mixed with the
     next one's (the last word stands alone); an empty text gets zeros. Words are split and
     hashed by Polars over a flat column, the minima taken per row by NumPy: a list.eval per
@@ -158,8 +158,10 @@ def signatures(norm: pl.Series, chunk: int = 32_768) -> pl.DataFrame:
             cnt = np.bincount(row, minlength=m)
             has = np.flatnonzero(cnt)
             seg = (np.cumsum(cnt) - cnt)[has]
+            tmp = np.empty_like(big)
             for i, mask in enumerate(_MASKS):
-                out[start + has, i] = np.minimum.reduceat(big ^ np.uint64(mask), seg)
+                np.bitwise_xor(big, np.uint64(mask), out=tmp)
+                out[start + has, i] = np.minimum.reduceat(tmp, seg)
     return pl.DataFrame({f"s{i}": out[:, i] for i in range(len(_MASKS))},
                         schema={f"s{i}": pl.UInt64 for i in range(len(_MASKS))})
 
