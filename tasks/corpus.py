@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,9 +47,8 @@ def _read_lines(path: Path) -> tuple[pl.DataFrame, int]:
     if path.name.endswith(".gz"):
         data = gzip.decompress(data)
     try:
-        text = data.decode("utf-8")
-        lines = text.split("\n")
-        utf8 = [True] * len(lines)
+        lines = data.decode("utf-8").split("\n")
+        utf8: pl.Expr | list[bool] = pl.lit(True)
     except UnicodeDecodeError:
         lines, utf8 = [], []
         for raw in data.split(b"\n"):
@@ -58,10 +58,10 @@ def _read_lines(path: Path) -> tuple[pl.DataFrame, int]:
             except UnicodeDecodeError:
                 lines.append("")
                 utf8.append(False)
-    df = pl.DataFrame({"raw": lines, "utf8": utf8},
-                      schema={"raw": pl.String, "utf8": pl.Boolean}).with_row_index("line", 1)
+    df = pl.Series("raw", lines, dtype=pl.String).to_frame().with_row_index("line", 1) \
+        .with_columns(utf8=utf8 if isinstance(utf8, pl.Expr) else pl.Series(utf8, dtype=pl.Boolean))
     # Blank lines are layout, not rows (they still count as raw lines, for information).
-    return df.filter(~(pl.col("utf8") & (pl.col("raw").str.strip_chars() == ""))), \
+    return df.filter(~(pl.col("utf8") & pl.col("raw").str.contains(r"^\s*$"))), \
         len(lines) - (1 if lines and lines[-1] == "" else 0)
 
 
@@ -77,9 +77,10 @@ def _is_list(name: str) -> pl.Expr:
     return pl.col("raw").str.contains(rf'"{name}"\s*:\s*\[')
 
 
-def _as_messages(name: str, role: str) -> pl.Expr:
-    """A string field becomes one message with `role`; a list is decoded as messages."""
-    one = pl.concat_list(pl.struct(role=pl.lit(role), content=_field(name)))
+def _as_messages(name: str, role: str, content: pl.Expr) -> pl.Expr:
+    """A string field (its value: `content`) becomes one message with `role`; a list is
+    decoded as messages (_decode_lists)."""
+    one = pl.concat_list(pl.struct(role=pl.lit(role), content=content))
     return pl.when(_is_str(name)).then(one).otherwise(None).alias(name)
 
 
@@ -149,52 +150,108 @@ def _implicit_rows(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def empty_bucket(kind: Kind) -> pl.DataFrame:
+    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
+    return pl.DataFrame(schema={"file": pl.String, "line": pl.UInt32, "source": pl.String,
+                                "status": pl.String, "raw_chars": pl.UInt32,
+                                **{c: MESSAGES for c in cols}})
+
+
+def read_file(root: Path, path: Path, kind: Kind) -> tuple[pl.DataFrame, int]:
+    """One file's rows (see read_bucket) and its raw line count."""
+    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
+    lines, n = _read_lines(path)
+    return _parse(lines.with_columns(file=pl.lit(str(path.relative_to(root))),
+                                     default_source=pl.lit(default_source(root, path))),
+                  kind, cols), n
+
+
+def iter_bucket(root: Path, kind: Kind) -> Iterator[tuple[pl.DataFrame, int]]:
+    """The rows of a bucket one file at a time (see read_bucket), with each file's raw line
+    count, so a caller can reduce a file before the next one is parsed."""
+    for path in bucket_files(root):
+        yield read_file(root, path, kind)
+
+
 def read_bucket(root: Path, kind: Kind) -> tuple[pl.DataFrame, int]:
     """All rows of a bucket — file, line, source, status (null = readable), raw_chars and the
     canonical message columns of its kind — and the raw line count (information only).
     Files are parsed one at a time, so raw lines never pile up in memory."""
-    frames = []
-    raw_lines = 0
-    cols = ["messages"] if kind == "sft" else ["prompt", "chosen", "rejected"]
-    for path in bucket_files(root):
-        lines, n = _read_lines(path)
+    frames, raw_lines = [], 0
+    for frame, n in iter_bucket(root, kind):
+        frames.append(frame)
         raw_lines += n
-        frames.append(_parse(lines.with_columns(file=pl.lit(str(path.relative_to(root))),
-                                                default_source=pl.lit(default_source(root, path))),
-                             kind, cols))
-    if not frames:
-        return pl.DataFrame(schema={"file": pl.String, "line": pl.UInt32, "source": pl.String,
-                                    "status": pl.String, "raw_chars": pl.UInt32,
-                                    **{c: MESSAGES for c in cols}}), 0
-    return pl.concat(frames), raw_lines
+    return (pl.concat(frames), raw_lines) if frames else (empty_bucket(kind), 0)
+
+
+def _decoded(df: pl.DataFrame, fields: dict[str, pl.DataType]) -> pl.DataFrame | None:
+    """The top-level `fields` of every readable row in one JSON decode (other rows: nulls), as
+    columns `_f_<name>`; None when some row's value does not fit its type (a list where a string
+    was expected, say): then each field is matched on its own, row by row."""
+    raw = pl.when(pl.col("status").is_null()).then(pl.col("raw")).otherwise(pl.lit("{}"))
+    try:
+        dec = df.select(raw.str.json_decode(dtype=pl.Struct(fields)).alias("_d"))
+    except pl.exceptions.PolarsError:
+        return None
+    return dec.select(pl.col("_d").struct.field(n).alias(f"_f_{n}") for n in fields)
+
+
+def _unparseable(rows: pl.Expr) -> pl.Expr:
+    """Status `unparseable` for the still-readable `rows` that are not a JSON object."""
+    bad = pl.col("status").is_null() & rows & pl.col("raw").str.json_path_match("$").is_null()
+    return pl.when(bad).then(pl.lit("unparseable")).otherwise(pl.col("status")).alias("status")
 
 
 def _parse(df: pl.DataFrame, kind: Kind, cols: list[str]) -> pl.DataFrame:
-    is_obj = pl.col("raw").str.strip_chars_start().str.starts_with("{") & \
-        pl.col("raw").str.json_path_match("$").is_not_null()
+    # A JSON object starts with "{" and ends with "}" (JSON whitespace aside): a truncated line
+    # is unparseable without a parse.
+    obj = pl.col("raw").str.strip_chars_start().str.starts_with("{") & \
+        pl.col("raw").str.strip_chars_end().str.ends_with("}")
     df = df.with_columns(
         status=pl.when(~pl.col("utf8")).then(pl.lit("invalid_utf8"))
-        .when(~is_obj).then(pl.lit("unparseable")).otherwise(None),
-        source=pl.when(_is_str("source")).then(_field("source"))
-        .otherwise(pl.col("default_source")),
-        raw_chars=pl.col("raw").str.len_chars().cast(pl.UInt32),
-    )
+        .when(~obj).then(pl.lit("unparseable")).otherwise(None),
+        raw_chars=pl.col("raw").str.len_chars().cast(pl.UInt32))
+    strings = ["source", *(["prompt", "completion"] if kind == "sft" else cols)]
+    fields: dict[str, pl.DataType] = {n: pl.String() for n in strings}
+    if kind == "sft":
+        fields["messages"] = MESSAGES
+    # One decode of every line that may be an object proves them all JSON at once; when one is
+    # not (or a field's type does not fit), each line is parsed on its own.
+    dec = _decoded(df, fields)
+    if dec is None:
+        df = df.with_columns(_unparseable(pl.lit(True)))
+        dec = _decoded(df, fields)
+    else:  # the decoder lets a lone surrogate escape through, the JSON parser does not
+        odd = pl.col("raw").str.contains(r"\\u[dD][89a-fA-F]")
+        if df.select((odd & pl.col("status").is_null()).any()).item():
+            df = df.with_columns(_unparseable(odd))
+            dec = _decoded(df, fields)
+    if dec is not None:
+        df = pl.concat([df, dec], how="horizontal")
+
+    def field(name: str) -> pl.Expr:
+        return pl.col(f"_f_{name}") if dec is not None else _field(name)
+
+    df = df.with_columns(source=pl.when(_is_str("source")).then(field("source"))
+                         .otherwise(pl.col("default_source")))
     if kind == "sft":
         df = df.with_columns(
-            messages=pl.when(_is_list("messages")).then(None)
+            messages=pl.when(_is_list("messages")).then(field("messages") if dec is not None else None)
             .when(_is_str("prompt") & _is_str("completion"))
-            .then(pl.concat_list(pl.struct(role=pl.lit("user"), content=_field("prompt")),
+            .then(pl.concat_list(pl.struct(role=pl.lit("user"), content=field("prompt")),
                                  pl.struct(role=pl.lit("assistant"),
-                                           content=_field("completion"))))
+                                           content=field("completion"))))
             .otherwise(None))
-        df = _decode_lists(df, ["messages"])
+        if dec is None:
+            df = _decode_lists(df, ["messages"])
     else:
         implicit = ~pl.col("raw").str.contains(r'"prompt"\s*:') & \
             (_is_str("chosen") | _is_list("chosen")) & (_is_str("rejected") | _is_list("rejected"))
         df = df.with_columns(implicit=implicit & pl.col("status").is_null(),
-                             **{c: _as_messages(c, "user" if c == "prompt" else "assistant")
-                                for c in cols})
-        df = _decode_lists(df, cols)
+                             **{c: _as_messages(c, "user" if c == "prompt" else "assistant",
+                                                field(c)) for c in cols})
+        if dec is None:  # a decode that fit every row had no lists among these fields
+            df = _decode_lists(df, cols)
         imp = df.filter(pl.col("implicit"))
         if imp.height:
             df = pl.concat([df.filter(~pl.col("implicit")), _implicit_rows(imp)]).sort("line")

@@ -225,3 +225,38 @@ def test_cli_prints_the_card_and_exits_by_verdict(tmp_path: Path, capsys) -> Non
         "0 distinct sources < minimum 1"]
     assert main(["scorecard", "--corpus", str(tmp_path / "nope")]) == 2
     assert "nope/engineering-pointsav does not exist" in capsys.readouterr().err
+
+
+def test_one_decode_per_file_and_the_line_by_line_fallback_read_the_same_rows(
+        tmp_path: Path) -> None:
+    rows = [dpo(q(i), a(i), "No idea.", source=f"s{i % 2}") for i in range(20)] + [
+        json.dumps({"chosen": "\n\nHuman: hi\n\nAssistant: yes",
+                    "rejected": "\n\nHuman: hi\n\nAssistant: no"}),  # implicit prompt
+        json.dumps({"prompt": 3, "chosen": "c", "rejected": "r"}),  # wrong_schema
+        '{"prompt": "truncated', '{"prompt": "p"} trailing}', "  ",  # unparseable, blank
+        '{"prompt": "p", "chosen": "a\\ud800", "rejected": "r"}']  # lone surrogate: unparseable
+    write(tmp_path / "fast" / "a.jsonl", rows)
+    # a message list where a string fits the rest: this file is decoded field by field
+    write(tmp_path / "slow" / "a.jsonl",
+          rows + [json.dumps({"prompt": [{"role": "user", "content": "hi"}], "chosen": "c",
+                              "rejected": "r"})])
+    fast, n_fast = read_bucket(tmp_path / "fast", "dpo")
+    slow, n_slow = read_bucket(tmp_path / "slow", "dpo")
+    assert (n_fast, n_slow) == (len(rows), len(rows) + 1)
+    assert slow.head(fast.height).equals(fast)
+    assert fast["status"].to_list()[20:] == [None, "wrong_schema", "unparseable", "unparseable",
+                                             "unparseable"]
+    assert slow["prompt"][-1].to_list() == [{"role": "user", "content": "hi"}]
+
+
+def test_jaccards_of_many_pairs_match_the_pairwise_sets() -> None:
+    import numpy as np
+
+    from tasks.scorecard import _jaccard, jaccards
+
+    texts = ["a b c d", "a b c e", "", "  ", "a", "a", "b a b a", "x y  z"]
+    frame = pl.DataFrame({"id": range(len(texts)), "norm": texts},
+                         schema={"id": pl.UInt32, "norm": pl.String})
+    pairs = np.array([(i, j) for i in range(len(texts)) for j in range(len(texts))])
+    got = jaccards(frame, pairs[:, 0], pairs[:, 1])
+    assert got.tolist() == [_jaccard(texts[i], texts[j]) for i, j in pairs]
