@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import signal
 import threading
 import time
@@ -200,6 +201,8 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
         logger.info("%s: already trained on this data with these parameters (%s) — reused; "
                     "pass retrain=True to train again", bucket, m["name"])
         return {**m, "reused": True}
+    if retrain:  # start from step 0, not from an earlier run's checkpoints
+        shutil.rmtree(store.checkpoint_dir(run_digest), ignore_errors=True)
     name = f"{bucket}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{run_digest[:8]}"
     out_dir = store.adapter_dir(name)
     manifest: dict[str, Any] = {
@@ -233,6 +236,8 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
             reporter = _Reporter(store, manifest, bucket)
             result = _run_training(params, hf_dir, store, run_digest, out_dir, reporter,
                                    promoted_peft)
+        # Checkpoints exist to resume an interrupted run; a finished one no longer needs them.
+        shutil.rmtree(store.checkpoint_dir(run_digest), ignore_errors=True)
         history = result.pop("history")
         (out_dir / "losses.json").write_text(json.dumps(history, indent=1))
         _loss_png(history, out_dir / "loss.png", name)

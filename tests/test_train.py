@@ -313,3 +313,65 @@ def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache
     assert done[0]["step"] == 60
     killed = [m for m in store.list("toy") if m["state"] != "done"]
     assert len(killed) == 1 and killed[0]["state"] == "running"  # kill -9: no chance to say
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_api")
+def test_cancelled_training_saves_a_checkpoint_ends_cancelled_and_frees_the_slot(
+        tiny_base: Path, base_cache: dict[str, Any], tmp_path: Path) -> None:
+    """A real cancellation: the run is executed by a Prefect runner (`train_flow.serve`), the
+    API is asked to cancel, the runner SIGTERMs the run's process."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL
+    from prefect.states import Cancelling
+
+    from tasks.gpu import active_slots
+
+    recipe = write_recipe(tmp_path, checkpoint_every=4, export_gguf=False,
+                          sft={"max_steps": 400, "learning_rate": 0.005})
+    profile = train_profile(tmp_path, base_cache["cache"], recipe=recipe)
+    params = build_params(str(recipe), {"dataset": str(sft_parquet(tmp_path / "toy.parquet")),
+                                        "method": "sft", "bucket": "toy",
+                                        "base_model": str(tiny_base)})
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+           "PYTHONPATH": str(ROOT), "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from flows.train import train_flow; "
+         "train_flow.serve(name='cancel-test', print_starting_message=False)"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        run = None
+        while run is None:
+            try:
+                run = run_deployment("train/cancel-test", timeout=0, parameters={
+                    "params": params.model_dump(), "profile": str(profile)})
+            except Exception:  # noqa: BLE001 - the deployment is not registered yet
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(1)
+        ckpts = tmp_path / "state" / "artifacts" / "checkpoints"
+        deadline = time.monotonic() + 240
+        while not list(ckpts.glob("*/checkpoint-*/trainer_state.json")):
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            time.sleep(0.5)
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(run.id, Cancelling(), force=True)
+            deadline = time.monotonic() + 120
+            while not (state := client.read_flow_run(run.id).state).is_final():
+                assert time.monotonic() < deadline, f"still {state.name} after 120 s"
+                time.sleep(1)
+        assert state.is_cancelled(), state
+        store = ArtifactStore(tmp_path / "state" / "artifacts")
+        (m,) = store.list("toy")
+        assert m["state"] == "cancelled", m
+        last = max(int(p.parent.name.split("-")[1])
+                   for p in ckpts.glob("*/checkpoint-*/trainer_state.json"))
+        assert last == m["step"] and last < 400  # the stop step itself was checkpointed
+        assert active_slots() == 0
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
