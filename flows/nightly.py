@@ -89,10 +89,11 @@ def _phase(summary: dict[str, Any], name: str) -> Iterator[None]:
     except BaseException as e:
         timed_out = isinstance(e, TimeoutError) or "timed out" in str(e).lower() or \
             type(e).__name__ in {"FlowRunTimeoutError", "TaskRunTimeoutError"}
-        record["status"] = "timed_out" if timed_out else "failed"
+        record["status"] = "timed_out" if timed_out else _final_status(e)
         if isinstance(e, PhaseFailed):
             merge_extraction(summary, e.summary)
-        summary.setdefault("error", f"{name}: {type(e).__name__}: {e}")
+        why = str(e) or ("the run was cancelled" if _final_status(e) == "cancelled" else "")
+        summary.setdefault("error", f"{name}: {type(e).__name__}" + (f": {why}" if why else ""))
         raise
     finally:
         record["seconds"] = round(time.monotonic() - start, 2)

@@ -210,9 +210,9 @@ def test_cancel_mid_phase_1_stops_the_node(server: dict[str, str], tmp_path: Pat
             assert gpu_slots(env) == 0 and gpu_slots(env, "nightly") == 0
             s = node.summary()
             assert s["status"] == "cancelled", s.get("error")
-            assert s["phases"]["extract"]["status"] == "failed"
-            assert s["phases"]["compute_down"]["status"] in {"completed", "failed"}
-            assert s["cost"]["tokens_in"] == s["prompt_tokens"]
+            assert s["phases"]["extract"]["status"] == "cancelled"
+            assert s["phases"]["compute_down"]["status"] == "completed"
+            assert s["cost"]["gpu_hours"] > 0 and s["cost"]["tokens_in"] == s["prompt_tokens"]
         finally:
             if worker.poll() is None:
                 os.killpg(worker.pid, signal.SIGTERM)  # our own worker's process group
