@@ -49,9 +49,11 @@ def _take_nightly_slot(stack: ExitStack) -> None:
         stack.enter_context(nightly_slot(timeout_seconds=NIGHTLY_SLOT_WAIT_SECONDS))
     except TimeoutError as e:
         raise PhaseFailed(
-            f"another nightly run holds the 'nightly' concurrency slot after "
-            f"{NIGHTLY_SLOT_WAIT_SECONDS:.0f} s — wait for it to finish (prefect flow-run ls "
-            "--flow-name nightly --state RUNNING), or cancel it", {}) from e
+            f"the 'nightly' concurrency slot is still held after {NIGHTLY_SLOT_WAIT_SECONDS:.0f} s "
+            "— another nightly run is alive (prefect flow-run ls --flow-name nightly --state "
+            "RUNNING: wait for it or cancel it), or one was killed and its lease was never "
+            "reclaimed (the ephemeral API, without PREFECT_API_URL, runs no repossessor): then "
+            "`prefect gcl update nightly --active-slots 0`", {}) from e
 
 
 def _reap_at_start(cfg: Any, logger: Any) -> dict[str, Any]:
