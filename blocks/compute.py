@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prefect.blocks.core import Block
 from pydantic import Field
@@ -52,3 +53,14 @@ class LocalCompute(Block):
     def stop(self) -> None:
         """Put the node to sleep: locally, make sure no server is left running."""
         self.stop_inference()
+
+    def request_stop_node(self) -> list[str]:
+        """The fast first step of teardown (see GceCompute.request_stop_node): locally, stop
+        the inference server."""
+        self.stop_inference()
+        return ["local"]
+
+    def usage(self, since: float | None = None) -> dict[str, Any]:
+        """Same keys as GceCompute.usage: this machine costs nothing per run."""
+        return {"running_seconds": 0.0, "gpu_hours": 0.0, "estimated_usd": 0.0, "zones": {},
+                "note": "local machine: no cost"}

@@ -46,7 +46,7 @@ class VllmServeSettings(BaseModel):
     max_num_seqs: int | None = Field(default=None, ge=1, description="Empty = vLLM's default.")
     extra_args: list[str] = Field(default_factory=list, description="Appended as they are.")
     prefect_bin: str = Field(default="/opt/prefect/bin/prefect", description="prefect on the node.")
-    work_pool: str = Field(default="gpu-node", description="Pool the node's Prefect worker serves.")
+    work_pool: str = Field(default="slm-node", description="Pool the node's Prefect worker serves.")
     prefect_api_url: str | None = Field(default=None, description="PREFECT_API_URL for the worker.")
     prefect_api_key_secret: str | None = Field(
         default=None,

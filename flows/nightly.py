@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,13 +22,16 @@ from prefect.runtime import flow_run as current_run
 
 from blocks.profile import Profile, load_profile
 from flows.extract import extract
+from flows.reaper import reap
 from flows.scorecard import scorecard
 from flows.train import run_for_marker
 from tasks.errors import PhaseFailed
-from tasks.gpu import gpu_slot
-from tasks.node import compute_down, compute_up, inference_down, inference_up
+from tasks.gpu import LEASE_SECONDS, gpu_slot, nightly_slot
+from tasks.node import compute_down, compute_up, inference_down, inference_up, node_usage
 from tasks.registry import ArtifactStore
-from tasks.summary import merge_extraction, new_summary, render_markdown
+from tasks.summary import cost_summary, merge_extraction, new_summary, render_markdown
+
+NIGHTLY_SLOT_WAIT_SECONDS = 3 * LEASE_SECONDS  # > a dead run's lease + the repossessor's loop
 
 
 def _stop_node_hook(flow: Any, flow_run: Any, state: Any) -> None:
@@ -37,6 +40,44 @@ def _stop_node_hook(flow: Any, flow_run: Any, state: Any) -> None:
         load_profile(flow_run.parameters.get("profile", "local")).compute.stop()
     except Exception as e:  # noqa: BLE001 - a hook must not raise
         print(f"nightly teardown hook could not stop the node: {e}")
+
+
+def _take_nightly_slot(stack: ExitStack) -> None:
+    """Hold the `nightly` slot for the whole run (tasks/gpu.py): it tells the reaper this run
+    is alive and owns the node. Waits for a run killed < ~75 s ago to lose its lease."""
+    try:
+        stack.enter_context(nightly_slot(timeout_seconds=NIGHTLY_SLOT_WAIT_SECONDS))
+    except TimeoutError as e:
+        raise PhaseFailed(
+            f"the 'nightly' concurrency slot is still held after {NIGHTLY_SLOT_WAIT_SECONDS:.0f} s "
+            "— another nightly run is alive (prefect flow-run ls --flow-name nightly --state "
+            "RUNNING: wait for it or cancel it), or one was killed and its lease was never "
+            "reclaimed (the ephemeral API, without PREFECT_API_URL, runs no repossessor): then "
+            "`prefect gcl update nightly --active-slots 0`", {}) from e
+
+
+def _reap_at_start(cfg: Any, logger: Any) -> dict[str, Any]:
+    """Run the reaper's logic while holding the slot: a node up now was left by a dead run."""
+    try:
+        return reap(cfg, exclude=current_run.get_id(), holding_slot=True, logger=logger)
+    except Exception as e:  # noqa: BLE001 - compute_up reuses or restarts the node anyway
+        logger.warning("reaper at start failed: %s: %s", type(e).__name__, e)
+        return {"action": "error", "error": f"{type(e).__name__}: {e}"}
+
+
+def _request_stop(compute: Any, logger: Any) -> None:
+    """First thing in `finally`: ask for the stop without waiting, so a cancelled run (30 s of
+    grace before SIGKILL) has at least requested it; compute_down then waits for it."""
+    try:
+        compute.request_stop_node()
+    except Exception as e:  # noqa: BLE001 - compute_down retries the stop and reports
+        logger.warning("stop request failed (compute_down retries): %s", e)
+
+
+def _final_status(e: BaseException) -> str:
+    from prefect.exceptions import TerminationSignal
+
+    return "cancelled" if isinstance(e, TerminationSignal) else "failed"
 
 
 @contextmanager
@@ -50,10 +91,11 @@ def _phase(summary: dict[str, Any], name: str) -> Iterator[None]:
     except BaseException as e:
         timed_out = isinstance(e, TimeoutError) or "timed out" in str(e).lower() or \
             type(e).__name__ in {"FlowRunTimeoutError", "TaskRunTimeoutError"}
-        record["status"] = "timed_out" if timed_out else "failed"
+        record["status"] = "timed_out" if timed_out else _final_status(e)
         if isinstance(e, PhaseFailed):
             merge_extraction(summary, e.summary)
-        summary.setdefault("error", f"{name}: {type(e).__name__}: {e}")
+        why = str(e) or ("the run was cancelled" if _final_status(e) == "cancelled" else "")
+        summary.setdefault("error", f"{name}: {type(e).__name__}" + (f": {why}" if why else ""))
         raise
     finally:
         record["seconds"] = round(time.monotonic() - start, 2)
@@ -126,6 +168,9 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     cfg = load_profile(profile)
     summary = new_summary(cfg.name)
     summary["started_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    alive = ExitStack()
+    _take_nightly_slot(alive)
+    summary["reaper"] = _reap_at_start(cfg, logger)
     try:
         with _phase(summary, "compute_up"):
             summary["node"] = compute_up(cfg.compute)
@@ -150,25 +195,33 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                                               "note": "no [corpus] root in the profile"}
         _train_passing_buckets(summary, cfg, profile, phase2_timeout_seconds)
         summary["status"] = "completed"
-    except BaseException:
-        summary["status"] = "failed"
+    except BaseException as e:
+        summary["status"] = _final_status(e)
         raise
     finally:
         try:
             with _phase(summary, "compute_down"):
+                usage = None
+                _request_stop(cfg.compute, logger)
                 try:
-                    compute_down(cfg.compute)
+                    usage = compute_down(cfg.compute)
                 except BaseException:
                     # Cancellation can refuse new task runs: stop the node directly.
                     cfg.compute.stop()
+                    usage = node_usage(cfg.compute, logger)
                     raise
+                finally:
+                    summary["cost"] = cost_summary(usage, summary)
         except Exception:
             summary["status"] = "failed"
             raise
         finally:
-            summary["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-            path = _write_summary(summary, cfg.state_dir)
-            create_markdown_artifact(render_markdown(summary), key="nightly-summary",
-                                     description="Nightly run summary")
-            logger.info("run summary written to %s", path)
+            try:
+                summary["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+                path = _write_summary(summary, cfg.state_dir)
+                create_markdown_artifact(render_markdown(summary), key="nightly-summary",
+                                         description="Nightly run summary")
+                logger.info("run summary written to %s", path)
+            finally:
+                alive.close()  # the node is down: release the `nightly` slot
     return summary

@@ -1,10 +1,21 @@
 """The reaper: stops a node that a nightly run left up (a worker killed with SIGKILL, a crash
 after the `finally` lost its 30 s of grace, a run started by hand and forgotten).
 
-It stops the node only when no nightly flow run is active (RUNNING, PENDING or CANCELLING in
-the Prefect API, other than the reaper's own run). A run that has been RUNNING for more than
-`max_run_hours` is treated as stale — a process that died without reporting keeps its RUNNING
-state forever, and that is exactly the case the reaper exists for. Schedule it e.g. hourly.
+Who may be using the node: only the holder of the `nightly` concurrency slot (tasks/gpu.py). A
+nightly run holds that slot, as a lease it keeps renewing, from its start until its node is
+stopped; a process killed with -9 stops renewing and the slot frees itself within ~75 s. So:
+
+- slot held → some nightly run is alive and owns the node: leave it (`skipped`);
+- slot free → a nightly run in the API is still "active" only while it is PENDING or
+  CANCELLING (its `finally` is stopping the node), or RUNNING for less than
+  `startup_grace_seconds` (it has not taken the slot yet). A RUNNING run past that grace without
+  the slot is `orphaned`: its process died without reporting, and the run keeps its RUNNING
+  state forever. A run RUNNING for more than `max_run_hours` is `stale` whatever the slot says.
+- nothing active → the node is stopped if it is up.
+
+`reap()` is also called by every nightly run at its start, while it holds the slot: then no
+other run can be using the node, and a node found up is one a dead run left behind.
+Schedule the `reaper` deployment e.g. hourly (prefect.yaml).
 """
 
 from __future__ import annotations
@@ -26,7 +37,8 @@ from prefect.client.schemas.objects import StateType
 from prefect.runtime import flow_run as current_run
 
 from blocks.gce import GceCompute
-from blocks.profile import load_profile
+from blocks.profile import Profile, load_profile
+from tasks.gpu import NIGHTLY_LIMIT, active_slots
 
 ACTIVE = [StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]
 
@@ -34,7 +46,7 @@ ACTIVE = [StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]
 def active_nightly_runs(exclude: str | None = None, flow_name: str = "nightly",
                         max_run_hours: float = 12.0) -> tuple[list[dict[str, Any]], list[dict]]:
     """(active, stale) nightly flow runs from the Prefect API, each as {id, name, state,
-    start_time}. `exclude`: a flow run id to leave out (the caller's own)."""
+    start_time, age_seconds}. `exclude`: a flow run id to leave out (the caller's own)."""
     run_filter = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=ACTIVE)))
     if exclude:
         run_filter.id = FlowRunFilterId(not_any_=[exclude])  # type: ignore[list-item]
@@ -45,47 +57,74 @@ def active_nightly_runs(exclude: str | None = None, flow_name: str = "nightly",
     active, stale = [], []
     for r in runs:
         started = r.start_time or (r.state.timestamp if r.state else None)
+        age_s = (now - started).total_seconds() if started else 0.0
         info = {"id": str(r.id), "name": r.name, "state": r.state_type.value if r.state_type
-                else None, "start_time": started.isoformat() if started else None}
-        age_h = (now - started).total_seconds() / 3600 if started else 0.0
-        if r.state_type == StateType.RUNNING and age_h > max_run_hours:
+                else None, "start_time": started.isoformat() if started else None,
+                "age_seconds": round(age_s, 1)}
+        if r.state_type == StateType.RUNNING and age_s / 3600 > max_run_hours:
             stale.append(info)
         else:
             active.append(info)
     return active, stale
 
 
-@flow(name="node-reaper")
-def reaper(profile: str, max_run_hours: float = 12.0) -> dict[str, Any]:
-    """Stop the profile's node if it is up and no nightly run is using it; return what was done."""
-    logger = get_run_logger()
-    cfg = load_profile(profile)
-    active, stale = active_nightly_runs(exclude=current_run.get_id(), max_run_hours=max_run_hours)
-    result: dict[str, Any] = {"profile": cfg.name, "active_runs": active, "stale_runs": stale}
-    if active:
+def reap(cfg: Profile, *, exclude: str | None = None, holding_slot: bool = False,
+         max_run_hours: float = 12.0, startup_grace_seconds: float = 300.0,
+         logger: Any = None) -> dict[str, Any]:
+    """Stop the profile's node if it is up and no live nightly run owns it (module docstring).
+    `holding_slot`: the caller is a nightly run holding the `nightly` slot. Returns a record of
+    what was found and done (`action`: skipped | none | stopped)."""
+    import logging
+
+    log = logger or logging.getLogger("slm_nightly.reaper")
+    active, stale = active_nightly_runs(exclude=exclude, max_run_hours=max_run_hours)
+    slot_held = active_slots(NIGHTLY_LIMIT) > 0
+    result: dict[str, Any] = {"profile": cfg.name, "nightly_slot_held": slot_held,
+                              "active_runs": [], "orphaned_runs": [], "stale_runs": stale}
+    for r in active:
+        if holding_slot:
+            # we own the node: any other run is waiting for the slot or dead
+            result["orphaned_runs" if r["state"] == "RUNNING" else "active_runs"].append(r)
+        elif r["state"] == "RUNNING" and not slot_held and r["age_seconds"] > startup_grace_seconds:
+            result["orphaned_runs"].append(r)
+        else:
+            result["active_runs"].append(r)
+    if not holding_slot and (slot_held or result["active_runs"]):
         result["action"] = "skipped"
-        result["reason"] = f"{len(active)} nightly run(s) active: " + \
-            ", ".join(f"{r['name']} ({r['state']})" for r in active)
-        logger.info("reaper: %s", result["reason"])
+        result["reason"] = "the nightly slot is held by a live run" if slot_held else \
+            f"{len(result['active_runs'])} nightly run(s) active: " + ", ".join(
+                f"{r['name']} ({r['state']})" for r in result["active_runs"])
+        log.info("reaper: %s", result["reason"])
         return result
+    if result["orphaned_runs"]:
+        log.warning("reaper: nightly run(s) with no live process: %s", ", ".join(
+            f"{r['name']} ({r['id']})" for r in result["orphaned_runs"]))
     compute = cfg.compute
     if isinstance(compute, GceCompute):
         up = compute.running_nodes()
         result["found"] = up
         if not up:
             result["action"] = "none"
-            logger.info("reaper: node is stopped; nothing to do")
+            log.info("reaper: node is stopped; nothing to do")
             return result
         result["stopped_zones"] = compute.stop()
         result["action"] = "stopped"
-        logger.warning("reaper: stopped node %s left up (%s) with no nightly run active",
-                       compute.instance, up)
+        log.warning("reaper: stopped node %s left up (%s) with no nightly run using it",
+                    compute.instance, up)
         return result
     if compute.inference_running():
         compute.stop()
         result["action"] = "stopped"
         result["found"] = {"local": "inference server running"}
-        logger.warning("reaper: stopped a local inference server left running")
+        log.warning("reaper: stopped a local inference server left running")
     else:
         result["action"] = "none"
     return result
+
+
+@flow(name="node-reaper")
+def reaper(profile: str, max_run_hours: float = 12.0,
+           startup_grace_seconds: float = 300.0) -> dict[str, Any]:
+    """Stop the profile's node if it is up and no nightly run is using it; return what was done."""
+    return reap(load_profile(profile), exclude=current_run.get_id(), max_run_hours=max_run_hours,
+                startup_grace_seconds=startup_grace_seconds, logger=get_run_logger())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -51,15 +52,21 @@ def inference_down(compute: Compute) -> bool:
 
 
 @task(name="compute-down", cache_policy=NO_CACHE)
-def compute_down(compute: Compute) -> None:
-    """Stop the node (always runs, from the flow's `finally`)."""
+def compute_down(compute: Compute) -> dict[str, Any] | None:
+    """Stop the node (always runs, from the flow's `finally`) and return its usage this run
+    (RUNNING time, GPU-hours, estimated cost; see GceCompute.usage), None if unavailable."""
     compute.stop()
-    get_run_logger().info("compute down")
-    if isinstance(compute, GceCompute):
-        try:
-            used = compute.usage()
-        except Exception as e:  # noqa: BLE001 - the node is down; the estimate is a nicety
-            get_run_logger().warning("node usage unavailable: %s", e)
-        else:
-            get_run_logger().info("node ran %.0f s this run, estimated $%.2f",
-                                  used["running_seconds"], used["estimated_usd"])
+    logger = get_run_logger()
+    logger.info("compute down")
+    return node_usage(compute, logger)
+
+
+def node_usage(compute: Compute, logger: Any) -> dict[str, Any] | None:
+    try:
+        used = compute.usage()
+    except Exception as e:  # noqa: BLE001 - the node is down; the estimate is a nicety
+        logger.warning("node usage unavailable: %s", e)
+        return None
+    logger.info("node ran %.0f s this run (%.4f GPU-hours), estimated $%.2f",
+                used["running_seconds"], used["gpu_hours"], used["estimated_usd"])
+    return used

@@ -47,6 +47,30 @@ def _training_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
+def cost_summary(usage: dict[str, Any] | None, s: dict[str, Any]) -> dict[str, Any]:
+    """The run's cost block: GPU-hours and estimated USD from the node's RUNNING time
+    (compute.usage(): one L4 per node, so GPU-hours = node hours) and the tokens in/out."""
+    cost: dict[str, Any] = {"tokens_in": s.get("prompt_tokens", 0),
+                            "tokens_out": s.get("completion_tokens", 0)}
+    if usage is None:
+        return {**cost, "gpu_hours": None, "estimated_usd": None,
+                "note": "node usage unavailable (see the run log)"}
+    rates = sorted({(z["provisioning"], z["usd_per_hour"]) for z in usage.get("zones", {}).values()})
+    return {**cost, "gpu_hours": usage["gpu_hours"], "running_seconds": usage["running_seconds"],
+            "estimated_usd": usage["estimated_usd"],
+            "rates": [f"{p} ${r:.2f}/h" for p, r in rates], "zones": usage.get("zones", {}),
+            "note": usage.get("note", "")}
+
+
+def _cost_line(c: dict[str, Any]) -> str:
+    if c.get("gpu_hours") is None:
+        return f"Cost: unknown ({c.get('note')}); tokens in {c['tokens_in']} / out {c['tokens_out']}"
+    rates = f" at {', '.join(c['rates'])}" if c.get("rates") else ""
+    return (f"Cost: {c['gpu_hours']:.4f} GPU-hours{rates} ≈ ${c['estimated_usd']:.4f}; tokens in "
+            f"{c['tokens_in']} / out {c['tokens_out']}" + (f" ({c['note']})" if c.get("note")
+                                                            else ""))
+
+
 def render_text(s: dict[str, Any], profile_ref: str = "local") -> str:
     lines = [f"slm-nightly run — profile {s['profile']}: {s['status'].upper()}", ""]
     lines.append("Phases:")
@@ -78,6 +102,11 @@ def render_text(s: dict[str, Any], profile_ref: str = "local") -> str:
     lines += ["", f"LLM calls: {s['llm_calls']}  (prompt tokens {s['prompt_tokens']}, "
               f"completion tokens {s['completion_tokens']})",
               f"Upserted: {s['entities']} entities, {s['relationships']} relationships"]
+    if s.get("cost"):
+        lines.append(_cost_line(s["cost"]))
+    reaped = s.get("reaper") or {}
+    if reaped.get("action") == "stopped":
+        lines.append(f"Reaper at start: stopped a node left up ({reaped.get('found')})")
     if s.get("failures"):
         lines += ["", f"Failed documents ({len(s['failures'])}), also in {s.get('dead_letter')}:"]
         for f in s["failures"][:20]:
@@ -107,6 +136,11 @@ def render_markdown(s: dict[str, Any]) -> str:
     train = _training_lines(s)
     if train:
         lines += ["", "## Training", ""] + [f"- {x.strip()}" for x in train if x.strip()]
+    if s.get("cost"):
+        lines += ["", _cost_line(s["cost"])]
+    reaped = s.get("reaper") or {}
+    if reaped.get("action") == "stopped":
+        lines += ["", f"Reaper at start: stopped a node left up ({reaped.get('found')})."]
     if s.get("error"):
         lines += ["", f"**Error:** {s['error']}"]
     return "\n".join(lines)

@@ -4,9 +4,12 @@ real OpenAI-compatible servers."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,45 @@ from tasks.graph.backends import FalkorDBStore  # noqa: E402
 from tests.fake_openai import FakeOpenAI  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+PREFECT = str(Path(sys.executable).parent / "prefect")
+
+
+@contextmanager
+def prefect_server(home: Path, **settings: str) -> Iterator[dict[str, str]]:
+    """A real `prefect server start` on a free port with its own PREFECT_HOME; yields the
+    environment for subprocesses (CLI, workers, flows) to talk to it. `settings`: extra
+    PREFECT_* variables for the server and its clients."""
+    import httpx
+
+    from tasks.processes import free_port
+
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home),
+           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PWD": str(ROOT),
+           "PREFECT_LOGGING_LEVEL": "INFO", "PYTHONPATH": str(ROOT), **settings}
+    env.pop("PREFECT_API_KEY", None)
+    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port",
+                               str(port)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(240):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None:
+                pytest.fail(f"prefect server start exited with {server.returncode}")
+            time.sleep(0.5)
+        else:
+            pytest.fail("Prefect server did not become healthy in 120 s")
+        yield env
+    finally:
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 @pytest.fixture(scope="session")

@@ -2,22 +2,18 @@
 `prefect deployment run`, and a worker that picks the run up (`--run-once`)."""
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tasks.processes import free_port
-from tests.conftest import ROOT
-
-PREFECT = str(Path(sys.executable).parent / "prefect")
+from tests.conftest import PREFECT, ROOT
+from tests.conftest import prefect_server as start_server
 
 
 def _run(args: list[str], env: dict[str, str], timeout: float = 180) -> str:
@@ -28,32 +24,9 @@ def _run(args: list[str], env: dict[str, str], timeout: float = 180) -> str:
 
 
 @pytest.fixture
-def prefect_server(tmp_path: Path):
-    port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"),
-           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PWD": str(ROOT),
-           "PREFECT_LOGGING_LEVEL": "INFO"}
-    env.pop("PREFECT_API_KEY", None)
-    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port",
-                               str(port)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        for _ in range(240):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("Prefect server did not become healthy in 120 s")
+def prefect_server(tmp_path: Path) -> Iterator[dict[str, str]]:
+    with start_server(tmp_path / "prefect-home") as env:
         yield env
-    finally:
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def test_local_nightly_deployment_runs_on_a_process_worker(tmp_path: Path,
@@ -81,8 +54,10 @@ def test_local_nightly_deployment_runs_on_a_process_worker(tmp_path: Path,
         [extraction]
         max_failed_share = 1.0
     """))
-    _run(["work-pool", "create", "local-process", "--type", "process"], env)
+    for pool in ("local-process", "slm-orchestrator", "slm-node"):
+        _run(["work-pool", "create", pool, "--type", "process"], env)
     _run(["--no-prompt", "deploy", "--all"], env)
+    _check_production_deployments(env["PREFECT_API_URL"])
     out = _run(["deployment", "run", "nightly/local", "--param", f"profile={profile}"], env)
     run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
     assert run_id, out
@@ -96,3 +71,28 @@ def test_local_nightly_deployment_runs_on_a_process_worker(tmp_path: Path,
     summary = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
     assert summary["status"] == "completed"
     assert summary["documents"]["transcripts"]["seen"] == 1
+
+
+def _check_production_deployments(api: str) -> None:
+    """The production deployments exist with their pools and schedules (not run here)."""
+    deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=10).json()
+    flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={},
+                                                      timeout=10).json()}
+    by_name = {f"{flows[d['flow_id']]}/{d['name']}": d for d in deps}
+    assert {"nightly/local", "nightly/production", "node-reaper/production",
+            "extract/ad-hoc", "scorecard/ad-hoc"} <= set(by_name)
+
+    def schedules(d: dict) -> list[tuple[str, str, bool]]:
+        return [(s["schedule"]["cron"], s["schedule"]["timezone"], s["active"])
+                for s in d["schedules"]]
+
+    nightly = by_name["nightly/production"]
+    assert nightly["work_pool_name"] == "slm-orchestrator"
+    assert nightly["parameters"] == {"profile": "gcp"}
+    assert nightly["global_concurrency_limit"]["limit"] == 1
+    assert schedules(nightly) == [("0 1 * * *", "Europe/London", True)]
+    reaper = by_name["node-reaper/production"]
+    assert reaper["work_pool_name"] == "slm-orchestrator"
+    assert reaper["parameters"] == {"profile": "gcp"}
+    assert schedules(reaper) == [("30 * * * *", "Europe/London", True)]
+    assert schedules(by_name["nightly/local"]) == [("0 2 * * *", "Europe/London", False)]

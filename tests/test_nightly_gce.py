@@ -13,6 +13,7 @@ import pytest
 from blocks.gce import GceCompute
 from flows.nightly import nightly
 from tasks.processes import free_port
+from tasks.summary import render_markdown, render_text
 from tests.conftest import ROOT
 from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
 from tests.test_gce import PROJECT, creds
@@ -70,3 +71,17 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         assert fake.instance("zone-b", "node").metadata["slm-vllm"] == "stopped"
         assert not fake.agent_running("zone-b", "node")
         assert len(fake.seen("stop", "zone-b", "node")) == 1
+        assert s["reaper"]["action"] == "none" and s["reaper"]["found"] == {}
+        # cost: the node's RUNNING time on the fake × the block's spot rate; tokens from usage
+        cost = s["cost"]
+        ran = fake.running_seconds("zone-b", "node")
+        assert cost["running_seconds"] == pytest.approx(ran, abs=0.5) and ran > 0
+        assert cost["gpu_hours"] == pytest.approx(cost["running_seconds"] / 3600, rel=1e-3)
+        assert cost["estimated_usd"] == pytest.approx(cost["running_seconds"] / 3600 * 0.28, abs=1e-6)
+        assert cost["rates"] == ["spot $0.28/h"] and list(cost["zones"]) == ["zone-b"]
+        assert cost["tokens_in"] == s["prompt_tokens"] > 0
+        assert cost["tokens_out"] == s["completion_tokens"] > 0
+        text, md = render_text(s), render_markdown(s)
+        line = f"Cost: {cost['gpu_hours']:.4f} GPU-hours at spot $0.28/h ≈ $"
+        assert line in text and line in md
+        assert f"tokens in {s['prompt_tokens']} / out {s['completion_tokens']}" in text

@@ -80,3 +80,28 @@ def test_gcp_profile_loads_with_its_saved_graph_block() -> None:
     assert p.compute.state_dir == ".slm-nightly" and p.inference.dialect == "vllm"
     assert isinstance(p.graph, Neo4jGraph) and p.graph.uri == "neo4j://graph.internal:7687"
     assert "pw-gcp" not in repr(p.graph)
+
+
+def test_reaper_stops_the_node_of_a_dead_run_but_not_of_a_live_one(fake: FakeComputeEngine,
+                                                                   tmp_path: Path) -> None:
+    """A RUNNING nightly run past its start-up grace without the `nightly` slot is a dead
+    process (kill -9): its node is stopped. While the slot is held, nothing is touched."""
+    from tasks.gpu import NIGHTLY_LIMIT, active_slots, nightly_slot
+
+    fake.add_instance("zone-a", "node", status="RUNNING")
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run(nightly, parameters={"profile": "gcp"}, state=Running())
+    try:
+        with nightly_slot(timeout_seconds=30):  # a live nightly run holds the slot
+            assert active_slots(NIGHTLY_LIMIT) == 1
+            live = reaper(profile=profile(fake, tmp_path), startup_grace_seconds=0)
+        assert live["action"] == "skipped" and live["nightly_slot_held"]
+        assert "slot is held" in live["reason"] and fake.seen("stop") == []
+        assert active_slots(NIGHTLY_LIMIT) == 0
+        dead = reaper(profile=profile(fake, tmp_path), startup_grace_seconds=0)
+        assert dead["action"] == "stopped" and dead["stopped_zones"] == ["zone-a"]
+        assert str(run.id) in [r["id"] for r in dead["orphaned_runs"]]
+        assert fake.instance("zone-a", "node").status == "TERMINATED"
+    finally:
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(run.id, Cancelled(), force=True)
