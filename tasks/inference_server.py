@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import subprocess
 import sys
 import time
@@ -96,8 +97,20 @@ def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int
     if adapter is not None:
         argv += ["--lora_path", str(adapter)]
     base_url = f"http://127.0.0.1:{port}"
+    log = state_dir / f"{SERVER_NAME}.log"
+    offset = log.stat().st_size if log.exists() else 0
     server.start(argv, port, marker=f"--port {port}", ready=lambda: models_ready(base_url),
                  timeout=readiness_timeout)
+    if adapter is not None:  # the server's own log says whether the adapter attached
+        with open(log, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+        loaded = re.search(r"loaded (\d+) tensors from lora file", text)
+        if not loaded or int(loaded.group(1)) == 0:
+            server.stop()
+            raise ServerError(f"inference server started without adapter {adapter} (no "
+                              f"'loaded N tensors from lora file' in {log}) — roll the adapter "
+                              "back (slm-nightly adapters rollback BUCKET)")
     return base_url
 
 

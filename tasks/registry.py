@@ -83,10 +83,10 @@ class ArtifactStore:
 
     def promote(self, name: str, reason: str) -> dict[str, Any]:
         m = self.manifest(name)
-        if m.get("state") != "done" or not m.get("verified"):
+        if m.get("state") != "done" or m.get("verified") is False:
             raise ConfigError(f"adapter {name}: state {m.get('state')!r}, verified "
-                              f"{m.get('verified')!r} — only a finished, verified adapter can be "
-                              "promoted")
+                              f"{m.get('verified')!r} — only a finished adapter that passed "
+                              "verification (or has no GGUF to verify) can be promoted")
         ptr = self.pointer(m["bucket"])
         if ptr.get("current") == name:
             return ptr

@@ -334,6 +334,10 @@ def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hook
                 hooks.on_save(state.global_step, str(ckpt_dir / f"checkpoint-{state.global_step}"))
 
     trainer = _trainer(params, model, tok, train_rows, eval_rows, ckpt_dir, cuda, [Reporter()])
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for cb in (PrinterCallback, ProgressCallback):  # the Reporter logs through Prefect instead
+        trainer.remove_callback(cb)
     resume = latest_checkpoint(ckpt_dir)
     started = time.monotonic()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)

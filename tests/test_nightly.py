@@ -16,7 +16,8 @@ from tests.fake_openai import FakeOpenAI
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 
-def local_profile(tmp: Path, graph_port: int | None = None) -> Path:
+def local_profile(tmp: Path, graph_port: int | None = None, model_cache: Path | None = None
+                  ) -> Path:
     src = tmp / "docs"
     for stream, names in {"transcripts": ["education_1.md"],
                           "research": ["lynne-neagle.yaml"],
@@ -54,27 +55,59 @@ def local_profile(tmp: Path, graph_port: int | None = None) -> Path:
         root = "{ROOT / 'examples' / 'corpus'}"
         floor = 250
     """))
+    if model_cache is None:
+        path.write_text(path.read_text() + "\n[training]\nenabled = false\n")
+        return path
+    recipe = tmp / "recipe.yaml"
+    recipe.write_text(textwrap.dedent("""
+        lora_r: 8
+        lora_alpha: 16
+        lora_dropout: 0.0
+        gradient_checkpointing: false
+        batch_size: 2
+        max_length: 128
+        logging_steps: 1
+        checkpoint_every: 10
+        max_eval_rows: 4
+        verify_prompts: ["What did the group decide?", "Who spoke first?"]
+        sft: {max_steps: 4, learning_rate: 0.005}
+        dpo: {max_steps: 1, learning_rate: 0.0005}
+    """))
+    path.write_text(path.read_text() + textwrap.dedent(f"""
+        [training]
+        recipe = "{recipe}"
+        model_cache = "{model_cache}"
+    """))
     return path
 
 
-def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path) -> None:
-    profile = local_profile(tmp_path)
+@pytest.mark.slow
+def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
+                                                              base_cache: dict) -> None:
+    """Extract, score, train both buckets (SFT promoted), then the next night serves it."""
+    profile = local_profile(tmp_path, model_cache=base_cache["cache"])
     s = nightly(profile=str(profile))
     assert s["status"] == "completed"
     assert [(k, v["status"]) for k, v in s["phases"].items()] == [
         ("compute_up", "completed"), ("inference_up", "completed"), ("extract", "completed"),
-        ("inference_down", "completed"), ("scorecard", "completed"), ("train", "not built"),
-        ("compute_down", "completed")]
-    assert "not built yet" in s["phases"]["train"]["note"]
+        ("inference_down", "completed"), ("scorecard", "completed"),
+        ("train:engineering-pointsav", "completed"),
+        ("train:apprenticeship-pointsav", "completed"), ("compute_down", "completed")]
+    assert s["serving_adapter"] is None  # nothing promoted before the first night
+    eng, appr = s["training"]["engineering-pointsav"], s["training"]["apprenticeship-pointsav"]
+    assert eng["state"] == appr["state"] == "done" and eng["verified"] and appr["verified"]
+    assert eng["promoted"], eng["gate"]
+    assert not (tmp_path / "state" / "training-pending" / "engineering-pointsav.json").exists()
     card = s["scorecard"]
     assert card["floor"] == 250 and card["training_pending"] == ["engineering-pointsav",
                                                                  "apprenticeship-pointsav"]
     assert card["buckets"]["engineering-pointsav"] == {"passed": True, "clean": 300,
                                                        "total": 300, "reasons": []}
-    marker = json.loads((tmp_path / "state" / "training-pending" /
-                         "apprenticeship-pointsav.json").read_text())
-    assert marker["clean"] == card["buckets"]["apprenticeship-pointsav"]["clean"]
-    assert Path(marker["dataset"]).is_file() and Path(marker["scorecard"]).is_file()
+    manifest = json.loads((tmp_path / "state" / "artifacts" / "adapters" / appr["name"] /
+                           "manifest.json").read_text())
+    assert manifest["pairs"]["train"] + manifest["pairs"]["eval"] == \
+        card["buckets"]["apprenticeship-pointsav"]["clean"]
+    assert Path(manifest["dataset"]).is_file()
     docs = s["documents"]
     assert {k: v["seen"] for k, v in docs.items()} == {"transcripts": 1, "research": 1,
                                                       "contacts": 1}
@@ -90,7 +123,16 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path) ->
     assert ManagedServer("inference", tmp_path / "state").record() is None
     assert ManagedServer("falkordb", (tmp_path / "graph").resolve()).record() is None
 
+    log = tmp_path / "state" / "inference.log"
+    before = log.stat().st_size
     again = nightly(profile=str(profile))
+    assert again["status"] == "completed"
+    served = tmp_path / "state" / "artifacts" / "adapters" / eng["name"] / "adapter.gguf"
+    assert again["serving_adapter"] == str(served)  # tonight's server loads yesterday's adapter
+    with open(log, "rb") as f:
+        f.seek(before)
+        assert b"loaded 420 tensors from lora file" in f.read()
+    assert again["training"]["engineering-pointsav"]["reused"]  # same data: not retrained
     assert again["llm_calls"] == 0
     assert sum(v["skipped"] for v in again["documents"].values()) == \
         sum(v["extracted"] for v in docs.values())

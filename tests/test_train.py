@@ -299,6 +299,14 @@ def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    # The test harness's server runs no lease reaper: release the dead run's `gpu` slot the way
+    # an operator would (`prefect gcl update gpu --active-slots 0`); a real server does it
+    # itself when the 60 s lease runs out (tests/test_teardown.py).
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+    with get_client(sync_client=True) as client:
+        client.update_global_concurrency_limit("gpu", GlobalConcurrencyLimitUpdate(active_slots=0))
     saved = max(int(p.parent.name.split("-")[1])
                 for p in ckpts.glob("*/checkpoint-*/trainer_state.json"))
     assert 3 <= saved < 60
