@@ -6,7 +6,6 @@ nightly for each passing bucket. Every run holds the `gpu` slot while it loads w
 ad-hoc run waits for the nightly (and the other way round).
 """
 
-from __future__ import annotations
 
 import hashlib
 import json
@@ -122,6 +121,10 @@ class _Reporter:
         self.store.write_manifest(self.manifest)
         _event("checkpoint", self.manifest["name"], {"step": step})
         self.logger.info("checkpoint at step %d: %s", step, path)
+        mirrored = self.store.mirror(f"checkpoints/{Path(path).parent.name}")
+        if mirrored and mirrored.get("error"):
+            self.logger.warning("checkpoint mirror failed (local copy kept): %s",
+                                mirrored["error"])
 
 
 @task(name="export-adapter", cache_policy=NO_CACHE)

@@ -380,6 +380,8 @@ def test_cancelled_training_saves_a_checkpoint_ends_cancelled_and_frees_the_slot
     finally:
         server.terminate()
         try:
-            server.wait(timeout=20)
+            out, _ = server.communicate(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+            out, _ = server.communicate()
+        print(out[-4000:])  # shown by pytest when the test fails
