@@ -10,8 +10,6 @@ ad-hoc run waits for the nightly (and the other way round).
 import hashlib
 import json
 import shutil
-import signal
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,32 +147,13 @@ def verify(base_gguf: Path, adapter_gguf: Path, hf_dir: Path, peft_dir: Path, pr
 
 def _run_training(params: TrainParams, hf_dir: Path, store: ArtifactStore, run_digest: str,
                   out_dir: Path, reporter: _Reporter, promoted: Path | None) -> dict[str, Any]:
-    """Train with SIGTERM turned into 'checkpoint now, then stop' (Prefect gives a cancelled
-    run 30 s before SIGKILL); Prefect's own handler then records the cancellation."""
+    """Train under Prefect's own SIGTERM handling: a cancellation (the runner's SIGTERM, 30 s
+    before SIGKILL) raises inside the loop; the trainer checkpoints the steps done and the
+    termination propagates, so Prefect records the run Cancelled."""
     from tasks.train import train
 
     hooks = Hooks(on_start=reporter.on_start, on_log=reporter.on_log, on_save=reporter.on_save)
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if main else None
-
-    def _on_term(signum: int, frame: Any) -> None:
-        reporter.logger.warning("SIGTERM: saving a checkpoint at the end of this step, then "
-                                "stopping")
-        hooks.stop.set()
-
-    if main:
-        signal.signal(signal.SIGTERM, _on_term)
-    try:
-        return train(params, hf_dir, store.checkpoint_dir(run_digest), out_dir, hooks, promoted)
-    except TrainingInterrupted:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
-            if callable(previous):  # hand the termination to Prefect (→ Cancelled)
-                previous(signal.SIGTERM, None)
-        raise
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+    return train(params, hf_dir, store.checkpoint_dir(run_digest), out_dir, hooks, promoted)
 
 
 @flow(name="train")

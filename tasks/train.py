@@ -284,6 +284,11 @@ def _trainer(params: TrainParams, model: Any, tok: Any, train_rows: list[dict[st
                       eval_dataset=eval_ds, processing_class=tok, callbacks=callbacks)
 
 
+def _is_termination(e: BaseException) -> bool:
+    return isinstance(e, KeyboardInterrupt | TrainingInterrupted) or \
+        type(e).__name__ == "TerminationSignal"
+
+
 def _bf16() -> bool:
     import torch
 
@@ -340,7 +345,20 @@ def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hook
         trainer.remove_callback(cb)
     resume = latest_checkpoint(ckpt_dir)
     started = time.monotonic()
-    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    try:
+        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    except BaseException as e:
+        # SIGTERM (Prefect's cancellation, a preempted node) arrives as an exception raised
+        # wherever the loop was: save what the steps so far learned, inside the 30 s grace.
+        if _is_termination(e) and trainer.state.global_step > run["step0"]:
+            try:
+                trainer._save_checkpoint(trainer.model, trial=None)
+                if hooks.on_save:
+                    hooks.on_save(trainer.state.global_step, str(
+                        ckpt_dir / f"checkpoint-{trainer.state.global_step}"))
+            except Exception:  # noqa: BLE001 - the termination is what must propagate
+                pass
+        raise
     seconds = time.monotonic() - started
     step = trainer.state.global_step
     if hooks.stop.is_set() and step < trainer.state.max_steps:
