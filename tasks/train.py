@@ -189,7 +189,8 @@ def _completion_logps(model: Any, tok: Any, prompt: list[dict[str, str]],
 
 
 def eval_loss(model: Any, tok: Any, rows: list[dict[str, Any]], method: str, max_length: int,
-              beta: float, adapter: str | None) -> float:
+              beta: float, adapter: str | None,
+              ref_cache: dict[int, tuple[float, float]] | None = None) -> float:
     """Held-out loss with `adapter` active (None: the base model, adapter off).
     SFT: mean NLL per completion token. DPO: mean DPO loss with the base as reference."""
     from contextlib import nullcontext
@@ -207,10 +208,14 @@ def eval_loss(model: Any, tok: Any, rows: list[dict[str, Any]], method: str, max
                 total, count = total - lp, count + n
             return total / max(count, 1)
         losses = []
-        for r in rows:
-            with model.disable_adapter():
-                ref_c, _ = _completion_logps(model, tok, r["prompt"], r["chosen"], max_length)
-                ref_r, _ = _completion_logps(model, tok, r["prompt"], r["rejected"], max_length)
+        for i, r in enumerate(rows):
+            cache = {} if ref_cache is None else ref_cache  # the reference: adapter off
+            if i not in cache:
+                with model.disable_adapter():
+                    cache[i] = (
+                        _completion_logps(model, tok, r["prompt"], r["chosen"], max_length)[0],
+                        _completion_logps(model, tok, r["prompt"], r["rejected"], max_length)[0])
+            ref_c, ref_r = cache[i]
             if adapter is None:
                 pol_c, pol_r = ref_c, ref_r
             else:
@@ -366,14 +371,15 @@ def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hook
         raise TrainingInterrupted(step, str(ck) if ck else None)
     peft_dir = out_dir / "peft"
     model.save_pretrained(peft_dir)
+    ref: dict[int, tuple[float, float]] = {}  # DPO reference log-probs, shared by the three
     losses = {"base": eval_loss(model, tok, eval_rows, params.method, params.max_length,
-                                params.dpo_beta, None),
+                                params.dpo_beta, None, ref),
               "new": eval_loss(model, tok, eval_rows, params.method, params.max_length,
-                               params.dpo_beta, "default")}
+                               params.dpo_beta, "default", ref)}
     if promoted_adapter is not None:
         model.load_adapter(str(promoted_adapter), adapter_name="promoted")
         losses["promoted"] = eval_loss(model, tok, eval_rows, params.method, params.max_length,
-                                       params.dpo_beta, "promoted")
+                                       params.dpo_beta, "promoted", ref)
         model.delete_adapter("promoted")
     history = [h for h in trainer.state.log_history if "loss" in h or "eval_loss" in h]
     return {
