@@ -146,7 +146,8 @@ def _train_passing_buckets(summary: dict[str, Any], cfg: Profile, profile: str,
             "peak_mib", "reused")} | {"gate": (m.get("gate") or {}).get("reason")}
         marker_path.unlink(missing_ok=True)  # consumed: the manifest records the dataset
         logger.info("%s: adapter %s %s", bucket, m["name"],
-                    "PROMOTED" if m.get("promoted") else "kept")
+                    "reused (already trained on this data)" if m.get("reused") else
+                    "PROMOTED" if m.get("promoted") else "kept, not promoted")
     if failed:
         raise PhaseFailed(f"training failed for {', '.join(failed)} (see training in the summary)")
 
