@@ -21,7 +21,7 @@ from blocks.gce import GceCompute
 from blocks.graph import FalkorDBGraph, Neo4jGraph
 from blocks.inference import InferenceEndpoint
 from blocks.sources import DocumentSources
-from tasks.errors import ConfigError
+from tasks.errors import ConfigError, explain_validation
 from tasks.scorecard import ScorecardConfig
 
 PROFILE_DIR = Path("profiles")
@@ -117,14 +117,8 @@ def profile_path(ref: str) -> Path:
 
 
 def _explain(path: Path, section: str, err: ValidationError) -> str:
-    lines = [f"profile {path}: invalid [{section}]:"]
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(section)"
-        lines.append(f"  - {loc}: {e['msg']} (got {e.get('input')!r})"
-                     if "input" in e and not isinstance(e["input"], dict)
-                     else f"  - {loc}: {e['msg']}")
-    lines.append(f"Fix the field in {path} (or in the saved block it names).")
-    return "\n".join(lines)
+    return explain_validation(err, f"profile {path}: invalid [{section}]:",
+                              f"Fix the field in {path} (or in the saved block it names).")
 
 
 def _build(path: Path, section: str, table: dict[str, Any]) -> Any:

@@ -1,5 +1,19 @@
 """One exception root; every message says what was wrong and what to do."""
 
+from typing import Any
+
+
+def explain_validation(err: Any, header: str, fix: str, root: str = "(section)") -> str:
+    """A pydantic ValidationError as one message: every bad field, what was given, the fix."""
+    lines = [header]
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or root
+        got = e.get("input")
+        lines.append(f"  - {loc}: {e['msg']}" + ("" if "input" not in e or isinstance(got, dict)
+                                                   else f" (got {got!r})"))
+    lines.append(fix)
+    return "\n".join(lines)
+
 
 class SlmNightlyError(Exception):
     """Root of the project's errors."""

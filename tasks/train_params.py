@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tasks.errors import ConfigError
+from tasks.errors import ConfigError, explain_validation
 
 RECIPE_DIR = Path("recipes")
 LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -83,14 +83,9 @@ class TrainParams(BaseModel):
 
 
 def explain(err: ValidationError, where: str) -> str:
-    lines = [f"{where}: invalid training parameters:"]
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(parameters)"
-        got = e.get("input")
-        lines.append(f"  - {loc}: {e['msg']}" + ("" if isinstance(got, dict) or got is None
-                                                   else f" (got {got!r})"))
-    lines.append("Fix them in the recipe or the flow's parameters (see recipes/*.yaml).")
-    return "\n".join(lines)
+    return explain_validation(err, f"{where}: invalid training parameters:",
+                              "Fix them in the recipe or the flow's parameters (see recipes/*.yaml).",
+                              root="(parameters)")
 
 
 def recipe_path(ref: str) -> Path:
