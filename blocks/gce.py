@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,6 +176,16 @@ class GceCompute(Block):
                 f"compute (gce): permission denied on {self._where(zone)} ({e.message}) — grant "
                 "the credentials roles/compute.instanceAdmin.v1 on the project") from e
 
+    def _instances(self, strict: bool = True) -> Iterator[tuple[str, Any]]:
+        """(zone, instance) for every configured zone whose instance exists. A missing
+        instance in a fallback zone is skipped; in the primary zone it raises when `strict`."""
+        for zone in self.zones():
+            try:
+                yield zone, self._get(zone)
+            except ConfigError:
+                if strict and zone == self.zone:
+                    raise
+
     def _wait(self, zone: str, op: Any, deadline: float) -> Any:
         """Wait for a zone operation to be DONE (ZoneOperationsClient.wait returns early)."""
         _, ops = self._clients()
@@ -225,13 +236,7 @@ class GceCompute(Block):
         """Start the node (or reuse one already up) and wait until it is RUNNING with an IP.
         Returns a description: instance, zone, provisioning model, IP."""
         started_at = time.time()
-        for zone in self.zones():  # idempotent: a node already up in any zone is reused
-            try:
-                inst = self._get(zone)
-            except ConfigError:
-                if zone == self.zone:
-                    raise
-                continue
+        for zone, inst in self._instances():  # idempotent: a node up in any zone is reused
             if inst.status in UP:
                 node = self._await_running(zone, time.monotonic() + self.boot_timeout_seconds)
                 self._write_record(node, started_at=self._read_record().get("started_at",
@@ -484,13 +489,7 @@ class GceCompute(Block):
         Idempotent: already stopped → nothing to do. Returns the zones stopped."""
         stopped: list[str] = []
         deadline = time.monotonic() + self.stop_timeout_seconds
-        for zone in self.zones():
-            try:
-                inst = self._get(zone)
-            except ConfigError:
-                if zone == self.zone:
-                    raise
-                continue
+        for zone, inst in self._instances():
             if inst.status in {"TERMINATED", "STOPPED"}:
                 continue
             if inst.status != "STOPPING":
@@ -513,13 +512,9 @@ class GceCompute(Block):
     def running_nodes(self) -> dict[str, str]:
         """zone → status for every configured zone whose instance is not stopped."""
         out = {}
-        for zone in self.zones():
-            try:
-                status = self._get(zone).status
-            except ConfigError:
-                continue
-            if status not in {"TERMINATED", "STOPPED"}:
-                out[zone] = status
+        for zone, inst in self._instances(strict=False):
+            if inst.status not in {"TERMINATED", "STOPPED"}:
+                out[zone] = inst.status
         return out
 
     def usage(self, since: float | None = None) -> dict[str, Any]:
@@ -530,11 +525,7 @@ class GceCompute(Block):
         now = time.time()
         zones: dict[str, dict[str, Any]] = {}
         total_s = total_usd = 0.0
-        for zone in self.zones():
-            try:
-                inst = self._get(zone)
-            except ConfigError:
-                continue
+        for zone, inst in self._instances(strict=False):
             start = _ts(inst.last_start_timestamp)
             if start is None or start < since - 1.0:
                 continue

@@ -33,10 +33,10 @@ from tasks.registry import ArtifactStore, gate, now, pack
 from tasks.train import (
     Hooks,
     TrainingError,
-    TrainingInterrupted,
     device_report,
     load_splits,
     resolve_base_model,
+    train,
 )
 from tasks.train_params import TrainParams, build_params
 
@@ -145,17 +145,6 @@ def verify(base_gguf: Path, adapter_gguf: Path, hf_dir: Path, peft_dir: Path, pr
                           n_threads=n_threads)
 
 
-def _run_training(params: TrainParams, hf_dir: Path, store: ArtifactStore, run_digest: str,
-                  out_dir: Path, reporter: _Reporter, promoted: Path | None) -> dict[str, Any]:
-    """Train under Prefect's own SIGTERM handling: a cancellation (the runner's SIGTERM, 30 s
-    before SIGKILL) raises inside the loop; the trainer checkpoints the steps done and the
-    termination propagates, so Prefect records the run Cancelled."""
-    from tasks.train import train
-
-    hooks = Hooks(on_start=reporter.on_start, on_log=reporter.on_log, on_save=reporter.on_save)
-    return train(params, hf_dir, store.checkpoint_dir(run_digest), out_dir, hooks, promoted)
-
-
 @flow(name="train")
 def train_flow(params: TrainParams, profile: str = "local", recipe: str | None = None,
                promote: bool = True, created_by: str = "ad-hoc", retrain: bool = False
@@ -216,8 +205,11 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
                         params.method, len(train_rows), len(eval_rows),
                         manifest["device"]["device"])
             reporter = _Reporter(store, manifest, bucket)
-            result = _run_training(params, hf_dir, store, run_digest, out_dir, reporter,
-                                   promoted_peft)
+            # Prefect's own SIGTERM handling stays in place (a cancel is only acked with it):
+            # the trainer checkpoints when the termination lands, and it propagates → Cancelled.
+            result = train(params, hf_dir, store.checkpoint_dir(run_digest), out_dir,
+                           Hooks(on_start=reporter.on_start, on_log=reporter.on_log,
+                                 on_save=reporter.on_save), promoted_peft)
         # Checkpoints exist to resume an interrupted run; a finished one no longer needs them.
         shutil.rmtree(store.checkpoint_dir(run_digest), ignore_errors=True)
         history = result.pop("history")
@@ -267,11 +259,6 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
         create_markdown_artifact(_markdown(manifest), key=f"training-{bucket}",
                                  description=f"Training run {name}")
         return manifest
-    except TrainingInterrupted as e:
-        manifest.update(state="cancelled", message=str(e), finished=now(), step=e.step)
-        store.write_manifest(manifest)
-        _event("finished", name, {"state": "cancelled", "step": e.step})
-        raise
     except BaseException as e:
         cancelled = type(e).__name__ in {"TerminationSignal", "CancelledRun", "Abort"} or \
             isinstance(e, KeyboardInterrupt)

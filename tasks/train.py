@@ -10,10 +10,9 @@ from __future__ import annotations
 import math
 import os
 import resource
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,6 @@ from tasks.train_params import TrainParams
 
 class TrainingError(SlmNightlyError):
     """Training could not start or did not finish."""
-
-
-class TrainingInterrupted(TrainingError):
-    """A stop was requested (cancellation, SIGTERM); a checkpoint was saved when possible."""
-
-    def __init__(self, step: int, checkpoint: str | None) -> None:
-        self.step, self.checkpoint = step, checkpoint
-        super().__init__(f"training stopped at step {step}"
-                         + (f"; checkpoint {checkpoint}" if checkpoint else "; no checkpoint"))
 
 
 # --- what runs where ---------------------------------------------------------------------------
@@ -239,7 +229,6 @@ class Hooks:
     on_start: Callable[[int], None] | None = None                  # total steps
     on_log: Callable[[int, int, dict[str, float]], None] | None = None  # step, total, logs
     on_save: Callable[[int, str], None] | None = None               # step, checkpoint dir
-    stop: threading.Event = field(default_factory=threading.Event)   # set → checkpoint + stop
 
 
 def latest_checkpoint(ckpt_dir: Path) -> Path | None:
@@ -290,8 +279,7 @@ def _trainer(params: TrainParams, model: Any, tok: Any, train_rows: list[dict[st
 
 
 def _is_termination(e: BaseException) -> bool:
-    return isinstance(e, KeyboardInterrupt | TrainingInterrupted) or \
-        type(e).__name__ == "TerminationSignal"
+    return isinstance(e, KeyboardInterrupt) or type(e).__name__ == "TerminationSignal"
 
 
 def _bf16() -> bool:
@@ -304,7 +292,7 @@ def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hook
           promoted_adapter: Path | None = None) -> dict[str, Any]:
     """Train (resuming from the newest checkpoint in `ckpt_dir`), save the adapter to
     `out_dir/peft`, and measure held-out loss for the base, the promoted adapter and the new one.
-    Raises TrainingInterrupted when `hooks.stop` is set (after saving a checkpoint)."""
+    A termination (SIGTERM via Prefect, Ctrl-C) checkpoints the steps done, then propagates."""
     import torch
     from transformers import TrainerCallback
 
@@ -323,11 +311,6 @@ def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hook
             run["t0"], run["step0"] = time.monotonic(), st.global_step
             if hooks.on_start:
                 hooks.on_start(st.max_steps)
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if hooks.stop.is_set():
-                control.should_save = True
-                control.should_training_stop = True
 
         def on_log(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             st, logs = state, kw.get("logs")
@@ -366,9 +349,6 @@ def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hook
         raise
     seconds = time.monotonic() - started
     step = trainer.state.global_step
-    if hooks.stop.is_set() and step < trainer.state.max_steps:
-        ck = latest_checkpoint(ckpt_dir)
-        raise TrainingInterrupted(step, str(ck) if ck else None)
     peft_dir = out_dir / "peft"
     model.save_pretrained(peft_dir)
     ref: dict[int, tuple[float, float]] = {}  # DPO reference log-probs, shared by the three
