@@ -85,6 +85,9 @@ class TrainingSettings(BaseModel):
     serve_bucket: str | None = Field(default="engineering-pointsav", description="Whose promoted "
                                      "adapter the inference server loads (empty: none).")
     timeout_seconds: int = Field(default=7200, ge=1, description="Phase-2 timeout per run.")
+    node_deployment: str = Field(default="train/node", description="With a GCE node: the "
+                                 "deployment (on the node's work pool) the nightly runs "
+                                 "training through; the node's own worker picks it up.")
     enabled: bool = Field(default=True, description="false: score only, never train.")
 
 

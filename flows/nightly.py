@@ -20,6 +20,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run as current_run
 
+from blocks.gce import NodePreempted
 from blocks.profile import Profile, load_profile
 from flows.extract import extract
 from flows.reaper import reap
@@ -77,6 +78,8 @@ def _request_stop(compute: Any, logger: Any) -> None:
 def _final_status(e: BaseException) -> str:
     from prefect.exceptions import TerminationSignal
 
+    if isinstance(e, NodePreempted):
+        return "preempted"
     return "cancelled" if isinstance(e, TerminationSignal) else "failed"
 
 
@@ -130,24 +133,34 @@ def _train_passing_buckets(summary: dict[str, Any], cfg: Profile, profile: str,
                                       "note": "no bucket passed the scorecard"}
         return
     failed = []
+    preempted: NodePreempted | None = None
     deadline = time.monotonic() + timeout_seconds  # one budget for the whole of phase 2b
     for bucket in pending:
         marker_path = cfg.state_dir / "training-pending" / f"{bucket}.json"
         marker = json.loads(marker_path.read_text())
+        if preempted is not None:  # no node left to train on tonight
+            summary["training"][bucket] = {"state": "not run", "message": "the node was "
+                                           f"preempted during an earlier bucket: {preempted}"}
+            failed.append(bucket)
+            continue
         try:
             with _phase(summary, f"train:{bucket}"):
                 m = run_for_marker(marker, profile, max(1.0, deadline - time.monotonic()))
         except Exception as e:  # noqa: BLE001 - recorded; the other bucket still trains
-            summary["training"][bucket] = {"state": "failed", "message": str(e)[:500]}
+            state = "preempted" if isinstance(e, NodePreempted) else "failed"
+            summary["training"][bucket] = {"state": state, "message": str(e)[:500]}
             failed.append(bucket)
+            if isinstance(e, NodePreempted):
+                preempted = e
             continue
-        summary["training"][bucket] = {k: m.get(k) for k in (
-            "name", "state", "step", "steps", "loss", "eval_loss", "verified", "promoted",
-            "peak_mib", "reused")} | {"gate": (m.get("gate") or {}).get("reason")}
+        summary["training"][bucket] = m
         marker_path.unlink(missing_ok=True)  # consumed: the manifest records the dataset
         logger.info("%s: adapter %s %s", bucket, m["name"],
                     "reused (already trained on this data)" if m.get("reused") else
                     "PROMOTED" if m.get("promoted") else "kept, not promoted")
+    if preempted is not None:
+        raise NodePreempted(f"training failed for {', '.join(failed)}: the node was preempted "
+                            f"({preempted}); the next run resumes from the last checkpoint")
     if failed:
         raise PhaseFailed(f"training failed for {', '.join(failed)} (see training in the summary)")
 

@@ -26,9 +26,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.runtime import flow_run as current_run
 
+from blocks.gce import GceCompute
 from blocks.profile import load_profile
 from tasks.errors import ConfigError
 from tasks.gpu import gpu_slot
+from tasks.node import run_on_node
 from tasks.registry import ArtifactStore, gate, now, pack
 from tasks.train import (
     Hooks,
@@ -171,7 +173,9 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
         m = done[-1]
         logger.info("%s: already trained on this data with these parameters (%s) — reused; "
                     "pass retrain=True to train again", bucket, m["name"])
-        return {**m, "reused": True}
+        m = {**m, "reused": True}
+        _publish_result(m)
+        return m
     if retrain:  # start from step 0, not from an earlier run's checkpoints
         shutil.rmtree(store.checkpoint_dir(run_digest), ignore_errors=True)
     name = f"{bucket}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{run_digest[:8]}"
@@ -258,6 +262,7 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
                                   "eval_loss": result["eval_loss"]})
         create_markdown_artifact(_markdown(manifest), key=f"training-{bucket}",
                                  description=f"Training run {name}")
+        _publish_result(manifest)
         return manifest
     except BaseException as e:
         cancelled = type(e).__name__ in {"TerminationSignal", "CancelledRun", "Abort"} or \
@@ -267,6 +272,24 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
         store.write_manifest(manifest)
         _event("finished", name, {"state": manifest["state"], "message": manifest["message"]})
         raise
+
+
+RESULT_FIELDS = ("name", "bucket", "state", "step", "steps", "loss", "eval_loss", "verified",
+                 "promoted", "peak_mib", "reused", "dataset", "flow_run_id")
+
+
+def result_row(m: dict[str, Any]) -> dict[str, Any]:
+    """What the nightly keeps of a training run (the same whether it ran here or on the node)."""
+    return {k: m.get(k) for k in RESULT_FIELDS} | {"gate": (m.get("gate") or {}).get("reason")}
+
+
+def _publish_result(m: dict[str, Any]) -> None:
+    """The run's result as a one-row table artifact: how a run on the GPU node hands its
+    result to the nightly on the orchestrator (tasks/node.py: run_on_node)."""
+    from tasks.node import NODE_RESULT_KEY
+
+    create_table_artifact([result_row(m)], key=NODE_RESULT_KEY,
+                          description=f"Training result, {m['name']}")
 
 
 def _markdown(m: dict[str, Any]) -> str:
@@ -285,17 +308,25 @@ def _markdown(m: dict[str, Any]) -> str:
 
 def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
                    ) -> dict[str, Any]:
-    """The nightly's hand-over: one training-pending marker → one training run."""
+    """The nightly's hand-over: one training-pending marker → one training run, in this
+    process (local compute) or on the GCE node through its deployment (`[training]
+    node_deployment`, on the node's work pool). Returns the run's result row."""
     cfg = load_profile(profile)
     params = build_params(cfg.training.recipe, {
         "dataset": marker["dataset"], "bucket": marker["bucket"], "method": marker["kind"],
         "base_model": cfg.training.base_model or getattr(cfg.compute, "model_path", None)},
         where=f"profile {profile} [training]")
     started = time.monotonic()
-    manifest = train_flow.with_options(timeout_seconds=timeout_seconds)(
-        params=params, profile=profile, created_by="nightly")
-    manifest["seconds"] = round(time.monotonic() - started, 1)
-    return manifest
+    if isinstance(cfg.compute, GceCompute):  # the GPU is on the node: run it there
+        row = run_on_node(cfg.compute, cfg.training.node_deployment,
+                          {"params": params.model_dump(mode="json"), "profile": profile,
+                           "created_by": "nightly"},
+                          timeout_seconds, label=f"train:{marker['bucket']}")
+    else:
+        row = result_row(train_flow.with_options(timeout_seconds=timeout_seconds)(
+            params=params, profile=profile, created_by="nightly"))
+    row["seconds"] = round(time.monotonic() - started, 1)
+    return row
 
 
 __all__ = ["TrainParams", "TrainingError", "run_for_marker", "train_flow"]

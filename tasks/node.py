@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +11,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from blocks.compute import LocalCompute
-from blocks.gce import GceCompute
+from blocks.gce import GceCompute, NodePreempted
 from blocks.inference import InferenceEndpoint
 
 Compute = LocalCompute | GceCompute
@@ -70,3 +72,101 @@ def node_usage(compute: Compute, logger: Any) -> dict[str, Any] | None:
     logger.info("node ran %.0f s this run (%.4f GPU-hours), estimated $%.2f",
                 used["running_seconds"], used["gpu_hours"], used["estimated_usd"])
     return used
+
+
+# --- work that must run on the node ---------------------------------------------------------
+NODE_RESULT_KEY = "node-result"  # table artifact a node-side flow publishes its result in
+
+
+def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
+                timeout_seconds: float, *, label: str,
+                poll_seconds: float = 2.0) -> dict[str, Any]:
+    """Run a node-side flow on the GCE node through Prefect: `run_deployment` on the
+    deployment that lives on the node's work pool (its worker is started by the node's
+    startup script), then watch the run — and the node — until it ends.
+
+    Returns the flow's result row (the `node-result` table artifact it published: a result
+    that crosses machines through the Prefect API, with no shared result storage).
+    The node run is cancelled when this run times out, is cancelled, or loses the node
+    (NodePreempted); a node run that ends in any state but Completed fails here with its
+    state and message."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+    from prefect.deployments import run_deployment
+    from prefect.runtime import flow_run as current_run
+
+    from tasks.errors import PhaseFailed
+
+    logger = get_run_logger()
+    parent = current_run.get_id()
+    child: Any = run_deployment(name=deployment, parameters=parameters, timeout=0,
+                           idempotency_key=f"{parent}-{label}" if parent else None,
+                           tags=["slm-node"])
+    logger.info("%s: node run %s (%s) submitted to %s — waiting for the node's worker",
+                label, child.name, child.id, deployment)
+    deadline = time.monotonic() + timeout_seconds
+    last_state: str | None = ""
+    finished = False
+    gone: BaseException | None = None
+    with get_client(sync_client=True) as client:
+        try:
+            while True:
+                run = client.read_flow_run(child.id)
+                state = run.state
+                if state is not None and state.name != last_state:
+                    last_state = state.name
+                    logger.info("%s: node run %s is %s", label, child.name, state.name)
+                if state is not None and state.is_final():
+                    finished = True
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{label}: node run {child.name} did not finish within "
+                                       f"{timeout_seconds:.0f} s — cancelled")
+                if isinstance(compute, GceCompute):
+                    try:
+                        compute.check_running()
+                    except NodePreempted as e:  # the node went away under the run
+                        gone = e
+                        raise
+                time.sleep(poll_seconds)
+        finally:
+            if not finished:
+                _end_node_run(client, child.id, logger, label, gone)
+        if not state.is_completed():
+            raise PhaseFailed(f"{label}: node run {child.name} ended {state.name}"
+                              f"{': ' + state.message if state.message else ''} — see the run "
+                              f"in Prefect (flow run {child.id})", {})
+        arts = client.read_artifacts(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[child.id])),
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[NODE_RESULT_KEY])))
+    if not arts or not arts[0].data:
+        raise PhaseFailed(f"{label}: node run {child.name} completed without publishing its "
+                          f"result (a '{NODE_RESULT_KEY}' table artifact)", {})
+    data: Any = arts[0].data
+    rows = json.loads(data) if isinstance(data, str) else data
+    return dict(rows[0])
+
+
+def _end_node_run(client: Any, run_id: Any, logger: Any, label: str,
+                  gone: BaseException | None) -> None:
+    """A node run we stop waiting for: Crashed when its node is gone (no worker is left to
+    acknowledge anything), else ask the node's worker to cancel it. The node stop that
+    follows ends it either way; this keeps its record from hanging in Running."""
+    from prefect.states import Cancelling, Crashed
+
+    try:
+        if gone is not None:
+            client.set_flow_run_state(run_id, Crashed(message=f"the node went away: {gone}"),
+                                      force=True)
+            logger.warning("%s: node run %s crashed with its node", label, run_id)
+        else:
+            client.set_flow_run_state(run_id, Cancelling(message="the nightly stopped waiting"),
+                                      force=True)
+            logger.warning("%s: node run %s cancelled", label, run_id)
+    except Exception as e:  # noqa: BLE001 - teardown goes on; the node stop ends the run
+        logger.warning("%s: could not cancel node run %s: %s", label, run_id, e)

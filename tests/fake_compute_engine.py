@@ -27,6 +27,9 @@ Simulated behaviour, on the wall clock (durations are attributes, in seconds):
                      killed on stop/preemption, as the node's startup script starts vLLM; the
                      metadata key `slm-vllm` = "stopped" / "running" stops / restarts it, as
                      the node's watcher does.
+    node worker      optional `node_worker` argv: launched when an instance reaches RUNNING
+                     and killed (with everything it started) on stop/preemption only — the
+                     node's Prefect worker on its own pool, as the startup script starts it.
 The instance's networkInterfaces[0].networkIP is 127.0.0.1, so whatever `on_start` launches is
 reachable at the node's "VPC IP". The server binds 127.0.0.1 only.
 """
@@ -75,6 +78,7 @@ class FakeInstance:
     running_since: float | None = None
     running_total: float = 0.0
     agent: subprocess.Popen[bytes] | None = None
+    worker: subprocess.Popen[bytes] | None = None  # the node's Prefect worker (node_worker)
     generation: int = 0  # bumps on every start/stop so stale scheduled events are dropped
 
     def link(self, base: str) -> str:
@@ -112,13 +116,15 @@ class FakeComputeEngine:
     def __init__(self, project: str = "test-project", op_pending_seconds: float = 0.05,
                  stop_seconds: float = 0.2, wait_cap_seconds: float = 2.0,
                  on_start: Callable[[FakeInstance], list[str]] | None = None,
-                 agent_log: Path | None = None) -> None:
+                 agent_log: Path | None = None,
+                 node_worker: Callable[[FakeInstance], list[str]] | None = None) -> None:
         self.project = project
         self.op_pending_seconds = op_pending_seconds
         self.stop_seconds = stop_seconds
         self.wait_cap_seconds = wait_cap_seconds  # the real wait returns after ~2 minutes
         self.on_start = on_start
         self.agent_log = agent_log
+        self.node_worker = node_worker
         self.instances: dict[tuple[str, str], FakeInstance] = {}
         self.operations: dict[tuple[str, str], FakeOperation] = {}
         self.stockouts: set[tuple[str, str]] = set()
@@ -219,6 +225,8 @@ class FakeComputeEngine:
         inst.running_since = now
         if self.on_start is not None and inst.metadata.get(AGENT_KEY, "running") != "stopped":
             self._launch_agent(inst)
+        if self.node_worker is not None:
+            inst.worker = self._spawn(self.node_worker(inst))
 
     def _leave_running(self, inst: FakeInstance, status: str) -> None:
         now = time.time()
@@ -229,30 +237,56 @@ class FakeComputeEngine:
             inst.last_stop = now
         inst.status = status
         self._kill_agent(inst)
+        worker, inst.worker = inst.worker, None
+        self._end(worker)
 
     def _launch_agent(self, inst: FakeInstance) -> None:
         if inst.agent is not None and inst.agent.poll() is None or self.on_start is None:
             return
-        argv = self.on_start(inst)
+        inst.agent = self._spawn(self.on_start(inst))
+
+    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
         out = open(self.agent_log, "ab") if self.agent_log else subprocess.DEVNULL  # noqa: SIM115
         try:
-            inst.agent = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+            return subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
         finally:
             if out is not subprocess.DEVNULL:
                 out.close()  # type: ignore[union-attr]
 
     def _kill_agent(self, inst: FakeInstance) -> None:
         proc, inst.agent = inst.agent, None
+        self._end(proc)
+
+    @staticmethod
+    def _end(proc: subprocess.Popen[bytes] | None) -> None:
+        """Stop a node process and everything it started, as a powered-off VM ends all of its
+        processes (a worker's flow-run processes run in sessions of their own)."""
+        import psutil
+
         if proc is None or proc.poll() is not None:
             return
+        try:
+            family = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            family = []
         os.kill(proc.pid, signal.SIGTERM)  # our own child, by PID
         try:
             proc.wait(5)
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(5)
+        for child in family:  # what it started, found before it went
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+    def worker_running(self, zone: str, name: str) -> bool:
+        with self._lock:
+            w = self.instances[(zone, name)].worker
+            return w is not None and w.poll() is None
 
     def agent_running(self, zone: str, name: str) -> bool:
         with self._lock:

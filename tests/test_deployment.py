@@ -80,7 +80,8 @@ def _check_production_deployments(api: str) -> None:
                                                       timeout=10).json()}
     by_name = {f"{flows[d['flow_id']]}/{d['name']}": d for d in deps}
     assert {"nightly/local", "nightly/production", "node-reaper/production",
-            "extract/ad-hoc", "scorecard/ad-hoc", "train/ad-hoc"} <= set(by_name)
+            "extract/ad-hoc", "scorecard/ad-hoc", "train/ad-hoc", "train/node"} <= set(by_name)
+    assert by_name["train/node"]["work_pool_name"] == "slm-node"
 
     def schedules(d: dict) -> list[tuple[str, str, bool]]:
         return [(s["schedule"]["cron"], s["schedule"]["timezone"], s["active"])
