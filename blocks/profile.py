@@ -111,6 +111,7 @@ class Profile:
     extraction: ExtractionSettings
     corpus: CorpusSettings
     training: TrainingSettings
+    gcs_block: str | None = None  # run records (summaries, scorecards, dead letters) go here
 
 
 def profile_path(ref: str) -> Path:
@@ -161,7 +162,8 @@ def load_profile(ref: str) -> Profile:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"profile {path}: not valid TOML ({e}) — fix the syntax") from e
-    unknown = sorted(set(data) - {*_KINDS, "extraction", "corpus", "training", "state_dir"})
+    unknown = sorted(set(data) - {*_KINDS, "extraction", "corpus", "training", "state_dir",
+                                  "gcs_block"})
     if unknown:
         raise ConfigError(f"profile {path}: unknown section(s) {unknown}")
     try:
@@ -177,6 +179,13 @@ def load_profile(ref: str) -> Profile:
     except ValidationError as e:
         raise ConfigError(_explain(path, "training", e)) from None
     state_dir = str(data.get("state_dir", ".slm-nightly"))
+    gcs_block = data.get("gcs_block") or None
+    if gcs_block is not None and not isinstance(gcs_block, str):
+        raise ConfigError(f"profile {path}: gcs_block must be the name of a saved GcsBucket "
+                          f"block (a string), got {gcs_block!r}")
+    # one bucket for everything unless a section names its own
+    training.gcs_block = training.gcs_block or gcs_block
+    corpus.gcs_block = corpus.gcs_block or gcs_block
     if training.artifact_store is None:
         training.artifact_store = str(Path(state_dir) / "artifacts")
     compute_table = dict(data.get("compute", {}))
@@ -193,4 +202,5 @@ def load_profile(ref: str) -> Profile:
         extraction=extraction,
         corpus=corpus,
         training=training,
+        gcs_block=gcs_block,
     )

@@ -117,6 +117,22 @@ def _write_summary(summary: dict[str, Any], state_dir: Path) -> Path:
     return path
 
 
+def _mirror_records(cfg: Profile, logger: Any) -> None:
+    """Run summaries, scorecards and the dead-letter file to the profile's GcsBucket."""
+    from tasks.gcs_sync import mirror_records
+
+    try:
+        report = mirror_records(cfg.state_dir, cfg.gcs_block)
+    except Exception as e:  # noqa: BLE001 - the local records are kept either way
+        report = {"error": f"{type(e).__name__}: {e}"}
+    if report and report.get("error"):
+        logger.warning("run records not copied to GCS (kept in %s): %s", cfg.state_dir,
+                       report["error"])
+    elif report:
+        logger.info("run records copied to gs://%s/%s (%d new or changed)", report["bucket"],
+                    report["prefix"], report["uploaded"])
+
+
 def _train_passing_buckets(summary: dict[str, Any], cfg: Profile, profile: str,
                            timeout_seconds: int) -> None:
     """Phase 2b: one training run per passing bucket, one after the other (each holds the
@@ -233,6 +249,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
             try:
                 summary["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
                 path = _write_summary(summary, cfg.state_dir)
+                _mirror_records(cfg, logger)
                 create_markdown_artifact(render_markdown(summary), key="nightly-summary",
                                          description="Nightly run summary")
                 logger.info("run summary written to %s", path)

@@ -149,15 +149,22 @@ def verify(base_gguf: Path, adapter_gguf: Path, hf_dir: Path, peft_dir: Path, pr
 
 @flow(name="train")
 def train_flow(params: TrainParams, profile: str = "local", recipe: str | None = None,
-               promote: bool = True, created_by: str = "ad-hoc", retrain: bool = False
+               promote: bool = True, created_by: str = "ad-hoc", retrain: bool = False,
+               dataset_gcs_key: str | None = None, dataset_sha256: str | None = None
                ) -> dict[str, Any]:
-    """Train → export → verify → register → promote (if the gate passes). Returns the manifest."""
+    """Train → export → verify → register → promote (if the gate passes). Returns the manifest.
+
+    `dataset_gcs_key`: on the GPU node, fetch the dataset from the profile's GcsBucket (the
+    nightly uploaded it there) instead of reading `params.dataset`, and check its sha256."""
     logger = get_run_logger()
     cfg = load_profile(profile)
     ts = cfg.training
     if recipe:  # the recipe fills what the caller did not set
         explicit = params.model_dump(include=params.model_fields_set)
         params = build_params(recipe, explicit, where=f"train ({recipe})")
+    if dataset_gcs_key:
+        params = params.model_copy(update={"dataset": str(_fetch_dataset(
+            ts.gcs_block, dataset_gcs_key, dataset_sha256, cfg.state_dir))})
     store = ArtifactStore(ts.artifact_store or cfg.state_dir / "artifacts", ts.gcs_block)
     model_cache = Path(ts.model_cache) if ts.model_cache else cfg.state_dir / "models"
     dataset = Path(params.dataset)
@@ -306,6 +313,23 @@ def _markdown(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _fetch_dataset(block: str | None, key: str, sha256: str | None, state_dir: Path) -> Path:
+    from tasks.gcs_sync import download_file
+
+    if not block:
+        raise ConfigError(f"dataset_gcs_key {key!r} given but the profile names no GcsBucket "
+                          "block — set gcs_block at the top of the profile (or [training] "
+                          "gcs_block)")
+    local = state_dir / "node-datasets" / key
+    if not (local.is_file() and sha256 and file_digest(local) == sha256):
+        download_file(block, key, local)
+        get_run_logger().info("dataset fetched from GCS (%s) to %s", key, local)
+    if sha256 and file_digest(local) != sha256:
+        raise ConfigError(f"dataset {key} from GCS does not match the scorecard's sha256 "
+                          f"{sha256[:12]}… — rerun the nightly (it uploads it again)")
+    return local
+
+
 def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
                    ) -> dict[str, Any]:
     """The nightly's hand-over: one training-pending marker → one training run, in this
@@ -318,9 +342,17 @@ def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
         where=f"profile {profile} [training]")
     started = time.monotonic()
     if isinstance(cfg.compute, GceCompute):  # the GPU is on the node: run it there
-        row = run_on_node(cfg.compute, cfg.training.node_deployment,
-                          {"params": params.model_dump(mode="json"), "profile": profile,
-                           "created_by": "nightly"},
+        parameters: dict[str, Any] = {"params": params.model_dump(mode="json"),
+                                      "profile": profile, "created_by": "nightly"}
+        if cfg.training.gcs_block:  # the node reads the dataset from GCS, not from this disk
+            from tasks.gcs_sync import upload_file
+
+            dataset = Path(params.dataset)
+            key = f"datasets/{marker['bucket']}/{dataset.name}"
+            url = upload_file(cfg.training.gcs_block, dataset, key)
+            get_run_logger().info("dataset for the node uploaded to %s", url)
+            parameters.update(dataset_gcs_key=key, dataset_sha256=file_digest(dataset))
+        row = run_on_node(cfg.compute, cfg.training.node_deployment, parameters,
                           timeout_seconds, label=f"train:{marker['bucket']}")
     else:
         row = result_row(train_flow.with_options(timeout_seconds=timeout_seconds)(

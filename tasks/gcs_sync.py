@@ -36,17 +36,21 @@ def gcs_bucket_from_env_or_block(block_name: str | None) -> Any | None:
     return None
 
 
-def sync_folder(local: Path, bucket: Any, prefix: str = "corpus") -> dict[str, Any]:
-    """Upload files under `local` whose MD5 differs from (or is missing in) gs://bucket/prefix."""
+def sync_folder(local: Path, bucket: Any, prefix: str = "corpus",
+                include: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Upload files under `local` whose MD5 differs from (or is missing in) gs://bucket/prefix.
+    `include`: only these top-level names under `local` (files or folders)."""
     folder = (bucket.bucket_folder or "").strip("/")
     full = (lambda key: f"{folder}/{key}" if folder else key)  # noqa: E731
     report: dict[str, Any] = {"bucket": bucket.bucket, "prefix": full(prefix), "uploaded": 0,
                               "unchanged": 0, "error": None}
     try:
         remote = {b.name: b.md5_hash for b in bucket.list_blobs(prefix)}
-        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        for path in sorted(p for p in local.rglob("*") if p.is_file()) if local.is_dir() else []:
             rel = path.relative_to(local).as_posix()
             if any(part.startswith(".") for part in rel.split("/")):
+                continue
+            if include is not None and rel.split("/")[0] not in include:
                 continue
             key = f"{prefix}/{rel}"
             if remote.get(full(key)) == _md5_b64(path):
@@ -57,3 +61,41 @@ def sync_folder(local: Path, bucket: Any, prefix: str = "corpus") -> dict[str, A
     except Exception as e:  # noqa: BLE001 - reported in the summary; the local corpus is safe
         report["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return report
+
+
+def _load(block: str) -> Any:
+    from prefect_gcp import GcsBucket
+
+    return GcsBucket.load(block)
+
+
+RECORDS = ("runs", "scorecards", "dead-letter.jsonl")  # under state_dir: what a run leaves
+
+
+def mirror_records(state_dir: Path, block: str | None) -> dict[str, Any] | None:
+    """Copy the run records — summaries, scorecards, dead-letter file — to gs://…/records."""
+    if not block:
+        return None
+    return sync_folder(state_dir, _load(block), prefix="records",
+                       include=RECORDS)
+
+
+def upload_file(block: str, path: Path, key: str) -> str:
+    """Upload one file (skipped when the remote copy has the same MD5); returns gs://…/key."""
+    bucket = _load(block)
+    folder = (bucket.bucket_folder or "").strip("/")
+    full = f"{folder}/{key}" if folder else key
+    remote = {b.name: b.md5_hash for b in bucket.list_blobs(key)}
+    if remote.get(full) != _md5_b64(path):
+        bucket.upload_from_path(path, key)
+    return f"gs://{bucket.bucket}/{full}"
+
+
+def download_file(block: str, key: str, path: Path) -> Path:
+    """Fetch one object (through a temp file, so a half download is never taken for data)."""
+    bucket = _load(block)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.part")
+    bucket.download_object_to_path(key, tmp)
+    tmp.replace(path)
+    return path

@@ -29,6 +29,7 @@ from tasks.processes import free_port
 from tasks.registry import ArtifactStore
 from tests.conftest import PREFECT, ROOT
 from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
+from tests.gcs_emulator import GcsEmulator
 from tests.test_gce import PROJECT, creds
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -76,7 +77,8 @@ class Node:
                 "PREFECT_LOGGING_LEVEL=INFO", PREFECT, "worker", "start", "--pool", "slm-node",
                 "--type", "process", "--name", f"node-{inst.zone}"]
 
-    def profile(self, tmp: Path, block: str, base: dict[str, Any], max_steps: int) -> Path:
+    def profile(self, tmp: Path, block: str, base: dict[str, Any], max_steps: int,
+                gcs_block: str | None = None) -> Path:
         GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=self.fake.url,
                    gcp_credentials=creds(self.fake), poll_seconds=0.2, inference_port=self.port,
                    state_dir=str(tmp / "state")).save(block, overwrite=True)
@@ -100,8 +102,10 @@ class Node:
             dpo: {{max_steps: 1, learning_rate: 0.0005}}
         """))
         path = tmp / "gce.toml"
+        gcs = f'gcs_block = "{gcs_block}"' if gcs_block else ""
         path.write_text(textwrap.dedent(f"""
             state_dir = "{tmp / 'state'}"
+            {gcs}
             [compute]
             type = "gce"
             block = "{block}"
@@ -145,8 +149,10 @@ def _child_runs(parent_id: Any) -> list[Any]:
 def test_nightly_trains_on_the_node_through_its_deployment(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
     node = Node(tmp_path)
-    with node.fake:
-        profile = node.profile(tmp_path, "node-path", {**base_cache, "falkordb": falkordb}, 2)
+    with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
+        gcs.bucket(folder="slm").save("node-path-gcs", overwrite=True)
+        profile = node.profile(tmp_path, "node-path", {**base_cache, "falkordb": falkordb}, 2,
+                               gcs_block="node-path-gcs")
         s = nightly(profile=str(profile))
         assert s["status"] == "completed", (s.get("error"), node.log.read_text()[-4000:])
         phases = {k: v["status"] for k, v in s["phases"].items()}
@@ -161,11 +167,21 @@ def test_nightly_trains_on_the_node_through_its_deployment(
             t = s["training"][bucket]
             assert t["state"] == "done" and t["flow_run_id"] == str(run.id)
             assert t["step"] == t["steps"] == (2 if bucket == ENG else 1)
+            # the node read its dataset from GCS (uploaded by the nightly), not this disk
+            key = run.parameters["dataset_gcs_key"]
+            assert key.startswith(f"datasets/{bucket}/") and key.endswith(".parquet")
+            assert t["dataset"] == str(tmp_path / "state" / "node-datasets" / key)
         # what the node wrote: a PEFT adapter for vLLM (no GGUF on this path), the manifest
         store = ArtifactStore(tmp_path / "state" / "artifacts")
         m = store.manifest(s["training"][ENG]["name"])
         assert m["created_by"] == "nightly" and m["files"]["peft"] == "peft"
         assert (store.adapter_dir(m["name"]) / "peft" / "adapter_model.safetensors").is_file()
+        # GCS holds the adapters, the datasets and the run records
+        names = {b.name for b in gcs.bucket(folder="slm").list_blobs("")}
+        assert f"slm/artifacts/adapters/{m['name']}/manifest.json" in names
+        assert f"slm/artifacts/adapters/{m['name']}/peft/adapter_model.safetensors" in names
+        assert f"slm/{runs[ENG].parameters['dataset_gcs_key']}" in names
+        assert {"slm/records/runs/last-run.json", "slm/records/scorecards/latest.json"} <= names
         # the node is down and everything it ran is gone
         inst = node.fake.instance("zone-a", "node")
         assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
