@@ -94,6 +94,8 @@ class GceCompute(Block):
     stop_timeout_seconds: float = Field(default=300.0, gt=0)
     inference_port: int = Field(default=9080, ge=1, le=65535)
     poll_seconds: float = Field(default=5.0, gt=0, description="Instance status polling interval.")
+    progress_seconds: float = Field(default=60.0, gt=0, description="How often the wait for "
+                                    "vLLM logs where the server is.")
     spot_usd_per_hour: float = Field(
         default=0.28, ge=0,
         description="g2-standard-4 spot, us-central1, late 2025 (~$0.28/h; spot prices move "
@@ -399,21 +401,38 @@ class GceCompute(Block):
         key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
         if self._metadata(node.zone).get(AGENT_KEY) == "stopped":
             self._set_metadata(node.zone, {AGENT_KEY: "running"})
-        deadline = time.monotonic() + endpoint.readiness_timeout_seconds
+        started = time.monotonic()
+        deadline = started + endpoint.readiness_timeout_seconds
         poll = 1.0
-        next_check = time.monotonic() + self.poll_seconds
-        while not inference_server.models_ready(base_url, key):
-            if time.monotonic() > deadline:
+        next_check = started + self.poll_seconds
+        next_report = started + self.progress_seconds
+        while True:
+            stage, models = inference_server.probe(base_url, key)
+            if stage == "ready":
+                break
+            now = time.monotonic()
+            if now > deadline:
                 raise ServerError(
                     f"inference endpoint {base_url} not ready after "
-                    f"{endpoint.readiness_timeout_seconds:.0f} s (GET /v1/models) — check the "
+                    f"{endpoint.readiness_timeout_seconds:.0f} s (last: {stage}) — check the "
                     f"node's serial console / `journalctl -u slm-vllm` on {node.instance}, or "
                     "raise the inference block's readiness_timeout_seconds")
-            if time.monotonic() >= next_check:
+            if now >= next_report:
+                _progress(f"waiting for vLLM at {base_url}: {stage} — {now - started:.0f} s "
+                          f"of {endpoint.readiness_timeout_seconds:.0f} s")
+                next_report = now + self.progress_seconds
+            if now >= next_check:
                 self.check_running()
-                next_check = time.monotonic() + self.poll_seconds
+                next_check = now + self.poll_seconds
             time.sleep(poll)
             poll = min(poll * 1.5, 10.0)
+        if endpoint.model not in models:
+            raise ConfigError(f"vLLM at {base_url} serves {models}, not {endpoint.model!r} — set "
+                              "the inference block's model to the node's --served-model-name "
+                              f"(blocks/vllm_node.py uses the block's model: re-run "
+                              "install_startup_script after changing it)")
+        _progress(f"vLLM ready at {base_url} after {time.monotonic() - started:.0f} s "
+                  f"(serving {', '.join(models)})")
         return base_url
 
     def _metadata(self, zone: str) -> dict[str, str]:
@@ -544,6 +563,16 @@ class GceCompute(Block):
                 "estimated_usd": round(total_usd, 6),
                 "zones": zones, "note": "estimate from lastStart/lastStopTimestamp × the "
                 "block's hourly rates; disk and egress not included"}
+
+
+def _progress(message: str) -> None:
+    """Log to the Prefect run when there is one (the UI shows it), else to this module's log."""
+    try:
+        from prefect import get_run_logger
+
+        get_run_logger().info(message)
+    except Exception:  # noqa: BLE001 - MissingContextError outside a run
+        log.info(message)
 
 
 def _ts(value: str | None) -> float | None:

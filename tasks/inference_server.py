@@ -40,6 +40,25 @@ def models_ready(base_url: str, api_key: str | None = None, timeout: float = 5.0
     return r.status_code == 200 and bool(r.json().get("data"))
 
 
+def probe(base_url: str, api_key: str | None = None, timeout: float = 5.0
+          ) -> tuple[str, list[str]]:
+    """Where a vLLM-style server is on its way up: ("down" | "unhealthy" | "no models" |
+    "ready", the model ids it lists). /health first (cheap; 200 while the engine lives),
+    then /v1/models."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        h = httpx.get(f"{base_url}/health", headers=headers, timeout=timeout)
+        if h.status_code >= 500:
+            return f"unhealthy (GET /health: HTTP {h.status_code})", []
+        r = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=timeout)
+    except httpx.HTTPError:
+        return "down (no answer on the port yet: booting or loading weights)", []
+    if r.status_code != 200:
+        return f"not ready (GET /v1/models: HTTP {r.status_code})", []
+    ids = [m.get("id", "") for m in r.json().get("data") or []]
+    return ("ready" if ids else "no models listed yet"), ids
+
+
 def wait_ready(base_url: str, timeout: float, api_key: str | None = None,
                poll: float = 1.0, max_poll: float = 30.0) -> float:
     """Poll /v1/models until it lists a model; return the seconds waited."""

@@ -45,6 +45,7 @@ class FakeOpenAI:
     def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0, port: int = 0) -> None:
         self.latency = latency
         self.slow_seconds = slow_seconds
+        self.model_id = "fake"  # what /v1/models lists
         self.requests: list[dict[str, Any]] = []
         self.fault_counts: Counter[str] = Counter()
         self.in_flight = 0
@@ -146,7 +147,9 @@ class FakeOpenAI:
 
             def do_GET(self) -> None:  # noqa: N802
                 if self.path == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": "fake"}]})
+                    self._send(200, {"object": "list", "data": [{"id": fake.model_id}]})
+                elif self.path == "/health":  # vLLM: 200, empty body, while the engine is up
+                    self._send(200, "")
                 else:
                     self._send(404, "not found")
 
@@ -176,8 +179,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", type=float, default=0.0)
     ap.add_argument("--port", type=int, default=0, help="0 = any free port")
+    ap.add_argument("--model", default="fake", help="the model id /v1/models lists")
+    ap.add_argument("--load-seconds", type=float, default=0.0,
+                    help="wait this long before listening, as vLLM does while loading weights")
     args = ap.parse_args()
+    time.sleep(args.load_seconds)
     fake = FakeOpenAI(latency=args.latency, port=args.port)
+    fake.model_id = args.model
     print(fake.url, flush=True)
     fake.server.serve_forever()
 

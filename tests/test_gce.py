@@ -329,3 +329,33 @@ def test_profile_with_incomplete_gce_section_names_the_missing_fields(tmp_path: 
     for needle in ("invalid [compute]", "project: Field required", "instance: Field required",
                    "provisioning: Input should be 'spot' or 'on-demand'"):
         assert needle in msg
+
+
+def test_readiness_reports_progress_and_checks_the_served_model(
+        fake: FakeComputeEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()
+    served = {"model": "olmo-3-32b-think"}
+
+    def vllm(inst: FakeInstance) -> list[str]:  # listens only after 'loading weights'
+        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port),
+                "--load-seconds", "2", "--model", served["model"]]
+
+    fake.on_start = vllm
+    fake.agent_log = tmp_path / "agent.log"
+    fake.add_instance("zone-a", "node")
+    node = gce(fake, tmp_path, inference_port=port, progress_seconds=0.5)
+    node.start()
+    endpoint = InferenceEndpoint(model="olmo-3-32b-think", readiness_timeout_seconds=30)
+    with caplog.at_level(logging.INFO, logger="slm_nightly.gce"):
+        assert node.start_inference(endpoint) == f"http://127.0.0.1:{port}"
+    waits = [r.message for r in caplog.records if r.message.startswith("waiting for vLLM")]
+    assert waits and "down (no answer on the port yet" in waits[0]
+    assert any("vLLM ready at" in r.message and "serving olmo-3-32b-think" in r.message
+               for r in caplog.records)
+    # a node whose vLLM serves another name: a clear error, not requests that 404 later
+    node.stop_inference()
+    served["model"] = "some-other-model"
+    with pytest.raises(ConfigError, match=r"serves \['some-other-model'\], not "
+                                          "'olmo-3-32b-think' — set the inference block's model"):
+        node.start_inference(endpoint)
+    node.stop()
