@@ -154,6 +154,12 @@ def _train_passing_buckets(summary: dict[str, Any], cfg: Profile, profile: str,
     for bucket in pending:
         marker_path = cfg.state_dir / "training-pending" / f"{bucket}.json"
         marker = json.loads(marker_path.read_text())
+        if time.monotonic() >= deadline:
+            summary["training"][bucket] = {"state": "not run", "message": "the phase-2 "
+                                           f"timeout ({timeout_seconds} s) was spent before "
+                                           "this bucket's turn"}
+            failed.append(bucket)
+            continue
         if preempted is not None:  # no node left to train on tonight
             summary["training"][bucket] = {"state": "not run", "message": "the node was "
                                            f"preempted during an earlier bucket: {preempted}"}

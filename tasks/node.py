@@ -34,9 +34,10 @@ def inference_up(compute: Compute, endpoint: InferenceEndpoint,
     if isinstance(compute, LocalCompute):
         url = compute.start_inference(endpoint, adapter)
     else:
-        if adapter is not None:  # vLLM takes the PEFT adapter through the startup script
-            logger.warning("promoted adapter %s is not loaded by this node: the GCE node serves "
-                           "adapters through install_startup_script(lora_modules=…)", adapter)
+        if adapter is not None:  # not built: fetching it onto the node and restarting vLLM
+            logger.warning("promoted adapter %s is NOT loaded by the GCE node's vLLM (not built "
+                           "yet; a 7B adapter also needs a 7B server) — set [training] "
+                           "serve_bucket = \"\" to silence this", adapter)
         url = compute.start_inference(endpoint)
     logger.info("inference server ready at %s (model %s%s)", url, endpoint.model,
                 f", adapter {adapter}" if adapter and isinstance(compute, LocalCompute) else "")
@@ -111,8 +112,6 @@ def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
                 label, child.name, child.id, deployment)
     deadline = time.monotonic() + timeout_seconds
     last_state: str | None = ""
-    finished = False
-    gone: BaseException | None = None
     with get_client(sync_client=True) as client:
         try:
             while True:
@@ -122,21 +121,16 @@ def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
                     last_state = state.name
                     logger.info("%s: node run %s is %s", label, child.name, state.name)
                 if state is not None and state.is_final():
-                    finished = True
                     break
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{label}: node run {child.name} did not finish within "
                                        f"{timeout_seconds:.0f} s — cancelled")
                 if isinstance(compute, GceCompute):
-                    try:
-                        compute.check_running()
-                    except NodePreempted as e:  # the node went away under the run
-                        gone = e
-                        raise
+                    compute.check_running()  # NodePreempted when the node went away
                 time.sleep(poll_seconds)
-        finally:
-            if not finished:
-                _end_node_run(client, child.id, logger, label, gone)
+        except BaseException as e:
+            _end_node_run(client, child.id, logger, label, e)
+            raise
         if not state.is_completed():
             raise PhaseFailed(f"{label}: node run {child.name} ended {state.name}"
                               f"{': ' + state.message if state.message else ''} — see the run "
@@ -152,21 +146,41 @@ def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
     return dict(rows[0])
 
 
-def _end_node_run(client: Any, run_id: Any, logger: Any, label: str,
-                  gone: BaseException | None) -> None:
-    """A node run we stop waiting for: Crashed when its node is gone (no worker is left to
-    acknowledge anything), else ask the node's worker to cancel it. The node stop that
-    follows ends it either way; this keeps its record from hanging in Running."""
-    from prefect.states import Cancelling, Crashed
+def _end_node_run(client: Any, run_id: Any, logger: Any, label: str, why: BaseException,
+                  ack_seconds: float = 20.0) -> None:
+    """A node run we stop waiting for must not hang in Running: Crashed when its node is gone
+    (no worker is left to acknowledge anything); otherwise Cancelling, which the node's worker
+    carries out (it ends the flow-run process and marks it Cancelled) — given `ack_seconds`,
+    except when this run is itself being cancelled (its grace is for stopping the node), after
+    which it is marked Cancelled here: the node stop that follows ends the process anyway."""
+    from prefect.exceptions import TerminationSignal
+    from prefect.states import Cancelled, Cancelling, Crashed
 
     try:
-        if gone is not None:
-            client.set_flow_run_state(run_id, Crashed(message=f"the node went away: {gone}"),
+        if isinstance(why, NodePreempted):
+            client.set_flow_run_state(run_id, Crashed(message=f"the node went away: {why}"),
                                       force=True)
             logger.warning("%s: node run %s crashed with its node", label, run_id)
-        else:
-            client.set_flow_run_state(run_id, Cancelling(message="the nightly stopped waiting"),
+            return
+        current = client.read_flow_run(run_id).state
+        if current is None or current.is_scheduled():  # no worker has it: nothing to stop
+            client.set_flow_run_state(run_id, Cancelled(message="cancelled by the nightly "
+                                                        "before the node's worker took it"),
                                       force=True)
-            logger.warning("%s: node run %s cancelled", label, run_id)
+            logger.warning("%s: node run %s cancelled before it started", label, run_id)
+            return
+        client.set_flow_run_state(run_id, Cancelling(message=f"the nightly stopped waiting: "
+                                                     f"{type(why).__name__}"), force=True)
+        deadline = time.monotonic() + (0 if isinstance(why, TerminationSignal) else ack_seconds)
+        while time.monotonic() < deadline:
+            state = client.read_flow_run(run_id).state
+            if state is not None and state.is_final():
+                logger.warning("%s: node run %s %s by the node's worker", label, run_id,
+                               state.name.lower())
+                return
+            time.sleep(1.0)
+        client.set_flow_run_state(run_id, Cancelled(message="cancelled by the nightly; the node "
+                                                    "stop ends its process"), force=True)
+        logger.warning("%s: node run %s marked cancelled (the node stop ends it)", label, run_id)
     except Exception as e:  # noqa: BLE001 - teardown goes on; the node stop ends the run
-        logger.warning("%s: could not cancel node run %s: %s", label, run_id, e)
+        logger.warning("%s: could not end node run %s: %s", label, run_id, e)

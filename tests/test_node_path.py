@@ -225,3 +225,23 @@ def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
         assert list((tmp_path / "state" / "artifacts" / "checkpoints").glob("*/checkpoint-*"))
         assert node.fake.instance("zone-a", "node").status == "TERMINATED"
         assert not node.fake.worker_running("zone-a", "node")
+
+
+def test_a_phase2_timeout_cancels_the_node_run_and_the_node_worker_ends_it(
+        tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
+    node = Node(tmp_path)
+    with node.fake:
+        profile = node.profile(tmp_path, "node-timeout", {**base_cache, "falkordb": falkordb},
+                               400)
+        with pytest.raises(Exception, match="training failed"):
+            nightly(profile=str(profile), phase2_timeout_seconds=25)
+        s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+        assert s["phases"][f"train:{ENG}"]["status"] == "timed_out"
+        assert "did not finish within 25 s" in s["training"][ENG]["message"]
+        (first, *_) = [r for r in _child_runs(str(profile))
+                       if r.parameters["params"]["bucket"] == ENG]
+        # the nightly asked for the cancel; the node's worker carried it out before the stop
+        assert first.state.is_cancelled(), first.state
+        assert first.state.message != "cancelled by the nightly; the node stop ends its process"
+        assert node.fake.instance("zone-a", "node").status == "TERMINATED"
+        assert not node.fake.worker_running("zone-a", "node")

@@ -80,6 +80,9 @@ def test_gcp_profile_loads_with_its_saved_graph_block() -> None:
     assert p.compute.state_dir == ".slm-nightly" and p.inference.dialect == "vllm"
     assert isinstance(p.graph, Neo4jGraph) and p.graph.uri == "neo4j://graph.internal:7687"
     assert "pw-gcp" not in repr(p.graph)
+    # one GCS bucket for everything, training on the node with the production recipe
+    assert p.gcs_block == p.training.gcs_block == p.corpus.gcs_block == "slm-gcs"
+    assert p.training.recipe == "production" and p.training.node_deployment == "train/node"
 
 
 def test_reaper_stops_the_node_of_a_dead_run_but_not_of_a_live_one(fake: FakeComputeEngine,
