@@ -58,6 +58,20 @@ def node_deployment(prefect_api: None) -> str:
     return "train/node"
 
 
+@pytest.fixture(autouse=True)
+def free_gpu_slot() -> Any:
+    """A node run killed with its node (preemption) keeps its `gpu` lease: a real server frees
+    it when the 60 s lease runs out (tests/test_teardown.py), the test harness's server never
+    does. Release it after each test the way an operator would (`prefect gcl update gpu
+    --active-slots 0`)."""
+    yield
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+    with get_client(sync_client=True) as client:
+        client.update_global_concurrency_limit("gpu", GlobalConcurrencyLimitUpdate(active_slots=0))
+
+
 class Node:
     """The fake Compute Engine with one zone's instance: 'vLLM' (tests/fake_openai.py) and a
     real Prefect worker on slm-node, started at RUNNING and ended at stop."""
