@@ -109,7 +109,7 @@ def main() -> None:
                     node_s.append(time.perf_counter() - t)
                     assert row["reused"] and row["name"] == first["name"]
                     with get_client(sync_client=True) as c:
-                        r = c.read_flow_run(row["flow_run_id"])
+                        r = c.read_flow_run(row["node_run"]["id"])
                     assert r.start_time and r.end_time
                     phases.append({"queued_to_start_s": (r.start_time - r.created).total_seconds(),
                                    "start_to_end_s": (r.end_time - r.start_time).total_seconds()})

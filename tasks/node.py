@@ -87,7 +87,8 @@ def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
     startup script), then watch the run — and the node — until it ends.
 
     Returns the flow's result row (the `node-result` table artifact it published: a result
-    that crosses machines through the Prefect API, with no shared result storage).
+    that crosses machines through the Prefect API, with no shared result storage), plus
+    `node_run` {id, name}.
     The node run is cancelled when this run times out, is cancelled, or loses the node
     (NodePreempted); a node run that ends in any state but Completed fails here with its
     state and message."""
@@ -143,7 +144,7 @@ def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
                           f"result (a '{NODE_RESULT_KEY}' table artifact)", {})
     data: Any = arts[0].data
     rows = json.loads(data) if isinstance(data, str) else data
-    return dict(rows[0])
+    return dict(rows[0]) | {"node_run": {"id": str(child.id), "name": child.name}}
 
 
 def _end_node_run(client: Any, run_id: Any, logger: Any, label: str, why: BaseException,

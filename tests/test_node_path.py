@@ -180,6 +180,7 @@ def test_nightly_trains_on_the_node_through_its_deployment(
             assert run.parent_task_run_id is not None  # a subflow of the nightly in the UI
             t = s["training"][bucket]
             assert t["state"] == "done" and t["flow_run_id"] == str(run.id)
+            assert t["node_run"] == {"id": str(run.id), "name": run.name}
             assert t["step"] == t["steps"] == (2 if bucket == ENG else 1)
             # the node read its dataset from GCS (uploaded by the nightly), not this disk
             key = run.parameters["dataset_gcs_key"]
