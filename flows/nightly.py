@@ -20,7 +20,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run as current_run
 
-from blocks.gce import NodePreempted
+from blocks.gce import GceCompute, NodePreempted
 from blocks.profile import Profile, load_profile
 from flows.extract import extract
 from flows.reaper import reap
@@ -73,6 +73,19 @@ def _request_stop(compute: Any, logger: Any) -> None:
         compute.request_stop_node()
     except Exception as e:  # noqa: BLE001 - compute_down retries the stop and reports
         logger.warning("stop request failed (compute_down retries): %s", e)
+
+
+def _node_lost(compute: Any) -> NodePreempted | None:
+    """The node went away under phase 1 (spot preemption): what failed is its doing."""
+    if not isinstance(compute, GceCompute):
+        return None
+    try:
+        compute.check_running()
+    except NodePreempted as e:
+        return e
+    except Exception:  # noqa: BLE001 - cannot tell: the phase's own outcome stands
+        return None
+    return None
 
 
 def _final_status(e: BaseException) -> str:
@@ -217,10 +230,21 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 summary["serving_adapter"] = str(adapter) if adapter else None
                 base_url = inference_up(cfg.compute, cfg.inference, adapter)
             with _phase(summary, "extract"):
-                phase1 = extract.with_options(timeout_seconds=phase1_timeout_seconds)(
-                    profile=profile, base_url=base_url, full=full, retry_failed=retry_failed,
-                    max_failed_share=max_failed_share)
+                try:
+                    phase1 = extract.with_options(timeout_seconds=phase1_timeout_seconds)(
+                        profile=profile, base_url=base_url, full=full,
+                        retry_failed=retry_failed, max_failed_share=max_failed_share)
+                except Exception as e:
+                    lost = _node_lost(cfg.compute)
+                    if lost is None:
+                        raise
+                    if isinstance(e, PhaseFailed):
+                        merge_extraction(summary, e.summary)
+                    raise lost from e
                 merge_extraction(summary, phase1)
+                lost = _node_lost(cfg.compute)  # documents failed with it: done next run
+                if lost is not None:
+                    raise lost
             with _phase(summary, "inference_down"):
                 inference_down(cfg.compute)
         if cfg.corpus.root:

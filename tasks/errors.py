@@ -30,9 +30,12 @@ class DocumentError(SlmNightlyError):
 class LLMError(SlmNightlyError):
     """The inference endpoint failed after retries or returned unusable output."""
 
-    def __init__(self, message: str, attempts: int = 1) -> None:
+    def __init__(self, message: str, attempts: int = 1, endpoint_down: bool = False) -> None:
         super().__init__(message)
         self.attempts = attempts
+        # the last attempt could not reach the server (refused, connection dropped): the
+        # endpoint is down, not this document's fault — it is retried on the next run
+        self.endpoint_down = endpoint_down
 
 
 class ChunkTooLong(LLMError):

@@ -81,6 +81,7 @@ class DocOutcome:
     error: str | None = None
     error_type: str | None = None
     attempts: int = 0
+    endpoint_down: bool = False  # failed because the endpoint was unreachable: not held
 
 
 @dataclass
@@ -130,6 +131,7 @@ async def extract_document(client: LLMClient, doc: Document, chunk_tokens: int,
         outcome.extraction = [x for r in results for x in r]
     except LLMError as e:
         outcome.error, outcome.error_type, outcome.attempts = str(e), type(e).__name__, e.attempts
+        outcome.endpoint_down = e.endpoint_down
     return outcome
 
 
@@ -259,9 +261,12 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
     for o in outcomes:
         if o.error:
             d = o.doc
+            msg = o.error + (" — the endpoint was unreachable (node down or preempted?): "
+                             "retried on the next run" if o.endpoint_down else "")
             report.failed.append(failure_record(d.id, d.stream, d.path, d.hash,
-                                                o.error_type or "Error", o.error, o.attempts,
-                                                model=model, prompt_version=PROMPT_VERSION))
+                                                o.error_type or "Error", msg, o.attempts,
+                                                model=model, prompt_version=PROMPT_VERSION,
+                                                held=not o.endpoint_down))
     emails = [e for o in outcomes if not o.error for r in o.doc.records for e in r["emails"]]
 
     def write() -> tuple[GraphBatch, BatchReport]:
@@ -272,8 +277,9 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
             store.retract(retract)
         store.upsert(batch)
         store.mark_extracted(batch.documents)
-        if report.failed:
-            store.mark_failed(report.failed)
+        held = [f for f in report.failed if f["held"]]  # the rest is simply done next run
+        if held:
+            store.mark_failed(held)
         return batch, labels
 
     # The LLM work is done and paid for: a graph hiccup retries the writes, not the calls.

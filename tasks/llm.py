@@ -47,6 +47,12 @@ def response_format(dialect: Dialect, schema: dict[str, Any]) -> dict[str, Any]:
             "json_schema": {"name": "extraction", "schema": schema, "strict": True}}
 
 
+# The server is not there (refused, or the connection dropped mid-answer): a node going away,
+# not a document the model cannot handle. A timeout is not on the list: a slow answer can be
+# the document's own doing.
+_DOWN = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
 @dataclass
 class Usage:
     calls: int = 0
@@ -116,6 +122,7 @@ class LLMClient:
             "response_format": response_format(self.dialect, schema),
         }
         last_error = "no attempt made"
+        down = False
         for attempt in range(self.max_retries + 1):
             if attempt:
                 self.usage.retries += 1
@@ -126,7 +133,9 @@ class LLMClient:
                     resp = await self._client.post("/v1/chat/completions", json=body)
             except (httpx.TransportError, httpx.TimeoutException) as e:
                 last_error = f"{type(e).__name__}: {e}"
+                down = isinstance(e, _DOWN)
             else:
+                down = False
                 if resp.status_code == 200:
                     try:
                         return self._parse(resp.json())
@@ -151,7 +160,7 @@ class LLMClient:
             if attempt < self.max_retries:
                 await asyncio.sleep(self._backoff(attempt, retry_after))
         raise LLMError(f"gave up after {self.max_retries + 1} attempts: {last_error}",
-                       self.max_retries + 1)
+                       self.max_retries + 1, endpoint_down=down)
 
     def _parse(self, payload: dict[str, Any]) -> Extraction:
         choice = payload["choices"][0]

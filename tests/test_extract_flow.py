@@ -192,6 +192,26 @@ def test_llm_failures_dead_letter_then_hold_and_share_gate(setup, tmp_path: Path
     assert e.value.summary["documents"]["transcripts"]["failed"] == 1
 
 
+def test_an_unreachable_endpoint_fails_documents_without_holding_them(setup,
+                                                                     tmp_path: Path) -> None:
+    """A node that went away (connection refused) is not the documents' fault: they are
+    counted and dead-lettered, but the next run does them without --retry-failed."""
+    from tasks.processes import free_port
+
+    profile, src, store, fake = setup
+    down = tmp_path / "down.toml"
+    down.write_text(profile.read_text().replace(fake.url, f"http://127.0.0.1:{free_port()}"))
+    s = extract(profile=str(down))
+    llm_failed = [f for f in s["failures"] if f["error"] == "LLMError"]
+    assert len(llm_failed) == 5 and all(  # every document has text for the model
+        "ConnectError" in f["message"] and "retried on the next run" in f["message"]
+        for f in llm_failed)
+    fake.reset()
+    s = extract(profile=str(profile))  # the endpoint is back: no hold, no flag needed
+    assert s["failures"] == [] and fake.calls > 0
+    assert sum(c["extracted"] for c in s["documents"].values()) == 5
+
+
 def test_labels_outside_the_schema_are_mapped_or_rejected_and_counted(setup) -> None:
     profile, src, store, fake = setup
     for p in src.rglob("*.*"):

@@ -85,3 +85,82 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         line = f"Cost: {cost['gpu_hours']:.4f} GPU-hours at spot $0.28/h ≈ $"
         assert line in text and line in md
         assert f"tokens in {s['prompt_tokens']} / out {s['completion_tokens']}" in text
+
+
+def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_document(
+        tmp_path: Path, falkordb: int) -> None:
+    """The 'vLLM' answers in 1 s per request; the node is preempted a few seconds into phase 1.
+    The phase ends `preempted` (not a pile of document errors), the node is left stopped, and
+    the documents it could not do are dead-lettered but not held: the next run does them."""
+    import json
+    import threading
+    import time
+
+    from blocks.gce import NodePreempted
+
+    port = free_port()
+
+    def vllm(inst: FakeInstance) -> list[str]:
+        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port), "--latency", "1"]
+
+    src = tmp_path / "docs"
+    for stream in ("transcripts", "research", "contacts"):
+        (src / stream).mkdir(parents=True)
+    for i in range(12):
+        (src / "transcripts" / f"t{i}.md").write_text(f"Ann Lee met Bob Stone on day {i}.")
+    with FakeComputeEngine(PROJECT, on_start=vllm, agent_log=tmp_path / "agent.log") as fake:
+        fake.add_instance("zone-a", "node")
+        GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=fake.url,
+                   gcp_credentials=creds(fake), poll_seconds=0.1, inference_port=port,
+                   state_dir=str(tmp_path / "state")).save("nightly-gce-preempt", overwrite=True)
+        profile = tmp_path / "gce.toml"
+        profile.write_text(textwrap.dedent(f"""
+            state_dir = "{tmp_path / 'state'}"
+            [compute]
+            type = "gce"
+            block = "nightly-gce-preempt"
+            [inference]
+            dialect = "vllm"
+            model = "fake"
+            max_concurrent_requests = 1
+            readiness_timeout_seconds = 30
+            max_retries = 1
+            retry_base_seconds = 0.05
+            context_tokens = 2048
+            max_output_tokens = 256
+            [graph]
+            type = "falkordb"
+            host = "127.0.0.1"
+            port = {falkordb}
+            graph_name = "nightly_gce_preempt"
+            [sources]
+            transcripts = "{src / 'transcripts'}"
+            research = "{src / 'research'}"
+            contacts = "{src / 'contacts'}"
+            [extraction]
+            max_failed_share = 1.0
+        """))
+
+        def preempt_mid_phase1() -> None:
+            while fake.instance("zone-a", "node").status != "RUNNING":
+                time.sleep(0.05)
+            time.sleep(4.0)  # readiness ~1 s, then a few 1 s answers
+            fake.preempt("zone-a", "node")
+
+        threading.Thread(target=preempt_mid_phase1, daemon=True).start()
+        with pytest.raises(NodePreempted, match="spot preemption at"):
+            nightly(profile=str(profile))
+        s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+        assert s["status"] == "preempted" and s["phases"]["extract"]["status"] == "preempted"
+        assert "inference_down" not in s["phases"]
+        done = s["documents"]["transcripts"]["extracted"]
+        failed = [f for f in s["failures"] if f["error"] == "LLMError"]
+        assert 0 < done < 12 and len(failed) == 12 - done
+        assert all("retried on the next run" in f["message"] for f in failed)
+        assert fake.instance("zone-a", "node").status == "TERMINATED"
+        assert not fake.agent_running("zone-a", "node")
+        # the next night (the node comes back): the rest is done, no --retry-failed needed
+        s2 = nightly(profile=str(profile))
+        assert s2["status"] == "completed", s2.get("error")
+        assert s2["documents"]["transcripts"] == {"seen": 12, "extracted": 12 - done,
+                                                 "skipped": done, "failed": 0}
