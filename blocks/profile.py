@@ -88,6 +88,9 @@ class TrainingSettings(BaseModel):
     node_deployment: str = Field(default="train/node", description="With a GCE node: the "
                                  "deployment (on the node's work pool) the nightly runs "
                                  "training through; the node's own worker picks it up.")
+    node_pickup_seconds: int = Field(default=600, ge=1, description="With a GCE node: fail "
+                                     "training when no worker on the node's pool has taken "
+                                     "the run after this long (the node's worker is not up).")
     enabled: bool = Field(default=True, description="false: score only, never train.")
 
 

@@ -353,7 +353,8 @@ def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
             get_run_logger().info("dataset for the node uploaded to %s", url)
             parameters.update(dataset_gcs_key=key, dataset_sha256=file_digest(dataset))
         row = run_on_node(cfg.compute, cfg.training.node_deployment, parameters,
-                          timeout_seconds, label=f"train:{marker['bucket']}")
+                          timeout_seconds, label=f"train:{marker['bucket']}",
+                          pickup_seconds=cfg.training.node_pickup_seconds)
     else:
         row = result_row(train_flow.with_options(timeout_seconds=timeout_seconds)(
             params=params, profile=profile, created_by="nightly"))

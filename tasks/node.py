@@ -80,8 +80,8 @@ NODE_RESULT_KEY = "node-result"  # table artifact a node-side flow publishes its
 
 
 def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
-                timeout_seconds: float, *, label: str,
-                poll_seconds: float = 2.0) -> dict[str, Any]:
+                timeout_seconds: float, *, label: str, poll_seconds: float = 2.0,
+                pickup_seconds: float = 600.0) -> dict[str, Any]:
     """Run a node-side flow on the GCE node through Prefect: `run_deployment` on the
     deployment that lives on the node's work pool (its worker is started by the node's
     startup script), then watch the run — and the node — until it ends.
@@ -89,9 +89,10 @@ def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
     Returns the flow's result row (the `node-result` table artifact it published: a result
     that crosses machines through the Prefect API, with no shared result storage), plus
     `node_run` {id, name}.
-    The node run is cancelled when this run times out, is cancelled, or loses the node
-    (NodePreempted); a node run that ends in any state but Completed fails here with its
-    state and message."""
+    The node run is cancelled when this run times out, is cancelled, loses the node
+    (NodePreempted), or no worker takes the run within `pickup_seconds` (the node's worker
+    is not up: better to fail than to pay for an idle GPU until the phase timeout); a node
+    run that ends in any state but Completed fails here with its state and message."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -111,7 +112,8 @@ def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
                            tags=["slm-node"])
     logger.info("%s: node run %s (%s) submitted to %s — waiting for the node's worker",
                 label, child.name, child.id, deployment)
-    deadline = time.monotonic() + timeout_seconds
+    submitted = time.monotonic()
+    deadline = submitted + timeout_seconds
     last_state: str | None = ""
     with get_client(sync_client=True) as client:
         try:
@@ -126,6 +128,14 @@ def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{label}: node run {child.name} did not finish within "
                                        f"{timeout_seconds:.0f} s — cancelled")
+                waited = time.monotonic() - submitted
+                if (state is None or state.is_scheduled()) and waited > pickup_seconds:
+                    raise PhaseFailed(
+                        f"{label}: no worker on the node's pool took node run {child.name} "
+                        f"within {pickup_seconds:.0f} s — check the node's Prefect worker "
+                        "(`journalctl -u slm-prefect-worker` on the node: PREFECT_API_URL, "
+                        f"its API key, the pool name) and `prefect work-pool inspect` for "
+                        f"the pool of {deployment}", {})
                 if isinstance(compute, GceCompute):
                     compute.check_running()  # NodePreempted when the node went away
                 time.sleep(poll_seconds)

@@ -68,8 +68,14 @@ def free_gpu_slot() -> Any:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
 
+    from prefect.exceptions import ObjectNotFound
+
     with get_client(sync_client=True) as client:
-        client.update_global_concurrency_limit("gpu", GlobalConcurrencyLimitUpdate(active_slots=0))
+        try:
+            client.update_global_concurrency_limit("gpu",
+                                                   GlobalConcurrencyLimitUpdate(active_slots=0))
+        except ObjectNotFound:  # no run has created it yet
+            pass
 
 
 class Node:
@@ -260,3 +266,37 @@ def test_a_phase2_timeout_cancels_the_node_run_and_the_node_worker_ends_it(
         assert first.state.message != "cancelled by the nightly; the node stop ends its process"
         assert node.fake.instance("zone-a", "node").status == "TERMINATED"
         assert not node.fake.worker_running("zone-a", "node")
+
+
+def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
+        tmp_path: Path, node_deployment: str) -> None:
+    """A node whose worker never comes up (bad image, wrong API URL): the nightly does not
+    keep the GPU running until the phase timeout; it fails after the pickup time, naming where
+    to look, and the run it submitted is cancelled."""
+    from prefect import flow
+
+    from tasks.errors import PhaseFailed
+    from tasks.node import run_on_node
+
+    fake = FakeComputeEngine(PROJECT)  # boots, but starts no worker
+    with fake:
+        fake.add_instance("zone-a", "node")
+        compute = GceCompute(project=PROJECT, zone="zone-a", instance="node",
+                             api_endpoint=fake.url, gcp_credentials=creds(fake),
+                             poll_seconds=0.1, state_dir=str(tmp_path / "state"))
+        compute.start()
+
+        @flow
+        def orchestrator() -> None:
+            run_on_node(compute, node_deployment, {"params": {"dataset": "x.parquet", "method": "sft"},
+                                                   "profile": "no-worker"},
+                        3600, label="train:x", poll_seconds=0.2, pickup_seconds=3)
+
+        t = time.monotonic()
+        with pytest.raises(PhaseFailed, match="no worker on the node's pool took node run .* "
+                                              "within 3 s — check the node's Prefect worker"):
+            orchestrator()
+        assert time.monotonic() - t < 30
+        (run,) = _child_runs("no-worker")
+        assert run.state.is_cancelled() and "before the node's worker took it" in run.state.message
+        compute.stop()
