@@ -21,16 +21,47 @@ from tests.test_gce import PROJECT, creds
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 
+def gce_profile(tmp: Path, block: str, falkordb: int, graph: str, inference: str = "",
+                extra: str = "") -> Path:
+    """A profile on a saved GceCompute block; documents under tmp/docs (the three streams)."""
+    src = tmp / "docs"
+    for stream in ("transcripts", "research", "contacts"):
+        (src / stream).mkdir(parents=True, exist_ok=True)
+    path = tmp / "gce.toml"
+    path.write_text(textwrap.dedent(f"""
+        state_dir = "{tmp / 'state'}"
+        [compute]
+        type = "gce"
+        block = "{block}"
+        [inference]
+        dialect = "vllm"
+        model = "fake"
+        readiness_timeout_seconds = 30
+        context_tokens = 2048
+        max_output_tokens = 256
+        {{inference}}
+        [graph]
+        type = "falkordb"
+        host = "127.0.0.1"
+        port = {falkordb}
+        graph_name = "{graph}"
+        [sources]
+        transcripts = "{src / 'transcripts'}"
+        research = "{src / 'research'}"
+        contacts = "{src / 'contacts'}"
+    """).replace("{inference}", inference) + extra)
+    return path
+
+
 def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int) -> None:
     port = free_port()
 
     def vllm(inst: FakeInstance) -> list[str]:
         return [sys.executable, "-m", "tests.fake_openai", "--port", str(port)]
 
-    src = tmp_path / "docs"
-    for stream in ("transcripts", "research", "contacts"):
-        (src / stream).mkdir(parents=True)
-    shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md", src / "transcripts")
+    profile = gce_profile(tmp_path, "nightly-gce-node", falkordb, "nightly_gce")
+    shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md", tmp_path / "docs" /
+                "transcripts")
     with FakeComputeEngine(PROJECT, on_start=vllm, agent_log=tmp_path / "agent.log") as fake:
         fake.add_instance("zone-a", "node")
         fake.add_instance("zone-b", "node")
@@ -39,28 +70,6 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
                    api_endpoint=fake.url, gcp_credentials=creds(fake), poll_seconds=0.1,
                    inference_port=port, state_dir=str(tmp_path / "state")
                    ).save("nightly-gce-node", overwrite=True)
-        profile = tmp_path / "gce.toml"
-        profile.write_text(textwrap.dedent(f"""
-            state_dir = "{tmp_path / 'state'}"
-            [compute]
-            type = "gce"
-            block = "nightly-gce-node"
-            [inference]
-            dialect = "vllm"
-            model = "fake"
-            readiness_timeout_seconds = 30
-            context_tokens = 2048
-            max_output_tokens = 256
-            [graph]
-            type = "falkordb"
-            host = "127.0.0.1"
-            port = {falkordb}
-            graph_name = "nightly_gce"
-            [sources]
-            transcripts = "{src / 'transcripts'}"
-            research = "{src / 'research'}"
-            contacts = "{src / 'contacts'}"
-        """))
         s = nightly(profile=str(profile))
         assert s["status"] == "completed", s.get("error")
         assert s["node"].startswith("GCE test-project/zone-b/node (spot, g2-standard-4)")
@@ -103,44 +112,18 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
     def vllm(inst: FakeInstance) -> list[str]:
         return [sys.executable, "-m", "tests.fake_openai", "--port", str(port), "--latency", "1"]
 
-    src = tmp_path / "docs"
-    for stream in ("transcripts", "research", "contacts"):
-        (src / stream).mkdir(parents=True)
+    profile = gce_profile(tmp_path, "nightly-gce-preempt", falkordb, "nightly_gce_preempt",
+                          inference="max_concurrent_requests = 1\nmax_retries = 1\n"
+                                    "retry_base_seconds = 0.05",
+                          extra="[extraction]\nmax_failed_share = 1.0\n")
     for i in range(12):
-        (src / "transcripts" / f"t{i}.md").write_text(f"Ann Lee met Bob Stone on day {i}.")
+        (tmp_path / "docs" / "transcripts" / f"t{i}.md").write_text(
+            f"Ann Lee met Bob Stone on day {i}.")
     with FakeComputeEngine(PROJECT, on_start=vllm, agent_log=tmp_path / "agent.log") as fake:
         fake.add_instance("zone-a", "node")
         GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=fake.url,
                    gcp_credentials=creds(fake), poll_seconds=0.1, inference_port=port,
                    state_dir=str(tmp_path / "state")).save("nightly-gce-preempt", overwrite=True)
-        profile = tmp_path / "gce.toml"
-        profile.write_text(textwrap.dedent(f"""
-            state_dir = "{tmp_path / 'state'}"
-            [compute]
-            type = "gce"
-            block = "nightly-gce-preempt"
-            [inference]
-            dialect = "vllm"
-            model = "fake"
-            max_concurrent_requests = 1
-            readiness_timeout_seconds = 30
-            max_retries = 1
-            retry_base_seconds = 0.05
-            context_tokens = 2048
-            max_output_tokens = 256
-            [graph]
-            type = "falkordb"
-            host = "127.0.0.1"
-            port = {falkordb}
-            graph_name = "nightly_gce_preempt"
-            [sources]
-            transcripts = "{src / 'transcripts'}"
-            research = "{src / 'research'}"
-            contacts = "{src / 'contacts'}"
-            [extraction]
-            max_failed_share = 1.0
-        """))
-
         def preempt_mid_phase1() -> None:
             while fake.instance("zone-a", "node").status != "RUNNING":
                 time.sleep(0.05)
