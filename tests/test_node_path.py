@@ -67,7 +67,6 @@ def free_gpu_slot() -> Any:
     yield
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
-
     from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
