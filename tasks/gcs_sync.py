@@ -36,14 +36,18 @@ def gcs_bucket_from_env_or_block(block_name: str | None) -> Any | None:
     return None
 
 
+def _full(bucket: Any, key: str) -> str:
+    """The object name GCS lists for `key` (GcsBucket prepends its bucket_folder)."""
+    folder = (bucket.bucket_folder or "").strip("/")
+    return f"{folder}/{key}" if folder else key
+
+
 def sync_folder(local: Path, bucket: Any, prefix: str = "corpus",
                 include: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Upload files under `local` whose MD5 differs from (or is missing in) gs://bucket/prefix.
     `include`: only these top-level names under `local` (files or folders)."""
-    folder = (bucket.bucket_folder or "").strip("/")
-    full = (lambda key: f"{folder}/{key}" if folder else key)  # noqa: E731
-    report: dict[str, Any] = {"bucket": bucket.bucket, "prefix": full(prefix), "uploaded": 0,
-                              "unchanged": 0, "error": None}
+    report: dict[str, Any] = {"bucket": bucket.bucket, "prefix": _full(bucket, prefix),
+                              "uploaded": 0, "unchanged": 0, "error": None}
     try:
         remote = {b.name: b.md5_hash for b in bucket.list_blobs(prefix)}
         for path in sorted(p for p in local.rglob("*") if p.is_file()) if local.is_dir() else []:
@@ -53,7 +57,7 @@ def sync_folder(local: Path, bucket: Any, prefix: str = "corpus",
             if include is not None and rel.split("/")[0] not in include:
                 continue
             key = f"{prefix}/{rel}"
-            if remote.get(full(key)) == _md5_b64(path):
+            if remote.get(_full(bucket, key)) == _md5_b64(path):
                 report["unchanged"] += 1
                 continue
             bucket.upload_from_path(path, key)
@@ -83,8 +87,7 @@ def mirror_records(state_dir: Path, block: str | None) -> dict[str, Any] | None:
 def upload_file(block: str, path: Path, key: str) -> str:
     """Upload one file (skipped when the remote copy has the same MD5); returns gs://…/key."""
     bucket = _load(block)
-    folder = (bucket.bucket_folder or "").strip("/")
-    full = f"{folder}/{key}" if folder else key
+    full = _full(bucket, key)
     remote = {b.name: b.md5_hash for b in bucket.list_blobs(key)}
     if remote.get(full) != _md5_b64(path):
         bucket.upload_from_path(path, key)

@@ -22,21 +22,23 @@ pytestmark = pytest.mark.usefixtures("prefect_api")
 
 
 def gce_profile(tmp: Path, block: str, falkordb: int, graph: str, inference: str = "",
-                extra: str = "") -> Path:
-    """A profile on a saved GceCompute block; documents under tmp/docs (the three streams)."""
+                extra: str = "", top: str = "", readiness_seconds: int = 30) -> Path:
+    """A profile on a saved GceCompute block; documents under tmp/docs (the three streams).
+    `top`: top-level keys; `inference`: more [inference] keys; `extra`: more sections."""
     src = tmp / "docs"
     for stream in ("transcripts", "research", "contacts"):
         (src / stream).mkdir(parents=True, exist_ok=True)
     path = tmp / "gce.toml"
     path.write_text(textwrap.dedent(f"""
         state_dir = "{tmp / 'state'}"
+        {{top}}
         [compute]
         type = "gce"
         block = "{block}"
         [inference]
         dialect = "vllm"
         model = "fake"
-        readiness_timeout_seconds = 30
+        readiness_timeout_seconds = {readiness_seconds}
         context_tokens = 2048
         max_output_tokens = 256
         {{inference}}
@@ -49,7 +51,7 @@ def gce_profile(tmp: Path, block: str, falkordb: int, graph: str, inference: str
         transcripts = "{src / 'transcripts'}"
         research = "{src / 'research'}"
         contacts = "{src / 'contacts'}"
-    """).replace("{inference}", inference) + extra)
+    """).replace("{top}", top).replace("{inference}", inference) + extra)
     return path
 
 

@@ -31,6 +31,7 @@ from tests.conftest import PREFECT, ROOT
 from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
 from tests.gcs_emulator import GcsEmulator
 from tests.test_gce import PROJECT, creds
+from tests.test_nightly_gce import gce_profile
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -101,10 +102,6 @@ class Node:
         GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=self.fake.url,
                    gcp_credentials=creds(self.fake), poll_seconds=0.2, inference_port=self.port,
                    state_dir=str(tmp / "state")).save(block, overwrite=True)
-        src = tmp / "docs"
-        for stream in ("transcripts", "research", "contacts"):
-            (src / stream).mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md", src / "transcripts")
         recipe = tmp / "recipe.yaml"
         recipe.write_text(textwrap.dedent(f"""
             lora_r: 4
@@ -120,38 +117,20 @@ class Node:
             sft: {{max_steps: {max_steps}, learning_rate: 0.005}}
             dpo: {{max_steps: 1, learning_rate: 0.0005}}
         """))
-        path = tmp / "gce.toml"
-        gcs = f'gcs_block = "{gcs_block}"' if gcs_block else ""
-        path.write_text(textwrap.dedent(f"""
-            state_dir = "{tmp / 'state'}"
-            {gcs}
-            [compute]
-            type = "gce"
-            block = "{block}"
-            [inference]
-            dialect = "vllm"
-            model = "fake"
-            readiness_timeout_seconds = 60
-            context_tokens = 2048
-            max_output_tokens = 256
-            [graph]
-            type = "falkordb"
-            host = "127.0.0.1"
-            port = {base['falkordb']}
-            graph_name = "{block.replace('-', '_')}"
-            [sources]
-            transcripts = "{src / 'transcripts'}"
-            research = "{src / 'research'}"
-            contacts = "{src / 'contacts'}"
-            [corpus]
-            root = "{ROOT / 'examples' / 'corpus'}"
-            floor = 250
-            [training]
-            recipe = "{recipe}"
-            base_model = "{base['gguf']}"
-            model_cache = "{base['cache']}"
-            serve_bucket = ""
-        """))
+        path = gce_profile(
+            tmp, block, base["falkordb"], block.replace("-", "_"), readiness_seconds=60,
+            top=f'gcs_block = "{gcs_block}"' if gcs_block else "", extra=textwrap.dedent(f"""
+                [corpus]
+                root = "{ROOT / 'examples' / 'corpus'}"
+                floor = 250
+                [training]
+                recipe = "{recipe}"
+                base_model = "{base['gguf']}"
+                model_cache = "{base['cache']}"
+                serve_bucket = ""
+            """))
+        shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md",
+                    tmp / "docs" / "transcripts")
         return path
 
 
