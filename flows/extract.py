@@ -20,6 +20,7 @@ from tasks.extract import (
     append_dead_letters,
     failure_record,
     plan,
+    record_failures,
 )
 from tasks.graph.store import batched
 from tasks.llm import Usage
@@ -57,6 +58,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     failed: list[dict[str, Any]] = []
     rejected: Counter[str] = Counter()
     remapped: Counter[str] = Counter()
+    dropped: Counter[str] = Counter()
     dangling = entities = relationships = 0
     with cfg.graph.open() as store:
         docs, load_failures = scan_documents(roots, int(cfg.sources.max_document_mb * 1e6))
@@ -81,6 +83,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
             failed.extend(rep.failed)
             rejected.update(rep.rejected_entity_types)
             remapped.update(rep.remapped_relationship_types)
+            dropped.update(rep.dropped_fields)
             dangling += rep.dangling_relationships
             entities += rep.entities
             relationships += rep.relationships
@@ -98,9 +101,10 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     held = [failure_record(d.id, d.stream, d.path, d.hash, "HeldAfterFailure",
                            f"unchanged since it failed ({reason}); not retried — fix the "
                            "document or run with --retry-failed", 0) for d, reason in work.held]
+    bad_records = record_failures(docs)  # listed every run until fixed, like load failures
     dead_letter = cfg.state_dir / "dead-letter.jsonl"
-    append_dead_letters(dead_letter, load_failed + failed)
-    all_failures = load_failed + failed + held
+    append_dead_letters(dead_letter, load_failed + bad_records + failed)
+    all_failures = load_failed + bad_records + failed + held
     counts = count_documents(docs, load_failures, work.skipped, extracted, failed + held,
                              list(roots))
     summary: dict[str, Any] = {
@@ -115,6 +119,9 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         "pruned": pruned,
         "rejected_entity_types": dict(rejected),
         "remapped_relationship_types": dict(remapped),
+        "dropped_fields": dict(dropped),
+        "unusable_answers": dict(usage.unusable_answers),
+        "bad_records": dict(Counter(r["stream"] for r in bad_records)),
         "dangling_relationships": dangling,
         "failures": all_failures,
         "dead_letter": str(dead_letter.resolve()) if all_failures else None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,9 @@ class Document:
     text: str  # what the LLM reads ("" when nothing needs the LLM)
     metadata: dict[str, Any] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)  # structured contact records
+    # records of a record stream (contacts list, research YAML list) that failed to load, each
+    # {"record": index, "reason": …}; the file's other records are used as usual
+    bad_records: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -142,22 +145,61 @@ def _transcript(text: str, rel: str) -> tuple[str, dict[str, Any]]:
     }
 
 
-def _research(text: str, path: Path) -> tuple[str, dict[str, Any]]:
+_KIND = {str: "a string", int: "a number", float: "a number", bool: "a boolean",
+         list: "a list", type(None): "nothing"}
+
+
+def _split_records(items: list[Any], check: Callable[[int, Any], dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Good records and bad ones ({"record": i, "reason": …}); `check(i, item)` returns the
+    record or raises DocumentError. Every record bad: the file fails, with every reason."""
+    good: list[dict[str, Any]] = []
+    bad: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        try:
+            good.append(check(i, item))
+        except DocumentError as e:
+            bad.append({"record": i, "reason": str(e)})
+    if not good:
+        reasons = "; ".join(b["reason"] for b in bad[:5]) + ("; …" if len(bad) > 5 else "")
+        raise DocumentError(reasons if len(bad) == 1 else f"every record is bad: {reasons}")
+    return good, bad
+
+
+def _research_record(i: int, item: Any) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise DocumentError(f"record {i}: expected a mapping (key: value lines), got "
+                            f"{_KIND.get(type(item), type(item).__name__)}")
+    return item
+
+
+def _research(text: str, path: Path) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
     if path.suffix == ".md":
         meta, body = _front_matter(text)
-        return body.strip(), {k: str(v) for k, v in meta.items() if isinstance(v, str | int)}
+        return body.strip(), {k: str(v) for k, v in meta.items() if isinstance(v, str | int)}, []
     data = load_yaml(text)
-    records = data if isinstance(data, list) else [data]
-    if not records or not all(isinstance(r, dict) for r in records):
+    if not isinstance(data, dict | list) or data == []:
         raise DocumentError("expected a YAML mapping or a list of mappings (research records)")
+    records, bad = _split_records(data if isinstance(data, list) else [data], _research_record)
     rendered = yaml.safe_dump(records if len(records) > 1 else records[0], sort_keys=False,
                               allow_unicode=True, default_flow_style=False, width=100)
     title = records[0].get("title")
     return rendered.strip(), {"title": str(title) if title else path.stem,
-                              "records": len(records)}
+                              "records": len(records)}, bad
 
 
-def _contacts(text: str) -> tuple[str, list[dict[str, Any]]]:
+def _contact_record(i: int, item: Any) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise DocumentError(f"record {i}: expected a JSON object with at least a 'name'")
+    try:
+        return ContactRecord.model_validate(item).model_dump()
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise DocumentError(f"record {i}: field '{loc}': {err['msg']}") from None
+
+
+def _contacts(text: str) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -165,18 +207,9 @@ def _contacts(text: str) -> tuple[str, list[dict[str, Any]]]:
     items = data if isinstance(data, list) else [data]
     if not items:
         raise DocumentError("empty contact list — remove the file or add records")
-    records = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise DocumentError(f"record {i}: expected a JSON object with at least a 'name'")
-        try:
-            records.append(ContactRecord.model_validate(item).model_dump())
-        except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"])
-            raise DocumentError(f"record {i}: field '{loc}': {err['msg']}") from None
+    records, bad = _split_records(items, _contact_record)
     notes = [f"Notes on {r['name']}: {r['notes'].strip()}" for r in records if r["notes"].strip()]
-    return "\n".join(notes), records
+    return "\n".join(notes), records, bad
 
 
 def load_document(stream: str, root: Path, path: Path, max_bytes: int) -> Document | LoadFailure:
@@ -190,12 +223,13 @@ def load_document(stream: str, root: Path, path: Path, max_bytes: int) -> Docume
     try:
         text = _decode(raw, max_bytes)
         records: list[dict[str, Any]] = []
+        bad: list[dict[str, Any]] = []
         if stream == "transcripts":
             text, meta = _transcript(text, rel)
         elif stream == "research":
-            text, meta = _research(text, path)
+            text, meta, bad = _research(text, path)
         else:
-            text, records = _contacts(text)
+            text, records, bad = _contacts(text)
             meta = {"records": len(records)}
         if stream != "contacts" and not text.strip():
             raise DocumentError("no text after the front matter — add content or remove the file")
@@ -203,7 +237,7 @@ def load_document(stream: str, root: Path, path: Path, max_bytes: int) -> Docume
         return LoadFailure(doc_id, stream, str(path), digest, str(e))
     except RecursionError:
         return LoadFailure(doc_id, stream, str(path), digest, "nesting too deep to parse")
-    return Document(doc_id, stream, str(path), digest, text, meta, records)
+    return Document(doc_id, stream, str(path), digest, text, meta, records, bad)
 
 
 def iter_paths(stream: str, root: Path) -> Iterator[Path]:

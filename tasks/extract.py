@@ -93,6 +93,7 @@ class BatchReport:
     relationships: int = 0
     rejected_entity_types: Counter[str] = field(default_factory=Counter)
     remapped_relationship_types: Counter[str] = field(default_factory=Counter)
+    dropped_fields: Counter[str] = field(default_factory=Counter)  # unknown fields, by name
     dangling_relationships: int = 0
 
 
@@ -189,6 +190,10 @@ def _deterministic(doc: Document, batch: GraphBatch, email_keys: dict[str, str])
 def _from_llm(outcome: DocOutcome, batch: GraphBatch, report: BatchReport) -> None:
     doc = outcome.doc
     for ex in outcome.extraction:
+        # labels were mapped (or their items dropped) and unknown fields dropped on the way in
+        report.rejected_entity_types.update(ex.repairs.rejected_entity_types)
+        report.remapped_relationship_types.update(ex.repairs.remapped_relationship_types)
+        report.dropped_fields.update(ex.repairs.dropped_fields)
         by_name: dict[str, str] = {}
         for ent in ex.entities:
             label = map_entity_type(ent.type)
@@ -232,6 +237,16 @@ def failure_record(doc_id: str, stream: str, path: str, digest: str | None, erro
     return {"id": doc_id, "path": path, "stream": stream, "hash": digest, "error": error,
             "message": message, "attempts": attempts,
             "time": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
+
+
+def record_failures(docs: Iterable[Document]) -> list[dict[str, Any]]:
+    """One failure per bad record of a loaded file, id "<document id>#<index>". The file's good
+    records go on as usual (extracted, or skipped while the file is unchanged); the bad ones
+    are listed again on every run until the file is fixed, like an unreadable file."""
+    return [failure_record(f"{d.id}#{b['record']}", d.stream, d.path, d.hash, "RecordError",
+                           f"{b['reason']} — fix or remove the record; the file's other "
+                           "records are used", 0, record=b["record"])
+            for d in docs for b in d.bad_records]
 
 
 def run_sync(coro: Any) -> Any:
@@ -294,6 +309,7 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
             time.sleep(GRAPH_RETRY_SECONDS * 2**attempt)
     report.rejected_entity_types = labels.rejected_entity_types
     report.remapped_relationship_types = labels.remapped_relationship_types
+    report.dropped_fields = labels.dropped_fields
     report.dangling_relationships = labels.dangling_relationships
     for d in batch.documents:
         report.extracted[d["stream"]] += 1

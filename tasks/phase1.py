@@ -73,8 +73,14 @@ def markdown_report(summary: dict[str, Any], top: list[dict[str, Any]]) -> str:
         lines += [f"Rejected entity types: {summary['rejected_entity_types']} · relationship "
                   f"types mapped to RELATED_TO: {summary['remapped_relationship_types']} · "
                   f"relationships with unknown endpoints: {summary['dangling_relationships']}", ""]
+    if summary["unusable_answers"] or summary["dropped_fields"] or summary["bad_records"]:
+        lines += [f"Unusable answers (retried with other sampling), by reason: "
+                  f"{summary['unusable_answers']} · unknown fields dropped: "
+                  f"{summary['dropped_fields']} · bad records skipped (the file's other records "
+                  f"used): {summary['bad_records']}", ""]
     if summary["failures"]:
-        lines += ["## Failed documents", "", "| document | error | reason |", "|---|---|---|"]
+        lines += ["## Failed documents and records", "",
+                  "| document | error | reason |", "|---|---|---|"]
         for f in summary["failures"]:
             reason = str(f["message"]).replace("|", "\\|").replace("\n", " ")[:300]
             lines.append(f"| {f['id']} | {f['error']} | {reason} |")

@@ -24,7 +24,8 @@ def new_summary(profile: str) -> dict[str, Any]:
 def merge_extraction(summary: dict[str, Any], phase1: dict[str, Any]) -> None:
     for key in ("documents", "llm_calls", "prompt_tokens", "completion_tokens", "entities",
                 "relationships", "failures", "graph", "dead_letter", "deleted", "pruned",
-                "rejected_entity_types", "remapped_relationship_types"):
+                "rejected_entity_types", "remapped_relationship_types", "unusable_answers",
+                "dropped_fields", "bad_records"):
         if key in phase1:
             summary[key] = phase1[key]
 

@@ -8,7 +8,22 @@ Markers in the document text script faults, per document:
     FAULT:length      finish_reason "length" while the chunk is longer than 400 characters
     FAULT:think       the answer is wrapped in <think>…</think> and has reasoning_content
     FAULT:badlabels   entity types outside the schema ("Spaceship", "company")
-    FAULT:extra       an extra field the schema forbids
+    FAULT:extra       an extra top-level field the schema forbids
+    FAULT:extrafield  an extra field on every entity and relationship, and at the top level
+    FAULT:flood       every answer: 3,000 entities and 3,000 relationships, names and
+                      descriptions far over the schema's maxLength
+    FAULT:greedyflood the flood while the request is greedy (temperature 0, no seed); a
+                      sampled request (temperature > 0 or a seed) gets the normal answer
+    FAULT:longname    one entity name of 300 characters (over maxLength)
+
+Why the fake may break the schema's bounds at all: the client cannot count on the server to
+hold the model to the schema. llama.cpp's json-schema-to-grammar does compile maxItems and
+maxLength into the grammar (grammars/README.md), but it skips keywords it does not support
+without an error, vLLM's guided-decoding backends differ in which keywords they honour, a
+think model's reasoning runs outside the grammar, and a server behind the "openai" dialect (or
+one started without grammar support) may ignore `response_format` entirely. The fake models
+that last case: an endpoint that returns whatever the model wrote. Like vLLM and llama.cpp at
+temperature 0, it is deterministic: the same request gets the same answer (greedyflood).
 """
 
 from __future__ import annotations
@@ -34,6 +49,15 @@ def extraction_for(text: str) -> dict[str, Any]:
     rels = [{"source": names[0], "target": n, "type": "RELATED_TO", "description": "co-mentioned"}
             for n in names[1:12]]
     return {"entities": entities, "relationships": rels}
+
+
+def flood(n: int = 3000) -> dict[str, Any]:
+    """A model in a repetition loop: thousands of items, every name and description overlong."""
+    names = [f"Flood{i} " + "x" * 100 for i in range(n)]
+    return {"entities": [{"name": m, "type": "Person", "description": "y" * 400}
+                         for m in names],
+            "relationships": [{"source": names[0], "target": m, "type": "RELATED_TO",
+                               "description": "z" * 400} for m in names[1:]]}
 
 
 class _Server(ThreadingHTTPServer):
@@ -104,9 +128,23 @@ class FakeOpenAI:
                                           "target": "Acme Corp", "type": "LOVES",
                                           "description": "z"}]
             text = json.dumps(content)
-        if "FAULT:extra" in user:
+        if "FAULT:extra" in user and "FAULT:extrafield" not in user:
             content["confidence"] = 0.9
             text = json.dumps(content)
+        if "FAULT:extrafield" in user:
+            content["confidence"] = 0.9
+            for e in content["entities"]:
+                e["confidence"] = 0.8
+            for r in content["relationships"]:
+                r["evidence"] = "line 3"
+            text = json.dumps(content)
+        if "FAULT:longname" in user:
+            content["entities"].append({"name": "Long " + "n" * 295, "type": "Person",
+                                        "description": "x"})
+            text = json.dumps(content)
+        greedy = not body.get("temperature") and body.get("seed") is None
+        if "FAULT:flood" in user or ("FAULT:greedyflood" in user and greedy):
+            text = json.dumps(flood())
         reasoning = None
         if "FAULT:think" in user:
             reasoning = "Let me think about the entities."

@@ -47,6 +47,35 @@ def test_contacts_one_record_or_a_list(tmp_path: Path) -> None:
     assert isinstance(many, Document) and len(many.records) == 2 and many.text == ""
 
 
+def test_a_bad_record_costs_only_itself(tmp_path: Path) -> None:
+    people = [{"name": "Ann Lee", "notes": "Met at expo."}, {"name": ""},
+              {"name": "Bob Stone", "emails": ["nope"]}, 5, {"name": "Cy Young"}]
+    d = load(tmp_path, "contacts", "x.json", json.dumps(people))
+    assert isinstance(d, Document), d
+    assert [r["name"] for r in d.records] == ["Ann Lee", "Cy Young"]
+    assert d.metadata == {"records": 2}
+    assert d.text == "Notes on Ann Lee: Met at expo."
+    assert [b["record"] for b in d.bad_records] == [1, 2, 3]
+    assert "record 1: field 'name': String should have at least 1 character" in \
+        d.bad_records[0]["reason"]
+    assert "not an e-mail address: 'nope'" in d.bad_records[1]["reason"]
+    assert "record 3: expected a JSON object" in d.bad_records[2]["reason"]
+
+    r = load(tmp_path, "research", "r.yaml", "- title: One\n- just text\n- title: Two\n")
+    assert isinstance(r, Document), r
+    assert r.metadata == {"title": "One", "records": 2}
+    assert "just text" not in r.text and "Two" in r.text
+    assert r.bad_records == [{"record": 1, "reason": "record 1: expected a mapping (key: value "
+                                                    "lines), got a string"}]
+
+
+def test_a_file_whose_every_record_is_bad_fails_with_every_reason(tmp_path: Path) -> None:
+    f = load(tmp_path, "contacts", "x.json", json.dumps([{"name": ""}, 7]))
+    assert isinstance(f, LoadFailure)
+    assert f.reason.startswith("every record is bad: record 0: field 'name'")
+    assert "record 1: expected a JSON object" in f.reason
+
+
 ALIAS_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n" \
              "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
 
@@ -63,7 +92,8 @@ ALIAS_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n" \
     ("research", "scalar.yaml", "just a string\n", "expected a YAML mapping"),
     ("research", "bad.yml", "key: [1, 2\n", "malformed YAML"),
     ("contacts", "bad.json", '{"name": "A",', "malformed JSON at line 1"),
-    ("contacts", "noname.json", '[{"name": "A"}, {"emails": ["a@b.co"]}]', "record 1: field 'name'"),
+    ("contacts", "noname.json", '[{"emails": ["a@b.co"]}, {"name": ""}]', "record 1: field 'name'"),
+    ("research", "nomapping.yaml", "- one\n- 2\n", "record 1: expected a mapping"),
     ("contacts", "bademail.json", '{"name": "A", "emails": ["nope"]}', "not an e-mail address"),
     ("contacts", "scalar.json", "[1]", "record 0: expected a JSON object"),
     ("contacts", "emptylist.json", "[]", "empty contact list"),

@@ -1,6 +1,7 @@
 """Phase 1 end to end through Prefect, against the fake endpoint and a real FalkorDB."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,119 @@ def test_graph_hiccup_retries_the_writes_not_the_llm_calls(setup, monkeypatch) -
     s = extract(profile=str(profile))
     assert fails["n"] == 0 and s["llm_calls"] == fake.calls == 5
     assert sum(c["extracted"] for c in s["documents"].values()) == 5
+
+
+def test_a_bad_record_is_listed_every_run_and_the_file_keeps_the_others(setup) -> None:
+    profile, src, store, fake = setup
+    (src / "contacts" / "c.json").write_text(json.dumps([
+        {"name": "Ann Lee", "emails": ["ann@acme.test"], "organization": "Acme Corp",
+         "title": "CTO", "notes": "Introduced by Bob Stone."},
+        {"name": "", "emails": ["nobody@acme.test"]},
+        {"name": "A. Lee", "emails": ["ANN@acme.test"]},
+    ]))
+    s = extract(profile=str(profile))
+    assert s["documents"]["contacts"] == {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0}
+    assert s["bad_records"] == {"contacts": 1}
+    bad = [f for f in s["failures"] if f["id"] == "contacts/c.json#1"]
+    assert len(bad) == 1 and bad[0]["error"] == "RecordError" and bad[0]["record"] == 1
+    assert "record 1: field 'name'" in bad[0]["message"]
+    ann = store.query("MATCH (p:Person {key: 'Person:ann lee'}) RETURN p.aliases AS a")
+    assert ann and "A. Lee" in ann[0]["a"]  # the records after the bad one are kept too
+    assert store.query("MATCH (p:Person) WHERE p.name = '' RETURN count(p) AS n") == [{"n": 0}]
+
+    fake.reset()
+    s = extract(profile=str(profile))  # unchanged: skipped, and the bad record listed again
+    assert fake.calls == 0 and s["documents"]["contacts"]["skipped"] == 1
+    assert [f["id"] for f in s["failures"]] == ["contacts/c.json#1"]
+    lines = [json.loads(x) for x in Path(s["dead_letter"]).read_text().splitlines()]
+    assert [x["id"] for x in lines] == ["contacts/c.json#1"] * 2
+
+    (src / "contacts" / "c.json").write_text(json.dumps([{"name": "Ann Lee"}]))  # fixed
+    s = extract(profile=str(profile))
+    assert s["failures"] == [] and s["bad_records"] == {}
+    assert s["documents"]["contacts"]["extracted"] == 1
+
+
+def meeting(title: str, names: list[str], fault: str = "") -> str:
+    people = "\n".join(f'  - "{n}"' for n in names)
+    return (f"---\nmeeting_id: {title}\nparticipants:\n{people}\n---\n# {title}\n\n"
+            f"**Chair:** {' and '.join(names)} spoke. {fault}\n")
+
+
+def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
+    """Floods, unknown fields, think blocks, truncated JSON, 500s and stalls: the graph gets
+    only answers within the schema's bounds, and every good record of every file."""
+    from blocks.profile import load_profile
+    from tasks.phase1 import markdown_report
+
+    profile, src, store, fake = setup
+    schema = load_profile(str(profile)).inference.response_schema()
+    max_entities = schema["properties"]["entities"]["maxItems"]
+    max_name = schema["properties"]["entities"]["items"]["properties"]["name"]["maxLength"]
+    for p in src.rglob("*.*"):
+        p.unlink()
+    t = src / "transcripts"
+    (t / "ok.md").write_text(meeting("Alpha", ["Ann Lee", "Bob Stone"]))
+    (t / "flood.md").write_text(meeting("Beta", ["Cy Young"], "FAULT:flood"))
+    (t / "greedy.md").write_text(meeting("Gamma", ["Dee Ray", "Eve Park"], "FAULT:greedyflood"))
+    (t / "extra.md").write_text(meeting("Delta", ["Fay Wu", "Gus Hale"], "FAULT:extrafield"))
+    (t / "think.md").write_text(meeting("Epsilon", ["Hal Ito", "Ida Moss"], "FAULT:think"))
+    (t / "trunc.md").write_text(meeting("Zeta", ["Jo King"], "FAULT:truncated"))
+    (t / "err.md").write_text(meeting("Eta", ["Kai Long", "Lu Chen"], "FAULT:500x2"))
+    (t / "slow.md").write_text(meeting("Theta", ["Max Ford", "Ned Hill"], "FAULT:slowx1"))
+    (t / "long.md").write_text(meeting("Iota", ["Ola Berg"], "FAULT:longname"))
+    (src / "contacts" / "people.json").write_text(json.dumps([
+        {"name": "Pia Holm", "emails": ["pia@acme.test"], "organization": "Acme Corp",
+         "notes": "Met at the expo with Ann Lee."},
+        {"name": ""}, {"name": "Quinn Ash", "emails": ["not-an-address"]},
+        {"name": "Rex Dale"}]))
+    (src / "contacts" / "allbad.json").write_text(json.dumps([{"name": ""}, 3]))
+    (src / "research" / "r.yaml").write_text(
+        "- title: Briefing\n  summary: Sam Vale joined the board.\n- 42\n"
+        "- title: Update\n  summary: Tia Ross left.\n")
+
+    s = extract(profile=str(profile))
+    assert s["documents"] == {
+        "transcripts": {"seen": 9, "extracted": 6, "skipped": 0, "failed": 3},
+        "research": {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0},
+        "contacts": {"seen": 2, "extracted": 1, "skipped": 0, "failed": 1},
+    }
+    reasons = {f["id"]: f["message"] for f in s["failures"]}
+    assert sorted(reasons) == ["contacts/allbad.json", "contacts/people.json#1",
+                               "contacts/people.json#2", "research/r.yaml#1",
+                               "transcripts/flood.md", "transcripts/long.md",
+                               "transcripts/trunc.md"]
+    assert f"entities: 3000 items > maxItems {max_entities}" in reasons["transcripts/flood.md"]
+    assert f"characters > maxLength {max_name}" in reasons["transcripts/long.md"]
+    assert "malformed response" in reasons["transcripts/trunc.md"]
+    assert "every record is bad" in reasons["contacts/allbad.json"]
+    assert s["unusable_answers"] == {"entities: maxItems": 5, "not JSON": 4,
+                                     "entities[].name: maxLength": 4}
+    assert s["dropped_fields"] == {"confidence": 1, "entities[].confidence": 2,
+                                   "relationships[].evidence": 1}
+    assert s["bad_records"] == {"contacts": 2, "research": 1}
+
+    # Exactly what the good answers and good records hold (the fake: every capitalised
+    # two-word name is a Person, the first linked to the rest by RELATED_TO).
+    names = {r["n"]: r["t"] for r in store.query(
+        "MATCH (e:Entity) RETURN e.name AS n, e.type AS t")}
+    people = ["Ann Lee", "Bob Stone", "Dee Ray", "Eve Park", "Fay Wu", "Gus Hale", "Hal Ito",
+              "Ida Moss", "Kai Long", "Lu Chen", "Max Ford", "Ned Hill", "Pia Holm", "Rex Dale",
+              "Sam Vale", "Tia Ross"]
+    events = ["Alpha", "Gamma", "Delta", "Epsilon", "Eta", "Theta"]
+    assert names == {**dict.fromkeys(people, "Person"), **dict.fromkeys(events, "Event"),
+                     "Acme Corp": "Organization"}
+    assert all(len(n) <= max_name for n in names)
+    rels = Counter(r["t"] for r in store.query(
+        "MATCH (:Entity)-[r]->(:Entity) RETURN type(r) AS t"))
+    assert rels == {"PARTICIPATED_IN": 12, "RELATED_TO": 8, "WORKS_FOR": 1}
+    report = markdown_report(s, [])
+    assert "'entities: maxItems': 5" in report and "'entities[].confidence': 2" in report
+    assert "| contacts/people.json#1 | RecordError |" in report
+
+    # unchanged next run: good documents skipped, failed ones held, bad records listed again
+    fake.reset()
+    before = dump(store)
+    s = extract(profile=str(profile))
+    assert fake.calls == 0 and dump(store) == before
+    assert {f["id"] for f in s["failures"]} == set(reasons)

@@ -71,9 +71,107 @@ def test_truncated_json_fails_after_retries(fake_llm: FakeOpenAI) -> None:
     assert out.error is not None and "malformed response" in out.error
 
 
-def test_extra_fields_are_forbidden(fake_llm: FakeOpenAI) -> None:
-    out = run(client(fake_llm.url, max_retries=0), doc("Ann Lee. FAULT:extra"))
-    assert out.error is not None and "confidence" in out.error
+def test_unknown_fields_are_dropped_and_counted_not_the_answer(fake_llm: FakeOpenAI) -> None:
+    out = run(client(fake_llm.url, max_retries=0),
+              doc("Ann Lee met Bob Stone and Cy Young. FAULT:extrafield"))
+    assert out.error is None
+    ex = out.extraction[0]
+    assert [e.name for e in ex.entities] == ["Ann Lee", "Bob Stone", "Cy Young"]
+    assert len(ex.relationships) == 2
+    assert ex.repairs.dropped_fields == {"confidence": 1, "entities[].confidence": 3,
+                                         "relationships[].evidence": 2}
+
+
+def test_an_answer_over_the_schema_bounds_is_unusable_and_counted(fake_llm: FakeOpenAI) -> None:
+    max_items = SCHEMA["properties"]["entities"]["maxItems"]
+    c = client(fake_llm.url, max_retries=1)
+    out = run(c, doc("Ann Lee met Bob Stone. FAULT:flood"))
+    assert out.error_type == "LLMError" and out.attempts == 2
+    assert f"entities: 3000 items > maxItems {max_items}" in (out.error or "")
+    assert c.usage.unusable_answers == {"entities: maxItems": 2}
+
+
+def test_an_overlong_name_is_unusable_output(fake_llm: FakeOpenAI) -> None:
+    max_len = SCHEMA["properties"]["entities"]["items"]["properties"]["name"]["maxLength"]
+    c = client(fake_llm.url, max_retries=0)
+    out = run(c, doc("Ann Lee met Bob Stone. FAULT:longname"))
+    assert f"entities[2].name: 300 characters > maxLength {max_len}" in (out.error or "")
+    assert c.usage.unusable_answers == {"entities[].name: maxLength": 1}
+
+
+def test_every_bound_of_the_sent_schema_is_enforced() -> None:
+    from tasks.schema import SchemaViolation, parse_answer
+
+    small = json_schema(2, 1, max_name=5, max_description=4)
+    ent = {"name": "Ann", "type": "Person", "description": "d"}
+    rel = {"source": "Ann", "target": "Bob", "type": "RELATED_TO", "description": ""}
+    good = {"entities": [ent, {**ent, "name": "Bob"}], "relationships": [rel]}
+    assert len(parse_answer(good, small).entities) == 2
+    bad = [
+        ({**good, "entities": [ent] * 3}, "entities: 3 items > maxItems 2"),
+        ({**good, "relationships": [rel] * 2}, "relationships: 2 items > maxItems 1"),
+        ({**good, "entities": [{**ent, "name": "Annabel"}]},
+         "entities[0].name: 7 characters > maxLength 5"),
+        ({**good, "entities": [{**ent, "description": "long"*2}]},
+         "entities[0].description: 8 characters > maxLength 4"),
+        ({"entities": [ent]}, "(answer): 'relationships' is required"),
+        ({**good, "entities": [{"name": "Ann", "type": "Person"}]},
+         "entities[0]: 'description' is required"),
+        ({**good, "entities": [{**ent, "name": 5}]}, "entities[0].name: expected string, got integer"),
+        ({**good, "entities": {"name": "Ann"}}, "entities: expected array, got object"),
+        ([good], "(answer): expected object, got array"),
+    ]
+    for answer, reason in bad:
+        with pytest.raises(SchemaViolation) as e:
+            parse_answer(answer, small)
+        assert reason in str(e.value), (reason, str(e.value))
+    # enum: a label outside the whitelist maps onto it or the item is dropped, both counted;
+    # nothing outside the sent enum comes through
+    odd = {"entities": [{**ent, "type": "company"}, {**ent, "type": "Spaceship"}],
+           "relationships": [{**rel, "type": "LOVES"}]}
+    ex = parse_answer(odd, small)
+    assert [e.type for e in ex.entities] == ["Organization"]
+    assert [r.type for r in ex.relationships] == ["RELATED_TO"]
+    assert ex.repairs.rejected_entity_types == {"Spaceship": 1}
+    assert ex.repairs.remapped_relationship_types == {"LOVES": 1}
+
+
+def test_a_retry_after_unusable_output_samples_differently(fake_llm: FakeOpenAI) -> None:
+    """A greedy resend gets the same answer back: each retry after an unusable answer must
+    change the sampling (temperature, seed), and the fake answers sampled requests well."""
+    c = client(fake_llm.url, max_retries=3)
+    out = run(c, doc("Ann Lee met Bob Stone. FAULT:greedyflood FAULT:500x1"))
+    assert out.error is None and [e.name for e in out.extraction[0].entities] == \
+        ["Ann Lee", "Bob Stone"]
+    sampling = [(r["temperature"], r.get("seed")) for r in fake_llm.requests]
+    # 500 (never answered: the same request again), then the greedy flood, then a sample
+    assert sampling[0] == sampling[1] == (0.0, None)
+    assert sampling[2][0] > 0 and sampling[2][1] is not None
+    assert c.usage.unusable_answers == {"entities: maxItems": 1}
+
+
+def test_every_retry_of_unusable_output_has_its_own_sampling(fake_llm: FakeOpenAI) -> None:
+    out = run(client(fake_llm.url, max_retries=3), doc("Ann Lee. FAULT:flood"))
+    assert out.error is not None
+    sampling = [(r["temperature"], r.get("seed")) for r in fake_llm.requests]
+    assert len(sampling) == 4 and len(set(sampling)) == 4
+    assert all(t <= 1.0 for t, _ in sampling)
+
+
+def test_a_timeout_names_the_url_and_the_limit(fake_llm: FakeOpenAI) -> None:
+    out = run(client(fake_llm.url, max_retries=1), doc("Ann Lee. FAULT:slowx9"))
+    assert out.error == (
+        f"gave up after 2 attempts: ReadTimeout: no answer from {fake_llm.url}/v1/chat/"
+        "completions within 1 s (request_timeout_seconds) — raise the inference block's "
+        "request_timeout_seconds, or lower max_output_tokens")
+
+
+def test_error_messages_are_never_empty(fake_llm: FakeOpenAI) -> None:
+    from tasks.processes import free_port
+
+    down = run(client(f"http://127.0.0.1:{free_port()}", max_retries=0), doc("Ann Lee."))
+    assert down.error and not down.error.rstrip().endswith(":")
+    assert "ConnectError: could not connect to http://127.0.0.1:" in down.error
 
 
 def test_think_blocks_do_not_reach_the_parser(fake_llm: FakeOpenAI) -> None:
