@@ -192,7 +192,8 @@ class LLMClient:
                     except ValidationError as e:
                         err = e.errors()[0]
                         where = ".".join(str(x) for x in err["loc"]) or "(answer)"
-                        self.usage.unusable(f"{where}: {err['type']}")
+                        self.usage.unusable(f"{re.sub(r'[.]([0-9]+)', '[]', where)}: "
+                                            f"{err['type']}")
                         last_error = f"unusable output: {where}: {err['msg']}"
                         resend += 1
                     except json.JSONDecodeError as e:  # truncated JSON without a 'length' finish

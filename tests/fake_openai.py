@@ -18,12 +18,14 @@ Markers in the document text script faults, per document:
 
 Why the fake may break the schema's bounds at all: the client cannot count on the server to
 hold the model to the schema. llama.cpp's json-schema-to-grammar does compile maxItems and
-maxLength into the grammar (grammars/README.md), but it skips keywords it does not support
-without an error, vLLM's guided-decoding backends differ in which keywords they honour, a
-think model's reasoning runs outside the grammar, and a server behind the "openai" dialect (or
-one started without grammar support) may ignore `response_format` entirely. The fake models
-that last case: an endpoint that returns whatever the model wrote. Like vLLM and llama.cpp at
-temperature 0, it is deterministic: the same request gets the same answer (greedyflood).
+maxLength into the grammar when it applies the schema (grammars/README.md), but
+llama-cpp-python's server silently falls back to a plain JSON grammar when the conversion
+fails (llama_chat_format._grammar_for_json_schema, fallback_to_json=True), vLLM's guided-
+decoding backends differ in which keywords they honour, and a server behind the "openai"
+dialect may ignore `response_format`. The fake models such an endpoint: it returns whatever
+the model wrote. Like vLLM and llama-cpp-python at temperature 0 ("identical outputs in each
+run", its server's docs), it is deterministic: the same greedy request gets the same answer;
+both servers take `temperature` and `seed`, and so does the fake (greedyflood).
 """
 
 from __future__ import annotations
