@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
@@ -25,18 +25,31 @@ class FalkorDBGraph(Block):
     port: int | None = Field(default=None, ge=1, le=65535, description="Server port (embedded: free port).")
     password: SecretStr | None = Field(default=None, description="For an existing server.")
     batch_size: int = Field(default=1000, ge=1, le=100_000, description="Rows per UNWIND transaction.")
+    load_timeout_seconds: float = Field(
+        default=600.0, gt=0, description="How long to wait while the server loads its data.")
+    snapshots_keep: int = Field(
+        default=3, ge=0, le=1000, description="Embedded only: graph snapshots kept after each "
+        "run (in the artifact store, and GCS when configured); 0 = none.")
 
     @contextmanager
-    def open(self) -> Iterator[GraphStore]:
+    def open(self, progress: Callable[[str], None] | None = None) -> Iterator[GraphStore]:
+        """The store, ready: the embedded server is started (or reused) and has loaded its
+        data. When this call started it, the append-only file is compacted (if anything was
+        written) and the server stopped on the way out."""
         from tasks.graph import falkordb_server
         from tasks.graph.backends import FalkorDBStore
 
         started = False
         host, port = self.host, self.port
-        if host is None:
-            rec, started = falkordb_server.start(Path(self.data_dir), self.port)
-            host, port = "127.0.0.1", rec.port
         pw = self.password.get_secret_value() if self.password else None
+        if host is None:
+            rec, started = falkordb_server.start(Path(self.data_dir), self.port,
+                                                 load_timeout=self.load_timeout_seconds,
+                                                 progress=progress)
+            host, port = "127.0.0.1", rec.port
+        else:  # an existing server may be loading its data too
+            falkordb_server.wait_loaded(host, port or 6379, pw, self.load_timeout_seconds,
+                                        progress, f" ({host}:{port or 6379})")
         try:
             store = FalkorDBStore(host, port or 6379, self.graph_name, self.batch_size, pw)
             with store:
@@ -44,7 +57,25 @@ class FalkorDBGraph(Block):
                 yield store
         finally:
             if started:
-                falkordb_server.stop(Path(self.data_dir))
+                try:
+                    falkordb_server.compact(port or 6379, self.load_timeout_seconds)
+                except Exception as e:  # noqa: BLE001 - the AOF still holds every write
+                    if progress:
+                        progress(f"FalkorDB: append-only file not compacted ({e}); the next "
+                                 "start replays it")
+                finally:
+                    falkordb_server.stop(Path(self.data_dir))
+
+    def embedded_port(self) -> int | None:
+        """The port of the embedded server running on `data_dir` now (None: not running, or
+        not embedded)."""
+        from tasks.graph import falkordb_server
+
+        return None if self.host else falkordb_server.running_port(Path(self.data_dir))
+
+    def snapshots_to_keep(self) -> int:
+        """Snapshots kept after each run: embedded only (0 = none taken)."""
+        return 0 if self.host else self.snapshots_keep
 
     def describe(self) -> str:
         where = f"{self.host}:{self.port}" if self.host else \
@@ -75,7 +106,7 @@ class Neo4jGraph(Block):
         return v
 
     @contextmanager
-    def open(self) -> Iterator[GraphStore]:
+    def open(self, progress: Callable[[str], None] | None = None) -> Iterator[GraphStore]:
         from tasks.graph.backends import Neo4jStore
 
         store = Neo4jStore(self.uri, self.user, self.password.get_secret_value(), self.database,
@@ -83,6 +114,12 @@ class Neo4jGraph(Block):
         with store:
             store.ensure_schema()
             yield store
+
+    def embedded_port(self) -> int | None:
+        return None  # never embedded
+
+    def snapshots_to_keep(self) -> int:
+        return 0  # Neo4j's own backups (neo4j-admin database dump) are the way there
 
     def describe(self) -> str:
         return f"Neo4j at {self.uri} (database {self.database or 'default'})"

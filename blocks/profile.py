@@ -116,6 +116,13 @@ class Profile:
     training: TrainingSettings
     gcs_block: str | None = None  # run records (summaries, scorecards, dead letters) go here
 
+    def snapshot_root(self) -> Path:
+        """The artifact store that keeps graph snapshots (graph-snapshots/<name>/)."""
+        return Path(self.training.artifact_store or self.state_dir / "artifacts")
+
+    def snapshot_gcs_block(self) -> str | None:
+        return self.gcs_block or self.training.gcs_block
+
 
 def profile_path(ref: str) -> Path:
     if ref.endswith(".toml") or "/" in ref:

