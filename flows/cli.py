@@ -50,21 +50,83 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 def _graph(args: argparse.Namespace) -> int:
     from blocks.profile import load_profile
+    from tasks.graph import snapshots as snap
 
     cfg = load_profile(args.profile)
-    with cfg.graph.open() as store:
+    if args.graph_command in ("snapshots", "restore"):
+        return _graph_snapshots(args, cfg)
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    ledger = snap.Ledger(cfg.state_dir, cfg.graph.describe())
+    with cfg.graph.open(progress=progress) as store:
         if args.graph_command == "stats":
             stats = store.stats()
+            check, why = ledger.check(stats)
             if args.json:
-                print(json.dumps(stats, indent=2))
+                print(json.dumps({**stats, "check": check, "check_detail": why}, indent=2))
             else:
                 print(cfg.graph.describe())
                 for kind in ("nodes", "relationships"):
                     print(f"{kind}:")
                     for k, v in stats[kind].items():
                         print(f"  {k:<20}{v:>8}")
+                print(f"check: {check} — {why}")
+        elif args.graph_command == "accept":
+            stats = store.stats()
+            ledger.record(stats, note="accepted by hand (slm-nightly graph accept)")
+            print(f"recorded the graph as it is now: {sum(stats['nodes'].values())} node labels "
+                  f"counted, {sum(stats['relationships'].values())} relationships")
+        elif args.graph_command == "snapshot":
+            port = cfg.graph.embedded_port()
+            if port is None or not cfg.graph.snapshots_to_keep():
+                raise ConfigError("graph snapshot: only the embedded FalkorDB graph is "
+                                  "snapshotted here (with [graph] snapshots_keep > 0); back up "
+                                  "Neo4j or an external server with its own tools")
+            out = snap.take(port, cfg.snapshot_root(), store.stats(), cfg.graph.describe(),
+                            cfg.graph.snapshots_to_keep(), cfg.snapshot_gcs_block(), "cli")
+            print(json.dumps(out, indent=2) if args.json else
+                  f"snapshot {out['name']}: {out['path']} ({out['bytes'] / 1e6:.1f} MB)"
+                  + (f", copied to {out['gcs']}" if out.get("gcs") else "")
+                  + (f", NOT copied to GCS: {out['gcs_error']}" if out.get("gcs_error") else ""))
+        elif args.graph_command == "compact":
+            port = cfg.graph.embedded_port()
+            if port is None:
+                raise ConfigError("graph compact: only the embedded FalkorDB graph")
+            from tasks.graph import falkordb_server
+
+            print(json.dumps(falkordb_server.compact(port, force=True)))
         else:
             _print_rows(store.query(args.cypher), args.json)
+    return 0
+
+
+def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
+    from tasks.graph import snapshots as snap
+
+    root = cfg.snapshot_root()
+    if args.graph_command == "snapshots":
+        rows = [{k: s.get(k) for k in ("name", "created_at", "bytes", "nodes", "relationships",
+                                       "path")} for s in snap.list_local(root)]
+        _print_rows(rows, args.json)
+        if not rows and not args.json:
+            print(f"no graph snapshots in {root / snap.SNAPSHOTS}")
+        return 0
+    from blocks.graph import FalkorDBGraph
+
+    if not isinstance(cfg.graph, FalkorDBGraph) or cfg.graph.host:
+        raise ConfigError("graph restore: only the embedded FalkorDB graph is restored here; "
+                          "restore Neo4j or an external server with its own tools")
+    chosen = snap.find(root, args.name, cfg.snapshot_gcs_block())
+    kept = snap.restore(Path(cfg.graph.data_dir), chosen)
+    snap.Ledger(cfg.state_dir, cfg.graph.describe()).record(
+        {"nodes": chosen["nodes"], "relationships": chosen["relationships"]},
+        note=f"restored from snapshot {chosen['name']}")
+    print(f"restored snapshot {chosen['name']} ({chosen['created_at']}) into "
+          f"{Path(cfg.graph.data_dir).resolve()}"
+          + (f"; the data it replaced is kept in {kept}" if kept != Path(cfg.graph.data_dir)
+             .resolve() else ""))
     return 0
 
 
@@ -157,7 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     stats = gsub.add_parser("stats", help="node and relationship counts by type")
     query = gsub.add_parser("query", help="run a read-only Cypher query")
     query.add_argument("cypher")
-    for p in (stats, query):
+    g_snap = gsub.add_parser("snapshot", help="snapshot the embedded graph now")
+    g_list = gsub.add_parser("snapshots", help="list the graph snapshots kept")
+    g_rest = gsub.add_parser("restore", help="replace the embedded graph with a snapshot "
+                             "(the newest by default; the replaced data folder is kept)")
+    g_rest.add_argument("name", nargs="?", help="snapshot name (slm-nightly graph snapshots)")
+    g_acc = gsub.add_parser("accept", help="record the graph as it is now as what it should "
+                            "hold (after a deliberate change)")
+    g_comp = gsub.add_parser("compact", help="rewrite the embedded graph's append-only file")
+    for p in (stats, query, g_snap, g_list, g_rest, g_acc, g_comp):
         p.add_argument("--profile", default="local")
         p.add_argument("--json", action="store_true")
     graph.set_defaults(func=_graph)
