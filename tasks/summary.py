@@ -119,11 +119,28 @@ def render_text(s: dict[str, Any], profile_ref: str = "local") -> str:
         nodes = ", ".join(f"{k} {v}" for k, v in g.get("nodes", {}).items())
         rels = ", ".join(f"{k} {v}" for k, v in g.get("relationships", {}).items())
         lines += ["", f"Graph: {g.get('description')}", f"  nodes: {nodes or 'none'}",
-                  f"  relationships: {rels or 'none'}",
-                  f"  query it: slm-nightly graph stats --profile {profile_ref}",
+                  f"  relationships: {rels or 'none'}"]
+        if g.get("check"):
+            lines.append(f"  check at start: {g['check']}")
+        lines += _snapshot_lines(g.get("snapshot"), profile_ref)
+        lines += [f"  query it: slm-nightly graph stats --profile {profile_ref}",
                   f"            slm-nightly graph query --profile {profile_ref} "
                   "\"MATCH (p:Person)-[:MENTIONED_IN]->(d:Document) RETURN p.name, d.id LIMIT 10\""]
     return "\n".join(lines)
+
+
+def _snapshot_lines(snap: dict[str, Any] | None, profile_ref: str) -> list[str]:
+    if not snap:
+        return []
+    if snap.get("error"):
+        return [f"  snapshot: NOT taken ({snap['error']})"]
+    where = snap.get("gcs") or snap.get("path")
+    lines = [f"  snapshot: {snap['name']}" + (" (unchanged since)" if snap.get("reused") else "")
+             + f" in {where}"]
+    if snap.get("gcs_error"):
+        lines.append(f"  snapshot NOT copied to GCS: {snap['gcs_error']}")
+    lines.append(f"  restore it: slm-nightly graph restore {snap['name']} --profile {profile_ref}")
+    return lines
 
 
 def render_markdown(s: dict[str, Any]) -> str:

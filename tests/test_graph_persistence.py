@@ -216,3 +216,26 @@ def test_a_damaged_snapshot_is_refused(embedded, tmp_path: Path) -> None:
     with pytest.raises(GraphError, match="does not match its sha256"):
         snap.restore(data, snap.find(tmp_path / "state" / "artifacts", None))
     assert open_dump(data) == before
+
+
+def test_a_lost_disk_comes_back_from_the_snapshot_in_gcs(embedded, tmp_path: Path) -> None:
+    """The data folder and the local snapshots both gone: the copy in GCS brings it back."""
+    from tests.gcs_emulator import GcsEmulator
+
+    profile, src, data, fake = embedded
+    profile.write_text('gcs_block = "test-graph"\n' + profile.read_text())
+    with GcsEmulator(tmp_path) as gcs:
+        bucket = gcs.bucket(folder="nightly")
+        bucket.save("test-graph", overwrite=True)
+        s = extract(profile=str(profile))
+        name = s["graph"]["snapshot"]["name"]
+        assert s["graph"]["snapshot"]["gcs"] == \
+            f"gs://slm-corpus/nightly/artifacts/graph-snapshots/{name}/graph.rdb"
+        good = open_dump(data)
+        shutil.rmtree(data)
+        shutil.rmtree(tmp_path / "state")
+        assert cli(["graph", "restore", "--profile", str(profile)]) == 0
+        assert open_dump(data) == good
+        fake.reset()
+        again = extract(profile=str(profile))
+    assert fake.calls == 0 and again["documents"]["transcripts"]["skipped"] == 2
