@@ -34,8 +34,8 @@ class FalkorDBGraph(Block):
     @contextmanager
     def open(self, progress: Callable[[str], None] | None = None) -> Iterator[GraphStore]:
         """The store, ready: the embedded server is started (or reused) and has loaded its
-        data. When this call started it, the append-only file is compacted (if anything was
-        written) and the server stopped on the way out."""
+        data. On the way out its append-only file is compacted (if anything was written), and
+        the server is stopped if this call started it."""
         from tasks.graph import falkordb_server
         from tasks.graph.backends import FalkorDBStore
 
@@ -56,7 +56,9 @@ class FalkorDBGraph(Block):
                 store.ensure_schema()
                 yield store
         finally:
-            if started:
+            if self.host is None:
+                # Also on a server this call reused (one a killed run left up): a rewrite is
+                # safe next to other clients, and skipped when nothing was written.
                 try:
                     falkordb_server.compact(port or 6379, self.load_timeout_seconds)
                 except Exception as e:  # noqa: BLE001 - the AOF still holds every write
@@ -64,7 +66,8 @@ class FalkorDBGraph(Block):
                         progress(f"FalkorDB: append-only file not compacted ({e}); the next "
                                  "start replays it")
                 finally:
-                    falkordb_server.stop(Path(self.data_dir))
+                    if started:
+                        falkordb_server.stop(Path(self.data_dir))
 
     def embedded_port(self) -> int | None:
         """The port of the embedded server running on `data_dir` now (None: not running, or
