@@ -150,7 +150,14 @@ def open_dump(data: Path) -> dict[str, Any]:
         return dump(store)
 
 
-def test_data_lost_at_rest_stops_the_run_with_the_ways_back(embedded, tmp_path: Path) -> None:
+def graph_stats(profile: Path, capsys: pytest.CaptureFixture) -> dict[str, Any]:
+    capsys.readouterr()
+    assert cli(["graph", "stats", "--json", "--profile", str(profile)]) == 0
+    return dict(json.loads(capsys.readouterr().out))
+
+
+def test_data_lost_at_rest_stops_the_run_with_the_ways_back(embedded, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture) -> None:
     profile, src, data, fake = embedded
     first = extract(profile=str(profile))
     assert first["graph"]["check"] == "unrecorded"
@@ -166,9 +173,13 @@ def test_data_lost_at_rest_stops_the_run_with_the_ways_back(embedded, tmp_path: 
     assert f"slm-nightly graph restore --profile {profile}" in msg
     assert f"slm-nightly run --profile {profile} --full" in msg
     assert fake.calls == 0
+    damaged = graph_stats(profile, capsys)
+    assert damaged["check"] == "damaged" and damaged["relationships"].get("RELATED_TO", 0) == 0
     # the way back: restore the newest snapshot, then the run goes on from where it was
     assert cli(["graph", "restore", "--profile", str(profile)]) == 0
     assert open_dump(data) == good
+    restored = graph_stats(profile, capsys)
+    assert restored["check"] == "ok" and restored["relationships"]["RELATED_TO"] == 2
     second = extract(profile=str(profile))
     assert second["graph"]["check"] == "ok" and fake.calls == 1  # only the new document
 
