@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -16,8 +17,10 @@ prefect_env.apply()
 
 
 def _run(args: argparse.Namespace) -> int:
+    from prefect.exceptions import TerminationSignal
+
     from blocks.profile import load_profile
-    from flows.nightly import nightly
+    from tasks.interrupts import RunStopper, say
     from tasks.summary import render_text
 
     cfg = load_profile(args.profile)  # fail fast, before Prefect starts, on a bad profile
@@ -26,18 +29,46 @@ def _run(args: argparse.Namespace) -> int:
     print(f"slm-nightly: running the nightly pipeline on profile '{args.profile}' "
           f"(documents: {', '.join(f'{k}={v}' for k, v in cfg.sources.roots().items())})",
           flush=True)
-    state = nightly(profile=args.profile, full=args.full, retry_failed=args.retry_failed,
-                    phase1_timeout_seconds=args.phase1_timeout, return_state=True)
+    stopper = RunStopper(cfg)  # Ctrl-C / SIGTERM / SIGHUP: tasks/interrupts.py
+    stopper.install()
+    stopper.stop_orphans()
+    state = None
+    try:
+        with prefect_env.temporary_server(cfg.state_dir) as server:
+            stopper.prefect_server = server
+            if server is not None and (rec := server.record()):
+                print(f"slm-nightly: temporary Prefect server at {os.environ['PREFECT_API_URL']} "
+                      f"(pid {rec.pid}; set PREFECT_API_URL to use your own)", flush=True)
+            from flows.nightly import nightly
+
+            state = nightly(profile=args.profile, full=args.full, retry_failed=args.retry_failed,
+                            phase1_timeout_seconds=args.phase1_timeout, return_state=True)
+    except (KeyboardInterrupt, TerminationSignal):
+        if stopper.signum is None:
+            raise
+    if stopper.signum is not None:
+        stopper.stop_servers()  # normally the run's own teardown has stopped them already
     if not last.exists() or last.stat().st_mtime == before:
-        print(f"run ended {state.name} before writing a summary: {state.message}", file=sys.stderr)
+        ended = f"was stopped by {stopper.signal_name}" if stopper.signum else \
+            f"ended {state.name if state else 'early'}"
+        print(f"run {ended} before writing a summary{': ' + str(state.message) if state else ''}",
+              file=sys.stderr)
+    else:
+        summary = json.loads(last.read_text())
+        print("\n" + render_text(summary, args.profile))
+        if args.summary:
+            Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(last, args.summary)
+            print(f"\nsummary JSON: {args.summary}")
+    if stopper.signum is not None:
+        say(f"run stopped by {stopper.signal_name}; stopped: "
+            f"{'; '.join(stopper.stopped) or 'nothing left running'}"
+            f"{'; the temporary Prefect server stops at exit' if stopper.prefect_server else ''}"
+            ". The next run redoes only the documents not recorded.")
+        return 128 + stopper.signum
+    if not last.exists() or last.stat().st_mtime == before:
         return 1
-    summary = json.loads(last.read_text())
-    print("\n" + render_text(summary, args.profile))
-    if args.summary:
-        Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(last, args.summary)
-        print(f"\nsummary JSON: {args.summary}")
-    return 0 if state.is_completed() else 1
+    return 0 if state is not None and state.is_completed() else 1
 
 
 def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:

@@ -27,7 +27,7 @@ from flows.reaper import reap
 from flows.scorecard import scorecard
 from flows.train import run_for_marker
 from tasks.errors import PhaseFailed
-from tasks.gpu import LEASE_SECONDS, gpu_slot, nightly_slot
+from tasks.gpu import LEASE_SECONDS, NIGHTLY_LIMIT, gpu_slot, holders, nightly_slot
 from tasks.node import compute_down, compute_up, inference_down, inference_up, node_usage
 from tasks.registry import ArtifactStore
 from tasks.summary import cost_summary, merge_extraction, new_summary, render_markdown
@@ -45,15 +45,18 @@ def _stop_node_hook(flow: Any, flow_run: Any, state: Any) -> None:
 
 def _take_nightly_slot(stack: ExitStack) -> None:
     """Hold the `nightly` slot for the whole run (tasks/gpu.py): it tells the reaper this run
-    is alive and owns the node. Waits for a run killed < ~75 s ago to lose its lease."""
+    is alive and owns the node. A recorded holder on this machine whose process is gone is
+    taken over at once; one on another host loses its lease when it expires (≤ ~75 s)."""
     try:
         stack.enter_context(nightly_slot(timeout_seconds=NIGHTLY_SLOT_WAIT_SECONDS))
     except TimeoutError as e:
+        held = "; ".join(holders(NIGHTLY_LIMIT)) or "no holder recorded on this machine"
         raise PhaseFailed(
             f"the 'nightly' concurrency slot is still held after {NIGHTLY_SLOT_WAIT_SECONDS:.0f} s "
-            "— another nightly run is alive (prefect flow-run ls --flow-name nightly --state "
-            "RUNNING: wait for it or cancel it), or one was killed and its lease was never "
-            "reclaimed (the ephemeral API, without PREFECT_API_URL, runs no repossessor): then "
+            f"(holders: {held}) — another nightly run is alive (prefect flow-run ls --flow-name "
+            "nightly --state RUNNING: wait for it or cancel it); a holder on this machine whose "
+            "process is gone is taken over by itself. A slot held with no live run anywhere (a "
+            "killed run from before slot records, or a server restarted without its leases): "
             "`prefect gcl update nightly --active-slots 0`", {}) from e
 
 
@@ -93,7 +96,8 @@ def _final_status(e: BaseException) -> str:
 
     if isinstance(e, NodePreempted):
         return "preempted"
-    return "cancelled" if isinstance(e, TerminationSignal) else "failed"
+    # KeyboardInterrupt: `slm-nightly run` stopped by Ctrl-C or SIGTERM (tasks/interrupts.py).
+    return "cancelled" if isinstance(e, TerminationSignal | KeyboardInterrupt) else "failed"
 
 
 @contextmanager

@@ -9,19 +9,36 @@ stopped). The node is only ever used by the holder, so the reaper may stop a nod
 slot is free, and a nightly that holds it may stop a node it did not start (one left up by a
 dead run). A second nightly waits for the slot.
 
-Slots are leases: the holding process renews its lease every ~45 s; a holder killed with -9
-stops renewing and the server's repossessor frees the slot when the lease runs out —
-LEASE_SECONDS (60 s, the server's minimum) plus the repossessor's loop (15 s by default,
-PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS). Nothing else frees it: Prefect 3.9 has no
-API to list a limit's leases, so the reaper cannot tell which lease was the dead run's; it
-waits for the expiry like everyone else.
+Slots are leases: the holding process renews its lease every ~45 s. A holder killed with -9
+stops renewing. On `prefect server start` the repossessor frees the slot when the lease runs
+out — LEASE_SECONDS (60 s, the server's minimum) plus its loop (15 s by default). The ephemeral
+API that a run without PREFECT_API_URL uses has no repossessor, and keeps leases in memory: the
+dead run's lease dies with its temporary server while the limit's count in the database stays
+taken. Prefect 3.9 has no API to list a limit's leases, so each holder records itself — limit,
+lease id, flow run, PID, process start, host — in PREFECT_HOME/slm-nightly/slots (beside the
+database the slot lives in) while it holds a slot. Whoever wants a slot first takes over from
+recorded holders that are gone: same host, process gone. It releases the dead lease by id when
+the server still knows it, otherwise — on an ephemeral API only, where no repossessor ever
+freed it — gives the slot back to the limit, and marks the dead flow run Crashed. A holder that
+is alive, or on another host, is never touched: it is waited for.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import socket
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from tasks import prefect_env
+from tasks.processes import start_ticks
 
 GPU_LIMIT = "gpu"
 NIGHTLY_LIMIT = "nightly"
@@ -75,13 +92,169 @@ def _holder() -> object | None:
     return ConcurrencyLeaseHolder(type="flow_run", id=UUID(run_id)) if run_id else None
 
 
+def _records() -> Path:
+    from prefect.settings import PREFECT_HOME
+
+    return Path(PREFECT_HOME.value()) / "slm-nightly" / "slots"
+
+
+def _log(message: str) -> None:
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_logger
+
+    try:
+        get_run_logger().warning(message)
+    except MissingContextError:
+        get_logger("slm-nightly").warning(message)
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """One taker at a time on this machine (the lock goes with its process)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _record_holder(name: str, lease_id: UUID, api_url: str) -> Path:
+    from prefect.runtime import flow_run
+
+    rec = {"limit": name, "lease_id": str(lease_id), "flow_run_id": flow_run.get_id(),
+           "flow_run_name": flow_run.get_name(), "pid": os.getpid(),
+           "process_start": start_ticks(os.getpid()), "hostname": socket.gethostname(),
+           "api_url": api_url, "taken_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    path = _records() / f"{name}.{lease_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec, indent=2))
+    tmp.replace(path)
+    return path
+
+
+def _gone(rec: dict[str, Any]) -> bool:
+    """The recorded holder's process is gone (never said of another host's)."""
+    return rec.get("hostname") == socket.gethostname() and \
+        start_ticks(int(rec["pid"])) != rec.get("process_start")
+
+
+def _describe(rec: dict[str, Any]) -> str:
+    return (f"run {rec.get('flow_run_name') or '(no flow run)'} {rec.get('flow_run_id') or ''} "
+            f"(pid {rec['pid']} on {rec['hostname']}, slot taken {rec['taken_at']})")
+
+
+def holders(name: str) -> list[str]:
+    """The recorded holders of a limit, said in words (for error messages)."""
+    recs = [r for p in sorted(_records().glob(f"{name}.*.json")) if (r := _read(p))]
+    return [_describe(r) + (": process gone" if _gone(r) else
+                            ": alive" if r["hostname"] == socket.gethostname() else "")
+            for r in recs]
+
+
+def _release_dead(name: str, rec: dict[str, Any]) -> str | None:
+    """Give back a dead holder's slot; mark its flow run Crashed. How it was done, or None
+    when there was nothing to give back (another server's holder, or an expired lease)."""
+    import httpx
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+    from prefect.states import Crashed
+
+    lease_id = UUID(rec["lease_id"])
+    with get_client(sync_client=True) as client:
+        run = None
+        if rec.get("flow_run_id"):
+            try:
+                run = client.read_flow_run(UUID(rec["flow_run_id"]))
+            except ObjectNotFound:  # recorded against another server's database
+                pass
+        try:
+            client.renew_concurrency_lease(lease_id, lease_duration=LEASE_SECONDS)
+            known = True
+        except httpx.HTTPStatusError as e:
+            if e.response.status_code not in (404, 410):
+                raise
+            known = False
+        how = None
+        if known:
+            client.release_concurrency_slots_with_lease(lease_id)
+            how = f"released its lease {lease_id}"
+        elif run is not None and prefect_env.ephemeral_api(client):
+            # The lease lived in the memory of the dead run's temporary server; no repossessor
+            # runs in an ephemeral API, so the limit still counts it.
+            taken = datetime.fromisoformat(rec["taken_at"])
+            client.release_concurrency_slots(
+                [name], 1, max(1.0, (datetime.now(UTC) - taken).total_seconds()))
+            how = "gave its slot back (its lease died with its temporary Prefect server)"
+        if run is not None and run.state is not None and not run.state.is_final():
+            client.set_flow_run_state(run.id, Crashed(
+                message=f"process {rec['pid']} on {rec['hostname']} is gone (killed or crashed)"
+                f"; the '{name}' slot it held was taken over"), force=True)
+    return how
+
+
+def take_over_dead_holders(name: str) -> list[str]:
+    """Free the slots of recorded holders of `name` whose process is gone (this host only);
+    returns what was said about each."""
+    directory = _records()
+    if not directory.is_dir():
+        return []
+    said = []
+    with _locked(directory):
+        for path in sorted(directory.glob(f"{name}.*.json")):
+            rec = _read(path)
+            if rec is None or not _gone(rec):
+                continue
+            try:
+                how = _release_dead(name, rec)
+            except Exception as e:  # noqa: BLE001 - kept: tried again while waiting
+                _log(f"could not take over the '{name}' slot from {_describe(rec)}: {e}")
+                continue
+            path.unlink(missing_ok=True)
+            if how:
+                said.append(f"took over the '{name}' slot from {_describe(rec)}: its process is "
+                            f"gone; {how}")
+                _log(said[-1])
+    return said
+
+
 @contextmanager
 def _slot(name: str, timeout_seconds: float | None) -> Iterator[None]:
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.context import ConcurrencyContext
     from prefect.concurrency.sync import concurrency
 
     ensure_limit(name)
-    with concurrency(name, occupy=1, strict=True, timeout_seconds=timeout_seconds,
-                     lease_duration=LEASE_SECONDS, holder=_holder()):  # type: ignore[arg-type]
+    deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+    with ExitStack() as stack:
+        # Prefect records a granted lease's id in the current ConcurrencyContext (to release it
+        # if the block is cancelled); ours is the only way to learn it.
+        leases = stack.enter_context(ConcurrencyContext())
+        while True:  # wait in slices: a holder that dies meanwhile is taken over
+            take_over_dead_holders(name)
+            wait = 30.0 if deadline is None else min(30.0, max(deadline - time.monotonic(), 0.1))
+            try:
+                stack.enter_context(concurrency(
+                    name, occupy=1, strict=True, timeout_seconds=wait,
+                    lease_duration=LEASE_SECONDS, holder=_holder()))  # type: ignore[arg-type]
+                break
+            except TimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+        if leases.cleanup_lease_ids:
+            with get_client(sync_client=True) as client:
+                api_url = str(client.api_url)
+            record = _record_holder(name, leases.cleanup_lease_ids[-1], api_url)
+            # Forgotten before the lease is released: a crash in between leaves a slot that
+            # waits for its lease, never a record that frees someone else's slot.
+            stack.callback(record.unlink, missing_ok=True)
         yield
 
 

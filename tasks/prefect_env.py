@@ -1,9 +1,17 @@
-"""Prefect settings a local run needs, applied before Prefect is imported.
+"""Prefect settings a local run needs, applied before Prefect is imported, and the CLI's
+temporary Prefect server.
 
 The user never has to export them; an explicit environment value still wins.
 """
 
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tasks.processes import ManagedServer, free_port
 
 DEFAULTS = {
     # The first ephemeral-server start on a fresh PREFECT_HOME takes longer than the 20 s default.
@@ -16,3 +24,82 @@ DEFAULTS = {
 def apply() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
+
+
+TEMP_SERVER = "prefect-server"  # PID files <state_dir>/prefect-server-<CLI pid>.pid.json
+TEMP_API_ENV = "SLM_TEMPORARY_PREFECT_API"  # the API URL of the CLI's temporary server
+
+
+def ephemeral_api(client: Any) -> bool:
+    """Whether the client talks to an ephemeral API — Prefect's own temporary server or the
+    CLI's — which keeps concurrency leases in memory and runs no repossessor."""
+    from prefect.client.base import ServerType
+
+    ours = os.environ.get(TEMP_API_ENV, "").rstrip("/")
+    return client.server_type == ServerType.EPHEMERAL or \
+        (bool(ours) and str(client.api_url).rstrip("/") == ours)
+
+
+@contextmanager
+def temporary_server(state_dir: Path) -> Iterator[ManagedServer | None]:
+    """Without PREFECT_API_URL, the CLI's own temporary Prefect server, in place of the one
+    Prefect would start by itself: the same app (Prefect's ephemeral API, database in
+    PREFECT_HOME), but in its own session, so a Ctrl-C in the terminal reaches the run and not
+    its API. Tracked by a PID file, stopped at exit — after Prefect's log and event workers have
+    flushed, as Prefect does with its own — and by the next run if this process was killed.
+    Points this process and its children at it. None when PREFECT_API_URL is set."""
+    import atexit
+
+    import httpx
+    import prefect
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        PREFECT_UI_URL,
+        get_current_settings,
+        temporary_settings,
+    )
+
+    if PREFECT_API_URL.value():
+        yield None
+        return
+    stop_leftover_servers(state_dir)
+    # Prefect 3.9's own command and flags for its temporary server (SubprocessASGIServer).
+    env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+           "PREFECT__SERVER_FINAL": "1",
+           **get_current_settings().to_environment_variables(exclude_unset=True)}
+    server = ManagedServer(f"{TEMP_SERVER}-{os.getpid()}", state_dir)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
+            "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "error", "--lifespan", "on"]
+    server.start(argv, port, marker=f"--port {port}",
+                 ready=lambda: httpx.get(f"{url}/health", timeout=5).is_success,
+                 timeout=PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value(), env=env)
+    atexit.register(_stop, server)
+    os.environ["PREFECT_API_URL"] = os.environ[TEMP_API_ENV] = url  # child processes
+    # This process read its settings at import. Its UI is off: no "View at" links.
+    with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_UI_URL: ""}):
+        yield server
+
+
+def _say(message: str) -> None:
+    os.write(2, f"slm-nightly: {message}\n".encode())
+
+
+def _stop(server: ManagedServer) -> None:
+    rec = server.running()
+    if server.stop(grace=5.0) and rec:
+        _say(f"stopped the temporary Prefect server, pid {rec.pid}")
+
+
+def stop_leftover_servers(state_dir: Path) -> None:
+    """Stop temporary Prefect servers whose CLI process is gone (killed with -9)."""
+    for pid_file in Path(state_dir).glob(f"{TEMP_SERVER}-*.pid.json"):
+        server = ManagedServer(pid_file.name.removesuffix(".pid.json"), Path(state_dir))
+        rec = server.orphaned()
+        if rec is not None and server.stop(grace=5.0):
+            _say(f"stopped a temporary Prefect server left running by a killed run, pid {rec.pid}")
+        elif server.running() is None:
+            pid_file.unlink(missing_ok=True)

@@ -40,6 +40,17 @@ def _cmdline(pid: int) -> str | None:
         return None
 
 
+def start_ticks(pid: int) -> int | None:
+    """When the process started (clock ticks since boot; /proc/PID/stat field 22), None when
+    there is no such process or it has exited (a zombie). With the PID it names one process:
+    a recycled PID has a later start."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -63,6 +74,8 @@ class ServerRecord:
     marker: str  # a string the process's command line must contain
     log: str
     started_at: float
+    owner: int | None = None  # the process that started it
+    owner_start: int | None = None  # and when that one started (start_ticks)
 
 
 class ManagedServer:
@@ -86,6 +99,14 @@ class ManagedServer:
             return rec
         return None
 
+    def orphaned(self) -> ServerRecord | None:
+        """The recorded server if it still runs but the process that started it is gone
+        (killed with -9): nobody will stop it but the next run."""
+        rec = self.running()
+        if rec is None or rec.owner is None or rec.owner == os.getpid():
+            return None
+        return rec if start_ticks(rec.owner) != rec.owner_start else None
+
     def start(self, argv: list[str], port: int, marker: str,
               ready: Callable[[], bool], timeout: float, env: dict[str, str] | None = None,
               poll: float = 0.25) -> ServerRecord:
@@ -95,26 +116,36 @@ class ManagedServer:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     env={**os.environ, **(env or {})})
-        rec = ServerRecord(self.name, proc.pid, port, marker, str(log), time.time())
-        tmp = self.pid_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(rec)))
-        tmp.replace(self.pid_file)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                self.pid_file.unlink(missing_ok=True)
-                raise ServerError(f"{self.name} exited with code {proc.returncode} while "
-                                  f"starting; last log lines:\n{tail(log)}")
-            try:
-                if ready():
-                    return rec
-            except Exception:  # noqa: BLE001, S110 - not ready yet
-                pass
-            time.sleep(poll)
-            poll = min(poll * 1.5, 5.0)
-        self.stop()
-        raise ServerError(f"{self.name} was not ready after {timeout:.0f} s; last log lines:\n"
-                          f"{tail(log)}\nRaise the readiness timeout if the machine is slow.")
+        rec = ServerRecord(self.name, proc.pid, port, marker, str(log), time.time(),
+                           os.getpid(), start_ticks(os.getpid()))
+        try:
+            tmp = self.pid_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(asdict(rec)))
+            tmp.replace(self.pid_file)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    self.pid_file.unlink(missing_ok=True)
+                    raise ServerError(f"{self.name} exited with code {proc.returncode} while "
+                                      f"starting; last log lines:\n{tail(log)}")
+                try:
+                    if ready():
+                        return rec
+                except Exception:  # noqa: BLE001, S110 - not ready yet
+                    pass
+                time.sleep(poll)
+                poll = min(poll * 1.5, 5.0)
+            raise ServerError(f"{self.name} was not ready after {timeout:.0f} s; last log "
+                              f"lines:\n{tail(log)}\nRaise the readiness timeout if the machine "
+                              "is slow.")
+        except BaseException:
+            # Not ready, or interrupted (Ctrl-C) while starting: never leave the process behind,
+            # even before its PID file was written.
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            self.pid_file.unlink(missing_ok=True)
+            raise
 
     def stop(self, grace: float = 10.0) -> bool:
         """Stop the recorded process (SIGTERM, then SIGKILL after `grace`) and verify it is

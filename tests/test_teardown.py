@@ -261,8 +261,8 @@ def test_kill_9_then_the_next_nightly_reaps_the_node(server: dict[str, str], tmp
         log2 = tmp_path / "next.log"
         nxt = start_nightly(server, node, log2)
         try:
-            # it waits for the dead run's `nightly` lease to expire (≤ 60 s + repossessor
-            # loop), then reaps the node the dead run left up, then runs as usual
+            # it takes over the dead run's slots at once (same host, process gone: the lease is
+            # released by id, the run marked Crashed), reaps the node it left up, runs as usual
             assert nxt.wait(240) == 0, tail(log2)
         finally:
             if nxt.poll() is None:
@@ -271,7 +271,8 @@ def test_kill_9_then_the_next_nightly_reaps_the_node(server: dict[str, str], tmp
         assert s["status"] == "completed", s.get("error")
         reaped = s["reaper"]
         assert reaped["action"] == "stopped" and reaped["found"] == {"zone-a": "RUNNING"}
-        assert dead in [r["id"] for r in reaped["orphaned_runs"]]
+        assert "took over the 'nightly' slot from run" in log2.read_text(errors="replace")
+        assert run_state(server, dead) == "CRASHED"
         stops = node.stops()
         starts = node.fake.seen("start", "zone-a", "node")
         # stopped by the reaper (after the kill, before this run's own start), then at the end
