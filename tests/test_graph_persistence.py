@@ -250,3 +250,47 @@ def test_a_lost_disk_comes_back_from_the_snapshot_in_gcs(embedded, tmp_path: Pat
         fake.reset()
         again = extract(profile=str(profile))
     assert fake.calls == 0 and again["documents"]["transcripts"]["skipped"] == 2
+
+
+def test_a_snapshot_that_does_not_load_leaves_the_graph_as_it_was(
+        embedded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An RDB that passes its sha256 but is damaged (written wrong at the source): FalkorDB
+    4.16 spins on it without answering; the restore gives up after the stall window instead of
+    the load timeout, stops that server, and leaves the data folder as it was."""
+    monkeypatch.setattr(falkordb_server, "STALL_SECONDS", 3.0)
+    profile, src, data, fake = embedded
+    s = extract(profile=str(profile))
+    folder = Path(s["graph"]["snapshot"]["path"])
+    rdb = folder / "graph.rdb"
+    rdb.write_bytes(rdb.read_bytes()[:-10] + b"0123456789")
+    meta = json.loads((folder / "snapshot.json").read_text())
+    (folder / "snapshot.json").write_text(json.dumps({**meta, "sha256": snap._sha256(rdb)}))
+    before = open_dump(data)
+    with pytest.raises(GraphError, match="has not answered for 3 s while loading"):
+        snap.restore(data, snap.find(tmp_path / "state" / "artifacts", None))
+    assert open_dump(data) == before
+    assert not list(tmp_path.glob("graph-replaced-*"))
+
+
+def test_a_run_killed_while_writing_is_not_taken_for_damage(
+        embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile, src, data, fake = embedded
+    assert extract(profile=str(profile))["graph"]["check"] == "unrecorded"
+    (src / "transcripts" / "t2.md").write_text(transcript(["Dee Fox", "Eve Gray"]))
+    real_write = FalkorDBStore._write
+    calls = {"n": 0}
+
+    def crashing_write(self: FalkorDBStore, query: str, params: Any = None) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 4:  # after the documents and some entities, before the mark
+            raise KeyboardInterrupt("simulated kill")
+        return real_write(self, query, params)
+
+    monkeypatch.setattr(FalkorDBStore, "_write", crashing_write)
+    with pytest.raises(BaseException, match="simulated kill"):
+        extract(profile=str(profile))
+    monkeypatch.setattr(FalkorDBStore, "_write", real_write)
+    fake.reset()
+    after = extract(profile=str(profile))
+    assert after["graph"]["check"] == "interrupted" and fake.calls == 1
+    assert extract(profile=str(profile))["graph"]["check"] == "ok"

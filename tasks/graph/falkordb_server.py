@@ -25,11 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import GraphError, ServerError
-from tasks.processes import ManagedServer, ServerRecord, free_port, port_open
+from tasks.processes import ManagedServer, ServerRecord, alive, free_port, port_open, tail
 
 Progress = Callable[[str], None]
 DEFAULT_LOAD_TIMEOUT = 600.0
 PROGRESS_EVERY = 5.0  # seconds between "still loading" lines
+# A loading Redis answers LOADING between chunks of its file; one that accepts connections but
+# answers nothing for this long is stuck (FalkorDB 4.16 spins on a damaged RDB base).
+STALL_SECONDS = 60.0
 
 
 def _client(host: str, port: int, password: str | None = None, timeout: float = 10.0) -> Any:
@@ -41,21 +44,24 @@ def _client(host: str, port: int, password: str | None = None, timeout: float = 
 
 def wait_loaded(host: str, port: int, password: str | None = None,
                 timeout: float = DEFAULT_LOAD_TIMEOUT, progress: Progress | None = None,
-                where: str = "") -> float:
+                where: str = "", server: ServerRecord | None = None) -> float:
     """Wait until the server answers PING — it refuses commands while it loads its data.
-    Reports progress every few seconds; returns the seconds waited."""
+    Reports progress every few seconds; returns the seconds waited. With `server` (one we
+    started), a process that exits while loading (a damaged file) fails at once, with its log."""
     import redis
 
     start = time.monotonic()
     last_report = start
+    last_answer = start
     state = "not answering"
-    r = _client(host, port, password)
+    r = _client(host, port, password, timeout=2.0)
     try:
         while True:
             try:
                 r.ping()
                 return time.monotonic() - start
             except redis.exceptions.BusyLoadingError:
+                last_answer = time.monotonic()
                 try:  # INFO is served while loading
                     info = r.info("persistence")
                     state = (f"loading its data: {float(info.get('loading_loaded_perc', 0)):.0f}%"
@@ -68,6 +74,16 @@ def wait_loaded(host: str, port: int, password: str | None = None,
                                  "graph block's password") from e
             except (redis.ConnectionError, redis.TimeoutError) as e:
                 state = f"not answering ({type(e).__name__})"
+                if server is not None and not alive(server.pid):
+                    raise GraphError(f"FalkorDB{where} exited while loading its data; last log "
+                                     f"lines:\n{tail(server.log)}") from e
+                if server is not None and isinstance(e, redis.TimeoutError) and \
+                        time.monotonic() - last_answer > STALL_SECONDS:
+                    raise GraphError(
+                        f"FalkorDB{where} accepts connections but has not answered for "
+                        f"{STALL_SECONDS:.0f} s while loading its data: the data file is most "
+                        "likely damaged — restore a snapshot (slm-nightly graph restore); last "
+                        f"log lines:\n{tail(server.log)}") from e
             waited = time.monotonic() - start
             if waited > timeout:
                 raise GraphError(
@@ -191,7 +207,7 @@ def start(data_dir: Path, port: int | None = None, bolt_port: int | None = None,
                            ready=lambda: port_open(port), timeout=timeout)
     try:
         wait_loaded("127.0.0.1", rec.port, timeout=load_timeout, progress=progress,
-                    where=f" (data in {data_dir})")
+                    where=f" (data in {data_dir})", server=rec)
     except GraphError:
         if started:
             server.stop()
@@ -211,7 +227,8 @@ def running_port(data_dir: Path) -> int | None:
 def restore_rdb(data_dir: Path, rdb: Path, load_timeout: float = DEFAULT_LOAD_TIMEOUT) -> Path:
     """Replace the data folder's contents with the RDB snapshot `rdb`. The server must be
     stopped. The folder it replaces is kept beside it (…-replaced-<time>); returns that path,
-    or the data folder itself when there was nothing to keep."""
+    or the data folder itself when there was nothing to keep. A snapshot that does not load
+    leaves the data folder as it was."""
     data_dir = Path(data_dir).resolve()
     if running_port(data_dir) is not None:
         raise ServerError(f"FalkorDB is running on {data_dir} — stop the run that uses it first")
@@ -220,15 +237,28 @@ def restore_rdb(data_dir: Path, rdb: Path, load_timeout: float = DEFAULT_LOAD_TI
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         kept = data_dir.with_name(f"{data_dir.name}-replaced-{stamp}")
         data_dir.rename(kept)
+    try:
+        _load_rdb_into_aof(data_dir, rdb, load_timeout)
+    except BaseException:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        if kept != data_dir:
+            kept.rename(data_dir)
+        raise
+    return kept
+
+
+def _load_rdb_into_aof(data_dir: Path, rdb: Path, load_timeout: float) -> None:
+    """A fresh data folder holding `rdb` as its append-only file's base."""
     data_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(rdb, data_dir / "dump.rdb")
     server = ManagedServer("falkordb", data_dir)
     port = free_port()
-    rec = server.start(_argv(data_dir, port, False, None), port,
-                       marker=f"redis-server 127.0.0.1:{port}", ready=lambda: port_open(port),
-                       timeout=30.0)
     try:
-        wait_loaded("127.0.0.1", rec.port, timeout=load_timeout)
+        rec = server.start(_argv(data_dir, port, False, None), port,
+                           marker=f"redis-server 127.0.0.1:{port}",
+                           ready=lambda: port_open(port), timeout=30.0)
+        wait_loaded("127.0.0.1", rec.port, timeout=load_timeout, server=rec,
+                    where=f" (restoring {rdb.name} into {data_dir})")
         r = _client("127.0.0.1", rec.port)
         try:
             rewrites = int(r.info("persistence").get("aof_rewrites", 0))
@@ -241,4 +271,3 @@ def restore_rdb(data_dir: Path, rdb: Path, load_timeout: float = DEFAULT_LOAD_TI
     finally:
         server.stop()
     (data_dir / "dump.rdb").unlink(missing_ok=True)
-    return kept
