@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"\nsummary JSON: {args.summary}")
     if stopper.signum is not None:
         say(f"run stopped by {stopper.signal_name}; stopped: "
-            f"{'; '.join(stopper.stopped) or 'nothing left running'}"
+            f"{'; '.join(stopper.stopped) or 'nothing (the run had stopped its servers)'}"
             f"{'; the temporary Prefect server stops at exit' if stopper.prefect_server else ''}"
             ". The next run redoes only the documents not recorded.")
         return 128 + stopper.signum

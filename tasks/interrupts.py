@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -53,6 +54,9 @@ class RunStopper:
             data = Path(cfg.graph.data_dir).resolve()
             self.servers.append(("the embedded FalkorDB", ManagedServer("falkordb", data),
                                  lambda: falkordb_server.stop(data)))
+        from prefect.exceptions import TerminationSignal
+
+        self.termination = TerminationSignal
         self.prefect_server: ManagedServer | None = None
         self.signum: int | None = None
         self.stopped: list[str] = []
@@ -96,8 +100,13 @@ class RunStopper:
                 say(f"stopped the temporary Prefect server, pid {rec.pid}")
             os._exit(128 + signum)
         self.signum = signum
-        say(f"{name}: stopping the run (send it again to exit at once)")
-        self.stop_servers()
-        say("cancelling the run: its teardown stops compute, writes the summary and gives the "
-            "slots back")
+        if isinstance(sys.exc_info()[1], self.termination):
+            # Prefect re-delivers the SIGTERM that cancelled the flow, once it has unwound.
+            say(f"{name}: the run was cancelled (its teardown has run); stopping what is left")
+            self.stop_servers()
+        else:
+            say(f"{name}: stopping the run (send it again to exit at once)")
+            self.stop_servers()
+            say("cancelling the run: its teardown stops compute, writes the summary and gives "
+                "the slots back")
         raise KeyboardInterrupt(f"interrupted by {name}")
