@@ -3,6 +3,10 @@ terminal job (its own session and process group), with its own PREFECT_HOME and 
 PREFECT_API_URL — so it uses a temporary Prefect server, as `make run` does — the real llama.cpp
 server (SmolLM2-135M) and an embedded FalkorDB under tmp.
 
+The take-over rules are also checked on their own, against the session's Prefect test
+server: a killed holder's lease is released by id; a live holder, or one on another host, is
+never touched.
+
 Bounds: a first signal stops the run "within seconds". What it waits for: stopping the
 llama.cpp server (SIGTERM, then SIGKILL after 5 s), the flow unwinding (a few API calls to a
 local server), the summary, and the temporary Prefect server (SIGTERM; SIGKILL after 5 s).
@@ -26,8 +30,6 @@ import psutil
 import pytest
 
 from tasks.processes import ManagedServer, alive
-
-pytestmark = pytest.mark.slow
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
 DOCS = 5
@@ -185,6 +187,7 @@ def assert_all_stopped(run: Run, *pids: int) -> None:
     assert run.survivors() == {}, run.survivors()
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_run_and_the_next_run_redoes_only_what_was_not_recorded(
         tmp_path: Path, home: Path) -> None:
     write_profile(tmp_path)
@@ -223,6 +226,7 @@ def test_ctrl_c_stops_the_run_and_the_next_run_redoes_only_what_was_not_recorded
     assert done <= done_now and len(done_now | failed_now) == DOCS
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_run(tmp_path: Path, home: Path) -> None:
     write_profile(tmp_path)
     run, llama, graph = interrupted(tmp_path, home, "first")
@@ -240,6 +244,7 @@ def test_sigterm_stops_the_run(tmp_path: Path, home: Path) -> None:
     assert s["status"] == "cancelled" and s["phases"]["extract"]["status"] == "cancelled"
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, home: Path) -> None:
     write_profile(tmp_path)
     run, llama, graph = interrupted(tmp_path, home, "first")
@@ -259,6 +264,7 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, home: Path) -> None:
         run.kill_all()
 
 
+@pytest.mark.slow
 def test_kill_9_mid_extraction_then_the_next_run_takes_over_and_completes(
         tmp_path: Path, home: Path) -> None:
     write_profile(tmp_path)
@@ -287,3 +293,59 @@ def test_kill_9_mid_extraction_then_the_next_run_takes_over_and_completes(
         assert summary(tmp_path)["status"] == "completed"
     finally:
         run.kill_all()
+
+
+HOLD = """
+import sys, time
+from tasks.gpu import nightly_slot
+with nightly_slot(timeout_seconds=30):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.fixture
+def slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The slot records in a PREFECT_HOME of the test's own (this process and its children)."""
+    import tasks.gpu
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(tasks.gpu, "_records", lambda: tmp_path / "home" / "slm-nightly" / "slots")
+    return tmp_path / "home" / "slm-nightly" / "slots"
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_killed_holders_lease_is_released_by_id(slots: Path) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    from tasks.gpu import active_slots, take_over_dead_holders
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert take_over_dead_holders("nightly") == []  # alive: never taken over
+        assert active_slots("nightly") == 1
+    finally:
+        holder.kill()  # -9: it releases nothing
+        holder.wait()
+    assert active_slots("nightly") == 1
+    [said] = take_over_dead_holders("nightly")
+    assert f"pid {holder.pid}" in said and "its process is gone; released its lease" in said
+    assert active_slots("nightly") == 0 and list(slots.glob("*.json")) == []
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_holder_on_another_host_is_never_taken_over(slots: Path) -> None:
+    from tasks.gpu import active_slots, nightly_slot, take_over_dead_holders
+
+    with nightly_slot(timeout_seconds=30):
+        [mine] = slots.glob("nightly.*.json")
+        rec = json.loads(mine.read_text())
+        elsewhere = slots / "nightly.00000000-0000-0000-0000-000000000001.json"
+        # its PID runs nowhere here (above Linux's largest pid_max): only the host says "keep"
+        elsewhere.write_text(json.dumps({**rec, "hostname": "another-host", "pid": 4_194_305}))
+        assert take_over_dead_holders("nightly") == []
+        assert elsewhere.exists() and active_slots("nightly") == 1
+        elsewhere.unlink()
+    assert active_slots("nightly") == 0 and list(slots.glob("*.json")) == []
