@@ -31,13 +31,18 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def say(message: str) -> None:
     """To stderr, unbuffered: safe inside a signal handler that interrupted a print."""
-    os.write(2, f"slm-nightly: {message}\n".encode())
+    try:
+        os.write(2, f"slm-nightly: {message}\n".encode())
+    except OSError:  # SIGHUP: the terminal is gone
+        pass
 
 
 class RunStopper:
     """Signal handling for one run of the profile `cfg` (see the module docstring)."""
 
     def __init__(self, cfg: Any) -> None:
+        from prefect.exceptions import TerminationSignal
+
         from blocks.compute import LocalCompute
         from blocks.graph import FalkorDBGraph
         from tasks.graph import falkordb_server
@@ -54,8 +59,6 @@ class RunStopper:
             data = Path(cfg.graph.data_dir).resolve()
             self.servers.append(("the embedded FalkorDB", ManagedServer("falkordb", data),
                                  lambda: falkordb_server.stop(data)))
-        from prefect.exceptions import TerminationSignal
-
         self.termination = TerminationSignal
         self.prefect_server: ManagedServer | None = None
         self.signum: int | None = None

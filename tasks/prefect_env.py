@@ -85,7 +85,10 @@ def temporary_server(state_dir: Path) -> Iterator[ManagedServer | None]:
 
 
 def _say(message: str) -> None:
-    os.write(2, f"slm-nightly: {message}\n".encode())
+    try:
+        os.write(2, f"slm-nightly: {message}\n".encode())
+    except OSError:  # the terminal is gone
+        pass
 
 
 def _stop(server: ManagedServer) -> None:
