@@ -58,9 +58,11 @@ class FalkorDBGraph(Block):
         finally:
             if self.host is None:
                 # Also on a server this call reused (one a killed run left up): a rewrite is
-                # safe next to other clients, and skipped when nothing was written.
+                # safe next to other clients, and skipped when nothing was written — or when
+                # the server is gone (stopped by PID on Ctrl-C).
                 try:
-                    falkordb_server.compact(port or 6379, self.load_timeout_seconds)
+                    if falkordb_server.running_port(Path(self.data_dir)) is not None:
+                        falkordb_server.compact(port or 6379, self.load_timeout_seconds)
                 except Exception as e:  # noqa: BLE001 - the AOF still holds every write
                     if progress:
                         progress(f"FalkorDB: append-only file not compacted ({e}); the next "
