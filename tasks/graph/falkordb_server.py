@@ -74,6 +74,10 @@ def wait_loaded(host: str, port: int, password: str | None = None,
                                  "graph block's password") from e
             except (redis.ConnectionError, redis.TimeoutError) as e:
                 state = f"not answering ({type(e).__name__})"
+                if server is None and not isinstance(e, redis.TimeoutError):
+                    # Redis listens while it loads: a refused connection is no server at all.
+                    raise GraphError(f"cannot reach FalkorDB at {host}:{port}: {e} — is it "
+                                     "running? (the graph block's host and port)") from e
                 if server is not None and not alive(server.pid):
                     raise GraphError(f"FalkorDB{where} exited while loading its data; last log "
                                      f"lines:\n{tail(server.log)}") from e
