@@ -7,7 +7,6 @@ ad-hoc run waits for the nightly (and the other way round).
 """
 
 
-import hashlib
 import json
 import shutil
 import time
@@ -31,6 +30,7 @@ from blocks.profile import load_profile
 from tasks.errors import ConfigError
 from tasks.gpu import gpu_slot
 from tasks.node import run_on_node
+from tasks.phase2 import file_sha256
 from tasks.registry import ArtifactStore, gate, now, pack
 from tasks.train import (
     Hooks,
@@ -41,14 +41,6 @@ from tasks.train import (
     train,
 )
 from tasks.train_params import TrainParams, build_params
-
-
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _event(kind: str, name: str, payload: dict[str, Any]) -> None:
@@ -171,7 +163,7 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
     if not dataset.is_file():
         raise ConfigError(f"dataset {dataset}: not found — run the scorecard first (a passing "
                           "bucket's dataset is <state_dir>/datasets/<bucket>/<digest>.parquet)")
-    data_digest = file_digest(dataset)
+    data_digest = file_sha256(dataset)
     run_digest = params.digest(data_digest)
     bucket = params.bucket or params.method
     done = [m for m in store.list(bucket) if m.get("run_digest") == run_digest
@@ -321,10 +313,10 @@ def _fetch_dataset(block: str | None, key: str, sha256: str | None, state_dir: P
                           "block — set gcs_block at the top of the profile (or [training] "
                           "gcs_block)")
     local = state_dir / "node-datasets" / key
-    if not (local.is_file() and sha256 and file_digest(local) == sha256):
+    if not (local.is_file() and sha256 and file_sha256(local) == sha256):
         download_file(block, key, local)
         get_run_logger().info("dataset fetched from GCS (%s) to %s", key, local)
-    if sha256 and file_digest(local) != sha256:
+    if sha256 and file_sha256(local) != sha256:
         raise ConfigError(f"dataset {key} from GCS does not match the scorecard's sha256 "
                           f"{sha256[:12]}… — rerun the nightly (it uploads it again)")
     return local
@@ -351,7 +343,7 @@ def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
             key = f"datasets/{marker['bucket']}/{dataset.name}"
             url = upload_file(cfg.training.gcs_block, dataset, key)
             get_run_logger().info("dataset for the node uploaded to %s", url)
-            parameters.update(dataset_gcs_key=key, dataset_sha256=file_digest(dataset))
+            parameters.update(dataset_gcs_key=key, dataset_sha256=file_sha256(dataset))
         row = run_on_node(cfg.compute, cfg.training.node_deployment, parameters,
                           timeout_seconds, label=f"train:{marker['bucket']}",
                           pickup_seconds=cfg.training.node_pickup_seconds)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -17,6 +18,15 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.corpus import Kind
 from tasks.scorecard import RULES, BucketCard, ScorecardConfig, card_json, score_bucket
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -18,6 +18,7 @@ from tasks.graph import falkordb_server
 from tasks.graph import snapshots as snap
 from tasks.graph.backends import FalkorDBStore
 from tasks.graph.store import EntityRow, GraphBatch, RelRow
+from tasks.phase2 import file_sha256
 from tests.conftest import write_profile
 from tests.fake_openai import FakeOpenAI
 from tests.graph_dump import dump
@@ -264,7 +265,7 @@ def test_a_snapshot_that_does_not_load_leaves_the_graph_as_it_was(
     rdb = folder / "graph.rdb"
     rdb.write_bytes(rdb.read_bytes()[:-10] + b"0123456789")
     meta = json.loads((folder / "snapshot.json").read_text())
-    (folder / "snapshot.json").write_text(json.dumps({**meta, "sha256": snap._sha256(rdb)}))
+    (folder / "snapshot.json").write_text(json.dumps({**meta, "sha256": file_sha256(rdb)}))
     before = open_dump(data)
     with pytest.raises(GraphError, match="has not answered for 3 s while loading"):
         snap.restore(data, snap.find(tmp_path / "state" / "artifacts", None))

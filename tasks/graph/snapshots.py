@@ -17,7 +17,6 @@ and its state always agree.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, GraphError
-from tasks.phase2 import write_atomic
+from tasks.phase2 import file_sha256, write_atomic
 
 Stats = dict[str, dict[str, int]]
 LEDGER = "graph-ledger.json"
@@ -99,14 +98,6 @@ def diff_counts(expected: Stats, actual: Stats) -> list[str]:
 
 # --- snapshots ---------------------------------------------------------------------------
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def list_local(root: Path) -> list[dict[str, Any]]:
     """Snapshots under <root>/graph-snapshots, newest first."""
     out = []
@@ -129,7 +120,7 @@ def take(port: int, root: Path, stats: Stats, graph: str, keep: int,
     folder = Path(root) / SNAPSHOTS / name
     rdb = falkordb_server.save_rdb(port, folder / "graph.rdb")
     meta = {"name": name, "graph": graph, "created_at": _now(), "run": run,
-            "bytes": rdb.stat().st_size, "sha256": _sha256(rdb),
+            "bytes": rdb.stat().st_size, "sha256": file_sha256(rdb),
             "nodes": stats["nodes"], "relationships": stats["relationships"]}
     write_atomic(folder / "snapshot.json", json.dumps(meta, indent=2, sort_keys=True))
     for old in list_local(root)[keep:]:
@@ -188,7 +179,7 @@ def restore(data_dir: Path, snap: dict[str, Any], load_timeout: float = 600.0) -
     rdb = Path(snap["path"]) / "graph.rdb"
     if not rdb.is_file():
         raise ConfigError(f"graph snapshot {snap['name']}: {rdb} is missing")
-    if _sha256(rdb) != snap["sha256"]:
+    if file_sha256(rdb) != snap["sha256"]:
         raise GraphError(f"graph snapshot {snap['name']}: {rdb} does not match its sha256 — "
                          "the copy is damaged; restore another (slm-nightly graph snapshots)")
     return falkordb_server.restore_rdb(Path(data_dir), rdb, load_timeout)
