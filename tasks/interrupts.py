@@ -72,26 +72,24 @@ class RunStopper:
     def signal_name(self) -> str:
         return signal.Signals(self.signum).name if self.signum else ""
 
-    def stop_servers(self) -> list[str]:
-        """Stop the local servers still running, by PID; say and return what was stopped."""
+    def _stop(self, find: Any, note: str = "") -> list[str]:
         stopped = []
         for what, server, stop in self.servers:
-            rec = server.running()
+            rec = find(server)
             if rec is not None and stop():
                 stopped.append(f"{what}, pid {rec.pid}")
-                say(f"stopped {stopped[-1]}")
+                say(f"stopped {stopped[-1]}{note}")
+        return stopped
+
+    def stop_servers(self) -> list[str]:
+        """Stop the local servers still running, by PID; say and return what was stopped."""
+        stopped = self._stop(ManagedServer.running)
         self.stopped += stopped
         return stopped
 
     def stop_orphans(self) -> list[str]:
         """Stop local servers left running by a run that was killed (its process is gone)."""
-        stopped = []
-        for what, server, stop in self.servers:
-            rec = server.orphaned()
-            if rec is not None and stop():
-                stopped.append(f"{what}, pid {rec.pid}")
-                say(f"stopped {stopped[-1]}, left running by a killed run")
-        return stopped
+        return self._stop(ManagedServer.orphaned, ", left running by a killed run")
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
