@@ -1,5 +1,5 @@
-"""The compute node. Local now: this machine is the node and llama.cpp stands in for vLLM.
-(The GCE node with an L4 and vLLM is a later issue.)"""
+"""The local compute node: this machine is the node and llama.cpp stands in for vLLM. (The
+GCE node with an L4 and vLLM is blocks/gce.py.)"""
 
 from __future__ import annotations
 

@@ -107,8 +107,8 @@ def _graph(args: argparse.Namespace) -> int:
         elif args.graph_command == "accept":
             stats = store.stats()
             ledger.record(stats, note="accepted by hand (slm-nightly graph accept)")
-            print(f"recorded the graph as it is now: {sum(stats['nodes'].values())} node labels "
-                  f"counted, {sum(stats['relationships'].values())} relationships")
+            print(f"recorded the graph as it is now: nodes {stats['nodes']}, relationships "
+                  f"{stats['relationships']}")
         elif args.graph_command == "snapshot":
             port = cfg.graph.embedded_port()
             if port is None or not cfg.graph.snapshots_to_keep():

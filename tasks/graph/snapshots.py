@@ -127,14 +127,18 @@ def take(port: int, root: Path, stats: Stats, graph: str, keep: int,
         shutil.rmtree(old["path"], ignore_errors=True)
     result = {**meta, "path": str(folder)}
     if gcs_block:
-        from tasks.gcs_sync import upload_file
+        from tasks.gcs_sync import _full, _load, sync_folder
 
+        prefix = f"artifacts/{SNAPSHOTS}/{name}"
         try:
-            result["gcs"] = upload_file(gcs_block, rdb, f"artifacts/{SNAPSHOTS}/{name}/graph.rdb")
-            upload_file(gcs_block, folder / "snapshot.json",
-                        f"artifacts/{SNAPSHOTS}/{name}/snapshot.json")
+            bucket = _load(gcs_block)
+            report = sync_folder(folder, bucket, prefix=prefix)
         except Exception as e:  # noqa: BLE001 - the local snapshot stands; reported
-            result["gcs_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            report = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        if report["error"]:
+            result["gcs_error"] = report["error"]
+        else:
+            result["gcs"] = f"gs://{bucket.bucket}/{_full(bucket, prefix)}/graph.rdb"
     return result
 
 
