@@ -10,10 +10,10 @@ import time
 
 from _common import fake_endpoint, report
 
-from tasks.documents import Document
-from tasks.extract import extract_documents, run_sync
-from tasks.llm import LLMClient
-from tasks.schema import json_schema
+from tasks.extraction.documents import Document
+from tasks.extraction.extract import extract_documents, run_sync
+from tasks.extraction.llm import LLMClient
+from tasks.extraction.schema import json_schema
 
 LATENCY, SLOTS = 0.2, 32
 

@@ -21,11 +21,11 @@ from _common import ROOT, report
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(ROOT))
 
-from tasks.base_model import f32_gguf, hf_from_gguf  # noqa: E402
+from tasks.compute.inference_server import default_model_path  # noqa: E402
 from tasks.errors import AdapterVerificationError  # noqa: E402
-from tasks.gguf_lora import export_gguf_lora  # noqa: E402
-from tasks.inference_server import default_model_path  # noqa: E402
-from tasks.verify_adapter import verify_adapter  # noqa: E402
+from tasks.training.base_model import f32_gguf, hf_from_gguf  # noqa: E402
+from tasks.training.gguf_lora import export_gguf_lora  # noqa: E402
+from tasks.training.verify import verify_adapter  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "List three colors."]

@@ -22,10 +22,10 @@ from pathlib import Path
 from _common import report
 
 from blocks.graph import FalkorDBGraph
+from tasks.extraction.schema import ENTITY_TYPES, RELATIONSHIP_TYPES
 from tasks.graph import falkordb_server
 from tasks.graph.backends import FalkorDBStore
 from tasks.graph.store import EntityRow, GraphBatch, RelRow
-from tasks.schema import ENTITY_TYPES, RELATIONSHIP_TYPES
 
 BASELINE_NIGHTS = 3  # each replay costs ~15 s per night of history
 DOCS_PER_NIGHT = 200

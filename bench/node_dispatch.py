@@ -1,6 +1,6 @@
 """What sending a flow to the node costs: the train flow on its reuse path (already trained on
 this data → returns at once), called in-process vs through `run_deployment` on `train/node`
-and a real process worker (tasks/node.py: run_on_node) — both inside a parent flow, against
+and a real process worker (tasks/compute/node.py: run_on_node) — both inside a parent flow, against
 a real `prefect server start`. The difference is the per-bucket dispatch overhead of the
 orchestrator → node path: worker polling, a process spawn, imports, result via an artifact.
 
@@ -37,9 +37,9 @@ def main() -> None:
     from blocks.compute import LocalCompute
     from flows.scorecard import scorecard
     from flows.train import train_flow
-    from tasks.inference_server import default_model_path
-    from tasks.node import run_on_node
-    from tasks.train_params import build_params
+    from tasks.compute.inference_server import default_model_path
+    from tasks.compute.node import run_on_node
+    from tasks.training.params import build_params
     from tests.conftest import PREFECT, prefect_server
 
     tmp = Path(tempfile.mkdtemp(prefix="node-dispatch-"))

@@ -14,8 +14,8 @@ from _common import phase1_setup, profile, report
 
 from blocks.profile import load_profile
 from flows.extract import extract
-from tasks.documents import scan
-from tasks.extract import plan, process_batch
+from tasks.extraction.documents import scan
+from tasks.extraction.extract import plan, process_batch
 from tasks.graph.store import batched
 
 N, LATENCY, SLOTS, BATCH = 1000, 1.0, 32, 256

@@ -77,8 +77,8 @@ def generate(root: Path, rows: int, seed: int = 7) -> dict[str, int]:
 
 
 def run_polars(root: Path) -> dict:
-    from tasks.phase2 import score_corpus
-    from tasks.scorecard import ScorecardConfig
+    from tasks.corpus.phase2 import score_corpus
+    from tasks.corpus.scorecard import ScorecardConfig
 
     t = time.perf_counter()
     cards, _ = score_corpus(root, {"engineering-pointsav": "sft",

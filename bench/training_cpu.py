@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def one(mode: str, steps: int, dataset: Path, hf_dir: Path, work: Path) -> dict:
-    from tasks.train import Hooks, train
-    from tasks.train_params import TrainParams
+    from tasks.training.params import TrainParams
+    from tasks.training.train import Hooks, train
 
     params = TrainParams(dataset=str(dataset), method="sft", bucket="bench", lora_r=8,
                          lora_alpha=16, lora_dropout=0.0, max_steps=steps, batch_size=4,
@@ -54,9 +54,9 @@ def main() -> int:
                              Path(args.work))))
         return 0
 
-    from tasks.base_model import hf_from_gguf
-    from tasks.inference_server import default_model_path
-    from tasks.scorecard import ScorecardConfig, score_bucket
+    from tasks.compute.inference_server import default_model_path
+    from tasks.corpus.scorecard import ScorecardConfig, score_bucket
+    from tasks.training.base_model import hf_from_gguf
 
     work = Path(tempfile.mkdtemp(prefix="bench-train-"))
     _, clean = score_bucket(ROOT / "examples" / "corpus", "engineering-pointsav", "sft",

@@ -10,7 +10,7 @@ from prefect.blocks.core import Block
 from pydantic import Field
 
 from blocks.inference import InferenceEndpoint
-from tasks import inference_server
+from tasks.compute import inference_server
 
 
 class LocalCompute(Block):

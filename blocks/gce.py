@@ -35,7 +35,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from blocks.inference import InferenceEndpoint
 from blocks.vllm_node import AGENT_KEY, VllmServeSettings, metadata_items, render_startup_script
-from tasks import inference_server
+from tasks.compute import inference_server
 from tasks.errors import ConfigError, ServerError, SlmNightlyError
 
 log = logging.getLogger("slm_nightly.gce")

@@ -10,7 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from tasks.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tasks.llm import LLMClient
+    from tasks.extraction.llm import LLMClient
 
 
 class InferenceEndpoint(Block):
@@ -63,20 +63,20 @@ class InferenceEndpoint(Block):
 
     def chunk_tokens(self) -> int:
         """Document tokens per request: the context minus the answer and the prompt."""
-        from tasks.extract import prompt_overhead_tokens
+        from tasks.extraction.extract import prompt_overhead_tokens
 
         return max(128, self.context_tokens - self.max_output_tokens - prompt_overhead_tokens())
 
     def response_schema(self) -> dict[str, Any]:
         """The bounded JSON schema every request asks for."""
-        from tasks.schema import json_schema
+        from tasks.extraction.schema import json_schema
 
         return json_schema(self.max_entities, self.max_relationships,
                            max_description=self.max_description_chars)
 
     def get_client(self, base_url: str | None = None) -> LLMClient:
         """A client for this endpoint (at `base_url` when the compute node provides it)."""
-        from tasks.llm import LLMClient
+        from tasks.extraction.llm import LLMClient
 
         url = base_url or self.base_url
         if not url:

@@ -21,8 +21,8 @@ from blocks.gce import GceCompute
 from blocks.graph import FalkorDBGraph, Neo4jGraph
 from blocks.inference import InferenceEndpoint
 from blocks.sources import DocumentSources
+from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
-from tasks.scorecard import ScorecardConfig
 
 PROFILE_DIR = Path("profiles")
 

@@ -1,5 +1,1 @@
-"""flows package."""
-
-from tasks import prefect_env as _prefect_env
-
-_prefect_env.apply()
+"""Prefect flows: they compose tasks and never hold logic of their own."""

@@ -13,8 +13,6 @@ from typing import Any
 from tasks import prefect_env
 from tasks.errors import ConfigError, SlmNightlyError
 
-prefect_env.apply()
-
 
 def _run(args: argparse.Namespace) -> int:
     from prefect.exceptions import TerminationSignal
@@ -163,8 +161,8 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
 
 def _scorecard(args: argparse.Namespace) -> int:
     from blocks.profile import CorpusSettings, load_profile
-    from tasks.phase2 import render_card, score_corpus
-    from tasks.scorecard import card_json
+    from tasks.corpus.phase2 import render_card, score_corpus
+    from tasks.corpus.scorecard import card_json
 
     # Without --profile: the production rules (CLEAN_PAIR_FLOOR = 3000, default buckets).
     settings = load_profile(args.profile).corpus if args.profile else CorpusSettings()
@@ -181,7 +179,7 @@ def _scorecard(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from blocks.profile import load_profile
     from flows.train import train_flow
-    from tasks.train_params import build_params
+    from tasks.training.params import build_params
 
     cfg = load_profile(args.profile)
     dataset = args.dataset
@@ -212,7 +210,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _adapters(args: argparse.Namespace) -> int:
     from blocks.profile import load_profile
-    from tasks.registry import ArtifactStore
+    from tasks.training.registry import ArtifactStore
 
     cfg = load_profile(args.profile)
     store = ArtifactStore(cfg.training.artifact_store or "", cfg.training.gcs_block)
@@ -234,6 +232,7 @@ def _adapters(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    prefect_env.apply()  # the CLI is a program: it sets its defaults; importing it sets nothing
     parser = argparse.ArgumentParser(prog="slm-nightly", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the nightly pipeline")

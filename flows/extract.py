@@ -17,16 +17,14 @@ from prefect.runtime import flow_run as current_run
 
 from blocks.profile import load_profile
 from tasks.errors import PhaseFailed
-from tasks.extract import (
+from tasks.extraction.extract import (
     append_dead_letters,
     failure_record,
     plan,
     record_failures,
 )
-from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
-from tasks.graph.store import batched
-from tasks.llm import Usage
-from tasks.phase1 import (
+from tasks.extraction.llm import Usage
+from tasks.extraction.phase1 import (
     count_documents,
     extract_batch,
     prune_orphans,
@@ -34,6 +32,8 @@ from tasks.phase1 import (
     retract_deleted,
     scan_documents,
 )
+from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
+from tasks.graph.store import batched
 
 
 @flow(name="extract", log_prints=True)

@@ -26,11 +26,11 @@ from flows.extract import extract
 from flows.reaper import reap
 from flows.scorecard import scorecard
 from flows.train import run_for_marker
+from tasks.compute.gpu import LEASE_SECONDS, NIGHTLY_LIMIT, gpu_slot, holders, nightly_slot
+from tasks.compute.node import compute_down, compute_up, inference_down, inference_up, node_usage
 from tasks.errors import PhaseFailed
-from tasks.gpu import LEASE_SECONDS, NIGHTLY_LIMIT, gpu_slot, holders, nightly_slot
-from tasks.node import compute_down, compute_up, inference_down, inference_up, node_usage
-from tasks.registry import ArtifactStore
 from tasks.summary import cost_summary, merge_extraction, new_summary, render_markdown
+from tasks.training.registry import ArtifactStore
 
 NIGHTLY_SLOT_WAIT_SECONDS = 3 * LEASE_SECONDS  # > a dead run's lease + the repossessor's loop
 
@@ -44,7 +44,7 @@ def _stop_node_hook(flow: Any, flow_run: Any, state: Any) -> None:
 
 
 def _take_nightly_slot(stack: ExitStack) -> None:
-    """Hold the `nightly` slot for the whole run (tasks/gpu.py): it tells the reaper this run
+    """Hold the `nightly` slot for the whole run (tasks/compute/gpu.py): it tells the reaper this run
     is alive and owns the node. A recorded holder on this machine whose process is gone is
     taken over at once; one on another host loses its lease when it expires (≤ ~75 s)."""
     try:

@@ -1,7 +1,7 @@
 """The reaper: stops a node that a nightly run left up (a worker killed with SIGKILL, a crash
 after the `finally` lost its 30 s of grace, a run started by hand and forgotten).
 
-Who may be using the node: only the holder of the `nightly` concurrency slot (tasks/gpu.py). A
+Who may be using the node: only the holder of the `nightly` concurrency slot (tasks/compute/gpu.py). A
 nightly run holds that slot, as a lease it keeps renewing, from its start until its node is
 stopped; a process killed with -9 stops renewing and the slot frees itself within ~75 s. So:
 
@@ -38,7 +38,7 @@ from prefect.runtime import flow_run as current_run
 
 from blocks.gce import GceCompute
 from blocks.profile import Profile, load_profile
-from tasks.gpu import NIGHTLY_LIMIT, active_slots
+from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
 
 ACTIVE = [StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]
 

@@ -11,8 +11,8 @@ from typing import Any
 from prefect import flow
 
 from blocks.profile import load_profile
+from tasks.corpus.phase2 import hand_over, score_and_publish, summary_of, sync_corpus
 from tasks.errors import ConfigError
-from tasks.phase2 import hand_over, score_and_publish, summary_of, sync_corpus
 
 
 @flow(name="scorecard", log_prints=True)

@@ -27,12 +27,13 @@ from prefect.runtime import flow_run as current_run
 
 from blocks.gce import GceCompute
 from blocks.profile import load_profile
+from tasks.compute.gpu import gpu_slot
+from tasks.compute.node import run_on_node
 from tasks.errors import ConfigError
-from tasks.gpu import gpu_slot
-from tasks.node import run_on_node
-from tasks.phase2 import file_sha256
-from tasks.registry import ArtifactStore, gate, now, pack
-from tasks.train import (
+from tasks.files import file_sha256
+from tasks.training.params import TrainParams, build_params
+from tasks.training.registry import ArtifactStore, gate, now, pack
+from tasks.training.train import (
     Hooks,
     TrainingError,
     device_report,
@@ -40,7 +41,6 @@ from tasks.train import (
     resolve_base_model,
     train,
 )
-from tasks.train_params import TrainParams, build_params
 
 
 def _event(kind: str, name: str, payload: dict[str, Any]) -> None:
@@ -121,7 +121,7 @@ class _Reporter:
 
 @task(name="export-adapter", cache_policy=NO_CACHE)
 def export_adapter(peft_dir: Path, hf_dir: Path, out_dir: Path) -> dict[str, Any]:
-    from tasks.gguf_lora import export_gguf_lora
+    from tasks.training.gguf_lora import export_gguf_lora
 
     report = export_gguf_lora(peft_dir, hf_dir, out_dir / "adapter.gguf", dtype="f32")
     pack(peft_dir, out_dir / "adapter.tar.gz")
@@ -132,8 +132,8 @@ def export_adapter(peft_dir: Path, hf_dir: Path, out_dir: Path) -> dict[str, Any
 def verify(base_gguf: Path, adapter_gguf: Path, hf_dir: Path, peft_dir: Path, prompts: list[str],
            cache_dir: Path, n_threads: int = 2) -> dict[str, Any]:
     """Exact comparison on an F32 copy of the served base (quantized matmuls differ from HF)."""
-    from tasks.base_model import f32_gguf
-    from tasks.verify_adapter import verify_adapter
+    from tasks.training.base_model import f32_gguf
+    from tasks.training.verify import verify_adapter
 
     return verify_adapter(f32_gguf(base_gguf, cache_dir), adapter_gguf, hf_dir, peft_dir, prompts,
                           n_threads=n_threads)
@@ -284,8 +284,8 @@ def result_row(m: dict[str, Any]) -> dict[str, Any]:
 
 def _publish_result(m: dict[str, Any]) -> None:
     """The run's result as a one-row table artifact: how a run on the GPU node hands its
-    result to the nightly on the orchestrator (tasks/node.py: run_on_node)."""
-    from tasks.node import NODE_RESULT_KEY
+    result to the nightly on the orchestrator (tasks/compute/node.py: run_on_node)."""
+    from tasks.compute.node import NODE_RESULT_KEY
 
     create_table_artifact([result_row(m)], key=NODE_RESULT_KEY,
                           description=f"Training result, {m['name']}")

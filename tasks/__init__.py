@@ -1,5 +1,1 @@
-"""tasks package."""
-
-from tasks import prefect_env as _prefect_env
-
-_prefect_env.apply()
+"""The work: one sub-package per domain (extraction, graph, corpus, training, compute)."""

@@ -45,8 +45,8 @@ class RunStopper:
 
         from blocks.compute import LocalCompute
         from blocks.graph import FalkorDBGraph
+        from tasks.compute.inference_server import SERVER_NAME
         from tasks.graph import falkordb_server
-        from tasks.inference_server import SERVER_NAME
 
         # Everything is resolved now: a signal handler must not import.
         self.servers: list[tuple[str, ManagedServer, Any]] = []

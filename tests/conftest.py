@@ -148,8 +148,8 @@ def write_profile(tmp: Path, *, base_url: str | None, falkordb_port: int, graph:
 def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """SmolLM2-135M dequantized once per session (HF folder + F32 GGUF), shared by tests."""
     cache = tmp_path_factory.mktemp("base-cache")
-    from tasks.base_model import f32_gguf, hf_from_gguf
-    from tasks.inference_server import default_model_path
+    from tasks.compute.inference_server import default_model_path
+    from tasks.training.base_model import f32_gguf, hf_from_gguf
 
     gguf_path = default_model_path()
     t = time.monotonic()

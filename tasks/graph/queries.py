@@ -6,7 +6,7 @@ dialect, so they are formatted in only after checking them against the schema wh
 
 from __future__ import annotations
 
-from tasks.schema import ENTITY_TYPES, RELATIONSHIP_TYPES
+from tasks.extraction.schema import ENTITY_TYPES, RELATIONSHIP_TYPES
 
 SCHEMA = {
     "falkordb": [

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, GraphError
-from tasks.phase2 import file_sha256, write_atomic
+from tasks.files import file_sha256, write_atomic
 
 Stats = dict[str, dict[str, int]]
 LEDGER = "graph-ledger.json"

@@ -1,0 +1,1 @@
+"""Documents in, entities and relationships out: loading, chunking, the LLM call, resolution."""

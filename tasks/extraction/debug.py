@@ -1,0 +1,77 @@
+"""One document through phase 1, step by step, for a notebook: the prompt, the raw model
+answer, the validated extraction, the graph rows, and an upsert into a scratch graph."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from blocks.profile import Profile
+from tasks.extraction.chunking import chunk_text
+from tasks.extraction.documents import Document, LoadFailure, load_document
+from tasks.extraction.extract import (
+    BatchReport,
+    DocOutcome,
+    build_batch,
+    extract_document,
+    run_sync,
+    user_prompt,
+)
+from tasks.extraction.schema import SYSTEM_PROMPT
+from tasks.graph.store import GraphBatch, GraphStore
+
+
+def load(cfg: Profile, path: str | Path) -> Document:
+    """Load one file of the profile's sources; a file that cannot be loaded raises with why."""
+    path = Path(path).resolve()
+    for stream, root in cfg.sources.roots().items():
+        if path.is_relative_to(root.resolve()):
+            item = load_document(stream, root.resolve(), path,
+                                 int(cfg.sources.max_document_mb * 1e6))
+            if isinstance(item, LoadFailure):
+                raise ValueError(f"{item.id}: {item.reason}")
+            return item
+    raise ValueError(f"{path} is under none of the profile's source folders "
+                     f"{[str(r) for r in cfg.sources.roots().values()]}")
+
+
+def prompts(cfg: Profile, doc: Document) -> list[dict[str, str]]:
+    """The exact messages each chunk sends."""
+    ep = cfg.inference
+    chunks = chunk_text(doc.text, ep.chunk_tokens(), ep.chunk_overlap_tokens) \
+        if doc.text.strip() else []
+    return [{"system": SYSTEM_PROMPT, "user": user_prompt(doc, c, i + 1, len(chunks))}
+            for i, c in enumerate(chunks)]
+
+
+def extract(cfg: Profile, doc: Document, base_url: str) -> tuple[DocOutcome, dict[str, Any]]:
+    """Run the document through the endpoint; returns the outcome and the usage."""
+    ep = cfg.inference
+    c = ep.get_client(base_url)
+
+    async def go() -> DocOutcome:
+        async with c:
+            return await extract_document(c, doc, ep.chunk_tokens(), ep.chunk_overlap_tokens,
+                                          ep.response_schema())
+
+    return run_sync(go()), asdict(c.usage)  # notebooks already run an event loop
+
+
+def graph_rows(doc: Document, outcome: DocOutcome, model: str) -> tuple[GraphBatch, BatchReport]:
+    """The rows phase 1 would upsert (deterministic fields and the LLM's entities)."""
+    report = BatchReport()
+    return build_batch([outcome], model, {}, report), report
+
+
+def upsert_scratch(store: GraphStore, batch: GraphBatch) -> dict[str, Any]:
+    """Write the rows into the given (scratch) store and read back what landed."""
+    store.ensure_schema()
+    store.upsert(batch)
+    return {"stats": store.stats(),
+            "entities": store.query("MATCH (e:Entity) RETURN e.type AS type, e.name AS name, "
+                                    "e.aliases AS aliases ORDER BY type, name"),
+            "relationships": store.query("MATCH (a)-[r]->(b) WHERE type(r) <> 'MENTIONED_IN' "
+                                         "RETURN a.name AS source, type(r) AS type, "
+                                         "b.name AS target")}
+

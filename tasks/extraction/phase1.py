@@ -1,0 +1,115 @@
+"""Prefect tasks of phase 1. Documents travel in batches: one task per batch, never per document."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from tasks.extraction.documents import Document, LoadFailure, scan
+from tasks.extraction.extract import BatchReport, DocOutcome, process_batch
+from tasks.extraction.llm import LLMClient
+from tasks.graph.store import GraphStore
+
+
+@task(name="scan-documents", cache_policy=NO_CACHE)
+def scan_documents(roots: dict[str, Path], max_bytes: int) -> tuple[list[Document], list[LoadFailure]]:
+    """Load every document of every stream; unreadable ones come back as failures with reasons."""
+    docs, failures = scan(roots, max_bytes)
+    get_run_logger().info("scanned %d documents (%d could not be loaded) in %s", len(docs) +
+                          len(failures), len(failures), ", ".join(str(r) for r in roots.values()))
+    return docs, failures
+
+
+@task(name="retract-deleted", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def retract_deleted(store: GraphStore, doc_ids: list[str]) -> int:
+    """Remove the provenance of documents whose files are gone."""
+    store.retract(doc_ids, delete=True)
+    return len(doc_ids)
+
+
+@task(name="extract-batch", cache_policy=NO_CACHE)
+def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, model: str,
+                  chunk_tokens: int, overlap_tokens: int, schema: dict[str, Any],
+                  changed: set[str]) -> BatchReport:
+    """Extract a batch of documents with the LLM and upsert the result (graph writes are
+    retried inside; LLM calls are never repeated for a graph error)."""
+    logger = get_run_logger()
+    done = [0]
+    step = 1 if len(docs) <= 50 else len(docs) // 10  # every document, or every 10%
+
+    def progress(outcome: DocOutcome) -> None:
+        done[0] += 1
+        if done[0] % step == 0 or done[0] == len(docs) or outcome.error:
+            status = f"FAILED: {outcome.error}" if outcome.error else "ok"
+            logger.info("  %d/%d %s — %s", done[0], len(docs), outcome.doc.id, status)
+
+    return process_batch(docs, store, client, model, chunk_tokens, overlap_tokens, schema,
+                         changed, progress)
+
+
+@task(name="prune-orphans", cache_policy=NO_CACHE)
+def prune_orphans(store: GraphStore) -> int:
+    """Delete entities no document mentions any more."""
+    return store.prune_orphans()
+
+
+def markdown_report(summary: dict[str, Any], top: list[dict[str, Any]]) -> str:
+    lines = ["# Phase 1: extraction", "",
+             "| stream | seen | extracted | skipped (unchanged) | failed |",
+             "|---|---:|---:|---:|---:|"]
+    for stream, c in summary["documents"].items():
+        lines.append(f"| {stream} | {c['seen']} | {c['extracted']} | {c['skipped']} | {c['failed']} |")
+    lines += ["", f"LLM calls: {summary['llm_calls']} · prompt tokens: {summary['prompt_tokens']} · "
+              f"completion tokens: {summary['completion_tokens']} · retries: {summary['llm_retries']}",
+              f"Entities upserted: {summary['entities']} · relationships upserted: "
+              f"{summary['relationships']} · documents retracted (deleted): {summary['deleted']} · "
+              f"orphan entities pruned: {summary['pruned']}", ""]
+    if summary["rejected_entity_types"] or summary["remapped_relationship_types"]:
+        lines += [f"Rejected entity types: {summary['rejected_entity_types']} · relationship "
+                  f"types mapped to RELATED_TO: {summary['remapped_relationship_types']} · "
+                  f"relationships with unknown endpoints: {summary['dangling_relationships']}", ""]
+    if summary["unusable_answers"] or summary["dropped_fields"] or summary["bad_records"]:
+        lines += [f"Unusable answers (retried with other sampling), by reason: "
+                  f"{summary['unusable_answers']} · unknown fields dropped: "
+                  f"{summary['dropped_fields']} · bad records skipped (the file's other records "
+                  f"used): {summary['bad_records']}", ""]
+    if summary["failures"]:
+        lines += ["## Failed documents and records", "",
+                  "| document | error | reason |", "|---|---|---|"]
+        for f in summary["failures"]:
+            reason = str(f["message"]).replace("|", "\\|").replace("\n", " ")[:300]
+            lines.append(f"| {f['id']} | {f['error']} | {reason} |")
+        lines.append("")
+    if top:
+        lines += ["## Top entities", "", "| entity | type | documents |", "|---|---|---:|"]
+        lines += [f"| {t['name']} | {t['type']} | {t['documents']} |" for t in top]
+    return "\n".join(lines)
+
+
+@task(name="publish-extraction-report", cache_policy=NO_CACHE)
+def publish_report(summary: dict[str, Any], top: list[dict[str, Any]]) -> None:
+    create_markdown_artifact(markdown_report(summary, top), key="extraction-report",
+                             description="Phase 1: counts, failures with reasons, top entities")
+
+
+def count_documents(docs: list[Document], failures: list[LoadFailure], skipped: list[Document],
+                    extracted: Counter[str], failed: list[dict[str, Any]],
+                    streams: list[str]) -> dict[str, dict[str, int]]:
+    out = {s: {"seen": 0, "extracted": 0, "skipped": 0, "failed": 0} for s in streams}
+    for d in docs:
+        out[d.stream]["seen"] += 1
+    for f in failures:
+        out[f.stream]["seen"] += 1
+        out[f.stream]["failed"] += 1
+    for d in skipped:
+        out[d.stream]["skipped"] += 1
+    for s, n in extracted.items():
+        out[s]["extracted"] += n
+    for rec in failed:
+        out[rec["stream"]]["failed"] += 1
+    return out

@@ -1,0 +1,1 @@
+"""QLoRA training, the base model, GGUF export, verification, the adapter registry."""

@@ -1,0 +1,376 @@
+"""QLoRA / LoRA training with TRL: SFT on engineering tuples, DPO on apprenticeship pairs.
+
+Plain functions (no Prefect): the flow in flows/train.py wraps them with the `gpu` slot,
+reporting and the registry. Heavy imports (torch, transformers, trl) happen inside the
+functions so that importing this module, and a bad parameter, cost nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tasks.errors import ConfigError, SlmNightlyError
+from tasks.training.params import TrainParams
+
+
+class TrainingError(SlmNightlyError):
+    """Training could not start or did not finish."""
+
+
+# --- what runs where ---------------------------------------------------------------------------
+
+def device_report(required_free_mib: int) -> dict[str, Any]:
+    """The accelerator, and the check that it has room before any weight is loaded."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"device": "cpu", "note": "no CUDA device: training on the CPU (slow, LoRA in "
+                "float32; 4-bit only when load_in_4bit is set)"}
+    free, total = torch.cuda.mem_get_info()
+    name = torch.cuda.get_device_name()
+    check_free_memory(name, free // 2**20, total // 2**20, required_free_mib)
+    return {"device": "cuda", "name": name, "free_mib": free // 2**20,
+            "total_mib": total // 2**20}
+
+
+def check_free_memory(name: str, free_mib: int, total_mib: int, required_mib: int) -> None:
+    """Refuse a card that something else still holds, naming both numbers."""
+    if free_mib < required_mib:
+        raise TrainingError(f"GPU {name}: {free_mib} MiB free of {total_mib} MiB, the run needs "
+                            f"{required_mib} MiB (required_free_gpu_mib) — stop what holds "
+                            "the card (is the inference server still up?) or lower the setting")
+
+
+def resolve_base_model(spec: str, cache_dir: Path) -> tuple[Path, Path | None]:
+    """(HF folder to train on, GGUF the server serves or None) from a base-model spec."""
+    from tasks.compute.inference_server import default_model_path
+
+    if not spec:
+        spec = str(default_model_path())
+    path = Path(spec)
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise ConfigError(f"base model {spec}: GGUF file not found — fix base_model")
+        from tasks.training.base_model import hf_from_gguf
+
+        return hf_from_gguf(path, cache_dir), path
+    if path.exists() or spec.startswith((".", "/")):
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"base model {spec}: no config.json in that folder — base_model "
+                              "must be a Hugging Face model folder, a .gguf file or "
+                              "'org/name@revision'")
+        return path, None
+    repo, _, revision = spec.partition("@")
+    if repo.count("/") != 1:
+        raise ConfigError(f"base model {spec!r}: not a folder, a .gguf file or 'org/name@revision'")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:  # never from the hub at run time: the node image carries the weights
+        return Path(snapshot_download(repo, revision=revision or None, local_files_only=True)), None
+    except LocalEntryNotFoundError as e:
+        raise ConfigError(f"base model {spec}: not in the local Hugging Face cache — bake it "
+                          f"into the node image (`hf download {repo} --revision "
+                          f"{revision or 'main'}`) or pass a local folder") from e
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+def load_splits(dataset: Path, method: str, max_eval_rows: int
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Train and eval rows in TRL's conversational form (prompt-completion for SFT, so the
+    loss covers the assistant's answer only; prompt/chosen/rejected for DPO)."""
+    import polars as pl
+
+    if not dataset.is_file():
+        raise ConfigError(f"dataset {dataset}: not found — run the scorecard first (it writes "
+                          "<state_dir>/datasets/<bucket>/<digest>.parquet for a passing bucket)")
+    df = pl.read_parquet(dataset)
+    need = {"sft": {"messages"}, "dpo": {"prompt", "chosen", "rejected"}}[method] | {"split"}
+    missing = need - set(df.columns)
+    if missing:
+        raise ConfigError(f"dataset {dataset}: columns {sorted(missing)} missing for method "
+                          f"{method} — is this the {'SFT' if method == 'dpo' else 'DPO'} "
+                          "bucket's dataset?")
+    rows: dict[str, list[dict[str, Any]]] = {"train": [], "eval": []}
+    for r in df.iter_rows(named=True):
+        if method == "sft":
+            msgs = [{"role": m["role"], "content": m["content"]} for m in r["messages"]]
+            if len(msgs) < 2 or msgs[-1]["role"] != "assistant":
+                continue
+            row = {"prompt": msgs[:-1], "completion": msgs[-1:]}
+        else:
+            row = {k: [{"role": m["role"], "content": m["content"]} for m in r[k]]
+                   for k in ("prompt", "chosen", "rejected")}
+        rows["eval" if r["split"] == "eval" else "train"].append(row)
+    if not rows["train"]:
+        raise ConfigError(f"dataset {dataset}: no training rows ({df.height} rows in the file) "
+                          "— nothing to train on; check the scorecard for this bucket")
+    if not rows["eval"]:  # a tiny corpus: hold out the tail rather than evaluate on train
+        cut = max(1, len(rows["train"]) // 20)
+        rows["eval"], rows["train"] = rows["train"][-cut:], rows["train"][:-cut] or rows["train"]
+    return rows["train"], rows["eval"][:max_eval_rows]
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def load_model(params: TrainParams, hf_dir: Path, cuda: bool) -> tuple[Any, Any]:
+    import torch
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    four_bit = cuda if params.load_in_4bit is None else params.load_in_4bit
+    dtype = (torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else
+             torch.float16 if cuda else torch.float32)
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if four_bit:
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=dtype)
+    tok = AutoTokenizer.from_pretrained(hf_dir)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, **kwargs)
+    if four_bit:
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=params.gradient_checkpointing)
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    unknown = sorted(set(params.target_modules) - names)
+    if unknown:
+        raise ConfigError(f"target_modules {unknown} not found in {hf_dir.name} — its linear "
+                          f"layers include {sorted(n for n in names if n.endswith('_proj'))}")
+    lora = LoraConfig(r=params.lora_r, lora_alpha=params.lora_alpha,
+                      lora_dropout=params.lora_dropout, target_modules=params.target_modules,
+                      task_type="CAUSAL_LM")
+    return get_peft_model(model, lora), tok
+
+
+# --- evaluation (the promotion gate compares like with like) -------------------------------------
+
+def _completion_logps(model: Any, tok: Any, prompt: list[dict[str, str]],
+                      completion: list[dict[str, str]], max_length: int) -> tuple[float, int]:
+    """Sum of log-probabilities of the completion's tokens given the prompt, and their count."""
+    import torch
+
+    p_ids = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
+                                    return_dict=False)
+    full = tok.apply_chat_template(prompt + completion, tokenize=True, return_dict=False)
+    if hasattr(p_ids, "input_ids"):
+        p_ids, full = p_ids["input_ids"], full["input_ids"]
+    comp = list(full[len(p_ids):])
+    if len(p_ids) + len(comp) > max_length:  # keep the answer's start and the prompt's end
+        comp = comp[:max(1, max_length // 2)]
+        p_ids = p_ids[-(max_length - len(comp)):]
+    ids, n_prompt = list(p_ids) + comp, len(p_ids)
+    x = torch.tensor([ids], device=model.device)
+    with torch.no_grad():
+        logits = model(input_ids=x).logits[0, :-1].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    target = x[0, 1:]
+    tok_lp = logp.gather(1, target[:, None])[:, 0][n_prompt - 1:]
+    return float(tok_lp.sum()), int(tok_lp.numel())
+
+
+def eval_loss(model: Any, tok: Any, rows: list[dict[str, Any]], method: str, max_length: int,
+              beta: float, adapter: str | None,
+              ref_cache: dict[int, tuple[float, float]] | None = None) -> float:
+    """Held-out loss with `adapter` active (None: the base model, adapter off).
+    SFT: mean NLL per completion token. DPO: mean DPO loss with the base as reference."""
+    from contextlib import nullcontext
+
+    was_training = model.training
+    model.eval()
+    try:
+        if method == "sft":
+            total, count = 0.0, 0
+            for r in rows:
+                with model.disable_adapter() if adapter is None else nullcontext():
+                    if adapter is not None:
+                        model.set_adapter(adapter)
+                    lp, n = _completion_logps(model, tok, r["prompt"], r["completion"], max_length)
+                total, count = total - lp, count + n
+            return total / max(count, 1)
+        losses = []
+        for i, r in enumerate(rows):
+            cache = {} if ref_cache is None else ref_cache  # the reference: adapter off
+            if i not in cache:
+                with model.disable_adapter():
+                    cache[i] = (
+                        _completion_logps(model, tok, r["prompt"], r["chosen"], max_length)[0],
+                        _completion_logps(model, tok, r["prompt"], r["rejected"], max_length)[0])
+            ref_c, ref_r = cache[i]
+            if adapter is None:
+                pol_c, pol_r = ref_c, ref_r
+            else:
+                model.set_adapter(adapter)
+                pol_c, _ = _completion_logps(model, tok, r["prompt"], r["chosen"], max_length)
+                pol_r, _ = _completion_logps(model, tok, r["prompt"], r["rejected"], max_length)
+            z = beta * ((pol_c - ref_c) - (pol_r - ref_r))
+            losses.append(math.log1p(math.exp(-z)) if z > -30 else -z)
+        return sum(losses) / len(losses)
+    finally:
+        model.set_adapter("default")
+        model.train(was_training)
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+@dataclass
+class Hooks:
+    """What the flow wants to hear while training runs (all optional)."""
+
+    on_start: Callable[[int], None] | None = None                  # total steps
+    on_log: Callable[[int, int, dict[str, float]], None] | None = None  # step, total, logs
+    on_save: Callable[[int, str], None] | None = None               # step, checkpoint dir
+
+
+def latest_checkpoint(ckpt_dir: Path) -> Path | None:
+    """The newest complete checkpoint (trainer_state.json is written last)."""
+    done = [p for p in ckpt_dir.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
+    return max(done, key=lambda p: int(p.name.rsplit("-", 1)[-1]), default=None)
+
+
+def peak_memory_mib(cuda: bool) -> float:
+    if cuda:
+        import torch
+
+        return round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
+
+
+def _trainer(params: TrainParams, model: Any, tok: Any, train_rows: list[dict[str, Any]],
+             eval_rows: list[dict[str, Any]], ckpt_dir: Path, cuda: bool,
+             callbacks: list[Any]) -> Any:
+    from datasets import Dataset
+
+    common: dict[str, Any] = dict(
+        output_dir=str(ckpt_dir), max_steps=params.max_steps, num_train_epochs=params.epochs,
+        learning_rate=params.learning_rate, per_device_train_batch_size=params.batch_size,
+        per_device_eval_batch_size=params.batch_size,
+        gradient_accumulation_steps=params.gradient_accumulation,
+        gradient_checkpointing=params.gradient_checkpointing, warmup_steps=params.warmup_steps,
+        logging_steps=params.logging_steps, save_strategy="steps",
+        save_steps=params.checkpoint_every, save_total_limit=2,
+        eval_strategy="steps" if params.eval_steps else "no",
+        eval_steps=params.eval_steps or None, report_to=[], disable_tqdm=True,
+        seed=params.seed, use_cpu=not cuda, bf16=cuda and _bf16(), max_length=params.max_length,
+        dataloader_num_workers=0,
+    )
+    train_ds, eval_ds = Dataset.from_list(train_rows), Dataset.from_list(eval_rows)
+    if params.method == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        extra: dict[str, Any] = {"packing_strategy": "bfd"} if params.packing else {}
+        sft = SFTConfig(**common, packing=params.packing, completion_only_loss=True, **extra)
+        return SFTTrainer(model=model, args=sft, train_dataset=train_ds, eval_dataset=eval_ds,
+                          processing_class=tok, callbacks=callbacks)
+    from trl import DPOConfig, DPOTrainer
+
+    dpo = DPOConfig(**common, beta=params.dpo_beta)
+    return DPOTrainer(model=model, ref_model=None, args=dpo, train_dataset=train_ds,
+                      eval_dataset=eval_ds, processing_class=tok, callbacks=callbacks)
+
+
+def _is_termination(e: BaseException) -> bool:
+    return isinstance(e, KeyboardInterrupt) or type(e).__name__ == "TerminationSignal"
+
+
+def _bf16() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hooks: Hooks,
+          promoted_adapter: Path | None = None) -> dict[str, Any]:
+    """Train (resuming from the newest checkpoint in `ckpt_dir`), save the adapter to
+    `out_dir/peft`, and measure held-out loss for the base, the promoted adapter and the new one.
+    A termination (SIGTERM via Prefect, Ctrl-C) checkpoints the steps done, then propagates."""
+    import torch
+    from transformers import TrainerCallback
+
+    dev = device_report(params.required_free_gpu_mib)
+    cuda = dev["device"] == "cuda"
+    train_rows, eval_rows = load_splits(Path(params.dataset), params.method, params.max_eval_rows)
+    torch.manual_seed(params.seed)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    model, tok = load_model(params, hf_dir, cuda)
+    run: dict[str, Any] = {"t0": None, "step0": 0}
+
+    class Reporter(TrainerCallback):  # type: ignore[misc]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            st = state
+            run["t0"], run["step0"] = time.monotonic(), st.global_step
+            if hooks.on_start:
+                hooks.on_start(st.max_steps)
+
+        def on_log(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            st, logs = state, kw.get("logs")
+            if hooks.on_log and logs:
+                elapsed = time.monotonic() - (run["t0"] or time.monotonic())
+                vals = {k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
+                if "num_tokens" in vals and elapsed > 0:
+                    vals["tokens_per_second"] = round(vals["num_tokens"] / elapsed, 1)
+                vals["peak_mib"] = peak_memory_mib(cuda)
+                hooks.on_log(st.global_step, st.max_steps, vals)
+
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if hooks.on_save:
+                hooks.on_save(state.global_step, str(ckpt_dir / f"checkpoint-{state.global_step}"))
+
+    trainer = _trainer(params, model, tok, train_rows, eval_rows, ckpt_dir, cuda, [Reporter()])
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for cb in (PrinterCallback, ProgressCallback):  # the Reporter logs through Prefect instead
+        trainer.remove_callback(cb)
+    resume = latest_checkpoint(ckpt_dir)
+    started = time.monotonic()
+    try:
+        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    except BaseException as e:
+        # SIGTERM (Prefect's cancellation, a preempted node) arrives as an exception raised
+        # wherever the loop was: save what the steps so far learned, inside the 30 s grace.
+        if _is_termination(e) and trainer.state.global_step > run["step0"]:
+            try:
+                trainer._save_checkpoint(trainer.model, trial=None)
+                if hooks.on_save:
+                    hooks.on_save(trainer.state.global_step, str(
+                        ckpt_dir / f"checkpoint-{trainer.state.global_step}"))
+            except Exception:  # noqa: BLE001 - the termination is what must propagate
+                pass
+        raise
+    seconds = time.monotonic() - started
+    step = trainer.state.global_step
+    peft_dir = out_dir / "peft"
+    model.save_pretrained(peft_dir)
+    ref: dict[int, tuple[float, float]] = {}  # DPO reference log-probs, shared by the three
+    losses = {"base": eval_loss(model, tok, eval_rows, params.method, params.max_length,
+                                params.dpo_beta, None, ref),
+              "new": eval_loss(model, tok, eval_rows, params.method, params.max_length,
+                               params.dpo_beta, "default", ref)}
+    if promoted_adapter is not None:
+        model.load_adapter(str(promoted_adapter), adapter_name="promoted")
+        losses["promoted"] = eval_loss(model, tok, eval_rows, params.method, params.max_length,
+                                       params.dpo_beta, "promoted", ref)
+        model.delete_adapter("promoted")
+    history = [h for h in trainer.state.log_history if "loss" in h or "eval_loss" in h]
+    return {
+        "device": dev, "steps": step, "max_steps": trainer.state.max_steps,
+        "resumed_from": resume.name if resume else None, "resumed_step": run["step0"],
+        "train_rows": len(train_rows), "eval_rows": len(eval_rows),
+        "train_loss": round(float(result.training_loss), 4), "seconds": round(seconds, 2),
+        "steps_per_second": round((step - run["step0"]) / seconds, 3) if seconds else None,
+        "tokens_per_second": next((round(h["num_tokens"] / seconds, 1) for h in reversed(history)
+                                   if "num_tokens" in h and seconds), None),
+        "peak_mib": peak_memory_mib(cuda), "peak_kind": "gpu" if cuda else "rss",
+        "eval_loss": {k: round(v, 5) for k, v in losses.items()},
+        "history": history, "peft_dir": str(peft_dir), "pid": os.getpid(),
+    }

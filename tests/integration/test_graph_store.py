@@ -1,0 +1,132 @@
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tasks.graph.backends import FalkorDBStore, Neo4jStore
+from tasks.graph.queries import entity_label, relationship_type
+from tasks.graph.store import EntityRow, GraphBatch, RelRow
+from tests.graph_dump import dump
+
+
+def batch_for(doc: str, people: list[str], org: str = "Acme") -> GraphBatch:
+    b = GraphBatch(documents=[{"id": doc, "stream": "t", "path": f"/{doc}"}])
+    o = EntityRow(f"Organization:{org.lower()}", "Organization", org)
+    b.add_entity(o, doc)
+    for p in people:
+        e = EntityRow(f"Person:{p.lower()}", "Person", p, aliases=[f"Hon. {p}"], emails=[])
+        b.add_entity(e, doc)
+        b.add_relationship(RelRow(e.key, "WORKS_FOR", o.key, [doc], "staff"))
+    return b
+
+
+def mark(store: FalkorDBStore, *docs: str) -> None:
+    store.mark_extracted([{"id": d, "hash": "h", "model": "m", "prompt_version": "p",
+                           "extracted_at": "t"} for d in docs])
+
+
+def test_upsert_is_idempotent_and_batched(store: FalkorDBStore) -> None:
+    b = batch_for("d1", [f"P{i}" for i in range(23)])  # > batch_size 7: several transactions
+    store.upsert(b)
+    first = dump(store)
+    store.upsert(b)
+    assert dump(store) == first
+    s = store.stats()
+    assert s["nodes"]["Person"] == 23 and s["nodes"]["Organization"] == 1
+    assert s["relationships"] == {"MENTIONED_IN": 24, "WORKS_FOR": 23}
+
+
+def test_provenance_is_shared_and_retracted_per_document(store: FalkorDBStore) -> None:
+    store.upsert(batch_for("d1", ["Ann", "Bob"]))
+    store.upsert(batch_for("d2", ["Bob", "Cy"]))
+    mark(store, "d1", "d2")
+    rels = {r["p"]: sorted(r["docs"]) for r in store.query(
+        "MATCH (p:Person)-[r:WORKS_FOR]->() RETURN p.name AS p, r.doc_ids AS docs")}
+    assert rels == {"Ann": ["d1"], "Bob": ["d1", "d2"], "Cy": ["d2"]}
+
+    store.retract(["d1"])  # d1 changed: its contribution goes, d2's stays
+    rels = {r["p"]: r["docs"] for r in store.query(
+        "MATCH (p:Person)-[r:WORKS_FOR]->() RETURN p.name AS p, r.doc_ids AS docs")}
+    assert rels == {"Bob": ["d2"], "Cy": ["d2"]}
+    assert store.document_states()["d1"]["hash"] is None
+    assert store.prune_orphans() == 1  # Ann: mentioned nowhere now
+    store.retract(["d2"], delete=True)
+    assert store.prune_orphans() == 3
+    assert store.stats() == {"nodes": {"Document": 1}, "relationships": {}}
+
+
+@pytest.mark.parametrize("evil", [
+    "x'}) MATCH (n) DETACH DELETE n //",
+    'x"}) DETACH DELETE e //',
+    "Robert`) DETACH DELETE (n",
+    "$rows {key: 'p'}",
+])
+def test_cypher_injection_in_names_is_stored_as_data(store: FalkorDBStore, evil: str) -> None:
+    store.upsert(batch_for("d1", ["Ann"]))
+    b = batch_for("d2", [evil])
+    store.upsert(b)
+    names = {r["n"] for r in store.query("MATCH (p:Person) RETURN p.name AS n")}
+    assert names == {"Ann", evil}
+    assert store.stats()["nodes"]["Document"] == 2
+
+
+def test_labels_and_types_only_from_the_whitelist() -> None:
+    assert entity_label("Person") == "Person"
+    for bad in ("Person) DETACH DELETE (n", "Entity:Admin", "person"):
+        with pytest.raises(ValueError, match="whitelist"):
+            entity_label(bad)
+    with pytest.raises(ValueError, match="whitelist"):
+        relationship_type("WORKS_FOR]->() DELETE r //")
+
+
+def test_email_lookup(store: FalkorDBStore) -> None:
+    b = GraphBatch(documents=[{"id": "c", "stream": "contacts", "path": "/c"}])
+    b.add_entity(EntityRow("Person:ann lee", "Person", "Ann Lee", emails=["ann@x.org"]), "c")
+    store.upsert(b)
+    assert store.keys_by_email(["ann@x.org", "nobody@x.org"]) == {"ann@x.org": "Person:ann lee"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_neo4j_driver_over_falkordb_bolt() -> None:
+    """Official neo4j driver (5.19) → FalkorDB Bolt, in a private network namespace."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs util-linux unshare and iproute2 (network namespace)")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {sys.executable} -m tests.bolt_smoke"],
+        cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"works_for": 3, "hash": "h", "native_persons": 3, "pruned": 4,
+                   "after": {"nodes": {}, "relationships": {}}}
+
+
+def test_neo4j_connection_error_never_shows_the_password() -> None:
+    from tasks.errors import GraphError
+
+    with pytest.raises(GraphError) as e:
+        Neo4jStore(f"bolt://127.0.0.1:{_free_port()}", "neo4j", "s3cret-pw")
+    assert "s3cret-pw" not in str(e.value) and "neo4j" in str(e.value)
+
+
+def test_unique_key_constraints_are_enforced(store: FalkorDBStore) -> None:
+    from tasks.errors import GraphError
+
+    for _ in range(100):
+        states = {(c["label"], c["status"]) for c in store._graph.list_constraints()}
+        if states == {("Entity", "OPERATIONAL"), ("Document", "OPERATIONAL")}:
+            break
+        time.sleep(0.05)
+    store._write("CREATE (:Entity {key: 'dup'})")
+    with pytest.raises(GraphError, match="constraint"):
+        store._write("CREATE (:Entity {key: 'dup'})")

@@ -1,0 +1,280 @@
+"""The orchestrator → node path: the nightly (this process, the orchestrator) boots the GCE
+node on the fake Compute Engine, whose 'startup script' starts what the real one does — an
+OpenAI-compatible server standing in for vLLM, and a real `prefect worker` on the node's pool
+`slm-node`. Phase 1 calls the server over the 'VPC'; phase 2 trains each passing bucket on the
+node through the `train/node` deployment (deployed from prefect.yaml with the CLI) and
+`run_deployment`; stopping the node ends both.
+
+Real: Prefect server, the CLI deploy, the node's worker and its flow-run processes, FalkorDB,
+the training (SmolLM2-135M, a few LoRA steps on the CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blocks.gce import GceCompute, NodePreempted
+from flows.nightly import nightly
+from tasks.processes import free_port
+from tasks.training.registry import ArtifactStore
+from tests.conftest import PREFECT, ROOT
+from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
+from tests.gcs_emulator import GcsEmulator
+from tests.integration.test_gce import PROJECT, creds
+from tests.integration.test_nightly_gce import gce_profile
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+ENG, APPR = "engineering-pointsav", "apprenticeship-pointsav"
+
+
+def _api_url() -> str:
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    assert url, "the Prefect test harness sets PREFECT_API_URL"
+    return str(url)
+
+
+@pytest.fixture(scope="module")
+def node_deployment(prefect_api: None) -> str:
+    """prefect.yaml's train/node, deployed with the CLI to the harness server's slm-node pool."""
+    env = {**os.environ, "PREFECT_API_URL": _api_url(), "PWD": str(ROOT),
+           "PYTHONPATH": str(ROOT)}
+    for argv in (["work-pool", "create", "slm-node", "--type", "process", "--overwrite"],
+                 ["--no-prompt", "deploy", "--name", "node"]):
+        out = subprocess.run([PREFECT, *argv], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=180)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return "train/node"
+
+
+@pytest.fixture(autouse=True)
+def free_gpu_slot() -> Any:
+    """A node run killed with its node (preemption) keeps its `gpu` lease: a real server frees
+    it when the 60 s lease runs out (tests/integration/test_teardown.py), the test harness's server never
+    does. Release it after each test the way an operator would (`prefect gcl update gpu
+    --active-slots 0`)."""
+    yield
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.update_global_concurrency_limit("gpu",
+                                                   GlobalConcurrencyLimitUpdate(active_slots=0))
+        except ObjectNotFound:  # no run has created it yet
+            pass
+
+
+class Node:
+    """The fake Compute Engine with one zone's instance: 'vLLM' (tests/fake_openai.py) and a
+    real Prefect worker on slm-node, started at RUNNING and ended at stop."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.log = tmp / "node.log"
+        self.fake = FakeComputeEngine(PROJECT, on_start=self._vllm, node_worker=self._worker,
+                                      agent_log=self.log)
+        self.fake.add_instance("zone-a", "node", boot_seconds=0.3)
+
+    def _vllm(self, inst: FakeInstance) -> list[str]:
+        return [sys.executable, "-m", "tests.fake_openai", "--port", str(self.port)]
+
+    def _worker(self, inst: FakeInstance) -> list[str]:
+        return ["env", f"PREFECT_API_URL={_api_url()}", "PREFECT_WORKER_QUERY_SECONDS=1",
+                "PREFECT_LOGGING_LEVEL=INFO", PREFECT, "worker", "start", "--pool", "slm-node",
+                "--type", "process", "--name", f"node-{inst.zone}"]
+
+    def profile(self, tmp: Path, block: str, base: dict[str, Any], max_steps: int,
+                gcs_block: str | None = None) -> Path:
+        GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=self.fake.url,
+                   gcp_credentials=creds(self.fake), poll_seconds=0.2, inference_port=self.port,
+                   state_dir=str(tmp / "state")).save(block, overwrite=True)
+        recipe = tmp / "recipe.yaml"
+        recipe.write_text(textwrap.dedent(f"""
+            lora_r: 4
+            lora_alpha: 8
+            lora_dropout: 0.0
+            gradient_checkpointing: false
+            batch_size: 2
+            max_length: 96
+            logging_steps: 1
+            checkpoint_every: 2
+            max_eval_rows: 2
+            export_gguf: false
+            sft: {{max_steps: {max_steps}, learning_rate: 0.005}}
+            dpo: {{max_steps: 1, learning_rate: 0.0005}}
+        """))
+        path = gce_profile(
+            tmp, block, base["falkordb"], block.replace("-", "_"), readiness_seconds=60,
+            top=f'gcs_block = "{gcs_block}"' if gcs_block else "", extra=textwrap.dedent(f"""
+                [corpus]
+                root = "{ROOT / 'examples' / 'corpus'}"
+                floor = 250
+                [training]
+                recipe = "{recipe}"
+                base_model = "{base['gguf']}"
+                model_cache = "{base['cache']}"
+                serve_bucket = ""
+            """))
+        shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md",
+                    tmp / "docs" / "transcripts")
+        return path
+
+
+def _child_runs(parent_id: Any) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    with get_client(sync_client=True) as c:
+        runs = c.read_flow_runs(deployment_filter=DeploymentFilter(
+            name=DeploymentFilterName(any_=["node"])))
+        return [r for r in runs if r.parameters.get("profile") == parent_id]
+
+
+def test_nightly_trains_on_the_node_through_its_deployment(
+        tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
+    node = Node(tmp_path)
+    with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
+        gcs.bucket(folder="slm").save("node-path-gcs", overwrite=True)
+        profile = node.profile(tmp_path, "node-path", {**base_cache, "falkordb": falkordb}, 2,
+                               gcs_block="node-path-gcs")
+        s = nightly(profile=str(profile))
+        assert s["status"] == "completed", (s.get("error"), node.log.read_text()[-4000:])
+        phases = {k: v["status"] for k, v in s["phases"].items()}
+        assert phases["inference_down"] == "completed"
+        assert phases[f"train:{ENG}"] == phases[f"train:{APPR}"] == "completed"
+        # each bucket trained in a flow run of train/node, picked up by the node's worker
+        runs = {r.parameters["params"]["bucket"]: r for r in _child_runs(str(profile))}
+        assert set(runs) == {ENG, APPR}
+        for bucket, run in runs.items():
+            assert run.state.is_completed() and run.work_pool_name == "slm-node"
+            assert run.parent_task_run_id is not None  # a subflow of the nightly in the UI
+            t = s["training"][bucket]
+            assert t["state"] == "done" and t["flow_run_id"] == str(run.id)
+            assert t["node_run"] == {"id": str(run.id), "name": run.name}
+            assert t["step"] == t["steps"] == (2 if bucket == ENG else 1)
+            # the node read its dataset from GCS (uploaded by the nightly), not this disk
+            key = run.parameters["dataset_gcs_key"]
+            assert key.startswith(f"datasets/{bucket}/") and key.endswith(".parquet")
+            assert t["dataset"] == str(tmp_path / "state" / "node-datasets" / key)
+        # what the node wrote: a PEFT adapter for vLLM (no GGUF on this path), the manifest
+        store = ArtifactStore(tmp_path / "state" / "artifacts")
+        m = store.manifest(s["training"][ENG]["name"])
+        assert m["created_by"] == "nightly" and m["files"]["peft"] == "peft"
+        assert (store.adapter_dir(m["name"]) / "peft" / "adapter_model.safetensors").is_file()
+        # GCS holds the adapters, the datasets and the run records
+        names = {b.name for b in gcs.bucket(folder="slm").list_blobs("")}
+        assert f"slm/artifacts/adapters/{m['name']}/manifest.json" in names
+        assert f"slm/artifacts/adapters/{m['name']}/peft/adapter_model.safetensors" in names
+        assert f"slm/{runs[ENG].parameters['dataset_gcs_key']}" in names
+        assert {"slm/records/runs/last-run.json", "slm/records/scorecards/latest.json"} <= names
+        # the node is down and everything it ran is gone
+        inst = node.fake.instance("zone-a", "node")
+        assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
+        assert not node.fake.agent_running("zone-a", "node")
+        assert not node.fake.worker_running("zone-a", "node")
+        assert len(node.fake.seen("stop", "zone-a", "node")) == 1
+
+
+def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
+        tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
+    node = Node(tmp_path)
+    with node.fake:
+        profile = node.profile(tmp_path, "node-preempt", {**base_cache, "falkordb": falkordb},
+                               400)
+        store = ArtifactStore(tmp_path / "state" / "artifacts")
+
+        def preempt_when_training() -> None:  # the first adapter manifest says "running"
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if any(m.get("state") == "running" and (m.get("step") or 0) >= 3
+                       for m in store.list()):
+                    node.fake.preempt("zone-a", "node")
+                    return
+                time.sleep(0.2)
+
+        t = threading.Thread(target=preempt_when_training, daemon=True)
+        t.start()
+        with pytest.raises(NodePreempted, match="training failed for .*preempted"):
+            nightly(profile=str(profile))
+        t.join(5)
+        s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+        first, second = s["training"][ENG], s["training"][APPR]
+        assert first["state"] == "preempted" and "spot preemption at" in first["message"]
+        assert second["state"] == "not run" and "preempted" in second["message"]
+        assert s["phases"][f"train:{ENG}"]["status"] == "preempted"
+        assert f"train:{APPR}" not in s["phases"] and s["status"] == "preempted"
+        # the node run went down with its node: Crashed, not left Running
+        (run,) = _child_runs(str(profile))
+        assert run.state.is_crashed() and "the node went away" in run.state.message
+        # the checkpoint it saved is where the next run resumes (tests/integration/test_train.py)
+        assert list((tmp_path / "state" / "artifacts" / "checkpoints").glob("*/checkpoint-*"))
+        assert node.fake.instance("zone-a", "node").status == "TERMINATED"
+        assert not node.fake.worker_running("zone-a", "node")
+
+
+def test_a_phase2_timeout_cancels_the_node_run_and_the_node_worker_ends_it(
+        tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
+    node = Node(tmp_path)
+    with node.fake:
+        profile = node.profile(tmp_path, "node-timeout", {**base_cache, "falkordb": falkordb},
+                               400)
+        with pytest.raises(Exception, match="training failed"):
+            nightly(profile=str(profile), phase2_timeout_seconds=25)
+        s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+        assert s["phases"][f"train:{ENG}"]["status"] == "timed_out"
+        assert "did not finish within 25 s" in s["training"][ENG]["message"]
+        (first, *_) = [r for r in _child_runs(str(profile))
+                       if r.parameters["params"]["bucket"] == ENG]
+        # the nightly asked for the cancel; the node's worker carried it out before the stop
+        assert first.state.is_cancelled(), first.state
+        assert first.state.message != "cancelled by the nightly; the node stop ends its process"
+        assert node.fake.instance("zone-a", "node").status == "TERMINATED"
+        assert not node.fake.worker_running("zone-a", "node")
+
+
+def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
+        tmp_path: Path, node_deployment: str) -> None:
+    """A node whose worker never comes up (bad image, wrong API URL): the nightly does not
+    keep the GPU running until the phase timeout; it fails after the pickup time, naming where
+    to look, and the run it submitted is cancelled."""
+    from prefect import flow
+
+    from tasks.compute.node import run_on_node
+    from tasks.errors import PhaseFailed
+
+    fake = FakeComputeEngine(PROJECT)  # boots, but starts no worker
+    with fake:
+        fake.add_instance("zone-a", "node")
+        compute = GceCompute(project=PROJECT, zone="zone-a", instance="node",
+                             api_endpoint=fake.url, gcp_credentials=creds(fake),
+                             poll_seconds=0.1, state_dir=str(tmp_path / "state"))
+        compute.start()
+
+        @flow
+        def orchestrator() -> None:
+            run_on_node(compute, node_deployment, {"params": {"dataset": "x.parquet", "method": "sft"},
+                                                   "profile": "no-worker"},
+                        3600, label="train:x", poll_seconds=0.2, pickup_seconds=3)
+
+        t = time.monotonic()
+        with pytest.raises(PhaseFailed, match="no worker on the node's pool took node run .* "
+                                              "within 3 s — check the node's Prefect worker"):
+            orchestrator()
+        assert time.monotonic() - t < 30
+        (run,) = _child_runs("no-worker")
+        assert run.state.is_cancelled() and "before the node's worker took it" in run.state.message
+        compute.stop()

@@ -1,0 +1,388 @@
+"""Phase 2b on the CPU with real models: a tiny random Llama (SmolLM2's tokenizer) for the
+training mechanics, SmolLM2-135M for the whole flow (train → export → verify → promote)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from tasks.errors import ConfigError
+from tasks.training.params import TrainParams, build_params
+from tasks.training.registry import ArtifactStore, gate
+from tasks.training.train import TrainingError, check_free_memory
+from tests.conftest import ROOT
+
+MSG = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
+
+
+def sft_parquet(path: Path, n: int = 48, n_eval: int = 8) -> Path:
+    """A learnable toy task: every question about the code word has the same answer."""
+    rows = [{"messages": [{"role": "user", "content": f"Question {i}: what is the code word?"},
+                          {"role": "assistant", "content": "The code word is pineapple."}],
+             "split": "eval" if i < n_eval else "train"} for i in range(n)]
+    pl.DataFrame(rows, schema={"messages": MSG, "split": pl.String}).write_parquet(path)
+    return path
+
+
+def dpo_parquet(path: Path, n: int = 24, n_eval: int = 4) -> Path:
+    rows = [{"prompt": [{"role": "user", "content": f"Greet visitor {i}."}],
+             "chosen": [{"role": "assistant", "content": "Hello, welcome!"}],
+             "rejected": [{"role": "assistant", "content": "Go away."}],
+             "split": "eval" if i < n_eval else "train"} for i in range(n)]
+    pl.DataFrame(rows, schema={"prompt": MSG, "chosen": MSG, "rejected": MSG,
+                               "split": pl.String}).write_parquet(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_base(base_cache: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Llama with SmolLM2's tokenizer and chat template, saved as a folder."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(base_cache["hf"])
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        initializer_range=0.2))  # wide enough that a fixed lm_head can express a confident answer
+    out = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def tiny_params(dataset: Path, **kw: Any) -> TrainParams:
+    fields: dict[str, Any] = dict(
+        dataset=str(dataset), method="sft", bucket="toy", lora_r=8, lora_alpha=16,
+        lora_dropout=0.0, max_steps=12, batch_size=4, learning_rate=5e-3, max_length=64,
+        logging_steps=2, checkpoint_every=100, gradient_checkpointing=False, max_eval_rows=8,
+        load_in_4bit=False, export_gguf=False)
+    fields.update(kw)
+    return TrainParams(**fields)
+
+
+# --- bad parameters fail at once ----------------------------------------------------------------
+
+def test_bad_parameters_fail_at_once_with_clear_messages(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="method") as e:
+        build_params(None, {"dataset": "x.parquet", "method": "ppo"})
+    assert "sft" in str(e.value)
+    with pytest.raises(ConfigError, match="lora_r: Input should be greater than 0"):
+        build_params(None, {"dataset": "x.parquet", "method": "sft", "lora_r": 0})
+    with pytest.raises(ConfigError, match="not one of"):
+        build_params("local", {"dataset": "x.parquet", "method": "ppo"})
+    with pytest.raises(ConfigError, match="packing applies to sft only"):
+        build_params(None, {"dataset": "x", "method": "dpo", "packing": True})
+    with pytest.raises(ConfigError, match="recipe 'nope'.*not found"):
+        build_params("nope", {"dataset": "x", "method": "sft"})
+    with pytest.raises(TrainingError, match="1024 MiB free of 24576 MiB, the run needs 20000"):
+        check_free_memory("NVIDIA L4", 1024, 24576, 20000)
+    check_free_memory("NVIDIA L4", 22000, 24576, 20000)  # enough: no error
+
+
+def test_empty_dataset_and_missing_base_model_fail_before_any_weight(tmp_path: Path) -> None:
+    from tasks.training.train import load_splits, resolve_base_model
+
+    empty = tmp_path / "empty.parquet"
+    pl.DataFrame({"messages": [], "split": []}, schema={"messages": MSG, "split": pl.String}) \
+        .write_parquet(empty)
+    with pytest.raises(ConfigError, match="no training rows"):
+        load_splits(empty, "sft", 8)
+    with pytest.raises(ConfigError, match="columns .*'chosen'.* missing for method dpo"):
+        load_splits(sft_parquet(tmp_path / "s.parquet"), "dpo", 8)
+    with pytest.raises(ConfigError, match="not found — run the scorecard"):
+        load_splits(tmp_path / "missing.parquet", "sft", 8)
+    with pytest.raises(ConfigError, match="no config.json"):
+        resolve_base_model(str(tmp_path / "no-such-model"), tmp_path)
+    with pytest.raises(ConfigError, match="GGUF file not found"):
+        resolve_base_model(str(tmp_path / "m.gguf"), tmp_path)
+    with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
+        resolve_base_model("no-org/no-model@main", tmp_path)
+
+
+def test_promotion_gate_both_ways() -> None:
+    ok, why = gate({"base": 3.5, "new": 3.2}, 0.05)
+    assert ok and "beats base 3.5000" in why
+    ok, why = gate({"base": 3.5, "new": 3.4}, 0.05)  # better, but not by 5 %
+    assert not ok and "does not beat the base" in why
+    ok, why = gate({"base": 3.5, "promoted": 3.1, "new": 3.2}, 0.0)
+    assert not ok and "promoted model's 3.1000" in why
+
+
+# --- training mechanics on a tiny model ---------------------------------------------------------
+
+def _train_tiny(params: TrainParams, base: Path, tmp: Path) -> tuple[dict[str, Any], Any]:
+    from tasks.training.train import _trainer, load_model, load_splits
+
+    train_rows, eval_rows = load_splits(Path(params.dataset), params.method, 8)
+    model, tok = load_model(params, base, cuda=False)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = _trainer(params, model, tok, train_rows, eval_rows, tmp / "ck", False, [])
+    trainer.train()
+    return before, model
+
+
+def test_sft_learns_toy_task_and_only_lora_weights_change(tiny_base: Path, tmp_path: Path
+                                                          ) -> None:
+    from tasks.training.train import eval_loss, load_splits
+
+    params = tiny_params(sft_parquet(tmp_path / "toy.parquet"), max_steps=20, learning_rate=1e-2)
+    before, model = _train_tiny(params, tiny_base, tmp_path)
+    lora = [n for n, _ in model.named_parameters() if "lora_" in n]
+    assert lora and all(p.requires_grad == ("lora_" in n) for n, p in model.named_parameters())
+    changed = {n for n, p in model.named_parameters() if not p.detach().equal(before[n])}
+    assert changed and all("lora_" in n for n in changed)  # base weights untouched
+    assert any("lora_B" in n for n in changed)  # B starts at zero: the adapter learned
+    _, eval_rows = load_splits(Path(params.dataset), "sft", 8)
+    tok = _tokenizer(tiny_base)
+    base_loss = eval_loss(model, tok, eval_rows, "sft", 64, 0.1, None)
+    new_loss = eval_loss(model, tok, eval_rows, "sft", 64, 0.1, "default")
+    assert new_loss < base_loss - 2.0, (base_loss, new_loss)  # learned, not noise
+
+
+def _tokenizer(base: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(base)
+
+
+def test_dpo_trains_with_the_base_as_reference(tiny_base: Path, tmp_path: Path) -> None:
+    from tasks.training.train import eval_loss, load_splits
+
+    params = tiny_params(dpo_parquet(tmp_path / "pairs.parquet"), method="dpo", max_steps=8,
+                         learning_rate=1e-2)
+    _, model = _train_tiny(params, tiny_base, tmp_path)
+    _, eval_rows = load_splits(Path(params.dataset), "dpo", 8)
+    tok = _tokenizer(tiny_base)
+    base = eval_loss(model, tok, eval_rows, "dpo", 64, 0.1, None)
+    new = eval_loss(model, tok, eval_rows, "dpo", 64, 0.1, "default")
+    assert base == pytest.approx(math.log(2))  # policy == reference
+    assert new < base
+
+
+def test_qlora_4bit_path_on_cpu(tiny_base: Path, tmp_path: Path) -> None:
+    params = tiny_params(sft_parquet(tmp_path / "toy.parquet"), load_in_4bit=True, max_steps=3)
+    _, model = _train_tiny(params, tiny_base, tmp_path)
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert "Linear4bit" in kinds  # the base layers really are NF4
+    assert any(p.grad is not None or "lora_" in n for n, p in model.named_parameters()
+               if p.requires_grad)
+
+
+# --- the flow: SmolLM2-135M, export, verify, register, promote -----------------------------------
+
+def train_profile(tmp: Path, model_cache: Path, margin: float = 0.0, recipe: Path | None = None
+                  ) -> Path:
+    recipe = recipe or write_recipe(tmp)
+    path = tmp / "train.toml"
+    path.write_text(textwrap.dedent(f"""
+        state_dir = "{tmp / 'state'}"
+        [compute]
+        type = "local"
+        n_threads = 2
+        [graph]
+        type = "falkordb"
+        data_dir = "{tmp / 'graph'}"
+        [training]
+        recipe = "{recipe}"
+        model_cache = "{model_cache}"
+        promote_margin = {margin}
+    """))
+    return path
+
+
+def write_recipe(tmp: Path, **over: Any) -> Path:
+    base = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "gradient_checkpointing": False,
+            "batch_size": 2, "max_length": 96, "logging_steps": 1, "checkpoint_every": 2,
+            "max_eval_rows": 4, "load_in_4bit": False,
+            "verify_prompts": ["What is the code word?", "Name a fruit."],
+            "sft": {"max_steps": 4, "learning_rate": 0.005},
+            "dpo": {"max_steps": 2, "learning_rate": 0.001}}
+    base.update(over)
+    path = tmp / "recipe.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(base))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_api")
+def test_flow_trains_exports_verifies_and_promotes_then_reuses(
+        base_cache: dict[str, Any], tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+
+    from flows.train import train_flow
+    from tasks.compute.gpu import active_slots
+
+    profile = train_profile(tmp_path, base_cache["cache"])
+    data = sft_parquet(tmp_path / "toy.parquet")
+    params = build_params(str(write_recipe(tmp_path)), {"dataset": str(data), "method": "sft",
+                                                        "bucket": "engineering-pointsav"})
+    m = train_flow(params=params, profile=str(profile))
+    assert m["state"] == "done" and m["step"] == 4 and m["steps"] == 4
+    assert m["verified"] is True and m["promoted"] is True, m["gate"]
+    assert m["eval_loss"] < m["gate"]["eval_loss"]["base"]
+    assert m["pairs"] == {"train": 40, "eval": 4}
+    assert m["peak_mib"] > 100 and m["training"]["peak_kind"] == "rss"
+    out = tmp_path / "state" / "artifacts" / "adapters" / m["name"]
+    for f in ("adapter.gguf", "adapter.tar.gz", "loss.png", "losses.json", "verify.json",
+              "peft/adapter_config.json", "peft/adapter_model.safetensors", "manifest.json"):
+        assert (out / f).is_file(), f
+    assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    report = json.loads((out / "verify.json").read_text())
+    assert report["differs_from_base"] and report["matches_peft"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["state"] == "done" and manifest["data_digest"] and manifest["created_by"]
+    assert manifest["base"]["gguf"] and manifest["finished"] >= manifest["started"]
+    store = ArtifactStore(tmp_path / "state" / "artifacts")
+    assert store.pointer("engineering-pointsav")["current"] == m["name"]
+    assert store.serving("engineering-pointsav") == out / "adapter.gguf"
+    assert active_slots() == 0
+    with get_client(sync_client=True) as client:
+        keys = {a.key for a in client.read_artifacts()}
+    assert {"training-progress-engineering-pointsav", "training-loss-engineering-pointsav",
+            "training-engineering-pointsav"} <= keys
+
+    again = train_flow(params=params, profile=str(profile))
+    assert again["reused"] and again["name"] == m["name"]  # same data + params: no retraining
+
+    # A stricter gate keeps the next adapter without promoting it; rollback goes back.
+    strict = train_profile(tmp_path, base_cache["cache"], margin=0.9)
+    kept = train_flow(params=params, profile=str(strict), retrain=True)
+    assert kept["state"] == "done" and not kept["promoted"]
+    assert "does not beat" in kept["gate"]["reason"]
+    assert store.pointer("engineering-pointsav")["current"] == m["name"]
+    store.promote(kept["name"], "by hand")
+    assert store.pointer("engineering-pointsav")["current"] == kept["name"]
+    assert store.rollback("engineering-pointsav")["current"] == m["name"]
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_api")
+def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    recipe = write_recipe(tmp_path, checkpoint_every=3, export_gguf=False,
+                          sft={"max_steps": 60, "learning_rate": 0.005})
+    profile = train_profile(tmp_path, base_cache["cache"], recipe=recipe)
+    data = sft_parquet(tmp_path / "toy.parquet")
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+           "PYTHONPATH": str(ROOT)}
+    args = ("train", "--profile", str(profile), "--dataset", str(data), "--method", "sft",
+            "--base-model", str(tiny_base), "--bucket", "toy")
+    proc = _cli(*args, env=env)
+    ckpts = tmp_path / "state" / "artifacts" / "checkpoints"
+    deadline = time.monotonic() + 180
+    while not list(ckpts.glob("*/checkpoint-*/trainer_state.json")):
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        assert time.monotonic() < deadline, "no checkpoint within 180 s"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # The test harness's server runs no lease reaper: release the dead run's `gpu` slot the way
+    # an operator would (`prefect gcl update gpu --active-slots 0`); a real server does it
+    # itself when the 60 s lease runs out (tests/integration/test_teardown.py).
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+    with get_client(sync_client=True) as client:
+        client.update_global_concurrency_limit("gpu", GlobalConcurrencyLimitUpdate(active_slots=0))
+    saved = max(int(p.parent.name.split("-")[1])
+                for p in ckpts.glob("*/checkpoint-*/trainer_state.json"))
+    assert 3 <= saved < 60
+
+    rerun = _cli(*args, env=env)
+    out, _ = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, out[-3000:]
+    store = ArtifactStore(tmp_path / "state" / "artifacts")
+    done = [m for m in store.list("toy") if m["state"] == "done"]
+    assert len(done) == 1 and done[0]["training"]["resumed_step"] >= saved
+    assert done[0]["training"]["resumed_from"] == f"checkpoint-{done[0]['training']['resumed_step']}"
+    assert done[0]["step"] == 60
+    killed = [m for m in store.list("toy") if m["state"] != "done"]
+    assert len(killed) == 1 and killed[0]["state"] == "running"  # kill -9: no chance to say
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_api")
+def test_cancelled_training_saves_a_checkpoint_ends_cancelled_and_frees_the_slot(
+        tiny_base: Path, base_cache: dict[str, Any], tmp_path: Path) -> None:
+    """A real cancellation: the run is executed by a Prefect runner (`train_flow.serve`), the
+    API is asked to cancel, the runner SIGTERMs the run's process."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL
+    from prefect.states import Cancelling
+
+    from tasks.compute.gpu import active_slots
+
+    recipe = write_recipe(tmp_path, checkpoint_every=4, export_gguf=False,
+                          sft={"max_steps": 400, "learning_rate": 0.005})
+    profile = train_profile(tmp_path, base_cache["cache"], recipe=recipe)
+    params = build_params(str(recipe), {"dataset": str(sft_parquet(tmp_path / "toy.parquet")),
+                                        "method": "sft", "bucket": "toy",
+                                        "base_model": str(tiny_base)})
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+           "PYTHONPATH": str(ROOT), "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from flows.train import train_flow; "
+         "train_flow.serve(name='cancel-test', print_starting_message=False)"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        run = None
+        while run is None:
+            try:
+                run = run_deployment("train/cancel-test", timeout=0, parameters={
+                    "params": params.model_dump(), "profile": str(profile)})
+            except Exception:  # noqa: BLE001 - the deployment is not registered yet
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(1)
+        ckpts = tmp_path / "state" / "artifacts" / "checkpoints"
+        deadline = time.monotonic() + 240
+        while not list(ckpts.glob("*/checkpoint-*/trainer_state.json")):
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            time.sleep(0.5)
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(run.id, Cancelling(), force=True)
+            deadline = time.monotonic() + 120
+            while not (state := client.read_flow_run(run.id).state).is_final():
+                assert time.monotonic() < deadline, f"still {state.name} after 120 s"
+                time.sleep(1)
+        assert state.is_cancelled(), state
+        store = ArtifactStore(tmp_path / "state" / "artifacts")
+        (m,) = store.list("toy")
+        assert m["state"] == "cancelled", m
+        last = max(int(p.parent.name.split("-")[1])
+                   for p in ckpts.glob("*/checkpoint-*/trainer_state.json"))
+        assert m["checkpoint"]["step"] == last and 0 < last < 400
+        assert last >= m["step"] - 1  # the step reached at the stop was checkpointed
+        assert active_slots() == 0
+    finally:
+        server.terminate()
+        try:
+            out, _ = server.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            out, _ = server.communicate()
+        print(out[-4000:])  # shown by pytest when the test fails
