@@ -72,12 +72,16 @@ def test_importing_the_project_changes_no_environment_variable_and_the_cli_sets_
             "print(sorted({k for k, _ in set(os.environ.items()) ^ set(before.items())}\n"
             "             - {'_RJEM_MALLOC_CONF'}))\n"  # Polars sets its jemalloc options itself
 
-            "try:\n    flows.cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.splitlines()
+    assert out == ["[]"]
+    # The CLI sets them before it first imports Prefect (whose settings are fixed on import).
+    code = ("import flows.cli\ntry:\n    flows.cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
             "from prefect.settings import get_current_settings as g\n"
             "s = g()\nprint(s.server.ephemeral.startup_timeout_seconds, s.server.analytics_enabled)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout.splitlines()
-    assert out[0] == "[]"
     assert out[-1] == "120 False"
 
 
