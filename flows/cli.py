@@ -231,8 +231,8 @@ def _adapters(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    prefect_env.apply()  # the CLI is a program: it sets its defaults; importing it sets nothing
+def build_parser() -> argparse.ArgumentParser:
+    """The `slm-nightly` command line; docs/generate.py renders docs/reference.md from it."""
     parser = argparse.ArgumentParser(prog="slm-nightly", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the nightly pipeline")
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     gsub = graph.add_subparsers(dest="graph_command", required=True)
     stats = gsub.add_parser("stats", help="node and relationship counts by type")
     query = gsub.add_parser("query", help="run a read-only Cypher query")
-    query.add_argument("cypher")
+    query.add_argument("cypher", help="the query, e.g. \"MATCH (p:Person) RETURN p.name LIMIT 5\"")
     g_snap = gsub.add_parser("snapshot", help="snapshot the embedded graph now")
     g_list = gsub.add_parser("snapshots", help="list the graph snapshots kept")
     g_rest = gsub.add_parser("restore", help="replace the embedded graph with a snapshot "
@@ -258,19 +258,19 @@ def main(argv: list[str] | None = None) -> int:
                             "hold (after a deliberate change)")
     g_comp = gsub.add_parser("compact", help="rewrite the embedded graph's append-only file")
     for p in (stats, query, g_snap, g_list, g_rest, g_acc, g_comp):
-        p.add_argument("--profile", default="local")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--profile", default="local", help="profiles/NAME.toml or a path")
+        p.add_argument("--json", action="store_true", help="print JSON")
     graph.set_defaults(func=_graph)
 
     card = sub.add_parser("scorecard", help="score the training corpus (prints; writes nothing)")
     card.add_argument("--corpus", help="corpus root with the two bucket folders")
     card.add_argument("--floor", type=int, help="clean pairs a bucket needs (default 3000)")
     card.add_argument("--profile", help="take buckets and rule settings from this profile")
-    card.add_argument("--json", action="store_true")
+    card.add_argument("--json", action="store_true", help="print the card as JSON")
     card.set_defaults(func=_scorecard)
 
     tr = sub.add_parser("train", help="train an adapter on a bucket's dataset (ad hoc)")
-    tr.add_argument("--profile", default="local")
+    tr.add_argument("--profile", default="local", help="profiles/NAME.toml or a path")
     tr.add_argument("--bucket", default="engineering-pointsav")
     tr.add_argument("--dataset", help="Parquet (default: the bucket's training-pending marker)")
     tr.add_argument("--method", choices=["sft", "dpo"], help="default: by bucket")
@@ -283,21 +283,25 @@ def main(argv: list[str] | None = None) -> int:
 
     ad = sub.add_parser("adapters", help="the adapter registry")
     asub = ad.add_subparsers(dest="adapters_command", required=True)
-    a_list = asub.add_parser("list")
-    a_list.add_argument("--bucket")
-    a_list.add_argument("--json", action="store_true")
-    a_show = asub.add_parser("show")
-    a_show.add_argument("name")
+    a_list = asub.add_parser("list", help="every adapter, newest first")
+    a_list.add_argument("--bucket", help="only this bucket's adapters")
+    a_list.add_argument("--json", action="store_true", help="print JSON")
+    a_show = asub.add_parser("show", help="one adapter's manifest")
+    a_show.add_argument("name", help="adapter name (slm-nightly adapters list)")
     a_prom = asub.add_parser("promote", help="promote by hand (skips the gate)")
-    a_prom.add_argument("name")
-    a_prom.add_argument("--reason", default="operator decision")
+    a_prom.add_argument("name", help="adapter name (slm-nightly adapters list)")
+    a_prom.add_argument("--reason", default="operator decision", help="recorded in the pointer")
     a_roll = asub.add_parser("rollback", help="back to the previously promoted adapter")
-    a_roll.add_argument("bucket")
+    a_roll.add_argument("bucket", help="e.g. engineering-pointsav")
     for p in (a_list, a_show, a_prom, a_roll):
-        p.add_argument("--profile", default="local")
+        p.add_argument("--profile", default="local", help="profiles/NAME.toml or a path")
     ad.set_defaults(func=_adapters)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    prefect_env.apply()  # the CLI is a program: it sets its defaults; importing it sets nothing
+    args = build_parser().parse_args(argv)
 
     try:
         return int(args.func(args))
