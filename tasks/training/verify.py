@@ -28,7 +28,7 @@ from typing import Any
 
 from tasks.errors import AdapterVerificationError, ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project root: the child runs from it
 STAGE = "STAGE "  # progress lines the child prints, so a crash can be placed
 EXIT_NOT_LOADED = 3
 LOG_TAIL_LINES = 15
