@@ -12,7 +12,7 @@ import time
 
 from _common import phase1_setup, profile, report
 
-from blocks.profile import load_profile
+from tasks.profile import load_profile
 from flows.extract import extract
 from tasks.extraction.documents import scan
 from tasks.extraction.extract import plan, process_batch

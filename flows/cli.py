@@ -17,7 +17,7 @@ from tasks.errors import ConfigError, SlmNightlyError
 def _run(args: argparse.Namespace) -> int:
     from prefect.exceptions import TerminationSignal
 
-    from blocks.profile import load_profile
+    from tasks.profile import load_profile
     from tasks.interrupts import RunStopper, say
     from tasks.summary import render_text
 
@@ -78,7 +78,7 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    from blocks.profile import load_profile
+    from tasks.profile import load_profile
     from tasks.graph import snapshots as snap
 
     cfg = load_profile(args.profile)
@@ -160,7 +160,7 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _scorecard(args: argparse.Namespace) -> int:
-    from blocks.profile import CorpusSettings, load_profile
+    from tasks.profile import CorpusSettings, load_profile
     from tasks.corpus.phase2 import render_card, score_corpus
     from tasks.corpus.scorecard import card_json
 
@@ -177,7 +177,7 @@ def _scorecard(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from blocks.profile import load_profile
+    from tasks.profile import load_profile
     from flows.train import train_flow
     from tasks.training.params import build_params
 
@@ -209,7 +209,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _adapters(args: argparse.Namespace) -> int:
-    from blocks.profile import load_profile
+    from tasks.profile import load_profile
     from tasks.training.registry import ArtifactStore
 
     cfg = load_profile(args.profile)

@@ -15,7 +15,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run as current_run
 
-from blocks.profile import load_profile
+from tasks.profile import load_profile
 from tasks.errors import PhaseFailed
 from tasks.extraction.extract import (
     append_dead_letters,

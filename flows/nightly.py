@@ -21,7 +21,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run as current_run
 
 from blocks.gce import GceCompute, NodePreempted
-from blocks.profile import Profile, load_profile
+from tasks.profile import Profile, load_profile
 from flows.extract import extract
 from flows.reaper import reap
 from flows.scorecard import scorecard

@@ -37,7 +37,7 @@ from prefect.client.schemas.objects import StateType
 from prefect.runtime import flow_run as current_run
 
 from blocks.gce import GceCompute
-from blocks.profile import Profile, load_profile
+from tasks.profile import Profile, load_profile
 from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
 
 ACTIVE = [StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]

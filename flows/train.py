@@ -26,7 +26,7 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run as current_run
 
 from blocks.gce import GceCompute
-from blocks.profile import load_profile
+from tasks.profile import load_profile
 from tasks.compute.gpu import gpu_slot
 from tasks.compute.node import run_on_node
 from tasks.errors import ConfigError

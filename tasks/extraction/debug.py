@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from blocks.profile import Profile
+from tasks.profile import Profile
 from tasks.extraction.chunking import chunk_text
 from tasks.extraction.documents import Document, LoadFailure, load_document
 from tasks.extraction.extract import (

@@ -287,7 +287,7 @@ def meeting(title: str, names: list[str], fault: str = "") -> str:
 def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
     """Floods, unknown fields, think blocks, truncated JSON, 500s and stalls: the graph gets
     only answers within the schema's bounds, and every good record of every file."""
-    from blocks.profile import load_profile
+    from tasks.profile import load_profile
     from tasks.extraction.phase1 import markdown_report
 
     profile, src, store, fake = setup

@@ -319,7 +319,7 @@ def test_bad_zone_config_is_refused() -> None:
 
 
 def test_profile_with_incomplete_gce_section_names_the_missing_fields(tmp_path: Path) -> None:
-    from blocks.profile import load_profile
+    from tasks.profile import load_profile
 
     path = tmp_path / "p.toml"
     path.write_text('[compute]\ntype = "gce"\nzone = "us-central1-a"\nprovisioning = "cheap"\n')

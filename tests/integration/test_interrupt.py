@@ -160,7 +160,7 @@ def summary(tmp: Path) -> dict[str, Any]:
 
 def recorded(tmp: Path) -> tuple[set[str], set[str]]:
     """Documents the graph records as extracted, and as failed."""
-    from blocks.profile import load_profile
+    from tasks.profile import load_profile
 
     with load_profile(str(tmp / "local.toml")).graph.open() as store:
         states = store.document_states()

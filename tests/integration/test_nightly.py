@@ -140,7 +140,7 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
 
 
 def _query(tmp: Path, cypher: str) -> list[dict]:
-    from blocks.profile import load_profile
+    from tasks.profile import load_profile
 
     with load_profile(str(tmp / "local.toml")).graph.open() as store:
         return store.query(cypher)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from blocks.profile import load_profile
+from tasks.profile import load_profile
 from tasks.errors import ConfigError
 from tests.conftest import ROOT
 

@@ -70,7 +70,7 @@ def test_gcp_profile_loads_with_its_saved_graph_block() -> None:
     from pydantic import SecretStr
 
     from blocks.graph import Neo4jGraph
-    from blocks.profile import load_profile
+    from tasks.profile import load_profile
     from tests.conftest import ROOT
 
     Neo4jGraph(uri="neo4j://graph.internal:7687", password=SecretStr("pw-gcp")).save(
