@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: run test lint bench clean-state
+.PHONY: run test lint bench clean-state docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+# docs/reference.md from the code (CLI, profile keys, recipe keys); tests/unit/test_docs.py
+# fails when it is stale.
+docs: $(STAMP)
+	$(PY) docs/generate.py
 
 clean-state:
 	rm -rf .slm-nightly

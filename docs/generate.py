@@ -1,0 +1,408 @@
+"""Writes docs/reference.md from the code: the `slm-nightly` command line (flows/cli.py's
+argparse parser), every profile key (the pydantic models and blocks the profile loader builds)
+and the training recipe keys (the recipe model, plus TRL's and PEFT's help for their fields).
+
+    python docs/generate.py            # rewrite docs/reference.md        (make docs)
+    python docs/generate.py --check    # exit 1 when docs/reference.md is stale
+
+tests/unit/test_docs.py fails when the file differs from what this script renders, so the
+reference cannot drift from the code. Nothing here is hand-written about a key: a missing
+description is fixed in the model's `Field(description=…)`, then the file is regenerated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import sys
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "docs" / "reference.md"
+COMMAND = "make docs"  # or: .venv/bin/python docs/generate.py
+
+if str(ROOT) not in sys.path:  # run as a script from any directory
+    sys.path.insert(0, str(ROOT))
+
+
+# ---------------------------------------------------------------- values and types
+
+
+def _cell(text: str) -> str:
+    """One markdown table cell: no newlines, no bare pipes."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _type_name(tp: Any) -> str:
+    from pydantic import BaseModel, SecretStr
+
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Literal:
+        return " | ".join(f'`"{a}"`' if isinstance(a, str) else f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        name = " or ".join(_type_name(a) for a in rest)
+        return name + (", optional" if len(rest) < len(args) else "")
+    if origin in (list, tuple, set):
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return f"table of {_type_name(args[1])}" if args else "table"
+    if tp is SecretStr:
+        return "secret"
+    if isinstance(tp, type):
+        if issubclass(tp, BaseModel) and _is_block(tp):
+            return f"saved block ({tp.__name__})"
+        if issubclass(tp, BaseModel):
+            return "table"
+        return {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
+                "Path": "path", "PosixPath": "path"}.get(tp.__name__, tp.__name__)
+    return str(tp).replace("typing.", "")
+
+
+def _is_block(tp: type) -> bool:
+    return any(c.__name__ == "Block" and c.__module__.startswith("prefect.")
+               for c in tp.__mro__)
+
+
+def _value(v: Any) -> str:
+    """A default as it is written in TOML/YAML."""
+    from pydantic import BaseModel
+
+    from pydantic import SecretStr
+
+    if v is None or (isinstance(v, SecretStr) and not v.get_secret_value()):
+        return "empty"
+    if isinstance(v, SecretStr):
+        return "(a secret)"
+    if isinstance(v, bool):
+        return f"`{str(v).lower()}`"
+    if isinstance(v, str):
+        return f'`"{v}"`' if v else '`""`'
+    if isinstance(v, list | tuple):
+        return "`[" + ", ".join(_value(x).strip("`") for x in v) + "]`" if v else "`[]`"
+    if isinstance(v, dict):
+        return "`{}`" if not v else "`" + str(v) + "`"
+    if isinstance(v, BaseModel):
+        return "see below"
+    return f"`{v}`"
+
+
+def _limits(field: Any) -> str:
+    words = {"gt": ">", "ge": "≥", "lt": "<", "le": "≤", "min_length": "at least",
+             "max_length": "at most", "pattern": "matches"}
+    out = []
+    for m in field.metadata:
+        for attr, word in words.items():
+            value = getattr(m, attr, None)
+            if value is not None:
+                unit = " item(s)" if attr in ("min_length", "max_length") else ""
+                out.append(f"{word} `{value}`{unit}" if attr == "pattern" else
+                           f"{word} {value}{unit}")
+    return ", ".join(out)
+
+
+def _default(field: Any) -> Any:
+    from pydantic_core import PydanticUndefined
+
+    if field.default_factory is not None:
+        return field.default_factory()
+    return None if field.default is PydanticUndefined else field.default
+
+
+def _required(field: Any) -> bool:
+    return bool(field.is_required())
+
+
+def _model_rows(model: type, prefix: str = "") -> Iterator[tuple[str, list[str], type | None]]:
+    """(key, row cells, nested table model or None) for each public field of a pydantic model."""
+    from pydantic import BaseModel
+
+    for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+        if name.startswith("_"):
+            continue
+        tp = field.annotation
+        nested = tp if isinstance(tp, type) and issubclass(tp, BaseModel) and \
+            not _is_block(tp) else None
+        default = "required" if _required(field) else _value(_default(field))
+        if nested is not None:
+            default = "see the table below"
+        kind = _type_name(tp)
+        limits = _limits(field)
+        desc = field.description or ""
+        yield (prefix + name, [f"`{prefix}{name}`", kind + (f" ({limits})" if limits else ""),
+                               default, desc], nested)
+
+
+def _table(model: type, prefix: str = "", heading: str = "####") -> list[str]:
+    lines = ["| key | type | default | description |", "|---|---|---|---|"]
+    nested: list[tuple[str, type]] = []
+    for key, cells, sub in _model_rows(model, prefix):
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        if sub is not None:
+            nested.append((key, sub))
+    for key, sub in nested:
+        doc = (sub.__doc__ or "").strip().splitlines()
+        lines += ["", f"{heading} Sub-table `{key}` ({sub.__name__})", ""]
+        if doc:
+            lines += [_cell(" ".join(doc)), ""]
+        lines += _table(sub, "", heading)
+    return lines
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def _subcommands(parser: argparse.ArgumentParser
+                 ) -> list[tuple[str, str, argparse.ArgumentParser]]:
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                out.append((name, helps.get(name, ""), sub))
+    return out
+
+
+def _synopsis(prog: str, parser: argparse.ArgumentParser) -> str:
+    parts = [prog]
+    for a in parser._actions:
+        if isinstance(a, argparse._HelpAction | argparse._SubParsersAction):
+            continue
+        if not a.option_strings:
+            name = str(a.metavar or a.dest.upper())
+            parts.append(f"[{name}]" if a.nargs == "?" else name)
+            continue
+        flag = a.option_strings[-1]
+        if a.nargs == 0:
+            parts.append(f"[{flag}]")
+        else:
+            metavar = "{" + ",".join(a.choices) + "}" if a.choices else \
+                (a.metavar or a.dest.upper())
+            parts.append(f"{flag} {metavar}" if a.required else f"[{flag} {metavar}]")
+    return " ".join(parts)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> list[str]:
+    rows = []
+    for a in parser._actions:
+        if isinstance(a, argparse._HelpAction | argparse._SubParsersAction):
+            continue
+        name = ", ".join(f"`{s}`" for s in a.option_strings) or f"`{a.metavar or a.dest.upper()}`"
+        if a.nargs == 0:
+            default = "off"
+        elif a.default is None or a.default is argparse.SUPPRESS:
+            default = "—" if a.option_strings or a.nargs == "?" else "required"
+        else:
+            default = f"`{a.default}`"
+        help_text = a.help or ""
+        if a.choices:
+            help_text += f" (one of: {', '.join(a.choices)})"
+        rows.append(f"| {name} | {_cell(default)} | {_cell(help_text)} |")
+    if not rows:
+        return []
+    return ["| argument | default | what it does |", "|---|---|---|", *rows]
+
+
+def render_cli() -> list[str]:
+    from flows.cli import build_parser
+
+    root = build_parser()
+    lines = ["## The command line: `slm-nightly`", "",
+             _cell(root.description or ""), ""]
+    exit_codes = ("Exit status: 0 when the command (or the run) completed; 1 when it ended "
+                  "otherwise; 2 on a configuration error (the message names the fix). "
+                  "`run` stopped by a signal exits 128 + the signal number.")
+    lines += [exit_codes, ""]
+
+    def walk(prog: str, parser: argparse.ArgumentParser, help_text: str) -> None:
+        subs = _subcommands(parser)
+        if prog != root.prog:
+            lines.extend([f"### `{prog}`", ""])
+            if help_text:
+                lines.extend([_cell(help_text[0].upper() + help_text[1:]) + ".", ""])
+            if not subs:
+                lines.extend(["```", _synopsis(prog, parser), "```", ""])
+            lines.extend([*_arguments(parser), ""])
+        for name, sub_help, sub in subs:
+            walk(f"{prog} {name}", sub, sub_help)
+
+    walk(root.prog, root, "")
+    return lines
+
+
+# ---------------------------------------------------------------- the profile
+
+
+def _profile_module() -> Any:
+    """The profile loader (tasks/profile.py; blocks/profile.py before the move)."""
+    for name in ("tasks.profile", "blocks.profile"):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+    raise ModuleNotFoundError("no profile loader: tasks/profile.py or blocks/profile.py")
+
+
+def _sections(mod: Any) -> list[tuple[str, dict[str, type]]]:
+    """(section, {type value: model}) in the loader's order: block sections by their `type`,
+    then the settings sections (a single model, no `type`)."""
+    from pydantic import BaseModel
+
+    kinds: dict[str, dict[str, type]] = dict(getattr(mod, "SECTIONS", None) or mod._KINDS)
+    hints = typing.get_type_hints(mod.Profile, vars(mod))
+    out = list(kinds.items())
+    for name, tp in hints.items():
+        if name in kinds:
+            continue
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            out.append((name, {"": tp}))
+    return out
+
+
+def render_profile() -> list[str]:
+    mod = _profile_module()
+    lines = ["## Profile keys (`profiles/*.toml`)", "",
+             "A profile is one TOML file: `slm-nightly run --profile NAME` reads "
+             "`profiles/NAME.toml` (or a path). Each section builds one block or settings "
+             "model below; a section with `block = \"NAME\"` loads that saved Prefect block "
+             "instead of the inline keys (secrets then stay in the block). An unknown key or "
+             "section, or a value outside its limits, fails before anything starts, naming "
+             "the key and the fix. The shipped profiles: `profiles/local.toml` (everything on "
+             "this machine) and `profiles/gcp.toml` (the GCE node; see "
+             "[operator-gcp.md](operator-gcp.md)).", ""]
+    top = getattr(mod, "TOP_LEVEL_KEYS", None)
+    if top is not None:
+        lines += ["### Top-level keys", "", *_table(top, "", "####"), ""]
+    for section, kinds in _sections(mod):
+        for kind, model in kinds.items():
+            title = f"[{section}]" + (f" type = \"{kind}\"" if len(kinds) > 1 else "")
+            lines += [f"### `{title}` — {model.__name__}", ""]
+            doc = " ".join((model.__doc__ or "").split())
+            if doc:
+                lines += [_cell(doc), ""]
+            if _is_block(model):
+                lines += [f"Saved block type: `{model.get_block_type_slug()}`"  # type: ignore[attr-defined]
+                          f" (load one with `block = \"NAME\"`).", ""]
+            if len(kinds) > 1 and kind == next(iter(kinds)):
+                lines += [f"`type` may be omitted: `\"{kind}\"` is the default.", ""]
+            lines += _table(model, "", "####") + [""]
+    return lines
+
+
+# ---------------------------------------------------------------- training recipes
+
+
+def _trl_fields() -> dict[str, tuple[str, Any, str]]:
+    """TRL's and PEFT's own config fields: name → (class, default, help)."""
+    out: dict[str, tuple[str, Any, str]] = {}
+    try:
+        from peft import LoraConfig
+        from trl import DPOConfig, SFTConfig
+    except ImportError:  # the training extra is not installed: no TRL section
+        return out
+    for cls in (LoraConfig, DPOConfig, SFTConfig):
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+            out[f.name] = (cls.__name__, default, f.metadata.get("help", ""))
+    return out
+
+
+def _recipe_keys() -> dict[str, list[str]]:
+    """key → the shipped recipes (and method sections) that set it."""
+    import yaml
+
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "recipes").glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for key, value in data.items():
+            if key in ("sft", "dpo") and isinstance(value, dict):
+                for sub in value:
+                    seen.setdefault(sub, []).append(f"{path.stem} ({key})")
+            else:
+                seen.setdefault(key, []).append(path.stem)
+    return seen
+
+
+def _recipe_model() -> type:
+    mod = importlib.import_module("tasks.training.params")
+    for name in ("RECIPE_MODEL", "TrainParams", "ProjectFields", "Recipe"):
+        model = getattr(mod, name, None)
+        if isinstance(model, type):
+            return model
+    raise LookupError("tasks/training/params.py: no recipe model found for the reference")
+
+
+def render_recipes() -> list[str]:
+    model = _recipe_model()
+    lines = ["## Training recipe keys (`recipes/*.yaml`)", "",
+             "A recipe holds the keys both methods share, then an `sft:` and a `dpo:` section "
+             "whose keys apply to that method only; the flow's parameters override the recipe. "
+             "`slm-nightly train --recipe NAME` (or the profile's `[training] recipe`) reads "
+             "`recipes/NAME.yaml`. The shipped recipes: `recipes/local.yaml` (SmolLM2-135M on "
+             "the CPU) and `recipes/production.yaml` (OLMo 3 7B Think, QLoRA on an L4).", "",
+             f"### The project's own fields ({model.__name__}, {model.__module__})", "",
+             _cell(" ".join((model.__doc__ or "").split())), "", *_table(model, "", "####"), ""]
+    own = set(model.model_fields)  # type: ignore[attr-defined]
+    trl = _trl_fields()
+    used = {k: v for k, v in _recipe_keys().items() if k not in own and k != "description"}
+    if used:
+        lines += ["### TRL and PEFT fields the shipped recipes set", "",
+                  "Any field of TRL's `SFTConfig` / `DPOConfig` or PEFT's `LoraConfig` is a "
+                  "recipe key under its own name; these are the ones the shipped recipes set "
+                  "(help text from the installed TRL and PEFT).", "",
+                  "| key | config | library default | set in | help |", "|---|---|---|---|---|"]
+        for key in sorted(used):
+            cls, default, help_text = trl.get(key, ("(unknown)", None, ""))
+            lines.append(f"| `{key}` | {cls} | {_cell(_value(default))} | "
+                         f"{', '.join(used[key])} | {_cell(help_text)} |")
+        lines.append("")
+    return lines
+
+
+# ---------------------------------------------------------------- the file
+
+
+def render() -> str:
+    lines = ["# Reference", "",
+             f"<!-- Generated by docs/generate.py from the code; do not edit by hand. "
+             f"Regenerate: {COMMAND} -->", "",
+             "Generated from the code: the command line from `flows/cli.py`, the profile keys "
+             "from the blocks and settings models the profile loader builds, the recipe keys "
+             f"from the training parameter model. `{COMMAND}` regenerates it; "
+             "`tests/unit/test_docs.py` fails when it is stale.", "",
+             "- [The command line](#the-command-line-slm-nightly)",
+             "- [Profile keys](#profile-keys-profilestoml)",
+             "- [Training recipe keys](#training-recipe-keys-recipesyaml)", ""]
+    lines += render_cli() + render_profile() + render_recipes()
+    text = "\n".join(lines)
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text.rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Generate docs/reference.md from the code.")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
+    args = ap.parse_args(argv)
+    text = render()
+    if args.check:
+        current = REFERENCE.read_text(encoding="utf-8") if REFERENCE.is_file() else ""
+        if current != text:
+            print(f"{REFERENCE.relative_to(ROOT)} is stale — run `{COMMAND}`", file=sys.stderr)
+            return 1
+        return 0
+    REFERENCE.write_text(text, encoding="utf-8")
+    print(f"wrote {REFERENCE.relative_to(ROOT)} ({len(text.splitlines())} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
