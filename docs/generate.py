@@ -72,9 +72,7 @@ def _is_block(tp: type) -> bool:
 
 def _value(v: Any) -> str:
     """A default as it is written in TOML/YAML."""
-    from pydantic import BaseModel
-
-    from pydantic import SecretStr
+    from pydantic import BaseModel, SecretStr
 
     if v is None or (isinstance(v, SecretStr) and not v.get_secret_value()):
         return "empty"
