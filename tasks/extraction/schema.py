@@ -35,8 +35,8 @@ RELATIONSHIP_TYPES: tuple[str, ...] = (
 )
 FALLBACK_RELATIONSHIP = "RELATED_TO"
 # Bump when the prompt, schema or deterministic mapping changes: documents extracted under an
-# older version are re-extracted on the next run.
-PROMPT_VERSION = "p1"
+# older version are re-extracted on the next run. p2: plural labels ("companies") map.
+PROMPT_VERSION = "p2"
 
 _ENTITY_SYNONYMS = {
     "person": "Person", "people": "Person", "individual": "Person", "speaker": "Person",
@@ -70,7 +70,14 @@ def map_entity_type(raw: str) -> str | None:
     if raw in ENTITY_TYPES:
         return raw
     word = re.sub(r"[^a-z]", "", raw.lower())
-    return _ENTITY_SYNONYMS.get(word) or _ENTITY_SYNONYMS.get(word.rstrip("s"))
+    # English plurals: companies → company, places → place, bills → bill (one suffix only:
+    # "ss" is no plural of anything).
+    singulars = [word]
+    if word.endswith("ies"):
+        singulars.append(word[:-3] + "y")
+    if word.endswith("s"):
+        singulars.append(word[:-1])
+    return next((_ENTITY_SYNONYMS[w] for w in singulars if w in _ENTITY_SYNONYMS), None)
 
 
 def map_relationship_type(raw: str) -> tuple[str, bool]:

@@ -1,4 +1,10 @@
-from tasks.extraction.resolve import entity_key, looks_like_person_name, resolve, split_name
+from tasks.extraction.resolve import (
+    entity_key,
+    looks_like_person_name,
+    normalize,
+    resolve,
+    split_name,
+)
 
 
 def test_committee_names_with_and_without_affiliation_are_one_key() -> None:
@@ -37,3 +43,76 @@ def test_participant_roles_are_not_people() -> None:
     assert not looks_like_person_name("Grad A")
     assert not looks_like_person_name("Professor B")
     assert not looks_like_person_name("Project Manager")
+
+
+def test_honorifics_come_off_person_names_only() -> None:
+    assert resolve("Person", "Dr. Pepper") == ("Person:pepper", split_name("Dr. Pepper"))
+    assert split_name("Dr. Pepper").name == "Pepper"
+    for label in ("Product", "Organization"):
+        key, r = resolve(label, "Dr. Pepper")
+        assert (key, r.name) == (f"{label}:dr pepper", "Dr. Pepper")
+    key, r = resolve("Organization", "Senator Hotel MP")
+    assert (key, r.name) == ("Organization:senator hotel mp", "Senator Hotel MP")
+
+
+def test_stacked_honorifics_and_dotless_forms() -> None:
+    assert split_name("The Right Honourable Dr. Jane Roe").name == "Jane Roe"
+    assert split_name("Rt. Hon. Sir Keir Starmer KC MP").name == "Keir Starmer"
+    assert split_name("Mr.Smith").name == "Smith"  # a dotted honorific needs no space
+    assert split_name("Mr Smith").name == "Smith"
+    assert split_name("Mrsmith Jones").name == "Mrsmith Jones"  # no dot, no space: a name
+    assert split_name("Drew Barrymore").name == "Drew Barrymore"
+    assert split_name("Hon").name == "Hon"  # nothing but an honorific: kept as written
+
+
+def test_postnominals_need_capitals_and_a_name_before_them() -> None:
+    assert split_name("Jane Doe M.P.").name == "Jane Doe"
+    assert split_name("Jane Doe PhD").name == "Jane Doe PhD"  # not all capitals
+    assert split_name("Jane Doe PHD OBE").name == "Jane Doe"
+    assert split_name("MP").name == "MP"
+    assert split_name("Ms MP").name == "MP"
+
+
+def test_trailing_parentheses_nest_and_unbalanced_ones_stay() -> None:
+    r = split_name("Jane Roe (Chair (Finance))")
+    assert (r.name, r.affiliation, r.role) == ("Jane Roe", "Chair (Finance)", None)
+    assert split_name("Jane Roe (MP").name == "Jane Roe (MP"
+    r = split_name("Jane Roe MP)")
+    assert (r.name, r.affiliation) == ("Jane Roe MP)", None)
+    r = split_name("(Jane Roe)")
+    assert (r.name, r.affiliation) == ("(Jane Roe)", "Jane Roe")  # nothing before: raw kept
+
+
+def test_a_role_prefix_without_an_honorific_inside_is_an_affiliation() -> None:
+    r = split_name("The Chair (Finance Committee)")
+    assert (r.name, r.affiliation, r.role) == ("The Chair", "Finance Committee", None)
+    r = split_name("The Deputy Speaker (Ms. Carol Hughes (Algoma))")
+    assert (r.name, r.affiliation, r.role) == ("Carol Hughes", "Algoma", "The Deputy Speaker")
+    r = split_name("The Chair (Mr. Joe Bloggs)", person=False)
+    assert (r.name, r.affiliation, r.role) == ("The Chair", "Mr. Joe Bloggs", None)
+
+
+def test_normalize_folds_case_accents_space_and_punctuation() -> None:
+    assert normalize("  Ché   GUEVARA. ") == "che guevara"
+    assert normalize("O'Brien & Sons-Ltd") == "o'brien & sons-ltd"
+    assert normalize("A.B,C") == "a b c"
+    assert normalize("Straße") == "strasse"
+    assert entity_key("Topic", "Budget  2024!") == "Topic:budget 2024"
+
+
+def test_whitespace_and_unicode_forms_are_one_name() -> None:
+    assert split_name("Anita\u00a0 Anand\n").name == "Anita Anand"
+    assert resolve("Person", "ｊａｎｅ roe")[0] == "Person:jane roe"  # NFKC: full-width
+
+
+def test_participant_names_need_two_capitalised_words_unless_something_came_off() -> None:
+    assert looks_like_person_name("Jane Roe")
+    assert looks_like_person_name("Dr. Roe")  # an honorific came off
+    assert looks_like_person_name("Roe (Finance)")  # an affiliation came off
+    assert not looks_like_person_name("Jane")
+    assert not looks_like_person_name("jane roe")
+    assert not looks_like_person_name("Jane R")
+    assert not looks_like_person_name("Industrial Designer")
+    assert not looks_like_person_name("User Interface")
+    assert not looks_like_person_name("Marketing")
+    assert looks_like_person_name("Ann Lee Smith")

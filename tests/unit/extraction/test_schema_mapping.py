@@ -1,0 +1,72 @@
+"""Label mapping: what a model writes as a type becomes a whitelisted label, or nothing.
+
+The expected labels are read off the whitelists' meaning (a company is an Organization), not
+off the synonym tables."""
+
+import pytest
+
+from tasks.extraction.schema import (
+    ENTITY_TYPES,
+    FALLBACK_RELATIONSHIP,
+    RELATIONSHIP_TYPES,
+    map_entity_type,
+    map_relationship_type,
+)
+
+
+@pytest.mark.parametrize("label", ENTITY_TYPES)
+def test_every_whitelisted_entity_label_maps_to_itself(label: str) -> None:
+    assert map_entity_type(label) == label
+    assert map_entity_type(label.lower()) == label
+    assert map_entity_type(label.upper()) == label
+
+
+@pytest.mark.parametrize(("raw", "label"), [
+    ("company", "Organization"), ("companies", "Organization"), ("Companies", "Organization"),
+    ("agencies", "Organization"), ("parties", "Organization"), ("universities", "Organization"),
+    ("organisations", "Organization"), ("ORG", "Organization"), ("teams", "Organization"),
+    ("people", "Person"), ("persons", "Person"), ("speakers", "Person"),
+    ("Ministers", "Person"), ("individual", "Person"),
+    ("cities", "Location"), ("countries", "Location"), ("places", "Location"),
+    ("policies", "Topic"), ("bills", "Topic"), ("laws", "Topic"), ("issues", "Topic"),
+    ("programmes", "Project"), ("initiatives", "Project"),
+    ("decisions", "Decision"), ("motions", "Decision"),
+    ("products", "Product"), ("devices", "Product"),
+    ("meetings", "Event"), ("conferences", "Event"), ("sessions", "Event"),
+    ("Organization!", "Organization"), ("per-son", "Person"), ("  event  ", "Event"),
+])
+def test_synonyms_plurals_and_case_map_onto_the_whitelist(raw: str, label: str) -> None:
+    assert map_entity_type(raw) == label
+
+
+@pytest.mark.parametrize("raw", ["", "s", "ss", "Spaceship", "thing", "business", "class",
+                                 "classes", "sess", "ies", "es"])
+def test_unknown_types_are_rejected(raw: str) -> None:
+    assert map_entity_type(raw) is None
+
+
+@pytest.mark.parametrize("rtype", RELATIONSHIP_TYPES)
+def test_every_whitelisted_relationship_maps_to_itself_without_fallback(rtype: str) -> None:
+    assert map_relationship_type(rtype) == (rtype, False)
+    assert map_relationship_type(rtype.lower().replace("_", " ")) == (rtype, False)
+    assert map_relationship_type(rtype.lower().replace("_", "-")) == (rtype, False)
+
+
+@pytest.mark.parametrize(("raw", "rtype"), [
+    ("EMPLOYED_BY", "WORKS_FOR"), ("works at", "WORKS_FOR"), ("employee-of", "WORKS_FOR"),
+    ("belongs to", "MEMBER_OF"), ("PART_OF_TEAM", "MEMBER_OF"),
+    ("attended", "PARTICIPATED_IN"), ("spoke at", "PARTICIPATED_IN"),
+    ("presented_at", "PARTICIPATED_IN"),
+    ("made decision", "DECIDED"), ("approved", "DECIDED"),
+    ("owned by", "OWNS"), ("has", "OWNS"),
+    ("based in", "LOCATED_IN"), ("in", "LOCATED_IN"), ("subpart of", "PART_OF"),
+    ("  works   for ", "WORKS_FOR"), ("Located-In!", "LOCATED_IN"),
+])
+def test_relationship_synonyms_map_without_counting_a_fallback(raw: str, rtype: str) -> None:
+    assert map_relationship_type(raw) == (rtype, False)
+
+
+@pytest.mark.parametrize("raw", ["", "LIKES", "knows", "mentioned with", "RELATED TO X"])
+def test_unknown_relationships_fall_back_to_related_to_and_say_so(raw: str) -> None:
+    assert FALLBACK_RELATIONSHIP == "RELATED_TO"
+    assert map_relationship_type(raw) == ("RELATED_TO", True)
