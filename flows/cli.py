@@ -17,8 +17,8 @@ from tasks.errors import ConfigError, SlmNightlyError
 def _run(args: argparse.Namespace) -> int:
     from prefect.exceptions import TerminationSignal
 
-    from tasks.profile import load_profile
     from tasks.interrupts import RunStopper, say
+    from tasks.profile import load_profile
     from tasks.summary import render_text
 
     cfg = load_profile(args.profile)  # fail fast, before Prefect starts, on a bad profile
@@ -78,8 +78,8 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    from tasks.profile import load_profile
     from tasks.graph import snapshots as snap
+    from tasks.profile import load_profile
 
     cfg = load_profile(args.profile)
     if args.graph_command in ("snapshots", "restore"):
@@ -160,9 +160,9 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _scorecard(args: argparse.Namespace) -> int:
-    from tasks.profile import CorpusSettings, load_profile
     from tasks.corpus.phase2 import render_card, score_corpus
     from tasks.corpus.scorecard import card_json
+    from tasks.profile import CorpusSettings, load_profile
 
     # Without --profile: the production rules (CLEAN_PAIR_FLOOR = 3000, default buckets).
     settings = load_profile(args.profile).corpus if args.profile else CorpusSettings()
@@ -177,8 +177,8 @@ def _scorecard(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from tasks.profile import load_profile
     from flows.train import train_flow
+    from tasks.profile import load_profile
     from tasks.training.params import build_params
 
     cfg = load_profile(args.profile)

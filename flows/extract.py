@@ -15,7 +15,6 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run as current_run
 
-from tasks.profile import load_profile
 from tasks.errors import PhaseFailed
 from tasks.extraction.extract import (
     append_dead_letters,
@@ -34,6 +33,7 @@ from tasks.extraction.phase1 import (
 )
 from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
 from tasks.graph.store import batched
+from tasks.profile import load_profile
 
 
 @flow(name="extract", log_prints=True)

@@ -21,7 +21,6 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run as current_run
 
 from blocks.gce import GceCompute, NodePreempted
-from tasks.profile import Profile, load_profile
 from flows.extract import extract
 from flows.reaper import reap
 from flows.scorecard import scorecard
@@ -29,6 +28,7 @@ from flows.train import run_for_marker
 from tasks.compute.gpu import LEASE_SECONDS, NIGHTLY_LIMIT, gpu_slot, holders, nightly_slot
 from tasks.compute.node import compute_down, compute_up, inference_down, inference_up, node_usage
 from tasks.errors import PhaseFailed
+from tasks.profile import Profile, load_profile
 from tasks.summary import cost_summary, merge_extraction, new_summary, render_markdown
 from tasks.training.registry import ArtifactStore
 

@@ -37,8 +37,8 @@ from prefect.client.schemas.objects import StateType
 from prefect.runtime import flow_run as current_run
 
 from blocks.gce import GceCompute
-from tasks.profile import Profile, load_profile
 from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
+from tasks.profile import Profile, load_profile
 
 ACTIVE = [StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]
 

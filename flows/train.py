@@ -26,11 +26,11 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run as current_run
 
 from blocks.gce import GceCompute
-from tasks.profile import load_profile
 from tasks.compute.gpu import gpu_slot
 from tasks.compute.node import run_on_node
 from tasks.errors import ConfigError
 from tasks.files import file_sha256
+from tasks.profile import load_profile
 from tasks.training.params import TrainParams, build_params
 from tasks.training.registry import ArtifactStore, gate, now, pack
 from tasks.training.train import (

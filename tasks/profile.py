@@ -4,6 +4,16 @@ names saved blocks to load (production).
     [graph]
     type = "neo4j"
     block = "prod-graph"      # load the saved block 'prod-graph' instead of inline fields
+
+Where things are, from any working directory:
+- a name (`--profile local`) is profiles/NAME.toml in the project (PROFILE_DIR, found from
+  this file, not the working directory); anything ending in .toml or holding a `/` is a path
+  (relative ones to the working directory, like any command-line path);
+- relative paths *inside* a profile (state_dir, [compute] state_dir and model_path, [graph]
+  data_dir, [sources] folders, [corpus] root, [training] artifact_store and model_cache) are
+  relative to the project root (PROJECT_ROOT, the folder that holds profiles/), whichever
+  profile file names them, so a run started from another folder reads and writes the same
+  files. Paths on the GPU node ([compute.vllm]) and saved blocks are taken as they are.
 """
 
 from __future__ import annotations
@@ -24,7 +34,33 @@ from blocks.sources import DocumentSources
 from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
 
-PROFILE_DIR = Path("profiles")
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROFILE_DIR = PROJECT_ROOT / "profiles"
+
+# Inline fields that name a path on this machine, per section (see the module docstring).
+_PATH_FIELDS: dict[str, tuple[str, ...]] = {
+    "compute": ("state_dir", "model_path"),
+    "graph": ("data_dir",),
+    "sources": ("transcripts", "research", "contacts"),
+    "corpus": ("root",),
+    "training": ("artifact_store", "model_cache"),
+}
+
+
+def project_path(value: str) -> str:
+    """`value` as an absolute path: a relative one is taken from the project root."""
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else PROJECT_ROOT / path)
+
+
+def _with_project_paths(section: str, table: dict[str, Any]) -> dict[str, Any]:
+    if "block" in table:  # a saved block keeps the paths it was saved with
+        return table
+    out = dict(table)
+    for key in _PATH_FIELDS.get(section, ()):
+        if isinstance(out.get(key), str) and out[key]:
+            out[key] = project_path(out[key])
+    return out
 
 
 class ExtractionSettings(BaseModel):
@@ -167,7 +203,7 @@ def load_profile(ref: str) -> Profile:
     if not path.is_file():
         known = sorted(p.stem for p in PROFILE_DIR.glob("*.toml")) if PROFILE_DIR.is_dir() else []
         raise ConfigError(f"profile {ref!r}: {path.resolve()} not found — pass a path to a .toml "
-                          f"file or one of {known} (run from the project root)")
+                          f"file or one of {known} (the names in {PROFILE_DIR})")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -176,6 +212,7 @@ def load_profile(ref: str) -> Profile:
                                   "gcs_block"})
     if unknown:
         raise ConfigError(f"profile {path}: unknown section(s) {unknown}")
+    data = {k: _with_project_paths(k, v) if isinstance(v, dict) else v for k, v in data.items()}
     try:
         extraction = ExtractionSettings(**data.get("extraction", {}))
     except ValidationError as e:
@@ -188,7 +225,7 @@ def load_profile(ref: str) -> Profile:
         training = TrainingSettings(**data.get("training", {}))
     except ValidationError as e:
         raise ConfigError(_explain(path, "training", e)) from None
-    state_dir = str(data.get("state_dir", ".slm-nightly"))
+    state_dir = project_path(str(data.get("state_dir", ".slm-nightly")))
     gcs_block = data.get("gcs_block") or None
     if gcs_block is not None and not isinstance(gcs_block, str):
         raise ConfigError(f"profile {path}: gcs_block must be the name of a saved GcsBucket "

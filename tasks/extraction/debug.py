@@ -7,7 +7,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tasks.profile import Profile
 from tasks.extraction.chunking import chunk_text
 from tasks.extraction.documents import Document, LoadFailure, load_document
 from tasks.extraction.extract import (
@@ -20,6 +19,7 @@ from tasks.extraction.extract import (
 )
 from tasks.extraction.schema import SYSTEM_PROMPT
 from tasks.graph.store import GraphBatch, GraphStore
+from tasks.profile import Profile
 
 
 def load(cfg: Profile, path: str | Path) -> Document:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.profile import load_profile
 from tasks.errors import ConfigError
+from tasks.profile import load_profile
 from tests.conftest import ROOT
 
 
@@ -22,7 +22,33 @@ def test_local_profile_builds_every_block() -> None:
     assert p.inference.dialect == "llama.cpp" and p.inference.base_url is None
     assert p.graph.describe().startswith("FalkorDB graph 'slm' (embedded")
     assert set(p.sources.roots()) == {"transcripts", "research", "contacts"}
-    assert p.compute.state_dir == ".slm-nightly"
+    assert p.compute.state_dir == str(ROOT / ".slm-nightly")
+
+
+def test_profiles_resolve_the_same_from_another_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name finds profiles/NAME.toml, and relative paths inside any profile are taken from the
+    project root, wherever the command runs."""
+    monkeypatch.chdir(tmp_path)
+    p = load_profile("local")
+    assert p.path == ROOT / "profiles" / "local.toml"
+    assert p.state_dir == ROOT / ".slm-nightly"
+    assert p.compute.state_dir == str(ROOT / ".slm-nightly")
+    assert p.graph.data_dir == str(ROOT / ".slm-nightly" / "graph")
+    assert p.sources.roots() == {s: ROOT / "examples" / s
+                                 for s in ("transcripts", "research", "contacts")}
+    assert p.corpus.root == str(ROOT / "examples" / "corpus")
+    assert p.training.artifact_store == str(ROOT / ".slm-nightly" / "artifacts")
+    # a profile elsewhere: its relative paths still mean the project's; absolute ones stay
+    other = load_profile(write(tmp_path, f'state_dir = "{tmp_path}/s"\n'
+                                         '[corpus]\nroot = "examples/corpus"\n'
+                                         '[training]\nmodel_cache = "~/models"\n'))
+    assert other.state_dir == tmp_path / "s"
+    assert other.compute.state_dir == str(tmp_path / "s")
+    assert other.corpus.root == str(ROOT / "examples" / "corpus")
+    assert other.training.model_cache == str(Path.home() / "models")
+    with pytest.raises(ConfigError, match="one of \\['gcp', 'local'\\]"):
+        load_profile("nope")
 
 
 @pytest.mark.parametrize(("text", "needles"), [
