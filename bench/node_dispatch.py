@@ -21,7 +21,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from _common import ROOT, report
+from _common import PREFECT, ROOT, prefect_server, report
 
 
 def main() -> None:
@@ -40,7 +40,6 @@ def main() -> None:
     from tasks.compute.inference_server import default_model_path
     from tasks.compute.node import run_on_node
     from tasks.training.params import build_params
-    from tests.conftest import PREFECT, prefect_server
 
     tmp = Path(tempfile.mkdtemp(prefix="node-dispatch-"))
     recipe = tmp / "recipe.yaml"

@@ -12,11 +12,11 @@ import time
 
 from _common import phase1_setup, profile, report
 
-from tasks.profile import load_profile
 from flows.extract import extract
 from tasks.extraction.documents import scan
 from tasks.extraction.extract import plan, process_batch
 from tasks.graph.store import batched
+from tasks.profile import load_profile
 
 N, LATENCY, SLOTS, BATCH = 1000, 1.0, 32, 256
 
