@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ad = sub.add_parser("adapters", help="the adapter registry")
     asub = ad.add_subparsers(dest="adapters_command", required=True)
-    a_list = asub.add_parser("list", help="every adapter, newest first")
+    a_list = asub.add_parser("list", help="every adapter, oldest first")
     a_list.add_argument("--bucket", help="only this bucket's adapters")
     a_list.add_argument("--json", action="store_true", help="print JSON")
     a_show = asub.add_parser("show", help="one adapter's manifest")
