@@ -28,8 +28,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check flows tasks blocks tests bench examples
 	$(VENV)/bin/mypy --ignore-missing-imports flows tasks blocks
 
+# Every bench, one after the other; says which ran, which it skipped (and why: no GPU, say), and
+# fails only when one failed. `make bench BENCH="scorecard_1m rerun_unchanged"` runs those only.
 bench: $(STAMP)
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+	$(PY) bench/run_all.py $(BENCH)
 
 # docs/reference.md from the code (CLI, profile keys, recipe keys); tests/unit/test_docs.py
 # fails when it is stale.
