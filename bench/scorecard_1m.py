@@ -11,8 +11,10 @@ order, the same PII regex, the same blake2b-64 key hash for exact duplicates, th
 MinHashes (word hashes mixed with the next word's, 4 bands of 2) for near-duplicate candidates,
 the same shortlist and exact Jaccard, the same split hash and digest. It runs on the sample
 (the first rows of every file); the Polars card runs on the same sample too, and the two must
-agree: the same count for every rule and the same digest of the clean rows. Each run is a
-process of its own (its peak RSS is its own).
+agree: the same count for every rule but near_duplicate, and near_duplicate within
+NEAR_TOLERANCE. Only the word hash differs (Polars' own vs Python's `hash`), so LSH finds a few
+different candidate pairs; the exact Jaccard decides as in the card. Each run is a process of
+its own (its peak RSS is its own).
 
 Targets (2 cores): Polars ≤ 15 s wall and ≤ 2 GB peak RSS on 1M rows, ≥ 10× the loop's rows/s.
     python bench/scorecard_1m.py [--rows 1000000] [--baseline-rows 50000]
@@ -40,6 +42,7 @@ from _common import ROOT, report
 BUCKETS = {"engineering-pointsav": "sft", "apprenticeship-pointsav": "dpo"}
 FILES_PER_BUCKET = 8
 VOCABULARY = ROOT / "bench" / "data" / "qmsum-words.tsv"
+NEAR_TOLERANCE = 0.02  # of the card's near-duplicate count: what another word hash may shift
 
 
 def vocabulary() -> tuple[list[str], list[int]]:
@@ -346,6 +349,16 @@ def _utf8(raw: bytes) -> str | None:
         return None
 
 
+def agrees(card: dict[str, dict[str, int]], loop: dict[str, dict[str, int]]) -> bool:
+    """Whether the loop found what the card found, bucket by bucket (see NEAR_TOLERANCE)."""
+    for bucket, rules in card.items():
+        for rule, n in rules.items():
+            m = loop[bucket][rule]
+            if m != n and (rule != "near_duplicate" or abs(m - n) > NEAR_TOLERANCE * n):
+                return False
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -381,7 +394,7 @@ def main() -> None:
     found = Counter()
     for rules in fast["rules"].values():
         found.update(rules)
-    agree = (loop["rules"], loop["digest"]) == (fast_sample["rules"], fast_sample["digest"])
+    agree = agrees(fast_sample["rules"], loop["rules"])
     report({"bench": "scorecard_1m", "rows": fast["rows"], "corpus_mb": round(size / 1e6),
             "generate_s": round(gen_s, 1), **made,
             "found": {k: found[k] for k in made["planted"]},
@@ -396,7 +409,8 @@ def main() -> None:
             "speedup_vs_loop": round(fast_rate / loop_rate, 1),
             "speedup_vs_loop_same_rows": round(sample_rate / loop_rate, 1),
             "targets": {"polars_wall_s": "<= 15", "polars_peak_rss_mb": "<= 2048",
-                        "speedup_vs_loop": ">= 10", "loop_agrees_with_polars": "true"}})
+                        "speedup_vs_loop": ">= 10", "loop_agrees_with_polars": "true",
+                        "near_duplicate_tolerance": NEAR_TOLERANCE}})
     if not agree:
         sys.exit("scorecard_1m: the loop and the Polars card disagree on the sample — the "
                  "baseline no longer does the same work; see sample_rules above")
