@@ -11,6 +11,8 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
@@ -48,6 +50,19 @@ def response_format(dialect: Dialect, schema: dict[str, Any]) -> dict[str, Any]:
         return {"type": "json_object", "schema": schema}
     return {"type": "json_schema",
             "json_schema": {"name": "extraction", "schema": schema, "strict": True}}
+
+
+def _retry_after_seconds(value: str) -> float | None:
+    """A Retry-After header's delay: delta-seconds or an HTTP date (RFC 9110 10.2.3)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return (when - datetime.now(UTC)).total_seconds() if when.tzinfo else None
 
 
 # The server is not there (refused, or the connection dropped mid-answer): a node going away,
@@ -111,11 +126,12 @@ class LLMClient:
         self._client = None
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        """Seconds to wait before the next attempt: what a Retry-After header says (seconds or
+        an HTTP date), else exponential backoff with jitter; at most retry_max_seconds."""
         if retry_after:
-            try:
-                return min(float(retry_after), self.retry_max_seconds)
-            except ValueError:
-                pass
+            wait = _retry_after_seconds(retry_after)
+            if wait is not None:
+                return min(max(wait, 0.0), self.retry_max_seconds)
         base = min(self.retry_max_seconds, self.retry_base_seconds * 2**attempt)
         return base * random.uniform(0.5, 1.5)
 

@@ -1,0 +1,197 @@
+"""HTTP errors of the inference endpoint, against a scripted stdlib server on loopback and the
+real client (httpx): a context-length 400 splits the chunk, other 400s fail at once, 429/503
+wait what Retry-After says (capped), then give up with the reason."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from tasks.errors import ChunkTooLong, LLMError
+from tasks.extraction.documents import Document
+from tasks.extraction.extract import extract_document
+from tasks.extraction.llm import LLMClient
+from tasks.extraction.schema import Extraction, json_schema
+
+SCHEMA = json_schema(4, 4)
+# What the servers really answer when a prompt does not fit (vLLM, llama.cpp, llama-cpp-python)
+VLLM_CONTEXT = ('{"object":"error","message":"This model\'s maximum context length is 2048 '
+                'tokens. However, you requested 3000 tokens.","type":"BadRequestError"}')
+LLAMA_CPP_CONTEXT = ('{"error":{"code":400,"message":"the request exceeds the available '
+                     'context size","type":"exceed_context_size_error"}}')
+
+
+def answer(*names: str) -> tuple[int, dict[str, str], str]:
+    content = json.dumps({"entities": [{"name": n, "type": "Person", "description": ""}
+                                       for n in names], "relationships": []})
+    return 200, {}, json.dumps({"choices": [{"message": {"content": content},
+                                             "finish_reason": "stop"}],
+                                "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+
+
+class Scripted:
+    """Answers POSTs from a script of (status, headers, body), the last one repeating, or from
+    `route(user_prompt)` when given; records each request's user prompt and arrival time."""
+
+    def __init__(self, script: list[tuple[int, dict[str, str], str]] | None = None,
+                 route: Any = None) -> None:
+        self.script, self.route = list(script or []), route
+        self.requests: list[tuple[float, str]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                user = body["messages"][1]["content"]
+                outer.requests.append((time.monotonic(), user))
+                if outer.route:
+                    status, headers, text = outer.route(user)
+                else:
+                    status, headers, text = (outer.script.pop(0) if len(outer.script) > 1
+                                             else outer.script[0])
+                data = text.encode()
+                self.send_response(status)
+                for k, v in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Scripted:
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def gaps(self) -> list[float]:
+        times = [t for t, _ in self.requests]
+        return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+def client(url: str, **kw: Any) -> LLMClient:
+    opts = {"max_retries": 2, "retry_base_seconds": 0.001, "retry_max_seconds": 5.0,
+            "timeout_seconds": 10.0, **kw}
+    return LLMClient(url, "m", "vllm", **opts)
+
+
+def call(c: LLMClient, user: str = "text") -> Extraction:
+    async def go() -> Extraction:
+        async with c:
+            return await c.extract("system", user, SCHEMA)
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("body", [VLLM_CONTEXT, LLAMA_CPP_CONTEXT,
+                                  '{"error": "Requested tokens (5000) exceed context window '
+                                  'of 4096"}'])
+def test_a_context_length_400_is_chunk_too_long_at_once(body: str) -> None:
+    with Scripted([(400, {}, body)]) as srv:
+        c = client(srv.url)
+        with pytest.raises(ChunkTooLong, match="endpoint rejected the prompt as too long") as e:
+            call(c)
+    assert len(srv.requests) == 1 and e.value.attempts == 1
+    assert (c.usage.calls, c.usage.retries) == (1, 0)
+
+
+def test_another_400_fails_at_once_with_the_body_and_the_fix() -> None:
+    with Scripted([(400, {}, '{"error": "unknown model m"}')]) as srv:
+        with pytest.raises(LLMError) as e:
+            call(client(srv.url))
+    assert not isinstance(e.value, ChunkTooLong) and len(srv.requests) == 1
+    assert str(e.value) == (f'HTTP 400 from {srv.url}: {{"error": "unknown model m"}} — check '
+                            "the inference block's model and dialect")
+
+
+def test_a_context_400_splits_the_chunk_and_keeps_both_halves() -> None:
+    text = "\n".join(f"Line {i} says something" for i in range(8))
+
+    def route(user: str) -> tuple[int, dict[str, str], str]:
+        if "Line 0" in user and "Line 7" in user:
+            return 400, {}, VLLM_CONTEXT
+        return answer("First Half" if "Line 0" in user else "Second Half")
+
+    doc = Document("transcripts/t.md", "transcripts", "/t.md", "h", text, {"title": "T"})
+    with Scripted(route=route) as srv:
+        async def go() -> Any:
+            c = client(srv.url)
+            async with c:
+                return await extract_document(c, doc, 1000, 0, SCHEMA)
+        outcome = asyncio.run(go())
+    assert outcome.error is None
+    assert sorted(e.name for x in outcome.extraction for e in x.entities) == [
+        "First Half", "Second Half"]
+    halves = sorted(u.split("---\n", 1)[1] for _, u in srv.requests[1:])
+    assert len(srv.requests) == 3
+    # 8 lines of 21 characters: the last line break before the middle (character 87) ends line 2
+    assert halves == ["\n".join(f"Line {i} says something" for i in range(3)),
+                      "\n".join(f"Line {i} says something" for i in range(3, 8))]
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_seconds_is_waited_before_the_next_attempt(status: int) -> None:
+    with Scripted([(status, {"Retry-After": "1"}, "busy"), answer("Ada Lovelace")]) as srv:
+        c = client(srv.url)
+        got = call(c)
+    assert [e.name for e in got.entities] == ["Ada Lovelace"]
+    assert len(srv.requests) == 2 and srv.gaps()[0] >= 1.0  # not the 0.001 s backoff
+    assert (c.usage.calls, c.usage.retries) == (2, 1)
+
+
+@pytest.mark.timeout(60)
+def test_retry_after_is_capped_by_retry_max_seconds() -> None:
+    with Scripted([(429, {"Retry-After": "3600"}, ""), answer("Ada Lovelace")]) as srv:
+        call(client(srv.url, retry_max_seconds=0.5))
+    assert 0.5 <= srv.gaps()[0] < 30
+
+
+def test_retry_after_as_an_http_date_is_waited_too() -> None:
+    when = formatdate(time.time() + 3, usegmt=True)  # whole seconds: waits 2 to 3 s
+    with Scripted([(503, {"Retry-After": when}, ""), answer("Ada Lovelace")]) as srv:
+        call(client(srv.url))
+    assert srv.gaps()[0] >= 1.5
+
+
+def test_an_unreadable_retry_after_falls_back_to_the_backoff() -> None:
+    with Scripted([(503, {"Retry-After": "soon"}, ""), answer("Ada Lovelace")]) as srv:
+        call(client(srv.url))
+    assert len(srv.requests) == 2
+
+
+def test_busy_to_the_end_gives_up_with_the_last_status_and_body() -> None:
+    with Scripted([(429, {"Retry-After": "0"}, "slow down")]) as srv:
+        c = client(srv.url, max_retries=3)
+        with pytest.raises(LLMError) as e:
+            call(c)
+    assert len(srv.requests) == 4 and e.value.attempts == 4 and not e.value.endpoint_down
+    assert str(e.value) == "gave up after 4 attempts: HTTP 429: slow down"
+    assert (c.usage.calls, c.usage.retries) == (4, 3)
+
+
+def test_backoff_values() -> None:
+    c = LLMClient("http://x", "m", retry_base_seconds=1.0, retry_max_seconds=30.0)
+    assert c._backoff(0, "7") == 7.0
+    assert c._backoff(0, "2.5") == 2.5
+    assert c._backoff(0, "0") == 0.0
+    assert c._backoff(0, "100") == 30.0
+    assert c._backoff(0, "-3") == 0.0
+    for attempt, base in [(0, 1.0), (1, 2.0), (3, 8.0), (9, 30.0)]:
+        waits = [c._backoff(attempt, None) for _ in range(200)]
+        assert all(0.5 * base <= w <= 1.5 * base for w in waits)
+        assert max(waits) - min(waits) > 0.2 * base  # jittered, not constant
+    assert 0.5 <= c._backoff(0, "") <= 1.5 and 0.5 <= c._backoff(0, "soon") <= 1.5
