@@ -297,70 +297,90 @@ def render_profile() -> list[str]:
 # ---------------------------------------------------------------- training recipes
 
 
-def _trl_fields() -> dict[str, tuple[str, Any, str]]:
-    """TRL's and PEFT's own config fields: name → (class, default, help)."""
-    out: dict[str, tuple[str, Any, str]] = {}
+def _library_fields() -> dict[str, dict[str, tuple[Any, str]]]:
+    """TRL's and PEFT's own config fields: config class → field → (library default, help)."""
+    out: dict[str, dict[str, tuple[Any, str]]] = {}
     try:
         from peft import LoraConfig
         from trl import DPOConfig, SFTConfig
-    except ImportError:  # the training extra is not installed: no TRL section
+    except ImportError:  # the training extra is not installed: no library help
         return out
-    for cls in (LoraConfig, DPOConfig, SFTConfig):
+    for cls in (LoraConfig, SFTConfig, DPOConfig):
+        fields = out.setdefault(cls.__name__, {})
         for f in dataclasses.fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else (
                 f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-            out[f.name] = (cls.__name__, default, f.metadata.get("help", ""))
+            fields[f.name] = (default, f.metadata.get("help", ""))
     return out
 
 
-def _recipe_keys() -> dict[str, list[str]]:
-    """key → the shipped recipes (and method sections) that set it."""
+def _recipe_keys(sections: tuple[str, ...]) -> dict[tuple[str, str], list[str]]:
+    """(section, key) → the shipped recipes that set it; section "" is the top level."""
     import yaml
 
-    seen: dict[str, list[str]] = {}
+    seen: dict[tuple[str, str], list[str]] = {}
     for path in sorted((ROOT / "recipes").glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         for key, value in data.items():
-            if key in ("sft", "dpo") and isinstance(value, dict):
+            if key in sections and isinstance(value, dict):
                 for sub in value:
-                    seen.setdefault(sub, []).append(f"{path.stem} ({key})")
-            else:
-                seen.setdefault(key, []).append(path.stem)
+                    seen.setdefault((key, sub), []).append(path.stem)
+            elif key not in sections:
+                seen.setdefault(("", key), []).append(path.stem)
     return seen
 
 
-def _recipe_model() -> type:
-    mod = importlib.import_module("tasks.training.params")
-    for name in ("RECIPE_MODEL", "TrainParams", "ProjectFields", "Recipe"):
-        model = getattr(mod, name, None)
-        if isinstance(model, type):
-            return model
-    raise LookupError("tasks/training/params.py: no recipe model found for the reference")
-
-
 def render_recipes() -> list[str]:
-    model = _recipe_model()
+    mod = importlib.import_module("tasks.training.params")
+    model = mod.RECIPE_MODEL
     lines = ["## Training recipe keys (`recipes/*.yaml`)", "",
-             "A recipe holds the keys both methods share, then an `sft:` and a `dpo:` section "
-             "whose keys apply to that method only; the flow's parameters override the recipe. "
+             _cell(" ".join((mod.__doc__ or "").split())), "",
              "`slm-nightly train --recipe NAME` (or the profile's `[training] recipe`) reads "
-             "`recipes/NAME.yaml`. The shipped recipes: `recipes/local.yaml` (SmolLM2-135M on "
+             "`recipes/NAME.yaml`; the shipped recipes are `recipes/local.yaml` (SmolLM2-135M on "
              "the CPU) and `recipes/production.yaml` (OLMo 3 7B Think, QLoRA on an L4).", "",
-             f"### The project's own fields ({model.__name__}, {model.__module__})", "",
+             f"### The project's own keys ({model.__name__})", "",
              _cell(" ".join((model.__doc__ or "").split())), "", *_table(model, "", "####"), ""]
-    own = set(model.model_fields)  # type: ignore[attr-defined]
-    trl = _trl_fields()
-    used = {k: v for k, v in _recipe_keys().items() if k not in own and k != "description"}
-    if used:
-        lines += ["### TRL and PEFT fields the shipped recipes set", "",
-                  "Any field of TRL's `SFTConfig` / `DPOConfig` or PEFT's `LoraConfig` is a "
-                  "recipe key under its own name; these are the ones the shipped recipes set "
-                  "(help text from the installed TRL and PEFT).", "",
-                  "| key | config | library default | set in | help |", "|---|---|---|---|---|"]
-        for key in sorted(used):
-            cls, default, help_text = trl.get(key, ("(unknown)", None, ""))
-            lines.append(f"| `{key}` | {cls} | {_cell(_value(default))} | "
-                         f"{', '.join(used[key])} | {_cell(help_text)} |")
+    own = set(model.model_fields)
+    libs = _library_fields()
+    sections = tuple(getattr(mod, "SECTIONS", ("description", "peft", "sft", "dpo")))
+    defaults = {"": dict(getattr(mod, "TRL_DEFAULTS", {})),
+                "peft": dict(getattr(mod, "PEFT_DEFAULTS", {})),
+                **{m: dict(v) for m, v in getattr(mod, "METHOD_DEFAULTS", {}).items()}}
+    used = {k: v for k, v in _recipe_keys(sections).items()
+            if k[1] not in own and k != ("", "description")}
+    project_defaults = {(sec, key) for sec, d in defaults.items() for key in d}
+    rows = sorted(set(used) | project_defaults, key=lambda k: (k[0] != "", k[0], k[1]))
+    if rows:
+        lines += ["### TRL and PEFT keys", "",
+                  "Every other key is a field of TRL's `SFTConfig` / `DPOConfig` (at the top "
+                  "level for both methods, or under `sft:` / `dpo:` for one), or of PEFT's "
+                  "`LoraConfig` under `peft:`, under its own name. These are the ones the "
+                  "shipped recipes set and the ones the project gives a default of its own; "
+                  "help text from the installed TRL and PEFT.", "",
+                  "| key | config | default | set in | help |", "|---|---|---|---|---|"]
+        for sec, key in rows:
+            cls = "LoraConfig" if sec == "peft" else "DPOConfig" if sec == "dpo" else "SFTConfig"
+            lib_default, help_text = libs.get(cls, {}).get(key, (None, ""))
+            if not help_text and cls == "SFTConfig":  # a DPO-only field at the top level
+                cls = "DPOConfig"
+                lib_default, help_text = libs.get(cls, {}).get(key, (None, ""))
+            mine = defaults.get(sec, {}) if key in defaults.get(sec, {}) else \
+                defaults[""] if sec in ("sft", "dpo") and key in defaults[""] else {}
+            if mine:
+                default = f"{_value(mine[key])} (project; library: {_value(lib_default)})"
+            else:
+                default = _value(lib_default)
+            name = f"{sec}.{key}" if sec else key
+            lines.append(f"| `{name}` | {cls} | {_cell(default)} | "
+                         f"{', '.join(used.get((sec, key), [])) or '—'} | {_cell(help_text)} |")
+        lines.append("")
+    fixed = {**getattr(mod, "FIXED_TRL", {}),
+             **{f"peft.{k}": v for k, v in getattr(mod, "FIXED_PEFT", {}).items()}}
+    if fixed:
+        lines += ["### Keys a recipe may not set", "",
+                  "The code sets these from where the run happens; a recipe that sets one is "
+                  "refused.", "", "| key | set to |", "|---|---|"]
+        lines += [f"| `{k}` | {_cell(v)} |" for k, v in fixed.items()]
         lines.append("")
     return lines
 
