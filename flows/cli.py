@@ -10,23 +10,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tasks import prefect_env
+from tasks import logs, prefect_env
 from tasks.errors import ConfigError, SlmNightlyError
 
 
 def _run(args: argparse.Namespace) -> int:
+    from tasks.profile import load_profile
+
+    cfg = load_profile(args.profile)  # fail fast, before Prefect starts, on a bad profile
+    # Library output (llama.cpp, tqdm, warnings, Prefect's engine lines) goes to the run's log
+    # file unless --verbose: tasks/logs.py.
+    with logs.route(cfg.state_dir, verbose=args.verbose) as log:
+        code = _run_logged(args, cfg, log)
+        print(f"run log: {log.path}", file=log.out)
+        return code
+
+
+def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
     from prefect.exceptions import TerminationSignal
 
     from tasks.interrupts import RunStopper, say
-    from tasks.profile import load_profile
     from tasks.summary import render_text
 
-    cfg = load_profile(args.profile)  # fail fast, before Prefect starts, on a bad profile
     last = cfg.state_dir / "runs" / "last-run.json"
     before = last.stat().st_mtime if last.exists() else None
     print(f"slm-nightly: running the nightly pipeline on profile '{args.profile}' "
           f"(documents: {', '.join(f'{k}={v}' for k, v in cfg.sources.roots().items())})",
-          flush=True)
+          file=log.out, flush=True)
     stopper = RunStopper(cfg)  # Ctrl-C / SIGTERM / SIGHUP: tasks/interrupts.py
     stopper.install()
     stopper.stop_orphans()
@@ -36,7 +46,8 @@ def _run(args: argparse.Namespace) -> int:
             stopper.prefect_server = server
             if server is not None and (rec := server.record()):
                 print(f"slm-nightly: temporary Prefect server at {os.environ['PREFECT_API_URL']} "
-                      f"(pid {rec.pid}; set PREFECT_API_URL to use your own)", flush=True)
+                      f"(pid {rec.pid}; set PREFECT_API_URL to use your own)", file=log.out,
+                      flush=True)
             from flows.nightly import nightly
 
             state = nightly(profile=args.profile, full=args.full, retry_failed=args.retry_failed,
@@ -50,14 +61,14 @@ def _run(args: argparse.Namespace) -> int:
         ended = f"was stopped by {stopper.signal_name}" if stopper.signum else \
             f"ended {state.name if state else 'early'}"
         print(f"run {ended} before writing a summary{': ' + str(state.message) if state else ''}",
-              file=sys.stderr)
+              file=log.err)
     else:
         summary = json.loads(last.read_text())
-        print("\n" + render_text(summary, args.profile))
+        print("\n" + render_text(summary, args.profile), file=log.out)
         if args.summary:
             Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(last, args.summary)
-            print(f"\nsummary JSON: {args.summary}")
+            print(f"\nsummary JSON: {args.summary}", file=log.out)
     if stopper.signum is not None:
         say(f"run stopped by {stopper.signal_name}; stopped: "
             f"{'; '.join(stopper.stopped) or 'nothing (the run had stopped its servers)'}"
@@ -242,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-failed", action="store_true",
                      help="retry unchanged documents that failed before")
     run.add_argument("--phase1-timeout", type=int, default=7200, help="seconds (default 7200)")
+    run.add_argument("--verbose", action="store_true",
+                     help="show library output on the terminal too (llama.cpp logs, progress "
+                     "bars, warnings, Prefect's engine lines); without it they go to the run's "
+                     "log file only, <state_dir>/runs/run-<time>.log")
     run.set_defaults(func=_run)
 
     graph = sub.add_parser("graph", help="inspect the property graph")

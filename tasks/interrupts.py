@@ -24,17 +24,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tasks.logs import say  # to the terminal, also while the run's output goes to its log
 from tasks.processes import ManagedServer
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def say(message: str) -> None:
-    """To stderr, unbuffered: safe inside a signal handler that interrupted a print."""
-    try:
-        os.write(2, f"slm-nightly: {message}\n".encode())
-    except OSError:  # SIGHUP: the terminal is gone
-        pass
 
 
 class RunStopper:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tasks.logs import say as _say  # the terminal, also while a run's output goes to its log
 from tasks.processes import ManagedServer, free_port
 
 DEFAULTS = {
@@ -82,13 +83,6 @@ def temporary_server(state_dir: Path) -> Iterator[ManagedServer | None]:
     # This process read its settings at import. Its UI is off: no "View at" links.
     with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_UI_URL: ""}):
         yield server
-
-
-def _say(message: str) -> None:
-    try:
-        os.write(2, f"slm-nightly: {message}\n".encode())
-    except OSError:  # the terminal is gone
-        pass
 
 
 def _stop(server: ManagedServer) -> None:
