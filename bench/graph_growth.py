@@ -25,6 +25,7 @@ from blocks.graph import FalkorDBGraph
 from tasks.extraction.schema import ENTITY_TYPES, RELATIONSHIP_TYPES
 from tasks.graph import falkordb_server
 from tasks.graph.backends import FalkorDBStore
+from tasks.graph.open import open_graph
 from tasks.graph.store import EntityRow, GraphBatch, RelRow
 
 BASELINE_NIGHTS = 3  # each replay costs ~15 s per night of history
@@ -74,7 +75,7 @@ def main() -> None:
         for night in range(1, args.nights + 1):
             batch = night_batch(night, new_per_night, rels_per_night, known)
             t = time.perf_counter()
-            with block.open() as store:
+            with open_graph(block) as store:
                 opened = time.perf_counter() - t
                 t = time.perf_counter()
                 before = store.stats()
@@ -103,10 +104,10 @@ def main() -> None:
                   f"{len(batch.relationships)} relationships in {upsert_s:.2f} s (entities "
                   f"{len(batch.entities) / entities_s:,.0f}/s), close "
                   f"{close_s:.2f} s", flush=True)
-        with block.open() as store:
+        with open_graph(block) as store:
             final = store.stats()
         t = time.perf_counter()
-        with block.open():
+        with open_graph(block):
             final_open = time.perf_counter() - t
         baseline = run_baseline(tmp / "baseline", new_per_night, rels_per_night, nights)
     finally:

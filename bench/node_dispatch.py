@@ -38,6 +38,7 @@ def main() -> None:
     from flows.scorecard import scorecard
     from flows.train import train_flow
     from tasks.compute.inference_server import default_model_path
+    from tasks.compute.local import LocalNode
     from tasks.compute.node import run_on_node
     from tasks.training.params import build_params
 
@@ -101,7 +102,7 @@ def main() -> None:
                     local_s.append(time.perf_counter() - t)
                     assert m.get("reused") and m["name"] == first["name"]
                     t = time.perf_counter()
-                    row = run_on_node(LocalCompute(), "train/node",
+                    row = run_on_node(LocalNode(LocalCompute()), "train/node",
                                       {"params": params.model_dump(mode="json"),
                                        "profile": str(profile)}, 600, label=f"bench-{i}",
                                       poll_seconds=0.2)

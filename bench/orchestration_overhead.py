@@ -15,6 +15,8 @@ from _common import phase1_setup, profile, report
 from flows.extract import extract
 from tasks.extraction.documents import scan
 from tasks.extraction.extract import plan, process_batch
+from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema, source_roots
+from tasks.graph.open import open_graph
 from tasks.graph.store import batched
 from tasks.profile import load_profile
 
@@ -25,14 +27,14 @@ def plain(prof: str) -> int:
     """Phase 1 without Prefect: the same functions, the same batches."""
     cfg = load_profile(prof)
     ep = cfg.inference
-    client = ep.get_client()
+    client = llm_client(ep)
     calls = 0
-    with cfg.graph.open() as store:
-        docs, failures = scan(cfg.sources.roots(), 10**7)
+    with open_graph(cfg.graph) as store:
+        docs, failures = scan(source_roots(cfg.sources), 10**7)
         work = plan(docs, failures, store.document_states(), ["transcripts"], ep.model, True)
         for b in batched(work.extract, BATCH):
-            rep = process_batch(list(b), store, client, ep.model, ep.chunk_tokens(),
-                                ep.chunk_overlap_tokens, ep.response_schema(),
+            rep = process_batch(list(b), store, client, ep.model, chunk_tokens(ep),
+                                ep.chunk_overlap_tokens, response_schema(ep),
                                 set(work.changed))
             calls += rep.usage.calls
         store.prune_orphans()

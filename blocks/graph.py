@@ -1,16 +1,13 @@
-"""Graph store blocks: embedded FalkorDB (default) and Neo4j (production)."""
+"""Graph store blocks: embedded FalkorDB (default) and Neo4j (production), as configuration.
+Opening the store (starting the embedded server) is tasks/graph/open.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator
-
-from tasks.graph.store import GraphStore
 
 
 class FalkorDBGraph(Block):
@@ -30,53 +27,6 @@ class FalkorDBGraph(Block):
     snapshots_keep: int = Field(
         default=3, ge=0, le=1000, description="Embedded only: graph snapshots kept after each "
         "run (in the artifact store, and GCS when configured); 0 = none.")
-
-    @contextmanager
-    def open(self, progress: Callable[[str], None] | None = None) -> Iterator[GraphStore]:
-        """The store, ready: the embedded server is started (or reused) and has loaded its
-        data. On the way out its append-only file is compacted (if anything was written), and
-        the server is stopped if this call started it."""
-        from tasks.graph import falkordb_server
-        from tasks.graph.backends import FalkorDBStore
-
-        started = False
-        host, port = self.host, self.port
-        pw = self.password.get_secret_value() if self.password else None
-        if host is None:
-            rec, started = falkordb_server.start(Path(self.data_dir), self.port,
-                                                 load_timeout=self.load_timeout_seconds,
-                                                 progress=progress)
-            host, port = "127.0.0.1", rec.port
-        else:  # an existing server may be loading its data too
-            falkordb_server.wait_loaded(host, port or 6379, pw, self.load_timeout_seconds,
-                                        progress, f" ({host}:{port or 6379})")
-        try:
-            store = FalkorDBStore(host, port or 6379, self.graph_name, self.batch_size, pw)
-            with store:
-                store.ensure_schema()
-                yield store
-        finally:
-            if self.host is None:
-                # Also on a server this call reused (one a killed run left up): a rewrite is
-                # safe next to other clients, and skipped when nothing was written — or when
-                # the server is gone (stopped by PID on Ctrl-C).
-                try:
-                    if falkordb_server.running_port(Path(self.data_dir)) is not None:
-                        falkordb_server.compact(port or 6379, self.load_timeout_seconds)
-                except Exception as e:  # noqa: BLE001 - the AOF still holds every write
-                    if progress:
-                        progress(f"FalkorDB: append-only file not compacted ({e}); the next "
-                                 "start replays it")
-                finally:
-                    if started:
-                        falkordb_server.stop(Path(self.data_dir))
-
-    def embedded_port(self) -> int | None:
-        """The port of the embedded server running on `data_dir` now (None: not running, or
-        not embedded)."""
-        from tasks.graph import falkordb_server
-
-        return None if self.host else falkordb_server.running_port(Path(self.data_dir))
 
     def snapshots_to_keep(self) -> int:
         """Snapshots kept after each run: embedded only (0 = none taken)."""
@@ -109,19 +59,6 @@ class Neo4jGraph(Block):
         if v.split("://")[0] not in {"bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc"}:
             raise ValueError("must be a bolt:// or neo4j:// URI, e.g. neo4j://host:7687")
         return v
-
-    @contextmanager
-    def open(self, progress: Callable[[str], None] | None = None) -> Iterator[GraphStore]:
-        from tasks.graph.backends import Neo4jStore
-
-        store = Neo4jStore(self.uri, self.user, self.password.get_secret_value(), self.database,
-                           self.batch_size, self.schema_dialect)
-        with store:
-            store.ensure_schema()
-            yield store
-
-    def embedded_port(self) -> int | None:
-        return None  # never embedded
 
     def snapshots_to_keep(self) -> int:
         return 0  # Neo4j's own backups (neo4j-admin database dump) are the way there

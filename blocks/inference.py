@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from tasks.errors import ConfigError
 
-if TYPE_CHECKING:
-    from tasks.extraction.llm import LLMClient
+def server_root(url: str) -> str:
+    """An OpenAI-compatible server's root URL, which the project joins `/v1/...` and `/health`
+    onto: the OpenAI SDK's way of writing it (`http://host:9080/v1`, with or without a
+    trailing slash) and the plain one (`http://host:9080`) give the same root."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 class InferenceEndpoint(Block):
@@ -21,8 +24,8 @@ class InferenceEndpoint(Block):
 
     base_url: str | None = Field(
         default=None,
-        description="e.g. http://10.0.0.5:9080. Empty: the compute node starts a server and "
-        "provides the URL.",
+        description="e.g. http://10.0.0.5:9080 (http://10.0.0.5:9080/v1, the OpenAI SDK's form, "
+        "means the same). Empty: the compute node starts a server and provides the URL.",
     )
     model: str = Field(default="SmolLM2-135M-Instruct", description="Model name the server serves.")
     api_key: SecretStr | None = Field(default=None, description="Bearer token, if the server wants one.")
@@ -50,7 +53,7 @@ class InferenceEndpoint(Block):
     def _url(cls, v: str | None) -> str | None:
         if v and not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:9080)")
-        return v.rstrip("/") if v else v
+        return server_root(v) if v else v
 
     @model_validator(mode="after")
     def _fits(self) -> InferenceEndpoint:
@@ -60,31 +63,3 @@ class InferenceEndpoint(Block):
                 f"context_tokens ({self.context_tokens}) to leave room for the document"
             )
         return self
-
-    def chunk_tokens(self) -> int:
-        """Document tokens per request: the context minus the answer and the prompt."""
-        from tasks.extraction.extract import prompt_overhead_tokens
-
-        return max(128, self.context_tokens - self.max_output_tokens - prompt_overhead_tokens())
-
-    def response_schema(self) -> dict[str, Any]:
-        """The bounded JSON schema every request asks for."""
-        from tasks.extraction.schema import json_schema
-
-        return json_schema(self.max_entities, self.max_relationships,
-                           max_description=self.max_description_chars)
-
-    def get_client(self, base_url: str | None = None) -> LLMClient:
-        """A client for this endpoint (at `base_url` when the compute node provides it)."""
-        from tasks.extraction.llm import LLMClient
-
-        url = base_url or self.base_url
-        if not url:
-            raise ConfigError("inference: no endpoint — pass base_url, or set base_url in the "
-                              "profile's [inference] (the nightly flow's node starts one)")
-        return LLMClient(
-            base_url=url, model=self.model, dialect=self.dialect,
-            api_key=self.api_key.get_secret_value() if self.api_key else None,
-            max_concurrency=self.max_concurrent_requests,
-            timeout_seconds=self.request_timeout_seconds, max_retries=self.max_retries,
-            retry_base_seconds=self.retry_base_seconds, max_output_tokens=self.max_output_tokens)

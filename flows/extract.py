@@ -22,6 +22,8 @@ from tasks.extraction.extract import (
     plan,
     record_failures,
 )
+from tasks.extraction.inputs import chunk_tokens as chunk_size
+from tasks.extraction.inputs import llm_client, response_schema, source_roots
 from tasks.extraction.llm import Usage
 from tasks.extraction.phase1 import (
     count_documents,
@@ -31,6 +33,7 @@ from tasks.extraction.phase1 import (
     retract_deleted,
     scan_documents,
 )
+from tasks.graph.open import embedded_port, open_graph
 from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
 from tasks.graph.store import batched
 from tasks.profile import load_profile
@@ -50,10 +53,10 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     cfg = load_profile(profile)
     endpoint = cfg.inference
     share = cfg.extraction.max_failed_share if max_failed_share is None else max_failed_share
-    roots = cfg.sources.roots()
-    client = endpoint.get_client(base_url)
-    schema = endpoint.response_schema()
-    chunk_tokens = endpoint.chunk_tokens()
+    roots = source_roots(cfg.sources)
+    client = llm_client(endpoint, base_url)
+    schema = response_schema(endpoint)
+    chunk_tokens = chunk_size(endpoint)
 
     usage = Usage()
     extracted: Counter[str] = Counter()
@@ -65,7 +68,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     run_id = current_run.get_id()
     ledger = Ledger(cfg.state_dir, cfg.graph.describe())
     keep = cfg.graph.snapshots_to_keep()
-    with cfg.graph.open(progress=logger.info) as store:
+    with open_graph(cfg.graph, progress=logger.info) as store:
         check, why = ledger.check(store.stats())
         if check == "damaged" and not full:
             raise GraphDamaged(damage_message(why, profile, cfg.snapshot_root(),
@@ -110,7 +113,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         ledger.record(graph_stats, run_id)
         top = store.top_entities(10)
         location = store.location
-        snapshot = keep_snapshot(cfg.graph.embedded_port(), cfg.snapshot_root(), graph_stats,
+        snapshot = keep_snapshot(embedded_port(cfg.graph), cfg.snapshot_root(), graph_stats,
                                  cfg.graph.describe(), keep, cfg.snapshot_gcs_block(), run_id,
                                  changed=wrote)
         if snapshot and snapshot.get("error"):

@@ -20,14 +20,14 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run as current_run
 
-from blocks.gce import GceCompute, NodePreempted
 from flows.extract import extract
 from flows.reaper import reap
 from flows.scorecard import scorecard
 from flows.train import run_for_marker
 from tasks.compute.gpu import LEASE_SECONDS, NIGHTLY_LIMIT, gpu_slot, holders, nightly_slot
 from tasks.compute.node import compute_down, compute_up, inference_down, inference_up, node_usage
-from tasks.errors import PhaseFailed
+from tasks.compute.protocol import Node
+from tasks.errors import NodePreempted, PhaseFailed
 from tasks.profile import Profile, load_profile
 from tasks.summary import cost_summary, merge_extraction, new_summary, render_markdown
 from tasks.training.registry import ArtifactStore
@@ -38,7 +38,7 @@ NIGHTLY_SLOT_WAIT_SECONDS = 3 * LEASE_SECONDS  # > a dead run's lease + the repo
 def _stop_node_hook(flow: Any, flow_run: Any, state: Any) -> None:
     """Backstop for cancellation and crashes: the `finally` below may not have run."""
     try:
-        load_profile(flow_run.parameters.get("profile", "local")).compute.stop()
+        load_profile(flow_run.parameters.get("profile", "local")).node.stop()
     except Exception as e:  # noqa: BLE001 - a hook must not raise
         print(f"nightly teardown hook could not stop the node: {e}")
 
@@ -69,21 +69,19 @@ def _reap_at_start(cfg: Any, logger: Any) -> dict[str, Any]:
         return {"action": "error", "error": f"{type(e).__name__}: {e}"}
 
 
-def _request_stop(compute: Any, logger: Any) -> None:
+def _request_stop(node: Node, logger: Any) -> None:
     """First thing in `finally`: ask for the stop without waiting, so a cancelled run (30 s of
     grace before SIGKILL) has at least requested it; compute_down then waits for it."""
     try:
-        compute.request_stop_node()
+        node.request_stop()
     except Exception as e:  # noqa: BLE001 - compute_down retries the stop and reports
         logger.warning("stop request failed (compute_down retries): %s", e)
 
 
-def _node_lost(compute: Any) -> NodePreempted | None:
+def _node_lost(node: Node) -> NodePreempted | None:
     """The node went away under phase 1 (spot preemption): what failed is its doing."""
-    if not isinstance(compute, GceCompute):
-        return None
     try:
-        compute.check_running()
+        node.check_running()
     except NodePreempted as e:
         return e
     except Exception:  # noqa: BLE001 - cannot tell: the phase's own outcome stands
@@ -226,31 +224,31 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     summary["reaper"] = _reap_at_start(cfg, logger)
     try:
         with _phase(summary, "compute_up"):
-            summary["node"] = compute_up(cfg.compute)
+            summary["node"] = compute_up(cfg.node)
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
         with gpu_slot():
             with _phase(summary, "inference_up"):
                 adapter = _served_adapter(cfg)
                 summary["serving_adapter"] = str(adapter) if adapter else None
-                base_url = inference_up(cfg.compute, cfg.inference, adapter)
+                base_url = inference_up(cfg.node, cfg.inference, adapter)
             with _phase(summary, "extract"):
                 try:
                     phase1 = extract.with_options(timeout_seconds=phase1_timeout_seconds)(
                         profile=profile, base_url=base_url, full=full,
                         retry_failed=retry_failed, max_failed_share=max_failed_share)
                 except Exception as e:
-                    lost = _node_lost(cfg.compute)
+                    lost = _node_lost(cfg.node)
                     if lost is None:
                         raise
                     if isinstance(e, PhaseFailed):
                         merge_extraction(summary, e.summary)
                     raise lost from e
                 merge_extraction(summary, phase1)
-                lost = _node_lost(cfg.compute)  # documents failed with it: done next run
+                lost = _node_lost(cfg.node)  # documents failed with it: done next run
                 if lost is not None:
                     raise lost
             with _phase(summary, "inference_down"):
-                inference_down(cfg.compute)
+                inference_down(cfg.node)
         if cfg.corpus.root:
             with _phase(summary, "scorecard"):
                 summary["scorecard"] = scorecard(profile=profile)
@@ -266,13 +264,13 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
         try:
             with _phase(summary, "compute_down"):
                 usage = None
-                _request_stop(cfg.compute, logger)
+                _request_stop(cfg.node, logger)
                 try:
-                    usage = compute_down(cfg.compute)
+                    usage = compute_down(cfg.node)
                 except BaseException:
                     # Cancellation can refuse new task runs: stop the node directly.
-                    cfg.compute.stop()
-                    usage = node_usage(cfg.compute, logger)
+                    cfg.node.stop()
+                    usage = node_usage(cfg.node, logger)
                     raise
                 finally:
                     summary["cost"] = cost_summary(usage, summary)

@@ -36,7 +36,6 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 from prefect.runtime import flow_run as current_run
 
-from blocks.gce import GceCompute
 from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
 from tasks.profile import Profile, load_profile
 
@@ -99,26 +98,17 @@ def reap(cfg: Profile, *, exclude: str | None = None, holding_slot: bool = False
     if result["orphaned_runs"]:
         log.warning("reaper: nightly run(s) with no live process: %s", ", ".join(
             f"{r['name']} ({r['id']})" for r in result["orphaned_runs"]))
-    compute = cfg.compute
-    if isinstance(compute, GceCompute):
-        up = compute.running_nodes()
-        result["found"] = up
-        if not up:
-            result["action"] = "none"
-            log.info("reaper: node is stopped; nothing to do")
-            return result
-        result["stopped_zones"] = compute.stop()
-        result["action"] = "stopped"
-        log.warning("reaper: stopped node %s left up (%s) with no nightly run using it",
-                    compute.instance, up)
-        return result
-    if compute.inference_running():
-        compute.stop()
-        result["action"] = "stopped"
-        result["found"] = {"local": "inference server running"}
-        log.warning("reaper: stopped a local inference server left running")
-    else:
+    node = cfg.node
+    up = node.running()
+    result["found"] = up
+    if not up:
         result["action"] = "none"
+        log.info("reaper: node is stopped; nothing to do")
+        return result
+    result["stopped_zones"] = node.stop()
+    result["action"] = "stopped"
+    log.warning("reaper: stopped the node of profile %s left up (%s) with no nightly run "
+                "using it", cfg.name, up)
     return result
 
 

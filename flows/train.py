@@ -25,7 +25,6 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.runtime import flow_run as current_run
 
-from blocks.gce import GceCompute
 from tasks.compute.gpu import gpu_slot
 from tasks.compute.node import run_on_node
 from tasks.errors import ConfigError
@@ -230,7 +229,7 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
             manifest["export"] = export_adapter(peft_dir, hf_dir, out_dir)
             report = verify(base_gguf, out_dir / "adapter.gguf", hf_dir, peft_dir,
                             params.verify_prompts, model_cache,
-                            getattr(cfg.compute, "n_threads", 2))
+                            cfg.node.cpu_threads)
             (out_dir / "verify.json").write_text(json.dumps(report, indent=1))
             manifest["verified"] = True
             files.update(gguf="adapter.gguf", tarball="adapter.tar.gz", verify="verify.json")
@@ -330,10 +329,10 @@ def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
     cfg = load_profile(profile)
     params = build_params(cfg.training.recipe, {
         "dataset": marker["dataset"], "bucket": marker["bucket"], "method": marker["kind"],
-        "base_model": cfg.training.base_model or getattr(cfg.compute, "model_path", None)},
+        "base_model": cfg.training.base_model or cfg.node.base_model},
         where=f"profile {profile} [training]")
     started = time.monotonic()
-    if isinstance(cfg.compute, GceCompute):  # the GPU is on the node: run it there
+    if cfg.node.remote_training:  # the GPU is on the node: run it there
         parameters: dict[str, Any] = {"params": params.model_dump(mode="json"),
                                       "profile": profile, "created_by": "nightly"}
         if cfg.training.gcs_block:  # the node reads the dataset from GCS, not from this disk
@@ -344,7 +343,7 @@ def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
             url = upload_file(cfg.training.gcs_block, dataset, key)
             get_run_logger().info("dataset for the node uploaded to %s", url)
             parameters.update(dataset_gcs_key=key, dataset_sha256=file_sha256(dataset))
-        row = run_on_node(cfg.compute, cfg.training.node_deployment, parameters,
+        row = run_on_node(cfg.node, cfg.training.node_deployment, parameters,
                           timeout_seconds, label=f"train:{marker['bucket']}",
                           pickup_seconds=cfg.training.node_pickup_seconds)
     else:

@@ -50,6 +50,19 @@ class ServerError(SlmNightlyError):
     """A process the project manages (inference server, FalkorDB) failed to start or stop."""
 
 
+class NodeUnavailable(SlmNightlyError):
+    """No zone/provisioning combination could start the GCE node (stockouts)."""
+
+
+class NodePreempted(SlmNightlyError):
+    """The node stopped while the run was using it (spot preemption, or stopped outside the
+    run). Rerun the flow; it starts the node again (possibly in a fallback zone)."""
+
+
+class NodeBootTimeout(ServerError):
+    """The node did not reach RUNNING within boot_timeout_seconds (a stop was requested)."""
+
+
 class PhaseFailed(SlmNightlyError):
     """A pipeline phase ended in failure (e.g. too many documents failed); carries the
     phase's summary so the run summary still reports what was done."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,7 @@ from blocks.gce import GceCompute
 from blocks.graph import FalkorDBGraph, Neo4jGraph
 from blocks.inference import InferenceEndpoint
 from blocks.sources import DocumentSources
+from tasks.compute.protocol import Node, node_for
 from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
 
@@ -151,6 +153,11 @@ class Profile:
     corpus: CorpusSettings
     training: TrainingSettings
     gcs_block: str | None = None  # run records (summaries, scorecards, dead letters) go here
+
+    @cached_property
+    def node(self) -> Node:
+        """The node the compute block describes (tasks/compute/protocol.py): what flows call."""
+        return node_for(self.compute)
 
     def snapshot_root(self) -> Path:
         """The artifact store that keeps graph snapshots (graph-snapshots/<name>/)."""

@@ -1,7 +1,7 @@
 """A local Compute Engine v1 REST server, for driving the real google-cloud-compute client
 (REST transport) without GCP.
 
-Implemented (the subset `blocks.gce.GceCompute` uses):
+Implemented (the subset the GCE node, `tasks.compute.gce.GceNode`, uses):
     GET  /compute/v1/projects/P/zones/Z/instances/I                    instances.get
     POST /compute/v1/projects/P/zones/Z/instances/I/start              instances.start
     POST /compute/v1/projects/P/zones/Z/instances/I/stop               instances.stop
@@ -430,7 +430,7 @@ class FakeComputeEngine:
 
     def _operations(self, zone: str, name: str | None, verb: str | None,
                     query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
-        if name is None:  # list, with the one filter shape GceCompute sends
+        if name is None:  # list, with the one filter shape GceNode sends
             wanted = re.findall(r'operationType\s*=\s*"([^"]+)"', query.get("filter", [""])[0])
             items = [self._op_json(o) for (z, _), o in self.operations.items()
                      if z == zone and (not wanted or o.op_type in wanted)]

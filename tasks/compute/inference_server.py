@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from blocks.inference import server_root
 from tasks.errors import ConfigError, ServerError
 from tasks.processes import ManagedServer, free_port
 
@@ -34,7 +35,7 @@ def default_model_path() -> Path:
 def models_ready(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> bool:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        r = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=timeout)
+        r = httpx.get(f"{server_root(base_url)}/v1/models", headers=headers, timeout=timeout)
     except httpx.HTTPError:
         return False
     return r.status_code == 200 and bool(r.json().get("data"))
@@ -46,6 +47,7 @@ def probe(base_url: str, api_key: str | None = None, timeout: float = 5.0
     "ready", the model ids it lists). /health first (cheap; 200 while the engine lives),
     then /v1/models."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    base_url = server_root(base_url)  # http://host:9080/v1 (the OpenAI SDK's form) too
     try:
         h = httpx.get(f"{base_url}/health", headers=headers, timeout=timeout)
         if h.status_code >= 500:

@@ -1,4 +1,5 @@
-"""Prefect tasks for the compute node's lifecycle: boot, serve, release, stop."""
+"""Prefect tasks for the compute node's lifecycle: boot, serve, release, stop — on any node
+(tasks/compute/protocol.py), and run_on_node for work that must run where the GPU is."""
 
 from __future__ import annotations
 
@@ -10,63 +11,53 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from blocks.compute import LocalCompute
-from blocks.gce import GceCompute, NodePreempted
 from blocks.inference import InferenceEndpoint
-
-Compute = LocalCompute | GceCompute
+from tasks.compute.protocol import Node
+from tasks.errors import NodePreempted
 
 
 @task(name="compute-up", cache_policy=NO_CACHE)
-def compute_up(compute: Compute) -> str:
+def compute_up(node: Node) -> str:
     """Boot the node."""
-    node = compute.start()
-    get_run_logger().info("compute up: %s", node)
-    return node
+    where = node.start()
+    get_run_logger().info("compute up: %s", where)
+    return where
 
 
 @task(name="inference-up", cache_policy=NO_CACHE)
-def inference_up(compute: Compute, endpoint: InferenceEndpoint,
+def inference_up(node: Node, endpoint: InferenceEndpoint,
                  adapter: Path | None = None) -> str:
-    """Start the inference server on the node (with tonight's promoted adapter, if any) and
-    wait until /v1/models answers."""
-    logger = get_run_logger()
-    if isinstance(compute, LocalCompute):
-        url = compute.start_inference(endpoint, adapter)
-    else:
-        if adapter is not None:  # not built: fetching it onto the node and restarting vLLM
-            logger.warning("promoted adapter %s is NOT loaded by the GCE node's vLLM (not built "
-                           "yet; a 7B adapter also needs a 7B server) — set [training] "
-                           "serve_bucket = \"\" to silence this", adapter)
-        url = compute.start_inference(endpoint)
-    logger.info("inference server ready at %s (model %s%s)", url, endpoint.model,
-                f", adapter {adapter}" if adapter and isinstance(compute, LocalCompute) else "")
+    """Start the inference server on the node (with tonight's promoted adapter, if any, where
+    the node loads adapters) and wait until /v1/models answers."""
+    url = node.start_inference(endpoint, adapter)
+    get_run_logger().info("inference server ready at %s (model %s%s)", url, endpoint.model,
+                          f", adapter {adapter}" if adapter and node.loads_adapters else "")
     return url
 
 
 @task(name="inference-down", cache_policy=NO_CACHE)
-def inference_down(compute: Compute) -> bool:
+def inference_down(node: Node) -> bool:
     """Stop the inference server and verify it is gone, so phase 2 has the GPU to itself."""
-    stopped = compute.stop_inference()
-    if compute.inference_running():
+    stopped = node.stop_inference()
+    if node.inference_running():
         raise RuntimeError("inference server still running after stop")
     get_run_logger().info("inference server stopped; accelerator released")
     return stopped
 
 
 @task(name="compute-down", cache_policy=NO_CACHE)
-def compute_down(compute: Compute) -> dict[str, Any] | None:
+def compute_down(node: Node) -> dict[str, Any] | None:
     """Stop the node (always runs, from the flow's `finally`) and return its usage this run
-    (RUNNING time, GPU-hours, estimated cost; see GceCompute.usage), None if unavailable."""
-    compute.stop()
+    (RUNNING time, GPU-hours, estimated cost; see Node.usage), None if unavailable."""
+    node.stop()
     logger = get_run_logger()
     logger.info("compute down")
-    return node_usage(compute, logger)
+    return node_usage(node, logger)
 
 
-def node_usage(compute: Compute, logger: Any) -> dict[str, Any] | None:
+def node_usage(node: Node, logger: Any) -> dict[str, Any] | None:
     try:
-        used = compute.usage()
+        used = node.usage()
     except Exception as e:  # noqa: BLE001 - the node is down; the estimate is a nicety
         logger.warning("node usage unavailable: %s", e)
         return None
@@ -79,7 +70,7 @@ def node_usage(compute: Compute, logger: Any) -> dict[str, Any] | None:
 NODE_RESULT_KEY = "node-result"  # table artifact a node-side flow publishes its result in
 
 
-def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
+def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
                 timeout_seconds: float, *, label: str, poll_seconds: float = 2.0,
                 pickup_seconds: float = 600.0) -> dict[str, Any]:
     """Run a node-side flow on the GCE node through Prefect: `run_deployment` on the
@@ -136,8 +127,7 @@ def run_on_node(compute: Compute, deployment: str, parameters: dict[str, Any],
                         "(`journalctl -u slm-prefect-worker` on the node: PREFECT_API_URL, "
                         f"its API key, the pool name) and `prefect work-pool inspect` for "
                         f"the pool of {deployment}", {})
-                if isinstance(compute, GceCompute):
-                    compute.check_running()  # NodePreempted when the node went away
+                node.check_running()  # NodePreempted when the node went away
                 time.sleep(poll_seconds)
         except BaseException as e:
             _end_node_run(client, child.id, logger, label, e)

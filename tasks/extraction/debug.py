@@ -17,6 +17,7 @@ from tasks.extraction.extract import (
     run_sync,
     user_prompt,
 )
+from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema, source_roots
 from tasks.extraction.schema import SYSTEM_PROMPT
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.profile import Profile
@@ -25,7 +26,7 @@ from tasks.profile import Profile
 def load(cfg: Profile, path: str | Path) -> Document:
     """Load one file of the profile's sources; a file that cannot be loaded raises with why."""
     path = Path(path).resolve()
-    for stream, root in cfg.sources.roots().items():
+    for stream, root in source_roots(cfg.sources).items():
         if path.is_relative_to(root.resolve()):
             item = load_document(stream, root.resolve(), path,
                                  int(cfg.sources.max_document_mb * 1e6))
@@ -33,13 +34,13 @@ def load(cfg: Profile, path: str | Path) -> Document:
                 raise ValueError(f"{item.id}: {item.reason}")
             return item
     raise ValueError(f"{path} is under none of the profile's source folders "
-                     f"{[str(r) for r in cfg.sources.roots().values()]}")
+                     f"{[str(r) for r in source_roots(cfg.sources).values()]}")
 
 
 def prompts(cfg: Profile, doc: Document) -> list[dict[str, str]]:
     """The exact messages each chunk sends."""
     ep = cfg.inference
-    chunks = chunk_text(doc.text, ep.chunk_tokens(), ep.chunk_overlap_tokens) \
+    chunks = chunk_text(doc.text, chunk_tokens(ep), ep.chunk_overlap_tokens) \
         if doc.text.strip() else []
     return [{"system": SYSTEM_PROMPT, "user": user_prompt(doc, c, i + 1, len(chunks))}
             for i, c in enumerate(chunks)]
@@ -48,12 +49,12 @@ def prompts(cfg: Profile, doc: Document) -> list[dict[str, str]]:
 def extract(cfg: Profile, doc: Document, base_url: str) -> tuple[DocOutcome, dict[str, Any]]:
     """Run the document through the endpoint; returns the outcome and the usage."""
     ep = cfg.inference
-    c = ep.get_client(base_url)
+    c = llm_client(ep, base_url)
 
     async def go() -> DocOutcome:
         async with c:
-            return await extract_document(c, doc, ep.chunk_tokens(), ep.chunk_overlap_tokens,
-                                          ep.response_schema())
+            return await extract_document(c, doc, chunk_tokens(ep), ep.chunk_overlap_tokens,
+                                          response_schema(ep))
 
     return run_sync(go()), asdict(c.usage)  # notebooks already run an event loop
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import ValidationError
 
+from blocks.inference import server_root
 from tasks.errors import ChunkTooLong, LLMError
 from tasks.extraction.schema import Extraction, SchemaViolation, parse_answer
 
@@ -115,7 +116,7 @@ class LLMClient:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         limits = httpx.Limits(max_connections=self.max_concurrency,
                               max_keepalive_connections=self.max_concurrency)
-        self._client = httpx.AsyncClient(base_url=self.base_url.rstrip("/"), headers=headers,
+        self._client = httpx.AsyncClient(base_url=server_root(self.base_url), headers=headers,
                                          timeout=self.timeout_seconds, limits=limits)
         self._sem = asyncio.Semaphore(self.max_concurrency)
         return self
@@ -146,7 +147,7 @@ class LLMClient:
     def _transport_error(self, e: Exception) -> str:
         """What went wrong on the wire, naming the URL and the limit (httpx's own message is
         often empty: 'ReadTimeout: ')."""
-        url = f"{self.base_url.rstrip('/')}/v1/chat/completions"
+        url = f"{server_root(self.base_url)}/v1/chat/completions"
         within = f"within {self.timeout_seconds:g} s (request_timeout_seconds)"
         timeouts: dict[type[Exception], str] = {
             httpx.ConnectTimeout: f"could not connect to {url} {within} — is the server up?",

@@ -287,11 +287,12 @@ def meeting(title: str, names: list[str], fault: str = "") -> str:
 def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
     """Floods, unknown fields, think blocks, truncated JSON, 500s and stalls: the graph gets
     only answers within the schema's bounds, and every good record of every file."""
+    from tasks.extraction.inputs import response_schema
     from tasks.extraction.phase1 import markdown_report
     from tasks.profile import load_profile
 
     profile, src, store, fake = setup
-    schema = load_profile(str(profile)).inference.response_schema()
+    schema = response_schema(load_profile(str(profile)).inference)
     max_entities = schema["properties"]["entities"]["maxItems"]
     max_name = schema["properties"]["entities"]["items"]["properties"]["name"]["maxLength"]
     for p in src.rglob("*.*"):

@@ -1,8 +1,10 @@
-"""GceCompute driven through the real google-cloud-compute client (REST transport, service
+"""The GCE node (tasks/compute/gce.py on a GceCompute block) driven through the real
+google-cloud-compute client (REST transport, service
 account credentials) against tests/fake_compute_engine.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -16,10 +18,11 @@ import httpx
 import pytest
 from prefect_gcp import GcpCredentials
 
-from blocks.gce import GceCompute, NodeBootTimeout, NodePreempted, NodeUnavailable
+from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
-from blocks.vllm_node import render_startup_script, vllm_launch_args
-from tasks.errors import ConfigError
+from tasks.compute.gce import GceNode
+from tasks.compute.startup_script import render_startup_script, vllm_launch_args
+from tasks.errors import ConfigError, NodeBootTimeout, NodePreempted, NodeUnavailable
 from tasks.processes import free_port
 from tests.conftest import ROOT
 from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
@@ -40,13 +43,13 @@ def creds(fake: FakeComputeEngine) -> GcpCredentials:
                           project=PROJECT)
 
 
-def gce(fake: FakeComputeEngine, tmp: Path, **kw: Any) -> GceCompute:
+def gce(fake: FakeComputeEngine, tmp: Path, **kw: Any) -> GceNode:
     fields: dict[str, Any] = dict(project=PROJECT, zone="zone-a", instance="node",
                                   api_endpoint=fake.url, gcp_credentials=creds(fake),
                                   state_dir=str(tmp / "state"), poll_seconds=0.1,
                                   boot_timeout_seconds=10, stop_timeout_seconds=10)
     fields.update(kw)
-    return GceCompute(**fields)
+    return GceNode(GceCompute(**fields))
 
 
 def test_start_waits_for_running_and_reads_the_ip(fake: FakeComputeEngine, tmp_path: Path) -> None:
@@ -58,7 +61,10 @@ def test_start_waits_for_running_and_reads_the_ip(fake: FakeComputeEngine, tmp_p
     assert len(fake.seen("start")) == 1 and fake.seen("wait")
     # every call was authenticated with the service account (self-signed JWT or token)
     assert all(c["auth"] and c["auth"].startswith("Bearer ") for c in fake.calls)
-    assert node.check_running().ip == "127.0.0.1"
+    node.check_running()  # RUNNING: no NodePreempted
+    record = json.loads((tmp_path / "state" / "gce-node.json").read_text())
+    assert record["node"] == {"zone": "zone-a", "instance": "node", "ip": "127.0.0.1",
+                              "model": "SPOT"}
 
 
 def test_start_when_already_running_reuses_it(fake: FakeComputeEngine, tmp_path: Path) -> None:
@@ -232,7 +238,7 @@ def test_credentials_stay_out_of_logs_reprs_and_descriptions(
     key = SA["private_key"].splitlines()[1]
     bearer = {c["auth"].split()[1] for c in fake.calls if c["auth"]}
     assert bearer, "the client sent no credentials"
-    text = "\n".join([caplog.text, desc, repr(node), str(node.model_dump()),
+    text = "\n".join([caplog.text, desc, repr(node), str(node.block.model_dump()),
                       *(p.read_text() for p in (tmp_path / "state").glob("*"))])
     for secret in (key, *bearer):
         assert secret not in text

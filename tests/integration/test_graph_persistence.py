@@ -18,6 +18,7 @@ from tasks.files import file_sha256
 from tasks.graph import falkordb_server
 from tasks.graph import snapshots as snap
 from tasks.graph.backends import FalkorDBStore
+from tasks.graph.open import open_graph
 from tasks.graph.store import EntityRow, GraphBatch, RelRow
 from tests.conftest import write_profile
 from tests.fake_openai import FakeOpenAI
@@ -62,7 +63,7 @@ def test_a_graph_that_is_still_loading_is_waited_for_with_progress(
     assert incr_bytes(data) > 1_000_000  # history to replay at the next start
     monkeypatch.setattr(falkordb_server, "PROGRESS_EVERY", 0.0)
     lines: list[str] = []
-    with FalkorDBGraph(data_dir=str(data)).open(progress=lines.append) as store:
+    with open_graph(FalkorDBGraph(data_dir=str(data)), progress=lines.append) as store:
         # before: the first command failed with "Redis is loading the dataset in memory"
         assert store.stats()["nodes"] == {"Document": 50, "Entity": ENTITIES, "Topic": ENTITIES}
     assert any("loading its data" in line for line in lines), lines
@@ -72,21 +73,21 @@ def test_a_load_timeout_names_the_cause_and_the_setting(tmp_path: Path) -> None:
     data = tmp_path / "graph"
     uncompacted_graph(data)
     with pytest.raises(GraphError, match=r"still loading its data.*load_timeout_seconds"):
-        with FalkorDBGraph(data_dir=str(data), load_timeout_seconds=0.001).open():
+        with open_graph(FalkorDBGraph(data_dir=str(data), load_timeout_seconds=0.001)):
             pass
     assert falkordb_server.running_port(data) is None  # the server it started is stopped
 
 
 def test_the_end_of_a_run_compacts_the_append_only_file(tmp_path: Path) -> None:
     data = tmp_path / "graph"
-    with FalkorDBGraph(data_dir=str(data)).open() as store:
+    with open_graph(FalkorDBGraph(data_dir=str(data))) as store:
         grow(store, 500)
     # the history became an RDB base; nothing is left to replay
     assert incr_bytes(data) == 0
     base = next((data / "appendonlydir").glob("*.base.rdb"))
     assert base.read_bytes()[:5] == b"REDIS"
     # a read-only open writes nothing and rewrites nothing
-    with FalkorDBGraph(data_dir=str(data)).open() as store:
+    with open_graph(FalkorDBGraph(data_dir=str(data))) as store:
         assert store.stats()["relationships"] == {"MENTIONED_IN": 500, "RELATED_TO": 499}
     assert next((data / "appendonlydir").glob("*.base.rdb")) == base
 
@@ -104,7 +105,7 @@ def test_a_truncated_append_only_file_is_caught_by_the_ledger(tmp_path: Path) ->
     falkordb_server.stop(data)
     incr = next((data / "appendonlydir").glob("*.incr.aof"))
     incr.write_bytes(incr.read_bytes()[: incr.stat().st_size * 2 // 3])
-    with FalkorDBGraph(data_dir=str(data)).open() as store:
+    with open_graph(FalkorDBGraph(data_dir=str(data))) as store:
         status, why = ledger.check(store.stats())
     assert status == "damaged"
     assert "RELATED_TO" in why or "MENTIONED_IN" in why, why
@@ -147,7 +148,7 @@ def embedded(tmp_path: Path, fake_llm: FakeOpenAI, prefect_api: None):
 
 
 def open_dump(data: Path) -> dict[str, Any]:
-    with FalkorDBGraph(data_dir=str(data)).open() as store:
+    with open_graph(FalkorDBGraph(data_dir=str(data))) as store:
         return dump(store)
 
 
@@ -163,7 +164,7 @@ def test_data_lost_at_rest_stops_the_run_with_the_ways_back(embedded, tmp_path: 
     first = extract(profile=str(profile))
     assert first["graph"]["check"] == "unrecorded"
     good = open_dump(data)
-    with FalkorDBGraph(data_dir=str(data)).open() as store:  # lose the relationships
+    with open_graph(FalkorDBGraph(data_dir=str(data))) as store:  # lose the relationships
         store._write("MATCH ()-[r:RELATED_TO]->() DELETE r")
     (src / "transcripts" / "t2.md").write_text(transcript(["Dee Fox", "Eve Gray"]))
     fake.reset()

@@ -160,9 +160,10 @@ def summary(tmp: Path) -> dict[str, Any]:
 
 def recorded(tmp: Path) -> tuple[set[str], set[str]]:
     """Documents the graph records as extracted, and as failed."""
+    from tasks.graph.open import open_graph
     from tasks.profile import load_profile
 
-    with load_profile(str(tmp / "local.toml")).graph.open() as store:
+    with open_graph(load_profile(str(tmp / "local.toml")).graph) as store:
         states = store.document_states()
     return ({i for i, s in states.items() if s.get("hash")},
             {i for i, s in states.items() if s.get("failed_hash")})

@@ -140,9 +140,10 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
 
 
 def _query(tmp: Path, cypher: str) -> list[dict]:
+    from tasks.graph.open import open_graph
     from tasks.profile import load_profile
 
-    with load_profile(str(tmp / "local.toml")).graph.open() as store:
+    with open_graph(load_profile(str(tmp / "local.toml")).graph) as store:
         return store.query(cypher)
 
 

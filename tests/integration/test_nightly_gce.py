@@ -107,7 +107,7 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
     import threading
     import time
 
-    from blocks.gce import NodePreempted
+    from tasks.errors import NodePreempted
 
     port = free_port()
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from blocks.gce import GceCompute, NodePreempted
+from blocks.gce import GceCompute
 from flows.nightly import nightly
+from tasks.errors import NodePreempted
 from tasks.processes import free_port
 from tasks.training.registry import ArtifactStore
 from tests.conftest import PREFECT, ROOT
@@ -253,15 +254,16 @@ def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
     to look, and the run it submitted is cancelled."""
     from prefect import flow
 
+    from tasks.compute.gce import GceNode
     from tasks.compute.node import run_on_node
     from tasks.errors import PhaseFailed
 
     fake = FakeComputeEngine(PROJECT)  # boots, but starts no worker
     with fake:
         fake.add_instance("zone-a", "node")
-        compute = GceCompute(project=PROJECT, zone="zone-a", instance="node",
-                             api_endpoint=fake.url, gcp_credentials=creds(fake),
-                             poll_seconds=0.1, state_dir=str(tmp_path / "state"))
+        compute = GceNode(GceCompute(project=PROJECT, zone="zone-a", instance="node",
+                                     api_endpoint=fake.url, gcp_credentials=creds(fake),
+                                     poll_seconds=0.1, state_dir=str(tmp_path / "state")))
         compute.start()
 
         @flow

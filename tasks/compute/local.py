@@ -1,0 +1,86 @@
+"""The local node (the node protocol of tasks/compute/protocol.py on a LocalCompute block):
+this machine is the node and llama.cpp's OpenAI-compatible server on 127.0.0.1 stands in for
+vLLM, started and stopped by PID. Nothing to boot, nothing to pay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from blocks.compute import LocalCompute
+from blocks.inference import InferenceEndpoint
+from tasks.compute import inference_server
+
+
+class LocalNode:
+    """This machine as the node."""
+
+    remote_training = False  # training runs in this process
+    loads_adapters = True  # llama.cpp serves the promoted GGUF LoRA adapter
+
+    def __init__(self, block: LocalCompute) -> None:
+        self.block = block
+
+    def __repr__(self) -> str:
+        return f"LocalNode({self.block!r})"
+
+    @property
+    def base_model(self) -> str | None:
+        """The GGUF the server serves when the profile names one (else the default model)."""
+        return self.block.model_path
+
+    @property
+    def cpu_threads(self) -> int:
+        return self.block.n_threads
+
+    @property
+    def _state_dir(self) -> Path:
+        return Path(self.block.state_dir)
+
+    def start(self) -> str:
+        """Boot the node (nothing to do locally). Returns a description for the summary."""
+        self._state_dir.mkdir(parents=True, exist_ok=True)
+        return "local machine"
+
+    def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None) -> str:
+        """Bring the inference server up (with the GGUF LoRA `adapter` when given, checked to
+        load) and wait until it is ready; return its base URL."""
+        if endpoint.base_url:  # an external server: only wait for it
+            key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+            inference_server.wait_ready(endpoint.base_url, endpoint.readiness_timeout_seconds, key)
+            return endpoint.base_url
+        model = Path(self.block.model_path) if self.block.model_path \
+            else inference_server.default_model_path()
+        return inference_server.start_llama_server(
+            self._state_dir, model, endpoint.model, endpoint.context_tokens,
+            self.block.n_threads, endpoint.readiness_timeout_seconds, adapter,
+        )
+
+    def stop_inference(self) -> bool:
+        """Stop the server we started (by PID) and verify it is gone; frees the CPU/GPU."""
+        return inference_server.stop_llama_server(self._state_dir)
+
+    def inference_running(self) -> bool:
+        return inference_server.llama_server_running(self._state_dir)
+
+    def request_stop(self) -> list[str]:
+        """The fast first step of teardown: locally, stop the inference server."""
+        self.stop_inference()
+        return ["local"]
+
+    def stop(self) -> list[str]:
+        """Put the node to sleep: locally, make sure no server is left running. Returns
+        ["local"] when a server was stopped."""
+        return ["local"] if self.stop_inference() else []
+
+    def check_running(self) -> None:
+        """This machine cannot be preempted: nothing to check."""
+
+    def running(self) -> dict[str, str]:
+        """{"local": …} while a server this project started is up (what the reaper stops)."""
+        return {"local": "inference server running"} if self.inference_running() else {}
+
+    def usage(self, since: float | None = None) -> dict[str, Any]:
+        """Same keys as the GCE node's usage: this machine costs nothing per run."""
+        return {"running_seconds": 0.0, "gpu_hours": 0.0, "estimated_usd": 0.0, "zones": {},
+                "note": "local machine: no cost"}

@@ -1,0 +1,42 @@
+"""Where a GCE node start is tried, in order: pure functions of the block's policy (no
+clients), so the order is unit-tested exactly (tests/unit/test_placement.py).
+
+The policy: every zone (primary, then `fallback_zones` in order) with the configured
+provisioning model; then, for a spot policy with `on_demand_fallback`, every zone again
+on-demand. A start stops at the first (zone, model) that comes up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+Provisioning = Literal["spot", "on-demand"]
+MODEL: dict[Provisioning, str] = {"spot": "SPOT", "on-demand": "STANDARD"}  # Compute's names
+
+# Compute's error codes for "no capacity in this zone" (a start operation's errors, or the
+# reason of a refused call); a stockout sends the start on to the next placement.
+STOCKOUT_CODES = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED",
+                            "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+                            "STOCKOUT", "RESOURCE_POOL_EXHAUSTED"})
+STOCKOUT_TEXT = "does not have enough resources"  # the message Compute gives with them
+
+
+def placements(zones: Sequence[str], provisioning: Provisioning,
+               on_demand_fallback: bool) -> list[tuple[str, str]]:
+    """(zone, provisioning model as Compute names it: SPOT | STANDARD) in the order a start
+    tries them."""
+    models = [MODEL[provisioning]]
+    if provisioning == "spot" and on_demand_fallback:
+        models.append(MODEL["on-demand"])
+    return [(zone, model) for model in models for zone in zones]
+
+
+def is_stockout(errors: Iterable[tuple[str, str]]) -> bool:
+    """Whether (code, message) errors of a start say the zone has no capacity."""
+    return any(code in STOCKOUT_CODES or STOCKOUT_TEXT in message for code, message in errors)
+
+
+def provisioning_name(model: str) -> Provisioning:
+    """Compute's provisioning model (SPOT | STANDARD) in the profile's words."""
+    return "spot" if model == "SPOT" else "on-demand"

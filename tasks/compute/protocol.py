@@ -1,0 +1,74 @@
+"""One interface for the node, whatever it is: flows and tasks call these methods and never
+ask which kind of node they hold. `node_for(block)` builds the node for a profile's compute
+block (LocalCompute → LocalNode, GceCompute → GceNode)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from blocks.compute import LocalCompute
+from blocks.gce import GceCompute
+from blocks.inference import InferenceEndpoint
+from tasks.compute.gce import GceNode
+from tasks.compute.local import LocalNode
+from tasks.errors import ConfigError
+
+
+@runtime_checkable
+class Node(Protocol):
+    """Where phase 1's inference server and phase 2's training run."""
+
+    remote_training: bool
+    """True: the GPU is on another machine, and training runs there through the node's
+    deployment (flows/train.py: run_for_marker); False: in this process."""
+    loads_adapters: bool
+    """Whether start_inference serves the promoted LoRA adapter it is given."""
+
+    @property
+    def base_model(self) -> str | None:
+        """The GGUF on this machine that training may use as its base (None: the recipe's)."""
+
+    @property
+    def cpu_threads(self) -> int:
+        """Threads for CPU work on the node (adapter verification)."""
+
+    def start(self) -> str:
+        """Boot the node (or reuse one up); a description for the summary."""
+
+    def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None) -> str:
+        """Bring the inference server up and wait until it serves; its base URL."""
+
+    def stop_inference(self) -> bool:
+        """Stop the inference server and wait until it is gone; whether one was up."""
+
+    def inference_running(self) -> bool:
+        """Whether the inference server answers now."""
+
+    def request_stop(self) -> list[str]:
+        """Ask for the node to stop without waiting (a cancelled run's first step); what was
+        asked (zones)."""
+
+    def stop(self) -> list[str]:
+        """Stop the node and wait until it is down (idempotent); what was stopped."""
+
+    def check_running(self) -> None:
+        """Raise NodePreempted when the node this run started has gone away."""
+
+    def running(self) -> dict[str, str]:
+        """Where → status for every part of the node that is up now (empty: all stopped);
+        the reaper stops a node that is up with no run using it."""
+
+    def usage(self, since: float | None = None) -> dict[str, Any]:
+        """Running seconds, GPU-hours and estimated cost since `since` (default: this run's
+        start): keys running_seconds, gpu_hours, estimated_usd, zones, note."""
+
+
+def node_for(block: LocalCompute | GceCompute) -> Node:
+    """The node a profile's compute block describes."""
+    if isinstance(block, GceCompute):
+        return GceNode(block)
+    if isinstance(block, LocalCompute):
+        return LocalNode(block)
+    raise ConfigError(f"compute: no node for a {type(block).__name__} block — use a "
+                      "LocalCompute or GceCompute block")

@@ -1,0 +1,64 @@
+"""What phase 1 reads and whom it asks, from the profile's blocks: the document folders that
+exist, and the inference endpoint's client, chunk size and response schema. (The blocks hold
+the settings; blocks/sources.py, blocks/inference.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from blocks.inference import InferenceEndpoint
+from blocks.sources import DocumentSources
+from tasks.errors import ConfigError
+from tasks.extraction.extract import prompt_overhead_tokens
+from tasks.extraction.llm import LLMClient
+from tasks.extraction.schema import json_schema
+
+STREAMS = ("transcripts", "research", "contacts")
+
+
+def source_roots(sources: DocumentSources) -> dict[str, Path]:
+    """stream → folder for every configured stream; ConfigError for a folder that does not
+    exist, or when no stream is configured."""
+    out: dict[str, Path] = {}
+    for stream in STREAMS:
+        value = getattr(sources, stream)
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        if not path.is_dir():
+            raise ConfigError(
+                f"sources.{stream}: folder {path.resolve()} does not exist — create it, or "
+                f"fix '{stream}' in the profile / sources block (empty disables the stream)"
+            )
+        out[stream] = path
+    if not out:
+        raise ConfigError("sources: no stream configured — set transcripts, research or contacts")
+    return out
+
+
+def chunk_tokens(endpoint: InferenceEndpoint) -> int:
+    """Document tokens per request: the context minus the answer and the prompt."""
+    return max(128, endpoint.context_tokens - endpoint.max_output_tokens
+               - prompt_overhead_tokens())
+
+
+def response_schema(endpoint: InferenceEndpoint) -> dict[str, Any]:
+    """The bounded JSON schema every request asks for."""
+    return json_schema(endpoint.max_entities, endpoint.max_relationships,
+                       max_description=endpoint.max_description_chars)
+
+
+def llm_client(endpoint: InferenceEndpoint, base_url: str | None = None) -> LLMClient:
+    """A client for this endpoint (at `base_url` when the compute node provides it)."""
+    url = base_url or endpoint.base_url
+    if not url:
+        raise ConfigError("inference: no endpoint — pass base_url, or set base_url in the "
+                          "profile's [inference] (the nightly flow's node starts one)")
+    return LLMClient(
+        base_url=url, model=endpoint.model, dialect=endpoint.dialect,
+        api_key=endpoint.api_key.get_secret_value() if endpoint.api_key else None,
+        max_concurrency=endpoint.max_concurrent_requests,
+        timeout_seconds=endpoint.request_timeout_seconds, max_retries=endpoint.max_retries,
+        retry_base_seconds=endpoint.retry_base_seconds,
+        max_output_tokens=endpoint.max_output_tokens)

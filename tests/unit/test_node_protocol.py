@@ -1,0 +1,57 @@
+"""Both nodes implement the one compute interface (tasks/compute/protocol.py) fully and with
+the same signatures, and the factory builds the node each block describes — so flows never
+ask which kind of node they hold."""
+
+import inspect
+
+import pytest
+
+from blocks.compute import LocalCompute
+from blocks.gce import GceCompute
+from tasks.compute.gce import GceNode
+from tasks.compute.local import LocalNode
+from tasks.compute.protocol import Node, node_for
+from tasks.errors import ConfigError
+
+METHODS = ["start", "start_inference", "stop_inference", "inference_running", "request_stop",
+           "stop", "check_running", "running", "usage"]
+ATTRIBUTES = ["remote_training", "loads_adapters", "base_model", "cpu_threads"]
+
+
+def gce_block() -> GceCompute:
+    return GceCompute(project="p", zone="z", instance="n", state_dir="/nonexistent")
+
+
+def test_the_protocol_is_what_the_issue_names() -> None:
+    members = {n for n in [*dir(Node), *Node.__annotations__] if not n.startswith("_")}
+    assert members == set(METHODS) | set(ATTRIBUTES)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_both_nodes_have_the_protocol_signature(name: str) -> None:
+    want = inspect.signature(getattr(Node, name))
+    assert inspect.signature(getattr(LocalNode, name)) == want
+    assert inspect.signature(getattr(GceNode, name)) == want
+
+
+def test_the_factory_builds_the_node_the_block_describes() -> None:
+    local = node_for(LocalCompute(state_dir="/nonexistent", model_path="/m.gguf", n_threads=3))
+    gce = node_for(gce_block())
+    assert type(local) is LocalNode and type(gce) is GceNode
+    assert isinstance(local, Node) and isinstance(gce, Node)
+    # what the flows ask instead of the node's type
+    assert (local.remote_training, local.loads_adapters, local.base_model, local.cpu_threads) \
+        == (False, True, "/m.gguf", 3)
+    assert (gce.remote_training, gce.loads_adapters, gce.base_model, gce.cpu_threads) \
+        == (True, False, None, 2)
+    with pytest.raises(ConfigError, match="no node for a str block"):
+        node_for("local")  # type: ignore[arg-type]
+
+
+def test_the_local_node_has_nothing_to_preempt_reap_or_pay() -> None:
+    node = LocalNode(LocalCompute(state_dir="/nonexistent"))
+    assert node.check_running() is None
+    assert node.running() == {}  # no server of ours: nothing for the reaper
+    assert node.stop() == []
+    assert node.usage() == {"running_seconds": 0.0, "gpu_hours": 0.0, "estimated_usd": 0.0,
+                            "zones": {}, "note": "local machine: no cost"}
