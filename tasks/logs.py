@@ -29,7 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -86,7 +86,9 @@ def _console_handlers() -> list[logging.StreamHandler[TextIO]]:
 
 
 def _point(handler: logging.StreamHandler[TextIO], stream: TextIO) -> None:
-    handler.setStream(stream)
+    with suppress(OSError):  # SIGHUP: the terminal is gone, its buffer cannot flush
+        handler.flush()
+    handler.stream = stream
     console = getattr(handler, "console", None)  # Prefect's handler prints through rich
     if console is not None:
         console.file = stream
@@ -156,8 +158,6 @@ def route(state_dir: Path, verbose: bool = False) -> Iterator[RunLog]:
     try:
         yield RunLog(path, out, err, verbose=False)
     finally:
-        for s in (log_stream, out, err):
-            s.flush()
         for h, stream in consoles:
             h.removeFilter(own)
             _point(h, stream)
@@ -168,6 +168,7 @@ def route(state_dir: Path, verbose: bool = False) -> Iterator[RunLog]:
         _terminal_err = 2
         root.removeHandler(to_file)
         for s in (out, err, log_stream):
-            s.close()
+            with suppress(OSError):  # SIGHUP: the terminal is gone, its buffer cannot flush
+                s.close()
         for fd in (*saved_fds, file_fd):
             os.close(fd)
