@@ -45,11 +45,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="node-dispatch-"))
     recipe = tmp / "recipe.yaml"
     recipe.write_text(textwrap.dedent("""
-        lora_r: 4
-        lora_alpha: 8
-        lora_dropout: 0.0
-        gradient_checkpointing: false
-        batch_size: 2
+        peft: {r: 4, lora_alpha: 8, lora_dropout: 0.0}
+        activation_checkpointing: false
+        per_device_train_batch_size: 2
         max_length: 96
         max_eval_rows: 2
         export_gguf: false

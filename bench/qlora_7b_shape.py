@@ -23,8 +23,10 @@ import time
 def build(seq: int):  # noqa: ANN201 - torch types only exist when torch imports
     import bitsandbytes as bnb
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
     from transformers import Olmo3Config, Olmo3ForCausalLM
+
+    from tasks.training.params import TrainParams, resolve
 
     cfg = Olmo3Config(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=32, vocab_size=100278,
@@ -53,9 +55,8 @@ def build(seq: int):  # noqa: ANN201 - torch types only exist when torch imports
     model.config.use_cache = False
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
-    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                      "up_proj", "down_proj"])
+    # The production recipe's LoRA (recipes/production.yaml, peft:), as the node trains it.
+    lora = resolve(TrainParams(dataset="", method="sft", recipe="production")).lora_config()
     return get_peft_model(model, lora), cfg
 
 

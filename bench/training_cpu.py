@@ -24,16 +24,19 @@ sys.path.insert(0, str(ROOT))
 
 
 def one(mode: str, steps: int, dataset: Path, hf_dir: Path, work: Path) -> dict:
-    from tasks.training.params import TrainParams
-    from tasks.training.train import Hooks, train
+    from tasks.training.params import TrainParams, resolve
+    from tasks.training.train import Hooks, device_report, load_splits, train
 
-    params = TrainParams(dataset=str(dataset), method="sft", bucket="bench", lora_r=8,
-                         lora_alpha=16, lora_dropout=0.0, max_steps=steps, batch_size=4,
-                         max_length=256, packing=mode == "packed", learning_rate=1e-3,
-                         logging_steps=1, checkpoint_every=10_000, gradient_checkpointing=False,
-                         max_eval_rows=4, load_in_4bit=False, export_gguf=False)
+    recipe = resolve(TrainParams(dataset=str(dataset), method="sft", bucket="bench", overrides={
+        "peft": {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0}, "max_steps": steps,
+        "per_device_train_batch_size": 4, "max_length": 256, "packing": mode == "packed",
+        "learning_rate": 1e-3, "logging_steps": 1, "save_steps": 10_000,
+        "activation_checkpointing": False, "max_eval_rows": 4, "load_in_4bit": False,
+        "export_gguf": False}))
     t = time.perf_counter()
-    r = train(params, hf_dir, work / f"ck-{mode}", work / f"out-{mode}", Hooks())
+    splits = load_splits(dataset, "sft", recipe.project.max_eval_rows)
+    r = train(recipe, splits, device_report(0), hf_dir, work / f"ck-{mode}", work / f"out-{mode}",
+              Hooks())
     tokens = max((h.get("num_tokens", 0) for h in r["history"]), default=0)
     return {"mode": mode, "steps": r["steps"], "train_seconds": r["seconds"],
             "steps_per_s": r["steps_per_second"], "tokens": tokens,

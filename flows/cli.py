@@ -205,7 +205,8 @@ def _train(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {"dataset": dataset, "bucket": bucket, "method": method,
                                  "base_model": args.base_model or cfg.training.base_model
                                  or getattr(cfg.compute, "model_path", None),
-                                 "max_steps": args.max_steps, "lora_r": args.lora_r}
+                                 "max_steps": args.max_steps,
+                                 "peft": {"r": args.lora_r} if args.lora_r is not None else None}
     params = build_params(args.recipe or cfg.training.recipe, overrides)
     state = train_flow(params=params, profile=args.profile, promote=not args.no_promote,
                        created_by="cli", return_state=True)

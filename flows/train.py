@@ -30,7 +30,7 @@ from tasks.compute.node import run_on_node
 from tasks.errors import ConfigError
 from tasks.files import file_sha256
 from tasks.profile import load_profile
-from tasks.training.params import TrainParams, build_params
+from tasks.training.params import TrainParams, build_params, resolve
 from tasks.training.registry import ArtifactStore, gate, now, pack
 from tasks.training.train import (
     Hooks,
@@ -139,20 +139,19 @@ def verify(base_gguf: Path, adapter_gguf: Path, hf_dir: Path, peft_dir: Path, pr
 
 
 @flow(name="train")
-def train_flow(params: TrainParams, profile: str = "local", recipe: str | None = None,
-               promote: bool = True, created_by: str = "ad-hoc", retrain: bool = False,
+def train_flow(params: TrainParams, profile: str = "local", promote: bool = True,
+               created_by: str = "ad-hoc", retrain: bool = False,
                dataset_gcs_key: str | None = None, dataset_sha256: str | None = None
                ) -> dict[str, Any]:
     """Train → export → verify → register → promote (if the gate passes). Returns the manifest.
 
     `dataset_gcs_key`: on the GPU node, fetch the dataset from the profile's GcsBucket (the
-    nightly uploaded it there) instead of reading `params.dataset`, and check its sha256."""
+    nightly uploaded it there) instead of reading `params.dataset`, and check its sha256.
+    The recipe is `params.recipe`, else the profile's `[training] recipe`."""
     logger = get_run_logger()
     cfg = load_profile(profile)
     ts = cfg.training
-    if recipe:  # the recipe fills what the caller did not set
-        explicit = params.model_dump(include=params.model_fields_set)
-        params = build_params(recipe, explicit, where=f"train ({recipe})")
+    recipe = resolve(params, ts.recipe, where=f"train ({params.recipe or ts.recipe})")
     if dataset_gcs_key:
         params = params.model_copy(update={"dataset": str(_fetch_dataset(
             ts.gcs_block, dataset_gcs_key, dataset_sha256, cfg.state_dir))})
@@ -163,8 +162,8 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
         raise ConfigError(f"dataset {dataset}: not found — run the scorecard first (a passing "
                           "bucket's dataset is <state_dir>/datasets/<bucket>/<digest>.parquet)")
     data_digest = file_sha256(dataset)
-    run_digest = params.digest(data_digest)
     bucket = params.bucket or params.method
+    run_digest = recipe.digest(data_digest, bucket)
     done = [m for m in store.list(bucket) if m.get("run_digest") == run_digest
             and m.get("state") == "done"]
     if done and not retrain:  # same data, same parameters: nothing new to learn
@@ -180,8 +179,8 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
     out_dir = store.adapter_dir(name)
     manifest: dict[str, Any] = {
         "version": 1, "name": name, "bucket": bucket, "method": params.method,
-        "base": {"spec": params.base_model or "(served GGUF)"}, "data_digest": data_digest,
-        "run_digest": run_digest, "dataset": str(dataset), "params": params.model_dump(),
+        "base": {"spec": recipe.project.base_model or "(served GGUF)"}, "data_digest": data_digest,
+        "run_digest": run_digest, "dataset": str(dataset), "params": recipe.settings(),
         "state": "queued", "step": 0, "steps": None, "loss": None, "eval_loss": None,
         "message": "", "peak_mib": None, "created": now(), "started": None, "finished": None,
         "created_by": created_by, "flow_run_id": str(current_run.get_id() or ""),
@@ -192,24 +191,26 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
         manifest["state"] = "preparing"
         store.write_manifest(manifest)
         # Everything that can be wrong is checked before the slot is taken and weights load.
-        train_rows, eval_rows = load_splits(dataset, params.method, params.max_eval_rows)
+        # Loaded once: `train` gets these rows, and the device report below.
+        splits = load_splits(dataset, params.method, recipe.project.max_eval_rows)
+        train_rows, eval_rows = splits
         manifest["pairs"] = {"train": len(train_rows), "eval": len(eval_rows)}
-        hf_dir, served_gguf = resolve_base_model(params.base_model, model_cache)
-        base_gguf = Path(params.base_gguf) if params.base_gguf else served_gguf
+        hf_dir, served_gguf = resolve_base_model(recipe.project.base_model, model_cache)
+        base_gguf = Path(recipe.project.base_gguf) if recipe.project.base_gguf else served_gguf
         if base_gguf is not None and not base_gguf.is_file():
             raise ConfigError(f"base_gguf {base_gguf}: not found — fix base_gguf")
         manifest["base"].update(hf_dir=str(hf_dir), gguf=str(base_gguf) if base_gguf else None)
         promoted = store.promoted(bucket)
         promoted_peft = store.adapter_dir(promoted["name"]) / "peft" if promoted else None
         with gpu_slot():
-            manifest["device"] = device_report(params.required_free_gpu_mib)
+            manifest["device"] = device = device_report(recipe.project.required_free_gpu_mib)
             logger.info("training %s: %s on %d pairs (%d held out), device %s", name,
                         params.method, len(train_rows), len(eval_rows),
                         manifest["device"]["device"])
             reporter = _Reporter(store, manifest, bucket)
             # Prefect's own SIGTERM handling stays in place (a cancel is only acked with it):
             # the trainer checkpoints when the termination lands, and it propagates → Cancelled.
-            result = train(params, hf_dir, store.checkpoint_dir(run_digest), out_dir,
+            result = train(recipe, splits, device, hf_dir, store.checkpoint_dir(run_digest), out_dir,
                            Hooks(on_start=reporter.on_start, on_log=reporter.on_log,
                                  on_save=reporter.on_save), promoted_peft)
         # Checkpoints exist to resume an interrupted run; a finished one no longer needs them.
@@ -225,10 +226,10 @@ def train_flow(params: TrainParams, profile: str = "local", recipe: str | None =
                         result["resumed_step"])
         peft_dir = Path(result["peft_dir"])
         files = {"peft": "peft", "losses": "losses.json", "loss_curve": "loss.png"}
-        if params.export_gguf and base_gguf is not None:
+        if recipe.project.export_gguf and base_gguf is not None:
             manifest["export"] = export_adapter(peft_dir, hf_dir, out_dir)
             report = verify(base_gguf, out_dir / "adapter.gguf", hf_dir, peft_dir,
-                            params.verify_prompts, model_cache,
+                            recipe.project.verify_prompts, model_cache,
                             cfg.node.cpu_threads)
             (out_dir / "verify.json").write_text(json.dumps(report, indent=1))
             manifest["verified"] = True

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
+import logging
 import os
 import shutil
 import tempfile
@@ -53,8 +55,14 @@ def hf_from_gguf(gguf_path: Path, cache_dir: Path) -> Path:
     target = Path(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path)}-hf"
     if (target / HF_MARKER).is_file():
         return target
+    from tasks.training.train import quiet_libraries
+
     with _staging_dir(target) as tmp:
-        _dequantize_into(gguf_path, tmp)
+        # transformers draws raw tqdm bars here (one per dequantized tensor, one per shard
+        # written), not behind its progress-bar switch: they go nowhere. Warnings go to
+        # logging (quiet_libraries) and errors propagate as exceptions, so nothing is lost.
+        with quiet_libraries(), contextlib.redirect_stderr(io.StringIO()):
+            _dequantize_into(gguf_path, tmp)
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared by the pipeline's users
         _publish(tmp, target)
     return target
@@ -146,7 +154,15 @@ def _quantize_f32(src: Path, dst: Path) -> None:
     params.ftype = llama_cpp.LLAMA_FTYPE_ALL_F32
     params.allow_requantize = True  # the source is already quantized: dequantizing is the point
     params.nthread = max(1, min(4, os.cpu_count() or 1))
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    # llama.cpp logs one line per tensor (272 for SmolLM2) through llama-cpp-python's callback,
+    # which prints whatever its logger's level lets through: keep errors only while converting.
+    llama_logger = logging.getLogger("llama-cpp-python")
+    level = llama_logger.level
+    llama_logger.setLevel(logging.ERROR)
+    try:
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    finally:
+        llama_logger.setLevel(level)
     if rc != 0 or not dst.is_file() or dst.stat().st_size == 0:
         raise ConfigError(f"llama.cpp could not write an F32 copy of {src} (return code {rc}) — "
                           "check the file loads with llama.cpp and that the cache folder "

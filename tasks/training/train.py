@@ -1,8 +1,9 @@
 """QLoRA / LoRA training with TRL: SFT on engineering tuples, DPO on apprenticeship pairs.
 
 Plain functions (no Prefect): the flow in flows/train.py wraps them with the `gpu` slot,
-reporting and the registry. Heavy imports (torch, transformers, trl) happen inside the
-functions so that importing this module, and a bad parameter, cost nothing.
+reporting and the registry. The flow loads the dataset and checks the device once, before it
+takes the slot, and hands both to `train`. Heavy imports (torch, transformers, trl) happen
+inside the functions so that importing this module, and a bad parameter, cost nothing.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import math
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, SlmNightlyError
-from tasks.training.params import TrainParams
+from tasks.training.params import Recipe
 
 
 class TrainingError(SlmNightlyError):
@@ -121,12 +123,15 @@ def load_splits(dataset: Path, method: str, max_eval_rows: int
 
 # --- model --------------------------------------------------------------------------------------
 
-def load_model(params: TrainParams, hf_dir: Path, cuda: bool) -> tuple[Any, Any]:
+def load_model(recipe: Recipe, hf_dir: Path, cuda: bool) -> tuple[Any, Any]:
+    """The base model (NF4 when `load_in_4bit`) with the recipe's LoRA attached, and its
+    tokenizer."""
     import torch
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from peft import get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-    four_bit = cuda if params.load_in_4bit is None else params.load_in_4bit
+    load_in_4bit = recipe.project.load_in_4bit
+    four_bit = cuda if load_in_4bit is None else load_in_4bit
     dtype = (torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else
              torch.float16 if cuda else torch.float32)
     kwargs: dict[str, Any] = {"dtype": dtype}
@@ -140,15 +145,14 @@ def load_model(params: TrainParams, hf_dir: Path, cuda: bool) -> tuple[Any, Any]
     model = AutoModelForCausalLM.from_pretrained(hf_dir, **kwargs)
     if four_bit:
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=params.gradient_checkpointing)
+            model, use_gradient_checkpointing=bool(recipe.trl["activation_checkpointing"]))
+    lora = recipe.lora_config()
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
-    unknown = sorted(set(params.target_modules) - names)
-    if unknown:
-        raise ConfigError(f"target_modules {unknown} not found in {hf_dir.name} — its linear "
-                          f"layers include {sorted(n for n in names if n.endswith('_proj'))}")
-    lora = LoraConfig(r=params.lora_r, lora_alpha=params.lora_alpha,
-                      lora_dropout=params.lora_dropout, target_modules=params.target_modules,
-                      task_type="CAUSAL_LM")
+    targets = lora.target_modules
+    unknown = sorted(set([targets] if isinstance(targets, str) else targets or []) - names)
+    if unknown and not isinstance(targets, str):  # a string is a regex: PEFT checks it
+        raise ConfigError(f"peft: target_modules {unknown} not found in {hf_dir.name} — its "
+                          f"linear layers include {sorted(n for n in names if n.endswith('_proj'))}")
     return get_peft_model(model, lora), tok
 
 
@@ -245,41 +249,61 @@ def peak_memory_mib(cuda: bool) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
 
 
-def _trainer(params: TrainParams, model: Any, tok: Any, train_rows: list[dict[str, Any]],
+def _trainer(recipe: Recipe, model: Any, tok: Any, train_rows: list[dict[str, Any]],
              eval_rows: list[dict[str, Any]], ckpt_dir: Path, cuda: bool,
              callbacks: list[Any]) -> Any:
     from datasets import Dataset
 
-    common: dict[str, Any] = dict(
-        output_dir=str(ckpt_dir), max_steps=params.max_steps, num_train_epochs=params.epochs,
-        learning_rate=params.learning_rate, per_device_train_batch_size=params.batch_size,
-        per_device_eval_batch_size=params.batch_size,
-        gradient_accumulation_steps=params.gradient_accumulation,
-        gradient_checkpointing=params.gradient_checkpointing, warmup_steps=params.warmup_steps,
-        logging_steps=params.logging_steps, save_strategy="steps",
-        save_steps=params.checkpoint_every, save_total_limit=2,
-        eval_strategy="steps" if params.eval_steps else "no",
-        eval_steps=params.eval_steps or None, report_to=[], disable_tqdm=True,
-        seed=params.seed, use_cpu=not cuda, bf16=cuda and _bf16(), max_length=params.max_length,
-        dataloader_num_workers=0,
-    )
+    args = recipe.trl_config(ckpt_dir, cuda, bf16=_bf16())
     train_ds, eval_ds = Dataset.from_list(train_rows), Dataset.from_list(eval_rows)
-    if params.method == "sft":
-        from trl import SFTConfig, SFTTrainer
+    if recipe.method == "sft":
+        from trl import SFTTrainer
 
-        extra: dict[str, Any] = {"packing_strategy": "bfd"} if params.packing else {}
-        sft = SFTConfig(**common, packing=params.packing, completion_only_loss=True, **extra)
-        return SFTTrainer(model=model, args=sft, train_dataset=train_ds, eval_dataset=eval_ds,
+        return SFTTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                           processing_class=tok, callbacks=callbacks)
-    from trl import DPOConfig, DPOTrainer
+    from trl import DPOTrainer
 
-    dpo = DPOConfig(**common, beta=params.dpo_beta)
-    return DPOTrainer(model=model, ref_model=None, args=dpo, train_dataset=train_ds,
+    return DPOTrainer(model=model, ref_model=None, args=args, train_dataset=train_ds,
                       eval_dataset=eval_ds, processing_class=tok, callbacks=callbacks)
 
 
+@contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """While training: no progress bars from datasets/transformers/huggingface_hub (the flow
+    logs step, loss and peak memory itself), and Python warnings into logging (`py.warnings`)
+    rather than printed — unless someone (the CLI's run log) already routes them."""
+    import logging
+    import warnings
+
+    import datasets
+    import huggingface_hub.utils as hub_utils
+    from transformers.utils import logging as hf_logging
+
+    bars = [(datasets.is_progress_bar_enabled(), datasets.enable_progress_bars,
+             datasets.disable_progress_bars),
+            (hf_logging.is_progress_bar_enabled(), hf_logging.enable_progress_bar,
+             hf_logging.disable_progress_bar),
+            (not hub_utils.are_progress_bars_disabled(), hub_utils.enable_progress_bars,
+             hub_utils.disable_progress_bars)]
+    capture = getattr(warnings.showwarning, "__module__", "") != "logging"
+    for _, _, off in bars:
+        off()
+    if capture:
+        logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        if capture:
+            logging.captureWarnings(False)
+        for was_on, on, _ in bars:
+            if was_on:
+                on()
+
+
 def _is_termination(e: BaseException) -> bool:
-    return isinstance(e, KeyboardInterrupt) or type(e).__name__ == "TerminationSignal"
+    from prefect.exceptions import TerminationSignal
+
+    return isinstance(e, KeyboardInterrupt | TerminationSignal)
 
 
 def _bf16() -> bool:
@@ -288,21 +312,29 @@ def _bf16() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
-def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hooks: Hooks,
+def train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+          dev: dict[str, Any], hf_dir: Path, ckpt_dir: Path, out_dir: Path, hooks: Hooks,
           promoted_adapter: Path | None = None) -> dict[str, Any]:
-    """Train (resuming from the newest checkpoint in `ckpt_dir`), save the adapter to
-    `out_dir/peft`, and measure held-out loss for the base, the promoted adapter and the new one.
+    """Train on `splits` (from `load_splits`) on the device `dev` (from `device_report`),
+    resuming from the newest checkpoint in `ckpt_dir`; save the adapter to `out_dir/peft`, and
+    measure held-out loss for the base, the promoted adapter and the new one.
     A termination (SIGTERM via Prefect, Ctrl-C) checkpoints the steps done, then propagates."""
+    with quiet_libraries():
+        return _train(recipe, splits, dev, hf_dir, ckpt_dir, out_dir, hooks, promoted_adapter)
+
+
+def _train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+           dev: dict[str, Any], hf_dir: Path, ckpt_dir: Path, out_dir: Path, hooks: Hooks,
+           promoted_adapter: Path | None) -> dict[str, Any]:
     import torch
     from transformers import TrainerCallback
 
-    dev = device_report(params.required_free_gpu_mib)
     cuda = dev["device"] == "cuda"
-    train_rows, eval_rows = load_splits(Path(params.dataset), params.method, params.max_eval_rows)
-    torch.manual_seed(params.seed)
+    train_rows, eval_rows = splits
+    torch.manual_seed(int(recipe.trl.get("seed", 42)))
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    model, tok = load_model(params, hf_dir, cuda)
+    model, tok = load_model(recipe, hf_dir, cuda)
     run: dict[str, Any] = {"t0": None, "step0": 0}
 
     class Reporter(TrainerCallback):  # type: ignore[misc]
@@ -326,7 +358,7 @@ def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hook
             if hooks.on_save:
                 hooks.on_save(state.global_step, str(ckpt_dir / f"checkpoint-{state.global_step}"))
 
-    trainer = _trainer(params, model, tok, train_rows, eval_rows, ckpt_dir, cuda, [Reporter()])
+    trainer = _trainer(recipe, model, tok, train_rows, eval_rows, ckpt_dir, cuda, [Reporter()])
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     for cb in (PrinterCallback, ProgressCallback):  # the Reporter logs through Prefect instead
@@ -352,14 +384,13 @@ def train(params: TrainParams, hf_dir: Path, ckpt_dir: Path, out_dir: Path, hook
     peft_dir = out_dir / "peft"
     model.save_pretrained(peft_dir)
     ref: dict[int, tuple[float, float]] = {}  # DPO reference log-probs, shared by the three
-    losses = {"base": eval_loss(model, tok, eval_rows, params.method, params.max_length,
-                                params.dpo_beta, None, ref),
-              "new": eval_loss(model, tok, eval_rows, params.method, params.max_length,
-                               params.dpo_beta, "default", ref)}
+    method, max_length, beta = recipe.method, recipe.max_length, recipe.beta
+    losses = {"base": eval_loss(model, tok, eval_rows, method, max_length, beta, None, ref),
+              "new": eval_loss(model, tok, eval_rows, method, max_length, beta, "default", ref)}
     if promoted_adapter is not None:
         model.load_adapter(str(promoted_adapter), adapter_name="promoted")
-        losses["promoted"] = eval_loss(model, tok, eval_rows, params.method, params.max_length,
-                                       params.dpo_beta, "promoted", ref)
+        losses["promoted"] = eval_loss(model, tok, eval_rows, method, max_length, beta,
+                                       "promoted", ref)
         model.delete_adapter("promoted")
     history = [h for h in trainer.state.log_history if "loss" in h or "eval_loss" in h]
     return {

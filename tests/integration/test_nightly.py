@@ -60,14 +60,12 @@ def local_profile(tmp: Path, graph_port: int | None = None, model_cache: Path | 
         return path
     recipe = tmp / "recipe.yaml"
     recipe.write_text(textwrap.dedent("""
-        lora_r: 8
-        lora_alpha: 16
-        lora_dropout: 0.0
-        gradient_checkpointing: false
-        batch_size: 2
+        peft: {r: 8, lora_alpha: 16, lora_dropout: 0.0}
+        activation_checkpointing: false
+        per_device_train_batch_size: 2
         max_length: 128
         logging_steps: 1
-        checkpoint_every: 10
+        save_steps: 10
         max_eval_rows: 4
         verify_prompts: ["What did the group decide?", "Who spoke first?"]
         sft: {max_steps: 4, learning_rate: 0.005}

@@ -105,14 +105,12 @@ class Node:
                    state_dir=str(tmp / "state")).save(block, overwrite=True)
         recipe = tmp / "recipe.yaml"
         recipe.write_text(textwrap.dedent(f"""
-            lora_r: 4
-            lora_alpha: 8
-            lora_dropout: 0.0
-            gradient_checkpointing: false
-            batch_size: 2
+            peft: {{r: 4, lora_alpha: 8, lora_dropout: 0.0}}
+            activation_checkpointing: false
+            per_device_train_batch_size: 2
             max_length: 96
             logging_steps: 1
-            checkpoint_every: 2
+            save_steps: 2
             max_eval_rows: 2
             export_gguf: false
             sft: {{max_steps: {max_steps}, learning_rate: 0.005}}
