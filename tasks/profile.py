@@ -193,7 +193,8 @@ def _build(path: Path, section: str, table: dict[str, Any]) -> Any:
         except (ValueError, RuntimeError) as e:
             raise ConfigError(f"profile {path}: [{section}] saved block "
                               f"'{cls.get_block_type_slug()}/{name}' could not be loaded "
-                              f"({e}) — create it (see README) or fix 'block'") from e
+                              f"({e}) — create it (docs/operator-gcp.md: blocks and secrets) "
+                              "or fix 'block'") from e
     unknown = sorted(set(table) - set(cls.model_fields))
     if unknown:
         raise ConfigError(f"profile {path}: [{section}] unknown field(s) {unknown}; "

@@ -69,7 +69,7 @@ class Neo4jStore(GraphStore):
     """Neo4j through the official driver; managed transactions (retried by the driver).
 
     `dialect` selects the schema statements only: "neo4j" for a Neo4j server, "falkordb"
-    when the driver talks to FalkorDB's Bolt port (see README: tested that way here)."""
+    when the driver talks to FalkorDB's Bolt port (docs/pipeline.md: tested that way here)."""
 
     def __init__(self, uri: str, user: str, password: str, database: str | None = None,
                  batch_size: int = 1000, dialect: str = "neo4j") -> None:
