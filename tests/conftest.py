@@ -3,6 +3,7 @@ real OpenAI-compatible servers."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -99,6 +100,41 @@ def store(falkordb: int, request: pytest.FixtureRequest) -> Iterator[FalkorDBSto
 def fake_llm() -> Iterator[FakeOpenAI]:
     with FakeOpenAI(slow_seconds=2.0) as f:
         yield f
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))  # a JSON string is a TOML basic string (Paths included)
+
+
+def toml_profile(path: Path, **keys: Any) -> Path:
+    """Write a test profile: `toml_profile(tmp / "p.toml", state_dir=tmp / "state",
+    compute={"type": "local"}, inference={"model": "fake", "max_retries": 1})`. A dict is a
+    [table] (a dict inside it a [table.sub]); anything else a top-level key; None is left out.
+    Strings and Paths are quoted and escaped, so no test hand-writes TOML."""
+    lines: list[str] = []
+
+    def table(name: str, body: dict[str, Any]) -> None:
+        lines.append(f"[{name}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in body.items()
+                     if v is not None and not isinstance(v, dict))
+        for k, v in body.items():
+            if isinstance(v, dict):
+                table(f"{name}.{k}", v)
+
+    lines.extend(f"{k} = {_toml_value(v)}" for k, v in keys.items()
+                 if v is not None and not isinstance(v, dict))
+    for k, v in keys.items():
+        if isinstance(v, dict):
+            table(k, v)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def write_profile(tmp: Path, *, base_url: str | None, falkordb_port: int, graph: str,
