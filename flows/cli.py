@@ -29,13 +29,14 @@ def _run(args: argparse.Namespace) -> int:
 def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
     from prefect.exceptions import TerminationSignal
 
+    from tasks.extraction.inputs import source_roots
     from tasks.interrupts import RunStopper, say
     from tasks.summary import render_text
 
     last = cfg.state_dir / "runs" / "last-run.json"
     before = last.stat().st_mtime if last.exists() else None
     print(f"slm-nightly: running the nightly pipeline on profile '{args.profile}' "
-          f"(documents: {', '.join(f'{k}={v}' for k, v in cfg.sources.roots().items())})",
+          f"(documents: {', '.join(f'{k}={v}' for k, v in source_roots(cfg.sources).items())})",
           file=log.out, flush=True)
     stopper = RunStopper(cfg)  # Ctrl-C / SIGTERM / SIGHUP: tasks/interrupts.py
     stopper.install()
@@ -90,6 +91,7 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 def _graph(args: argparse.Namespace) -> int:
     from tasks.graph import snapshots as snap
+    from tasks.graph.open import embedded_port, open_graph
     from tasks.profile import load_profile
 
     cfg = load_profile(args.profile)
@@ -100,7 +102,7 @@ def _graph(args: argparse.Namespace) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     ledger = snap.Ledger(cfg.state_dir, cfg.graph.describe())
-    with cfg.graph.open(progress=progress) as store:
+    with open_graph(cfg.graph, progress=progress) as store:
         if args.graph_command == "stats":
             stats = store.stats()
             check, why = ledger.check(stats)
@@ -119,7 +121,7 @@ def _graph(args: argparse.Namespace) -> int:
             print(f"recorded the graph as it is now: nodes {stats['nodes']}, relationships "
                   f"{stats['relationships']}")
         elif args.graph_command == "snapshot":
-            port = cfg.graph.embedded_port()
+            port = embedded_port(cfg.graph)
             if port is None or not cfg.graph.snapshots_to_keep():
                 raise ConfigError("graph snapshot: only the embedded FalkorDB graph is "
                                   "snapshotted here (with [graph] snapshots_keep > 0); back up "
@@ -131,7 +133,7 @@ def _graph(args: argparse.Namespace) -> int:
                   + (f", copied to {out['gcs']}" if out.get("gcs") else "")
                   + (f", NOT copied to GCS: {out['gcs_error']}" if out.get("gcs_error") else ""))
         elif args.graph_command == "compact":
-            port = cfg.graph.embedded_port()
+            port = embedded_port(cfg.graph)
             if port is None:
                 raise ConfigError("graph compact: only the embedded FalkorDB graph")
             from tasks.graph import falkordb_server
@@ -204,7 +206,7 @@ def _train(args: argparse.Namespace) -> int:
     method = args.method or ("dpo" if bucket == cfg.corpus.apprenticeship_bucket else "sft")
     overrides: dict[str, Any] = {"dataset": dataset, "bucket": bucket, "method": method,
                                  "base_model": args.base_model or cfg.training.base_model
-                                 or getattr(cfg.compute, "model_path", None),
+                                 or cfg.node.base_model,
                                  "max_steps": args.max_steps,
                                  "peft": {"r": args.lora_r} if args.lora_r is not None else None}
     params = build_params(args.recipe or cfg.training.recipe, overrides)
