@@ -178,7 +178,9 @@ def test_dpo_trains_with_the_base_as_reference(tiny_base: Path, tmp_path: Path) 
 def test_qlora_4bit_path_on_cpu(tiny_base: Path, tmp_path: Path) -> None:
     before, model = _train_tiny(tiny_recipe(load_in_4bit=True, max_steps=3),
                                 sft_parquet(tmp_path / "toy.parquet"), tiny_base, tmp_path)
-    four_bit = [m for m in model.modules() if type(m).__name__ == "Linear4bit"]
+    import bitsandbytes as bnb
+
+    four_bit = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert len(four_bit) == 2 * 7  # every targeted base layer really is NF4
     _only_lora_changed(model, before)
 
