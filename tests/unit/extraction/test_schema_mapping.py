@@ -3,14 +3,19 @@
 The expected labels are read off the whitelists' meaning (a company is an Organization), not
 off the synonym tables."""
 
+from collections import Counter
+
 import pytest
 
 from tasks.extraction.schema import (
     ENTITY_TYPES,
     FALLBACK_RELATIONSHIP,
     RELATIONSHIP_TYPES,
+    SchemaViolation,
+    json_schema,
     map_entity_type,
     map_relationship_type,
+    parse_answer,
 )
 
 
@@ -70,3 +75,48 @@ def test_relationship_synonyms_map_without_counting_a_fallback(raw: str, rtype: 
 def test_unknown_relationships_fall_back_to_related_to_and_say_so(raw: str) -> None:
     assert FALLBACK_RELATIONSHIP == "RELATED_TO"
     assert map_relationship_type(raw) == ("RELATED_TO", True)
+
+
+def answer(entity_types: list[object], rel_types: list[object]) -> dict[str, object]:
+    ents = [{"name": f"N{i}", "type": t, "description": ""} for i, t in enumerate(entity_types)]
+    rels = [{"source": "N0", "target": "N1", "type": t, "description": ""} for t in rel_types]
+    return {"entities": ents, "relationships": rels}
+
+
+def test_off_enum_entity_labels_are_mapped_or_their_items_dropped_and_counted() -> None:
+    ex = parse_answer(answer(["companies", "Spaceship", "", "Person", "Spaceship"], []),
+                      json_schema(10, 10))
+    assert [(e.name, e.type) for e in ex.entities] == [("N0", "Organization"), ("N3", "Person")]
+    assert ex.repairs.rejected_entity_types == Counter({"Spaceship": 2, "(empty)": 1})
+    assert ex.repairs.remapped_relationship_types == Counter()
+
+
+def test_off_enum_relationship_labels_map_and_only_fallbacks_are_counted() -> None:
+    ex = parse_answer(answer(["Person", "Person"], ["employed by", "likes", "PART_OF", "Likes"]),
+                      json_schema(10, 10))
+    assert [r.type for r in ex.relationships] == ["WORKS_FOR", "RELATED_TO", "PART_OF",
+                                                  "RELATED_TO"]
+    assert ex.repairs.remapped_relationship_types == Counter({"likes": 1, "Likes": 1})
+    assert ex.repairs.rejected_entity_types == Counter()
+
+
+def test_a_mapped_label_outside_the_sent_enum_is_rejected_too() -> None:
+    schema = json_schema(10, 10)
+    schema["properties"]["entities"]["items"]["properties"]["type"]["enum"] = ["Person"]
+    schema["properties"]["relationships"]["items"]["properties"]["type"]["enum"] = ["OWNS"]
+    ex = parse_answer(answer(["Person", "companies"], []), schema)
+    assert [e.type for e in ex.entities] == ["Person"]
+    assert ex.repairs.rejected_entity_types == Counter({"companies": 1})
+    with pytest.raises(SchemaViolation, match=r"relationships\[0\].type: 'likes' is not one of "
+                                              r"\['OWNS'\]") as e:
+        parse_answer(answer(["Person", "Person"], ["likes"]), schema)
+    assert e.value.bound == "relationships[].type: enum"
+
+
+def test_a_label_that_is_no_string_breaks_the_schema() -> None:
+    with pytest.raises(SchemaViolation, match=r"entities\[0\].type: expected string, got integer"):
+        parse_answer(answer([3], []), json_schema(10, 10))
+    schema = {"type": "object", "properties": {"mood": {"type": "string",
+                                                        "enum": ["happy", "sad"]}}}
+    with pytest.raises(SchemaViolation, match=r"mood: 'Happy' is not one of \['happy', 'sad'\]"):
+        parse_answer({"mood": "Happy"}, schema)
