@@ -50,13 +50,15 @@ def test_schema_is_bounded() -> None:
     assert ents["items"]["additionalProperties"] is False
 
 
-@pytest.mark.parametrize("fault", ["FAULT:500x2", "FAULT:429x3", "FAULT:503x1", "FAULT:slowx1"])
-def test_transient_errors_are_retried_and_recover(fake_llm: FakeOpenAI, fault: str) -> None:
+@pytest.mark.parametrize(("fault", "retries"), [("FAULT:500x2", 2), ("FAULT:429x3", 3),
+                                               ("FAULT:503x1", 1), ("FAULT:slowx1", 1)])
+def test_transient_errors_are_retried_and_recover(fake_llm: FakeOpenAI, fault: str,
+                                                  retries: int) -> None:
     c = client(fake_llm.url)
     out = run(c, doc(f"Ann Lee met Bob Stone. {fault}"))
     assert out.error is None
     assert [e.name for e in out.extraction[0].entities] == ["Ann Lee", "Bob Stone"]
-    assert c.usage.retries >= 1 and c.usage.calls == c.usage.retries + 1
+    assert (c.usage.retries, c.usage.calls) == (retries, retries + 1)
 
 
 def test_gives_up_after_retries_with_the_reason(fake_llm: FakeOpenAI) -> None:
@@ -183,8 +185,10 @@ def test_length_finish_retries_on_smaller_chunks(fake_llm: FakeOpenAI) -> None:
     text = "\n".join(f"Line {i}: Ann Lee spoke to Person{i} Smith." for i in range(20))
     out = run(client(fake_llm.url), doc(text + "\nFAULT:length"))
     assert out.error is None
-    assert len(out.extraction) >= 2  # answered in pieces
-    assert fake_llm.calls >= 3
+    # 832 characters: the whole chunk and the half with the marker (432) are over the fake's
+    # 400, the other half (399) and the quarters are not: 5 calls, answered in 3 pieces
+    assert len(out.extraction) == 3
+    assert fake_llm.calls == 5
 
 
 def test_length_finish_on_a_small_chunk_fails() -> None:
@@ -207,7 +211,7 @@ def test_concurrency_is_bounded_by_the_endpoint_limit() -> None:
         asyncio.run(go())
         elapsed = time.monotonic() - t
     assert f.max_in_flight == 3
-    assert 0.55 < elapsed < 1.5  # 9 requests, 3 at a time, 0.2 s each
+    assert elapsed > 0.55  # 9 requests, 3 at a time, 0.2 s each (no upper bound: shared CPUs)
 
 
 def test_http_400_that_is_not_about_context_is_not_retried(fake_llm: FakeOpenAI) -> None:

@@ -112,6 +112,7 @@ def test_participant_names_need_two_capitalised_words_unless_something_came_off(
     assert not looks_like_person_name("Jane")
     assert not looks_like_person_name("jane roe")
     assert not looks_like_person_name("Jane R")
+    assert looks_like_person_name("Jo Li")  # two letters a word are enough
     assert not looks_like_person_name("Industrial Designer")
     assert not looks_like_person_name("User Interface")
     assert not looks_like_person_name("Marketing")

@@ -92,11 +92,11 @@ def test_off_enum_entity_labels_are_mapped_or_their_items_dropped_and_counted() 
 
 
 def test_off_enum_relationship_labels_map_and_only_fallbacks_are_counted() -> None:
-    ex = parse_answer(answer(["Person", "Person"], ["employed by", "likes", "PART_OF", "Likes"]),
-                      json_schema(10, 10))
+    ex = parse_answer(answer(["Person", "Person"], ["employed by", "likes", "PART_OF", "likes",
+                                                    "Likes"]), json_schema(10, 10))
     assert [r.type for r in ex.relationships] == ["WORKS_FOR", "RELATED_TO", "PART_OF",
-                                                  "RELATED_TO"]
-    assert ex.repairs.remapped_relationship_types == Counter({"likes": 1, "Likes": 1})
+                                                  "RELATED_TO", "RELATED_TO"]
+    assert ex.repairs.remapped_relationship_types == Counter({"likes": 2, "Likes": 1})
     assert ex.repairs.rejected_entity_types == Counter()
 
 
