@@ -61,8 +61,13 @@ def test_chosen_equal_to_rejected_after_case_and_punctuation_only(tmp_path: Path
     c = card(tmp_path, [dpo(p, "Yes, it is DONE.", "yes it is done"),
                         dpo(words(1), "It is done", "It is done now"),  # a prefix: no tie
                         dpo(words(2), "It is done", "It is dome"),
-                        dpo(words(3), "Ünïcode Ok", "ünïcode ok!")], kind="dpo")
-    assert failures(c) == {"chosen_equals_rejected": 2} and c.clean == 2
+                        dpo(words(3), "Ünïcode Ok", "ünïcode ok!"),
+                        dpo(words(4), "yes it is done", "Yes, it is DONE."),  # either side
+                        # past the 64 characters compared first, punctuation shifts the keys
+                        dpo(words(5), "a, b. " * 20 + "end", "ab" * 20 + " end"),
+                        dpo(words(6), "ab" * 20 + " end", "a, b. " * 20 + "end"),
+                        dpo(words(7), "a, b. " * 20 + "end", "ab" * 20 + " fin")], kind="dpo")
+    assert failures(c) == {"chosen_equals_rejected": 5} and c.clean == 3
 
 
 @pytest.mark.parametrize("secret", [
@@ -174,3 +179,22 @@ def test_card_json_carries_version_floor_and_config(tmp_path: Path) -> None:
     out = card_json([c], cfg, tmp_path)
     assert (out["version"], out["floor"], out["config"]["floor"]) == (1, 7, 7)
     assert out["buckets"][0]["clean"] == 1 and out["corpus"] == str(tmp_path.resolve())
+
+
+def test_sources_are_listed_by_clean_rows_then_name_with_rounded_shares(tmp_path: Path) -> None:
+    lines = [sft(words(i), words(100 + i), source=s) for i, s in enumerate("zzyab")]
+    c = card(tmp_path, lines + [sft("hi", "ok", source="a")], min_tokens=3)
+    assert [(s["source"], s["total"], s["clean"], s["share_of_clean"]) for s in c.sources] == [
+        ("z", 2, 2, 0.4), ("a", 2, 1, 0.2), ("b", 1, 1, 0.2), ("y", 1, 1, 0.2)]
+    thirds = card(tmp_path, lines[2:])
+    assert [s["share_of_clean"] for s in thirds.sources] == [0.3333, 0.3333, 0.3333]
+    assert (thirds.bucket, thirds.kind, thirds.path) == (B, "sft", str((tmp_path / B).resolve()))
+    assert (thirds.total, thirds.clean, thirds.raw_lines) == (3, 3, 3)
+
+
+def test_an_empty_bucket_has_no_shares_and_fails_the_floor(tmp_path: Path) -> None:
+    (tmp_path / B).mkdir()
+    c, clean = score_bucket(tmp_path, B, "dpo", ScorecardConfig(floor=1))
+    assert (c.total, c.clean, c.sources, clean.height) == (0, 0, [], 0)
+    assert c.reasons == ["0 clean pairs < floor 1", "0 distinct sources < minimum 1"]
+    assert c.rules == dict.fromkeys(RULES, 0)
