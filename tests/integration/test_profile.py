@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tasks.errors import ConfigError
+from tasks.extraction.inputs import source_roots
 from tasks.profile import load_profile
 from tests.conftest import ROOT
 
@@ -21,7 +22,7 @@ def test_local_profile_builds_every_block() -> None:
     p = load_profile("local")
     assert p.inference.dialect == "llama.cpp" and p.inference.base_url is None
     assert p.graph.describe().startswith("FalkorDB graph 'slm' (embedded")
-    assert set(p.sources.roots()) == {"transcripts", "research", "contacts"}
+    assert set(source_roots(p.sources)) == {"transcripts", "research", "contacts"}
     assert p.compute.state_dir == str(ROOT / ".slm-nightly")
 
 
@@ -35,7 +36,7 @@ def test_profiles_resolve_the_same_from_another_working_directory(
     assert p.state_dir == ROOT / ".slm-nightly"
     assert p.compute.state_dir == str(ROOT / ".slm-nightly")
     assert p.graph.data_dir == str(ROOT / ".slm-nightly" / "graph")
-    assert p.sources.roots() == {s: ROOT / "examples" / s
+    assert source_roots(p.sources) == {s: ROOT / "examples" / s
                                  for s in ("transcripts", "research", "contacts")}
     assert p.corpus.root == str(ROOT / "examples" / "corpus")
     assert p.training.artifact_store == str(ROOT / ".slm-nightly" / "artifacts")
@@ -78,7 +79,7 @@ def test_missing_profile_and_missing_source_folder(tmp_path: Path) -> None:
         load_profile(str(tmp_path / "nope.toml"))
     p = load_profile(write(tmp_path, f'[sources]\ntranscripts = "{tmp_path}/missing"\n'))
     with pytest.raises(ConfigError, match="sources.transcripts: folder .*missing does not exist"):
-        p.sources.roots()
+        source_roots(p.sources)
 
 
 def test_secrets_are_secret_fields(tmp_path: Path) -> None:
