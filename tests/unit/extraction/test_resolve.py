@@ -70,6 +70,7 @@ def test_postnominals_need_capitals_and_a_name_before_them() -> None:
     assert split_name("Jane Doe PhD").name == "Jane Doe PhD"  # not all capitals
     assert split_name("Jane Doe PHD OBE").name == "Jane Doe"
     assert split_name("MP").name == "MP"
+    assert split_name("Jane MP").name == "Jane"  # one word before them is a name
     assert split_name("Ms MP").name == "MP"
 
 
@@ -98,6 +99,11 @@ def test_normalize_folds_case_accents_space_and_punctuation() -> None:
     assert normalize("A.B,C") == "a b c"
     assert normalize("Straße") == "strasse"
     assert entity_key("Topic", "Budget  2024!") == "Topic:budget 2024"
+
+
+def test_the_raw_spelling_is_kept() -> None:
+    assert split_name("  Hon.  Jane Roe (Finance) ").raw == "  Hon.  Jane Roe (Finance) "
+    assert resolve("Topic", "Budget")[1].raw == "Budget"
 
 
 def test_whitespace_and_unicode_forms_are_one_name() -> None:
