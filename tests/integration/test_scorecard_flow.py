@@ -6,6 +6,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.conftest import toml_profile
 from tests.unit.corpus.test_scorecard import APP, ENG, a, dpo, q, sft, write
 
 
@@ -17,9 +18,9 @@ def test_scorecard_flow_writes_card_dataset_and_marker_for_passing_buckets_only(
     corpus = tmp_path / "corpus"
     write(corpus / ENG / "a.jsonl", [sft(q(i), a(i)) for i in range(40)])
     write(corpus / APP / "b.jsonl", [dpo(q(i), a(i), "No idea.") for i in range(5)])
-    profile = tmp_path / "p.toml"
-    profile.write_text(f'state_dir = "{tmp_path / "state"}"\n[corpus]\nroot = "{corpus}"\n'
-                       'floor = 30\nmin_tokens = 3\nmax_source_share = 1.0\n')
+    profile = toml_profile(tmp_path / "p.toml", state_dir=tmp_path / "state",
+                           corpus={"root": corpus, "floor": 30, "min_tokens": 3,
+                                   "max_source_share": 1.0})
     out = scorecard(profile=str(profile))
     assert out["training_pending"] == [ENG]
     assert out["buckets"][APP]["reasons"] == ["5 clean pairs < floor 30"]
