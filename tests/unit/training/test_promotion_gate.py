@@ -68,8 +68,11 @@ def test_only_a_finished_adapter_that_passed_verification_is_promoted(
         tmp_path: Path, state: str, verified: bool | None) -> None:
     store = ArtifactStore(tmp_path)
     adapter(store, "a1", state=state, verified=verified)
-    with pytest.raises(ConfigError, match=f"adapter a1: state '{state}', verified {verified}"):
+    with pytest.raises(ConfigError) as e:
         store.promote("a1", "by hand")
+    assert str(e.value) == (f"adapter a1: state '{state}', verified {verified} — only a finished "
+                            "adapter that passed verification (or has no GGUF to verify) can be "
+                            "promoted")
     assert store.pointer("eng") == {"current": None, "history": []}
     assert not (tmp_path / "promoted").exists()
 
