@@ -105,9 +105,9 @@ def main() -> None:
                                        "profile": str(profile)}, 600, label=f"bench-{i}",
                                       poll_seconds=0.2)
                     node_s.append(time.perf_counter() - t)
-                    assert row["reused"] and row["name"] == first["name"]
+                    assert row.reused and row.name == first["name"] and row.node_run
                     with get_client(sync_client=True) as c:
-                        r = c.read_flow_run(row["node_run"]["id"])
+                        r = c.read_flow_run(row.node_run.id)
                     assert r.start_time and r.end_time
                     phases.append({"queued_to_start_s": (r.start_time - r.created).total_seconds(),
                                    "start_to_end_s": (r.end_time - r.start_time).total_seconds()})

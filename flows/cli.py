@@ -64,7 +64,9 @@ def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
         print(f"run {ended} before writing a summary{': ' + str(state.message) if state else ''}",
               file=log.err)
     else:
-        summary = json.loads(last.read_text())
+        from tasks.records import RunSummary
+
+        summary = RunSummary.load(last)
         print("\n" + render_text(summary, args.profile), file=log.out)
         if args.summary:
             Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +204,9 @@ def _train(args: argparse.Namespace) -> int:
         if not marker.is_file():
             raise ConfigError(f"train: no --dataset and no marker {marker} — run the scorecard "
                               "(slm-nightly run) or pass --dataset PARQUET")
-        dataset = json.loads(marker.read_text())["dataset"]
+        from tasks.records import TrainingMarker
+
+        dataset = TrainingMarker.load(marker).dataset
     method = args.method or ("dpo" if bucket == cfg.corpus.apprenticeship_bucket else "sft")
     overrides: dict[str, Any] = {"dataset": dataset, "bucket": bucket, "method": method,
                                  "base_model": args.base_model or cfg.training.base_model
@@ -230,14 +234,14 @@ def _adapters(args: argparse.Namespace) -> int:
     store = ArtifactStore(cfg.training.artifact_store or "", cfg.training.gcs_block)
     if args.adapters_command == "list":
         current = {b: store.pointer(b).get("current") for b in cfg.corpus.buckets()}
-        rows = [{"name": m["name"], "bucket": m["bucket"], "state": m["state"],
-                 "eval_loss": m.get("eval_loss"), "verified": m.get("verified"),
-                 "promoted": m["name"] in current.values()} for m in store.list(args.bucket)]
+        rows = [{"name": m.name, "bucket": m.bucket, "state": m.state,
+                 "eval_loss": m.eval_loss, "verified": m.verified,
+                 "promoted": m.name in current.values()} for m in store.list(args.bucket)]
         _print_rows(rows, args.json)
         if not rows and not args.json:
             print(f"no adapters in {store.root}")
     elif args.adapters_command == "show":
-        print(json.dumps(store.manifest(args.name), indent=2, default=str))
+        print(store.manifest(args.name).to_json())
     elif args.adapters_command == "promote":
         print(json.dumps(store.promote(args.name, reason=f"by hand: {args.reason}"), indent=2))
     else:

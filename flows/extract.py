@@ -37,6 +37,7 @@ from tasks.graph.open import embedded_port, open_graph
 from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
 from tasks.graph.store import batched
 from tasks.profile import load_profile
+from tasks.records import DocumentCounts, ExtractionReport, GraphSummary
 
 
 @flow(name="extract", log_prints=True)
@@ -130,28 +131,28 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     all_failures = load_failed + bad_records + failed + held
     counts = count_documents(docs, load_failures, work.skipped, extracted, failed + held,
                              list(roots))
-    summary: dict[str, Any] = {
-        "documents": counts,
-        "llm_calls": usage.calls,
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "llm_retries": usage.retries,
-        "entities": entities,
-        "relationships": relationships,
-        "deleted": len(work.deleted),
-        "pruned": pruned,
-        "rejected_entity_types": dict(rejected),
-        "remapped_relationship_types": dict(remapped),
-        "dropped_fields": dict(dropped),
-        "unusable_answers": dict(usage.unusable_answers),
-        "bad_records": dict(Counter(r["stream"] for r in bad_records)),
-        "dangling_relationships": dangling,
-        "failures": all_failures,
-        "dead_letter": str(dead_letter.resolve()) if all_failures else None,
-        "graph": {"location": location, "description": cfg.graph.describe(), **graph_stats,
-                  "check": check, "snapshot": snapshot},
-        "seconds": round(time.monotonic() - started, 2),
-    }
+    summary = ExtractionReport(
+        documents={stream: DocumentCounts(**c) for stream, c in counts.items()},
+        llm_calls=usage.calls,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        llm_retries=usage.retries,
+        entities=entities,
+        relationships=relationships,
+        deleted=len(work.deleted),
+        pruned=pruned,
+        rejected_entity_types=dict(rejected),
+        remapped_relationship_types=dict(remapped),
+        dropped_fields=dict(dropped),
+        unusable_answers=dict(usage.unusable_answers),
+        bad_records=dict(Counter(r["stream"] for r in bad_records)),
+        dangling_relationships=dangling,
+        failures=all_failures,
+        dead_letter=str(dead_letter.resolve()) if all_failures else None,
+        graph=GraphSummary(location=location, description=cfg.graph.describe(), **graph_stats,
+                           check=check, snapshot=snapshot),
+        seconds=round(time.monotonic() - started, 2),
+    ).model_dump(mode="json")  # the record checks the keys; the flow returns its JSON form
     publish_report(summary, top)
     attempted = len(work.extract) + len(load_failures)
     if attempted and len(load_failed + failed) / attempted > share:

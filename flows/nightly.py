@@ -8,13 +8,12 @@ loads the promoted adapter.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
@@ -27,9 +26,10 @@ from flows.train import run_for_marker
 from tasks.compute.gpu import LEASE_SECONDS, NIGHTLY_LIMIT, gpu_slot, holders, nightly_slot
 from tasks.compute.node import compute_down, compute_up, inference_down, inference_up, node_usage
 from tasks.compute.protocol import Node
-from tasks.errors import NodePreempted, PhaseFailed
+from tasks.errors import NodePreempted, PhaseFailed, PhaseTimedOut
 from tasks.profile import Profile, load_profile
-from tasks.summary import cost_summary, merge_extraction, new_summary, render_markdown
+from tasks.records import RunSummary, ScorecardSummary, TrainingMarker, TrainingResult
+from tasks.summary import cost_summary, new_summary, render_markdown
 from tasks.training.registry import ArtifactStore
 
 NIGHTLY_SLOT_WAIT_SECONDS = 3 * LEASE_SECONDS  # > a dead run's lease + the repossessor's loop
@@ -89,7 +89,7 @@ def _node_lost(node: Node) -> NodePreempted | None:
     return None
 
 
-def _final_status(e: BaseException) -> str:
+def _final_status(e: BaseException) -> Literal["preempted", "cancelled", "failed"]:
     from prefect.exceptions import TerminationSignal
 
     if isinstance(e, NodePreempted):
@@ -99,36 +99,32 @@ def _final_status(e: BaseException) -> str:
 
 
 @contextmanager
-def _phase(summary: dict[str, Any], name: str) -> Iterator[None]:
+def _phase(summary: RunSummary, name: str) -> Iterator[None]:
     start = time.monotonic()
-    record: dict[str, Any] = {"status": "running", "seconds": 0.0}
-    summary["phases"][name] = record
+    record = summary.set_phase(name, "running")
     try:
         yield
-        record["status"] = "completed"
+        record.status = "completed"
     except BaseException as e:
-        timed_out = isinstance(e, TimeoutError) or "timed out" in str(e).lower() or \
-            type(e).__name__ in {"FlowRunTimeoutError", "TaskRunTimeoutError"}
-        record["status"] = "timed_out" if timed_out else _final_status(e)
+        # Prefect's FlowRunTimeoutError and TaskRunTimeoutError are TimeoutErrors, and so is
+        # PhaseTimedOut; run_on_node raises TimeoutError when a node run outlives its budget.
+        record.status = "timed_out" if isinstance(e, TimeoutError | PhaseTimedOut) \
+            else _final_status(e)
         if isinstance(e, PhaseFailed):
-            merge_extraction(summary, e.summary)
+            summary.merge_extraction(e.summary)
         why = str(e) or ("the run was cancelled" if _final_status(e) == "cancelled" else "")
-        summary.setdefault("error", f"{name}: {type(e).__name__}" + (f": {why}" if why else ""))
+        if summary.error is None:  # the first phase that failed says why
+            summary.error = f"{name}: {type(e).__name__}" + (f": {why}" if why else "")
         raise
     finally:
-        record["seconds"] = round(time.monotonic() - start, 2)
+        record.seconds = round(time.monotonic() - start, 2)
 
 
-def _write_summary(summary: dict[str, Any], state_dir: Path) -> Path:
+def _write_summary(summary: RunSummary, state_dir: Path) -> Path:
     runs = state_dir / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = runs / f"{stamp}-{(current_run.get_id() or 'local')[:8]}.json"
-    text = json.dumps(summary, indent=2, default=str)
-    path.write_text(text)
-    tmp = runs / "last-run.json.tmp"
-    tmp.write_text(text)
-    tmp.replace(runs / "last-run.json")
+    path = summary.save(runs / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-"
+                               f"{(current_run.get_id() or 'local')[:8]}.json")
+    summary.save(runs / "last-run.json")
     return path
 
 
@@ -148,36 +144,35 @@ def _mirror_records(cfg: Profile, logger: Any) -> None:
                     report["prefix"], report["uploaded"])
 
 
-def _train_passing_buckets(summary: dict[str, Any], cfg: Profile, profile: str,
+def _train_passing_buckets(summary: RunSummary, cfg: Profile, profile: str,
                            timeout_seconds: int) -> None:
     """Phase 2b: one training run per passing bucket, one after the other (each holds the
     `gpu` slot). A failed run fails the night after the others have had their turn."""
     logger = get_run_logger()
-    pending = (summary.get("scorecard") or {}).get("training_pending") or []
-    summary["training"] = {}
+    pending = summary.scorecard.training_pending if summary.scorecard else []
+    summary.training = {}
+    training = summary.training  # the record's own dict (assigning validates into a copy)
     if not cfg.training.enabled:
-        summary["phases"]["train"] = {"status": "skipped", "seconds": 0.0,
-                                      "note": "[training] enabled = false"}
+        summary.set_phase("train", "skipped", note="[training] enabled = false")
         return
     if not pending:
-        summary["phases"]["train"] = {"status": "skipped", "seconds": 0.0,
-                                      "note": "no bucket passed the scorecard"}
+        summary.set_phase("train", "skipped", note="no bucket passed the scorecard")
         return
     failed = []
     preempted: NodePreempted | None = None
     deadline = time.monotonic() + timeout_seconds  # one budget for the whole of phase 2b
     for bucket in pending:
         marker_path = cfg.state_dir / "training-pending" / f"{bucket}.json"
-        marker = json.loads(marker_path.read_text())
+        marker = TrainingMarker.load(marker_path)
         if time.monotonic() >= deadline:
-            summary["training"][bucket] = {"state": "not run", "message": "the phase-2 "
-                                           f"timeout ({timeout_seconds} s) was spent before "
-                                           "this bucket's turn"}
+            training[bucket] = TrainingResult(state="not run", message="the phase-2 timeout "
+                                              f"({timeout_seconds} s) was spent before this "
+                                              "bucket's turn")
             failed.append(bucket)
             continue
         if preempted is not None:  # no node left to train on tonight
-            summary["training"][bucket] = {"state": "not run", "message": "the node was "
-                                           f"preempted during an earlier bucket: {preempted}"}
+            training[bucket] = TrainingResult(state="not run", message="the node was "
+                                              f"preempted during an earlier bucket: {preempted}")
             failed.append(bucket)
             continue
         try:
@@ -185,16 +180,16 @@ def _train_passing_buckets(summary: dict[str, Any], cfg: Profile, profile: str,
                 m = run_for_marker(marker, profile, max(1.0, deadline - time.monotonic()))
         except Exception as e:  # noqa: BLE001 - recorded; the other bucket still trains
             state = "preempted" if isinstance(e, NodePreempted) else "failed"
-            summary["training"][bucket] = {"state": state, "message": str(e)[:500]}
+            training[bucket] = TrainingResult(state=state, message=str(e)[:500])
             failed.append(bucket)
             if isinstance(e, NodePreempted):
                 preempted = e
             continue
-        summary["training"][bucket] = m
+        training[bucket] = m
         marker_path.unlink(missing_ok=True)  # consumed: the manifest records the dataset
-        logger.info("%s: adapter %s %s", bucket, m["name"],
-                    "reused (already trained on this data)" if m.get("reused") else
-                    "PROMOTED" if m.get("promoted") else "kept, not promoted")
+        logger.info("%s: adapter %s %s", bucket, m.name,
+                    "reused (already trained on this data)" if m.reused else
+                    "PROMOTED" if m.promoted else "kept, not promoted")
     if preempted is not None:
         raise NodePreempted(f"training failed for {', '.join(failed)}: the node was preempted "
                             f"({preempted}); the next run resumes from the last checkpoint")
@@ -218,18 +213,18 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     logger = get_run_logger()
     cfg = load_profile(profile)
     summary = new_summary(cfg.name)
-    summary["started_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    summary.started_at = datetime.now(UTC).isoformat(timespec="seconds")
     alive = ExitStack()
     _take_nightly_slot(alive)
-    summary["reaper"] = _reap_at_start(cfg, logger)
+    summary.reaper = _reap_at_start(cfg, logger)
     try:
         with _phase(summary, "compute_up"):
-            summary["node"] = compute_up(cfg.node)
+            summary.node = compute_up(cfg.node)
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
         with gpu_slot():
             with _phase(summary, "inference_up"):
                 adapter = _served_adapter(cfg)
-                summary["serving_adapter"] = str(adapter) if adapter else None
+                summary.serving_adapter = str(adapter) if adapter else None
                 base_url = inference_up(cfg.node, cfg.inference, adapter)
             with _phase(summary, "extract"):
                 try:
@@ -241,9 +236,9 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                     if lost is None:
                         raise
                     if isinstance(e, PhaseFailed):
-                        merge_extraction(summary, e.summary)
+                        summary.merge_extraction(e.summary)
                     raise lost from e
-                merge_extraction(summary, phase1)
+                summary.merge_extraction(phase1)
                 lost = _node_lost(cfg.node)  # documents failed with it: done next run
                 if lost is not None:
                     raise lost
@@ -251,14 +246,13 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 inference_down(cfg.node)
         if cfg.corpus.root:
             with _phase(summary, "scorecard"):
-                summary["scorecard"] = scorecard(profile=profile)
+                summary.scorecard = ScorecardSummary.model_validate(scorecard(profile=profile))
         else:
-            summary["phases"]["scorecard"] = {"status": "skipped", "seconds": 0.0,
-                                              "note": "no [corpus] root in the profile"}
+            summary.set_phase("scorecard", "skipped", note="no [corpus] root in the profile")
         _train_passing_buckets(summary, cfg, profile, phase2_timeout_seconds)
-        summary["status"] = "completed"
+        summary.status = "completed"
     except BaseException as e:
-        summary["status"] = _final_status(e)
+        summary.status = _final_status(e)
         raise
     finally:
         try:
@@ -273,13 +267,13 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                     usage = node_usage(cfg.node, logger)
                     raise
                 finally:
-                    summary["cost"] = cost_summary(usage, summary)
+                    summary.cost = cost_summary(usage, summary)
         except Exception:
-            summary["status"] = "failed"
+            summary.status = "failed"
             raise
         finally:
             try:
-                summary["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+                summary.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
                 path = _write_summary(summary, cfg.state_dir)
                 _mirror_records(cfg, logger)
                 create_markdown_artifact(render_markdown(summary), key="nightly-summary",
@@ -287,4 +281,4 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 logger.info("run summary written to %s", path)
             finally:
                 alive.close()  # the node is down: release the `nightly` slot
-    return summary
+    return summary.to_dict()

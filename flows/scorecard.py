@@ -28,5 +28,4 @@ def scorecard(profile: str = "local", corpus: str | None = None,
     card, path, clean = score_and_publish(Path(root), cfg.corpus.buckets(), sc, cfg.state_dir)
     markers = hand_over(card, path, clean, cfg.state_dir)
     synced = sync_corpus(Path(root), cfg.corpus.gcs_block) if markers else None
-    return {**summary_of(card), "scorecard": str(path.resolve()),
-            "training_pending": [m["bucket"] for m in markers], "gcs_sync": synced}
+    return summary_of(card, path, markers, synced).model_dump(mode="json")

@@ -30,6 +30,16 @@ from tasks.compute.node import run_on_node
 from tasks.errors import ConfigError
 from tasks.files import file_sha256
 from tasks.profile import load_profile
+from tasks.records import (
+    FINAL,
+    AdapterManifest,
+    BaseRef,
+    Checkpoint,
+    GateRecord,
+    Pairs,
+    TrainingMarker,
+    TrainingResult,
+)
 from tasks.training.params import TrainParams, build_params, resolve
 from tasks.training.registry import ArtifactStore, gate, now, pack
 from tasks.training.train import (
@@ -75,42 +85,41 @@ def _loss_png(history: list[dict[str, Any]], path: Path, title: str) -> Path | N
 class _Reporter:
     """Progress artifact, loss table, manifest and events while the Trainer runs."""
 
-    def __init__(self, store: ArtifactStore, manifest: dict[str, Any], key: str) -> None:
+    def __init__(self, store: ArtifactStore, manifest: AdapterManifest, key: str) -> None:
         self.store, self.manifest, self.key = store, manifest, key
         self.rows: list[dict[str, Any]] = []
         self.progress_id: Any = create_progress_artifact(
-            0.0, key=f"training-progress-{key}", description=f"Training {manifest['name']}")
+            0.0, key=f"training-progress-{key}", description=f"Training {manifest.name}")
         self.logger = get_run_logger()
         self.last_write = 0.0
 
     def on_start(self, total: int) -> None:
-        self.manifest.update(steps=total, state="running", started=self.manifest.get("started")
-                             or now())
+        self.manifest.advance("running", steps=total, started=self.manifest.started or now())
         self.store.write_manifest(self.manifest)
-        _event("started", self.manifest["name"], {"steps": total, "method":
-                                                  self.manifest["method"]})
+        _event("started", self.manifest.name, {"steps": total, "method": self.manifest.method})
 
     def on_log(self, step: int, total: int, logs: dict[str, float]) -> None:
         row = {"step": step, **{k: round(v, 5) for k, v in logs.items()
                                 if k in ("loss", "eval_loss", "learning_rate", "grad_norm",
                                          "tokens_per_second", "peak_mib")}}
         self.rows.append(row)
-        self.manifest.update(step=step, steps=total, peak_mib=logs.get("peak_mib"))
+        m = self.manifest
+        m.step, m.steps, m.peak_mib = step, total, logs.get("peak_mib")
         if "loss" in logs:
-            self.manifest["loss"] = round(logs["loss"], 5)
+            m.loss = round(logs["loss"], 5)
         if "eval_loss" in logs:
-            self.manifest["eval_loss"] = round(logs["eval_loss"], 5)
-        self.store.write_manifest(self.manifest)
+            m.eval_loss = round(logs["eval_loss"], 5)
+        self.store.write_manifest(m)
         update_progress_artifact(self.progress_id, 100.0 * step / max(total, 1))
         create_table_artifact(self.rows, key=f"training-loss-{self.key}",
-                              description=f"Loss per logging step, {self.manifest['name']}")
+                              description=f"Loss per logging step, {self.manifest.name}")
         self.logger.info("step %d/%d  %s", step, total,
                          "  ".join(f"{k} {v}" for k, v in row.items() if k != "step"))
 
     def on_save(self, step: int, path: str) -> None:
-        self.manifest["checkpoint"] = {"step": step, "path": path}
+        self.manifest.checkpoint = Checkpoint(step=step, path=path)
         self.store.write_manifest(self.manifest)
-        _event("checkpoint", self.manifest["name"], {"step": step})
+        _event("checkpoint", self.manifest.name, {"step": step})
         self.logger.info("checkpoint at step %d: %s", step, path)
         mirrored = self.store.mirror(f"checkpoints/{Path(path).parent.name}")
         if mirrored and mirrored.get("error"):
@@ -164,49 +173,48 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
     data_digest = file_sha256(dataset)
     bucket = params.bucket or params.method
     run_digest = recipe.digest(data_digest, bucket)
-    done = [m for m in store.list(bucket) if m.get("run_digest") == run_digest
-            and m.get("state") == "done"]
+    done = [m for m in store.list(bucket) if m.run_digest == run_digest and m.state == "done"]
     if done and not retrain:  # same data, same parameters: nothing new to learn
         m = done[-1]
         logger.info("%s: already trained on this data with these parameters (%s) — reused; "
-                    "pass retrain=True to train again", bucket, m["name"])
-        m = {**m, "reused": True}
+                    "pass retrain=True to train again", bucket, m.name)
+        m.reused = True  # on what this run returns, not on the stored manifest
         _publish_result(m)
-        return m
+        return m.to_dict()
     if retrain:  # start from step 0, not from an earlier run's checkpoints
         shutil.rmtree(store.checkpoint_dir(run_digest), ignore_errors=True)
     name = f"{bucket}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{run_digest[:8]}"
     out_dir = store.adapter_dir(name)
-    manifest: dict[str, Any] = {
-        "version": 1, "name": name, "bucket": bucket, "method": params.method,
-        "base": {"spec": recipe.project.base_model or "(served GGUF)"}, "data_digest": data_digest,
-        "run_digest": run_digest, "dataset": str(dataset), "params": recipe.settings(),
-        "state": "queued", "step": 0, "steps": None, "loss": None, "eval_loss": None,
-        "message": "", "peak_mib": None, "created": now(), "started": None, "finished": None,
-        "created_by": created_by, "flow_run_id": str(current_run.get_id() or ""),
-        "verified": None, "promoted": False,
-    }
+    manifest = AdapterManifest(
+        name=name, bucket=bucket, method=params.method,
+        base=BaseRef(spec=recipe.project.base_model or "(served GGUF)"),
+        data_digest=data_digest, run_digest=run_digest, dataset=str(dataset),
+        params=recipe.settings(),
+        state="queued", created=now(), created_by=created_by,
+        flow_run_id=str(current_run.get_id() or ""))
     store.write_manifest(manifest)
     try:
-        manifest["state"] = "preparing"
+        manifest.advance("starting")
         store.write_manifest(manifest)
         # Everything that can be wrong is checked before the slot is taken and weights load.
         # Loaded once: `train` gets these rows, and the device report below.
         splits = load_splits(dataset, params.method, recipe.project.max_eval_rows)
         train_rows, eval_rows = splits
-        manifest["pairs"] = {"train": len(train_rows), "eval": len(eval_rows)}
+        manifest.pairs = Pairs(train=len(train_rows), eval=len(eval_rows))
         hf_dir, served_gguf = resolve_base_model(recipe.project.base_model, model_cache)
         base_gguf = Path(recipe.project.base_gguf) if recipe.project.base_gguf else served_gguf
         if base_gguf is not None and not base_gguf.is_file():
             raise ConfigError(f"base_gguf {base_gguf}: not found — fix base_gguf")
-        manifest["base"].update(hf_dir=str(hf_dir), gguf=str(base_gguf) if base_gguf else None)
+        manifest.base.hf_dir = str(hf_dir)
+        manifest.base.gguf = str(base_gguf) if base_gguf else None
         promoted = store.promoted(bucket)
-        promoted_peft = store.adapter_dir(promoted["name"]) / "peft" if promoted else None
+        promoted_peft = store.adapter_dir(promoted.name) / "peft" if promoted else None
         with gpu_slot():
-            manifest["device"] = device = device_report(recipe.project.required_free_gpu_mib)
+            manifest.advance("preparing")  # the slot is held: device check, weights, data
+            manifest.device = device = device_report(recipe.project.required_free_gpu_mib)
+            store.write_manifest(manifest)
             logger.info("training %s: %s on %d pairs (%d held out), device %s", name,
-                        params.method, len(train_rows), len(eval_rows),
-                        manifest["device"]["device"])
+                        params.method, len(train_rows), len(eval_rows), device["device"])
             reporter = _Reporter(store, manifest, bucket)
             # Prefect's own SIGTERM handling stays in place (a cancel is only acked with it):
             # the trainer checkpoints when the termination lands, and it propagates → Cancelled.
@@ -218,90 +226,92 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
         history = result.pop("history")
         (out_dir / "losses.json").write_text(json.dumps(history, indent=1))
         _loss_png(history, out_dir / "loss.png", name)
-        manifest.update(step=result["steps"], steps=result["max_steps"],
-                        loss=result["train_loss"], eval_loss=result["eval_loss"]["new"],
-                        peak_mib=result["peak_mib"], training=result)
+        manifest.step, manifest.steps = result["steps"], result["max_steps"]
+        manifest.loss, manifest.eval_loss = result["train_loss"], result["eval_loss"]["new"]
+        manifest.peak_mib, manifest.training = result["peak_mib"], result
         if result["resumed_from"]:
             logger.info("resumed from %s (step %d)", result["resumed_from"],
                         result["resumed_step"])
         peft_dir = Path(result["peft_dir"])
         files = {"peft": "peft", "losses": "losses.json", "loss_curve": "loss.png"}
         if recipe.project.export_gguf and base_gguf is not None:
-            manifest["export"] = export_adapter(peft_dir, hf_dir, out_dir)
+            manifest.export = export_adapter(peft_dir, hf_dir, out_dir)
             report = verify(base_gguf, out_dir / "adapter.gguf", hf_dir, peft_dir,
                             recipe.project.verify_prompts, model_cache,
                             cfg.node.cpu_threads)
             (out_dir / "verify.json").write_text(json.dumps(report, indent=1))
-            manifest["verified"] = True
+            manifest.verified = True
             files.update(gguf="adapter.gguf", tarball="adapter.tar.gz", verify="verify.json")
         else:
             pack(peft_dir, out_dir / "adapter.tar.gz")
             files["tarball"] = "adapter.tar.gz"
-            manifest["message"] = ("no GGUF export (export_gguf off or no GGUF base): PEFT "
+            manifest.message = ("no GGUF export (export_gguf off or no GGUF base): PEFT "
                                    "adapter only, for vLLM")
-        manifest["files"] = files
-        manifest["state"], manifest["finished"] = "done", now()
+        manifest.files = files
+        manifest.advance("done", finished=now())
         ok, why = gate(result["eval_loss"], ts.promote_margin)
-        manifest["gate"] = {"passed": ok, "reason": why, "margin": ts.promote_margin,
-                            "eval_loss": result["eval_loss"],
-                            "against": promoted["name"] if promoted else "base model"}
+        manifest.gate = GateRecord(passed=ok, reason=why, margin=ts.promote_margin,
+                                   eval_loss=result["eval_loss"],
+                                   against=promoted.name if promoted else "base model")
         store.write_manifest(manifest)
         if ok and promote:
             store.promote(name, why)
             manifest = store.manifest(name)
-            manifest["promoted"] = True
+            manifest.promoted = True
             store.write_manifest(manifest)
             logger.info("promoted %s: %s", name, why)
         else:
             logger.info("%s kept, not promoted: %s", name,
                         why if not ok else "promote=False")
-        manifest["mirror"] = store.mirror(f"adapters/{name}")
+        manifest.mirror = store.mirror(f"adapters/{name}")
         store.write_manifest(manifest)
-        _event("finished", name, {"state": "done", "promoted": manifest["promoted"],
+        _event("finished", name, {"state": "done", "promoted": manifest.promoted,
                                   "eval_loss": result["eval_loss"]})
         create_markdown_artifact(_markdown(manifest), key=f"training-{bucket}",
                                  description=f"Training run {name}")
         _publish_result(manifest)
-        return manifest
+        return manifest.to_dict()
     except BaseException as e:
-        cancelled = type(e).__name__ in {"TerminationSignal", "CancelledRun", "Abort"} or \
-            isinstance(e, KeyboardInterrupt)
-        manifest.update(state="cancelled" if cancelled else "failed", finished=now(),
-                        message=f"{type(e).__name__}: {e}"[:2000])
+        from prefect.exceptions import Abort, CancelledRun, TerminationSignal
+
+        cancelled = isinstance(e, TerminationSignal | CancelledRun | Abort | KeyboardInterrupt)
+        message = f"{type(e).__name__}: {e}"[:2000]
+        if manifest.state in FINAL:  # done (promotion or the mirror failed): the adapter stands
+            manifest.message = message
+        else:
+            manifest.advance("cancelled" if cancelled else "failed", finished=now(),
+                             message=message)
         store.write_manifest(manifest)
-        _event("finished", name, {"state": manifest["state"], "message": manifest["message"]})
+        _event("finished", name, {"state": manifest.state, "message": manifest.message})
         raise
 
 
-RESULT_FIELDS = ("name", "bucket", "state", "step", "steps", "loss", "eval_loss", "verified",
-                 "promoted", "peak_mib", "reused", "dataset", "flow_run_id")
-
-
-def result_row(m: dict[str, Any]) -> dict[str, Any]:
+def result_row(m: AdapterManifest) -> TrainingResult:
     """What the nightly keeps of a training run (the same whether it ran here or on the node)."""
-    return {k: m.get(k) for k in RESULT_FIELDS} | {"gate": (m.get("gate") or {}).get("reason")}
+    return TrainingResult.of_manifest(m)
 
 
-def _publish_result(m: dict[str, Any]) -> None:
+def _publish_result(m: AdapterManifest) -> None:
     """The run's result as a one-row table artifact: how a run on the GPU node hands its
     result to the nightly on the orchestrator (tasks/compute/node.py: run_on_node)."""
     from tasks.compute.node import NODE_RESULT_KEY
 
-    create_table_artifact([result_row(m)], key=NODE_RESULT_KEY,
-                          description=f"Training result, {m['name']}")
+    create_table_artifact([result_row(m).to_dict()], key=NODE_RESULT_KEY,
+                          description=f"Training result, {m.name}")
 
 
-def _markdown(m: dict[str, Any]) -> str:
-    g = m.get("gate", {})
-    tr = m.get("training", {})
-    lines = [f"# Training {m['name']}: {m['state']}", "",
-             f"- method {m['method']}, bucket {m['bucket']}, pairs {m.get('pairs')}",
-             f"- steps {m['step']}/{m['steps']}, train loss {m['loss']}, "
+def _markdown(m: AdapterManifest) -> str:
+    tr = m.training or {}
+    pairs = m.pairs.model_dump() if m.pairs else None
+    lines = [f"# Training {m.name}: {m.state}", "",
+             f"- method {m.method}, bucket {m.bucket}, pairs {pairs}",
+             f"- steps {m.step}/{m.steps}, train loss {m.loss}, "
              f"{tr.get('steps_per_second')} steps/s, {tr.get('tokens_per_second')} tokens/s, "
-             f"peak {m['peak_mib']} MiB ({tr.get('peak_kind')})",
-             f"- held-out loss: {g.get('eval_loss')}",
-             f"- verified in llama.cpp: {m['verified']}",
-             f"- promotion: {'PROMOTED' if m['promoted'] else 'kept'} — {g.get('reason')}"]
+             f"peak {m.peak_mib} MiB ({tr.get('peak_kind')})",
+             f"- held-out loss: {m.gate.eval_loss if m.gate else None}",
+             f"- verified in llama.cpp: {m.verified}",
+             f"- promotion: {'PROMOTED' if m.promoted else 'kept'} — "
+             f"{m.gate.reason if m.gate else None}"]
     return "\n".join(lines)
 
 
@@ -322,14 +332,14 @@ def _fetch_dataset(block: str | None, key: str, sha256: str | None, state_dir: P
     return local
 
 
-def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
-                   ) -> dict[str, Any]:
+def run_for_marker(marker: TrainingMarker, profile: str, timeout_seconds: float
+                   ) -> TrainingResult:
     """The nightly's hand-over: one training-pending marker → one training run, in this
     process (local compute) or on the GCE node through its deployment (`[training]
     node_deployment`, on the node's work pool). Returns the run's result row."""
     cfg = load_profile(profile)
     params = build_params(cfg.training.recipe, {
-        "dataset": marker["dataset"], "bucket": marker["bucket"], "method": marker["kind"],
+        "dataset": marker.dataset, "bucket": marker.bucket, "method": marker.kind,
         "base_model": cfg.training.base_model or cfg.node.base_model},
         where=f"profile {profile} [training]")
     started = time.monotonic()
@@ -340,17 +350,18 @@ def run_for_marker(marker: dict[str, Any], profile: str, timeout_seconds: float
             from tasks.gcs_sync import upload_file
 
             dataset = Path(params.dataset)
-            key = f"datasets/{marker['bucket']}/{dataset.name}"
+            key = f"datasets/{marker.bucket}/{dataset.name}"
             url = upload_file(cfg.training.gcs_block, dataset, key)
             get_run_logger().info("dataset for the node uploaded to %s", url)
             parameters.update(dataset_gcs_key=key, dataset_sha256=file_sha256(dataset))
         row = run_on_node(cfg.node, cfg.training.node_deployment, parameters,
-                          timeout_seconds, label=f"train:{marker['bucket']}",
+                          timeout_seconds, label=f"train:{marker.bucket}",
                           pickup_seconds=cfg.training.node_pickup_seconds)
     else:
-        row = result_row(train_flow.with_options(timeout_seconds=timeout_seconds)(
-            params=params, profile=profile, created_by="nightly"))
-    row["seconds"] = round(time.monotonic() - started, 1)
+        row = result_row(AdapterManifest.parse(
+            train_flow.with_options(timeout_seconds=timeout_seconds)(
+                params=params, profile=profile, created_by="nightly"), "the train flow's result"))
+    row.seconds = round(time.monotonic() - started, 1)
     return row
 
 

@@ -79,3 +79,16 @@ class AdapterVerificationError(SlmNightlyError):
     def __init__(self, message: str, report: dict | None = None) -> None:
         super().__init__(message)
         self.report = report or {}
+
+
+class PhaseTimedOut(SlmNightlyError, TimeoutError):
+    """A phase ran past its timeout (also a TimeoutError, so `except TimeoutError` sees it)."""
+
+
+class RecordError(SlmNightlyError):
+    """A record file (run summary, manifest, marker, scorecard, result) cannot be read: not
+    JSON, a key that does not belong, or a schema version this code does not know."""
+
+
+class IllegalTransition(SlmNightlyError):
+    """A training job's state was moved along a transition its state machine does not have."""

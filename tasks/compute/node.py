@@ -14,6 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from blocks.inference import InferenceEndpoint
 from tasks.compute.protocol import Node
 from tasks.errors import NodePreempted
+from tasks.records import TrainingResult
 
 
 @task(name="compute-up", cache_policy=NO_CACHE)
@@ -72,14 +73,14 @@ NODE_RESULT_KEY = "node-result"  # table artifact a node-side flow publishes its
 
 def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
                 timeout_seconds: float, *, label: str, poll_seconds: float = 2.0,
-                pickup_seconds: float = 600.0) -> dict[str, Any]:
+                pickup_seconds: float = 600.0) -> TrainingResult:
     """Run a node-side flow on the GCE node through Prefect: `run_deployment` on the
     deployment that lives on the node's work pool (its worker is started by the node's
     startup script), then watch the run — and the node — until it ends.
 
-    Returns the flow's result row (the `node-result` table artifact it published: a result
-    that crosses machines through the Prefect API, with no shared result storage), plus
-    `node_run` {id, name}.
+    Returns the flow's result row as a TrainingResult (from the `node-result` table artifact
+    it published: a result that crosses machines through the Prefect API, with no shared
+    result storage), with `node_run` {id, name}.
     The node run is cancelled when this run times out, is cancelled, loses the node
     (NodePreempted), or no worker takes the run within `pickup_seconds` (the node's worker
     is not up: better to fail than to pay for an idle GPU until the phase timeout); a node
@@ -144,7 +145,9 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
                           f"result (a '{NODE_RESULT_KEY}' table artifact)", {})
     data: Any = arts[0].data
     rows = json.loads(data) if isinstance(data, str) else data
-    return dict(rows[0]) | {"node_run": {"id": str(child.id), "name": child.name}}
+    return TrainingResult.parse(  # a node on another version fails here, naming both
+        dict(rows[0]) | {"node_run": {"id": str(child.id), "name": child.name}},
+        f"{label}: the result of node run {child.name}")
 
 
 def _end_node_run(client: Any, run_id: Any, logger: Any, label: str, why: BaseException,

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.corpus.buckets import Kind
 from tasks.corpus.scorecard import RULES, BucketCard, ScorecardConfig, card_json, score_bucket
-from tasks.files import write_atomic
+from tasks.records import BucketVerdict, Scorecard, ScorecardSummary, TrainingMarker
 
 
 def score_corpus(corpus: Path, buckets: dict[str, Kind], cfg: ScorecardConfig
@@ -63,18 +62,17 @@ def markdown_card(card: dict[str, Any]) -> str:
 
 @task(name="score-corpus", cache_policy=NO_CACHE)
 def score_and_publish(corpus: Path, buckets: dict[str, Kind], cfg: ScorecardConfig,
-                      state_dir: Path) -> tuple[dict[str, Any], Path, dict[str, pl.DataFrame]]:
+                      state_dir: Path) -> tuple[Scorecard, Path, dict[str, pl.DataFrame]]:
     """Score every bucket; write the versioned scorecard JSON and publish it as artifacts."""
     cards, clean = score_corpus(corpus, buckets, cfg)
-    card = card_json(cards, cfg, corpus)
+    card = Scorecard.model_validate(card_json(cards, cfg, corpus))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = state_dir / "scorecards" / f"scorecard-{stamp}.json"
-    write_atomic(path, json.dumps(card, indent=2))
-    write_atomic(state_dir / "scorecards" / "latest.json", json.dumps(card, indent=2))
+    path = card.save(state_dir / "scorecards" / f"scorecard-{stamp}.json")
+    card.save(state_dir / "scorecards" / "latest.json")
     rows = [{"bucket": b.bucket, "passed": b.passed, "clean": b.clean, "total": b.total,
              "floor": cfg.floor, **b.rules} for b in cards]
     create_table_artifact(rows, key="corpus-scorecard", description="Scorecard per bucket")
-    create_markdown_artifact(markdown_card(card), key="corpus-scorecard-report",
+    create_markdown_artifact(markdown_card(card.to_dict()), key="corpus-scorecard-report",
                              description="Why each bucket passed or failed")
     logger = get_run_logger()
     for b in cards:
@@ -85,26 +83,25 @@ def score_and_publish(corpus: Path, buckets: dict[str, Kind], cfg: ScorecardConf
 
 
 @task(name="hand-over-to-training", cache_policy=NO_CACHE)
-def hand_over(card: dict[str, Any], scorecard_path: Path, clean: dict[str, pl.DataFrame],
-              state_dir: Path) -> list[dict[str, Any]]:
+def hand_over(card: Scorecard, scorecard_path: Path, clean: dict[str, pl.DataFrame],
+              state_dir: Path) -> list[TrainingMarker]:
     """For each passing bucket: the cleaned dataset as Parquet (train/eval split column), then
     the training-pending marker — written last and atomically, so it never points at a
     dataset that is not complete."""
     markers = []
-    for b in card["buckets"]:
-        if not b["passed"]:
+    for b in card.buckets:
+        if not b.passed:
             continue
-        dataset = state_dir / "datasets" / b["bucket"] / f"{b['digest'][:16]}.parquet"
+        dataset = state_dir / "datasets" / b.bucket / f"{b.digest[:16]}.parquet"
         dataset.parent.mkdir(parents=True, exist_ok=True)
         tmp = dataset.with_name(f".{dataset.name}.tmp")
-        clean[b["bucket"]].write_parquet(tmp)
+        clean[b.bucket].write_parquet(tmp)
         os.replace(tmp, dataset)
-        marker = {"bucket": b["bucket"], "kind": b["kind"], "clean": b["clean"],
-                  "corpus_digest": b["digest"], "scorecard": str(scorecard_path.resolve()),
-                  "dataset": str(dataset.resolve()),
-                  "time": datetime.now(UTC).isoformat(timespec="seconds")}
-        write_atomic(state_dir / "training-pending" / f"{b['bucket']}.json",
-                     json.dumps(marker, indent=2))
+        marker = TrainingMarker(bucket=b.bucket, kind=b.kind, clean=b.clean,
+                                corpus_digest=b.digest, scorecard=str(scorecard_path.resolve()),
+                                dataset=str(dataset.resolve()),
+                                time=datetime.now(UTC).isoformat(timespec="seconds"))
+        marker.save(state_dir / "training-pending" / f"{b.bucket}.json")
         markers.append(marker)
     return markers
 
@@ -129,9 +126,12 @@ def sync_corpus(corpus: Path, gcs_block: str | None) -> dict[str, Any] | None:
     return report
 
 
-def summary_of(card: dict[str, Any]) -> dict[str, Any]:
-    return {"floor": card["floor"],
-            "buckets": {b["bucket"]: {"passed": b["passed"], "clean": b["clean"],
-                                      "total": b["total"], "reasons": b["reasons"]}
-                        for b in card["buckets"]}}
+def summary_of(card: Scorecard, path: Path, markers: list[TrainingMarker],
+               synced: dict[str, Any] | None) -> ScorecardSummary:
+    """What the run summary keeps of the scorecard."""
+    return ScorecardSummary(
+        floor=card.floor, scorecard=str(path.resolve()),
+        buckets={b.bucket: BucketVerdict(passed=b.passed, clean=b.clean, total=b.total,
+                                         reasons=b.reasons) for b in card.buckets},
+        training_pending=[m.bucket for m in markers], gcs_sync=synced)
 

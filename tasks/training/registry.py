@@ -23,8 +23,9 @@ from typing import Any
 
 from tasks.errors import ConfigError
 from tasks.files import write_atomic
+from tasks.records import STATES, AdapterManifest, Promotion
 
-STATES = ("queued", "preparing", "running", "done", "failed", "cancelled")
+__all__ = ["STATES", "AdapterManifest", "ArtifactStore", "gate", "now", "pack"]
 
 
 def now() -> str:
@@ -47,54 +48,51 @@ class ArtifactStore:
         return self.root / "promoted" / f"{bucket}.json"
 
     # --- manifests ---
-    def write_manifest(self, manifest: dict[str, Any]) -> Path:
-        path = self.adapter_dir(manifest["name"]) / "manifest.json"
-        write_atomic(path, json.dumps(manifest, indent=2, default=str))
-        return path
+    def write_manifest(self, manifest: AdapterManifest) -> Path:
+        return manifest.save(self.adapter_dir(manifest.name) / "manifest.json")
 
-    def manifest(self, name: str) -> dict[str, Any]:
+    def manifest(self, name: str) -> AdapterManifest:
         path = self.adapter_dir(name) / "manifest.json"
         if not path.is_file():
-            known = [m["name"] for m in self.list()][:10]
+            known = [m.name for m in self.list()][:10]
             raise ConfigError(f"adapter {name!r}: no manifest at {path} — known adapters: "
                               f"{known or 'none'} (slm-nightly adapters list)")
-        return dict(json.loads(path.read_text()))
+        return AdapterManifest.load(path)
 
-    def list(self, bucket: str | None = None) -> list[dict[str, Any]]:
+    def list(self, bucket: str | None = None) -> list[AdapterManifest]:
+        """Every adapter's manifest (of one bucket), oldest first. A manifest that does not
+        read (another schema version, a misspelled key) raises RecordError naming it."""
         out = []
         for path in sorted((self.root / "adapters").glob("*/manifest.json")):
-            try:
-                m = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            if bucket is None or m.get("bucket") == bucket:
+            m = AdapterManifest.load(path)
+            if bucket is None or m.bucket == bucket:
                 out.append(m)
-        return sorted(out, key=lambda m: m.get("created", ""))
+        return sorted(out, key=lambda m: m.created)
 
     # --- promotion ---
     def pointer(self, bucket: str) -> dict[str, Any]:
         path = self._pointer(bucket)
         return json.loads(path.read_text()) if path.is_file() else {"current": None, "history": []}
 
-    def promoted(self, bucket: str) -> dict[str, Any] | None:
+    def promoted(self, bucket: str) -> AdapterManifest | None:
         """The promoted adapter's manifest for a bucket, or None."""
         name = self.pointer(bucket).get("current")
         return self.manifest(name) if name else None
 
     def promote(self, name: str, reason: str) -> dict[str, Any]:
         m = self.manifest(name)
-        if m.get("state") != "done" or m.get("verified") is False:
-            raise ConfigError(f"adapter {name}: state {m.get('state')!r}, verified "
-                              f"{m.get('verified')!r} — only a finished adapter that passed "
+        if m.state != "done" or m.verified is False:
+            raise ConfigError(f"adapter {name}: state {m.state!r}, verified "
+                              f"{m.verified!r} — only a finished adapter that passed "
                               "verification (or has no GGUF to verify) can be promoted")
-        ptr = self.pointer(m["bucket"])
+        ptr = self.pointer(m.bucket)
         if ptr.get("current") == name:
             return ptr
         ptr["history"] = ([{"name": ptr["current"], "until": now()}] if ptr.get("current")
                           else []) + ptr.get("history", [])
         ptr.update(current=name, since=now(), reason=reason)
-        write_atomic(self._pointer(m["bucket"]), json.dumps(ptr, indent=2))
-        m.setdefault("promotions", []).append({"at": now(), "reason": reason})
+        write_atomic(self._pointer(m.bucket), json.dumps(ptr, indent=2))
+        m.promotions.append(Promotion(at=now(), reason=reason))
         self.write_manifest(m)
         return ptr
 
@@ -115,7 +113,7 @@ class ArtifactStore:
         m = self.promoted(bucket)
         if not m:
             return None
-        gguf = self.adapter_dir(m["name"]) / "adapter.gguf"
+        gguf = self.adapter_dir(m.name) / "adapter.gguf"
         return gguf if gguf.is_file() else None
 
     # --- mirror ---

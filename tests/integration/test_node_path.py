@@ -172,12 +172,12 @@ def test_nightly_trains_on_the_node_through_its_deployment(
         # what the node wrote: a PEFT adapter for vLLM (no GGUF on this path), the manifest
         store = ArtifactStore(tmp_path / "state" / "artifacts")
         m = store.manifest(s["training"][ENG]["name"])
-        assert m["created_by"] == "nightly" and m["files"]["peft"] == "peft"
-        assert (store.adapter_dir(m["name"]) / "peft" / "adapter_model.safetensors").is_file()
+        assert m.created_by == "nightly" and m.files is not None and m.files["peft"] == "peft"
+        assert (store.adapter_dir(m.name) / "peft" / "adapter_model.safetensors").is_file()
         # GCS holds the adapters, the datasets and the run records
         names = {b.name for b in gcs.bucket(folder="slm").list_blobs("")}
-        assert f"slm/artifacts/adapters/{m['name']}/manifest.json" in names
-        assert f"slm/artifacts/adapters/{m['name']}/peft/adapter_model.safetensors" in names
+        assert f"slm/artifacts/adapters/{m.name}/manifest.json" in names
+        assert f"slm/artifacts/adapters/{m.name}/peft/adapter_model.safetensors" in names
         assert f"slm/{runs[ENG].parameters['dataset_gcs_key']}" in names
         assert {"slm/records/runs/last-run.json", "slm/records/scorecards/latest.json"} <= names
         # the node is down and everything it ran is gone
@@ -199,7 +199,7 @@ def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
         def preempt_when_training() -> None:  # the first adapter manifest says "running"
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
-                if any(m.get("state") == "running" and (m.get("step") or 0) >= 3
+                if any(m.state == "running" and m.step >= 3
                        for m in store.list()):
                     node.fake.preempt("zone-a", "node")
                     return

@@ -337,12 +337,13 @@ def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache
     out, _ = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, out[-3000:]
     store = ArtifactStore(tmp_path / "state" / "artifacts")
-    done = [m for m in store.list("toy") if m["state"] == "done"]
-    assert len(done) == 1 and done[0]["training"]["resumed_step"] >= saved
-    assert done[0]["training"]["resumed_from"] == f"checkpoint-{done[0]['training']['resumed_step']}"
-    assert done[0]["step"] == 60
-    killed = [m for m in store.list("toy") if m["state"] != "done"]
-    assert len(killed) == 1 and killed[0]["state"] == "running"  # kill -9: no chance to say
+    done = [m for m in store.list("toy") if m.state == "done"]
+    assert len(done) == 1 and done[0].training is not None
+    assert done[0].training["resumed_step"] >= saved
+    assert done[0].training["resumed_from"] == f"checkpoint-{done[0].training['resumed_step']}"
+    assert done[0].step == 60
+    killed = [m for m in store.list("toy") if m.state != "done"]
+    assert len(killed) == 1 and killed[0].state == "running"  # kill -9: no chance to say
 
 
 @pytest.mark.slow
@@ -390,11 +391,11 @@ def test_cancelled_training_saves_a_checkpoint_ends_cancelled_and_frees_the_slot
         assert state.is_cancelled(), state
         store = ArtifactStore(tmp_path / "state" / "artifacts")
         (m,) = store.list("toy")
-        assert m["state"] == "cancelled", m
+        assert m.state == "cancelled", m
         last = max(int(p.parent.name.split("-")[1])
                    for p in ckpts.glob("*/checkpoint-*/trainer_state.json"))
-        assert m["checkpoint"]["step"] == last and 0 < last < 400
-        assert last >= m["step"] - 1  # the step reached at the stop was checkpointed
+        assert m.checkpoint is not None and m.checkpoint.step == last and 0 < last < 400
+        assert last >= m.step - 1  # the step reached at the stop was checkpointed
         assert active_slots() == 0
     finally:
         server.terminate()

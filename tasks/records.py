@@ -1,0 +1,446 @@
+"""The run's records as pydantic models: the run summary (with its phase records), the adapter
+manifest (with its job's state machine), the training-pending marker, the scorecard, and the
+training result a run hands to the nightly (from this process or from the GPU node).
+
+Every record carries `schema_version` and forbids unknown keys, so a misspelled key fails
+where it is written instead of silently missing where it is read. Files are written from the
+models (`Record.save`, atomically) and read back into them (`Record.load`): a file written
+before records had a `schema_version` (today's shapes) is migrated on load; a file with a
+version this code does not know fails with a message naming the file and both versions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from tasks.errors import IllegalTransition, RecordError, explain_validation
+from tasks.files import write_atomic
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors; assignments are validated like construction."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Record(_Strict):
+    """A record with a schema version, written to and read from JSON."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    # False: the dump leaves out the fields never set (the run summary: a key appears once
+    # its phase wrote it, as in the files written before the models).
+    WRITE_UNSET: ClassVar[bool] = True
+
+    schema_version: int = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_version(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            found = data.get("schema_version")
+            if found is None:  # written before records were versioned: today's shape
+                data = {**cls.migrate_unversioned(dict(data)), "schema_version": cls.SCHEMA_VERSION}
+            elif found != cls.SCHEMA_VERSION:
+                raise RecordError(version_message(cls, found))
+        return data
+
+    @model_validator(mode="after")
+    def _version_always_written(self) -> Self:
+        self.model_fields_set.add("schema_version")
+        return self
+
+    @classmethod
+    def migrate_unversioned(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A record written before `schema_version` existed, in the current shape."""
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict (what flows return and artifacts carry)."""
+        return self.model_dump(mode="json", exclude_unset=not self.WRITE_UNSET)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2, exclude_unset=not self.WRITE_UNSET)
+
+    def save(self, path: Path) -> Path:
+        write_atomic(path, self.to_json())
+        return path
+
+    @classmethod
+    def parse(cls, data: Any, where: str) -> Self:
+        """Validate a dict (read from `where`: a file, an artifact) into the record."""
+        try:
+            return cls.model_validate(data)
+        except RecordError as e:  # a version this code does not read (raised as it is)
+            raise RecordError(f"{where}: {e}") from None
+        except ValidationError as e:
+            raise RecordError(explain_validation(
+                e, f"{where}: not a valid {cls.__name__} (schema_version "
+                f"{cls.SCHEMA_VERSION}):", "Fix or remove the file; a misspelled key is an "
+                "error, not ignored.")) from None
+
+    @classmethod
+    def load(cls, path: Path) -> Self:
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{path}: not JSON ({e}) — fix or remove the file") from None
+        return cls.parse(data, str(path))
+
+
+def version_message(cls: type[Record], found: Any) -> str:
+    return (f"{cls.__name__} schema_version {found!r} found, version {cls.SCHEMA_VERSION} "
+            "expected (files without a schema_version are read as today's shape) — written "
+            "by another version of slm-nightly: run that version, or move the file away")
+
+
+# --- the training job ----------------------------------------------------------------------
+
+JobState = Literal["queued", "starting", "preparing", "running", "done", "failed", "cancelled"]
+STATES: tuple[JobState, ...] = ("queued", "starting", "preparing", "running", "done", "failed",
+                                "cancelled")
+FINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+# queued: the record exists. starting: the job checks its inputs (dataset splits, base model).
+# preparing: it holds the `gpu` slot and loads the weights. running: the trainer steps. Any
+# state before a final one can fail or be cancelled; a final state is final.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"starting", "failed", "cancelled"}),
+    "starting": frozenset({"preparing", "failed", "cancelled"}),
+    "preparing": frozenset({"running", "failed", "cancelled"}),
+    "running": frozenset({"done", "failed", "cancelled"}),
+    "done": frozenset(), "failed": frozenset(), "cancelled": frozenset(),
+}
+
+
+def check_transition(name: str, old: str, new: str) -> None:
+    if new not in TRANSITIONS.get(old, frozenset()):
+        allowed = ", ".join(sorted(TRANSITIONS.get(old, ()))) or "none: it is final"
+        raise IllegalTransition(f"adapter {name}: job state {old} → {new} is not a legal "
+                                f"transition (from {old}: {allowed})")
+
+
+class BaseRef(_Strict):
+    spec: str
+    hf_dir: str | None = None
+    gguf: str | None = None
+
+
+class Pairs(_Strict):
+    train: int
+    eval: int
+
+
+class Checkpoint(_Strict):
+    step: int
+    path: str
+
+
+class GateRecord(_Strict):
+    passed: bool
+    reason: str
+    margin: float
+    eval_loss: dict[str, float]
+    against: str
+
+
+class Promotion(_Strict):
+    at: str
+    reason: str
+
+
+class AdapterManifest(Record):
+    """<artifacts>/adapters/<name>/manifest.json: one training job and the adapter it made.
+    `state` moves only along TRANSITIONS; assigning an illegal one raises IllegalTransition."""
+
+    WRITE_UNSET: ClassVar[bool] = True
+
+    name: str
+    bucket: str
+    method: str
+    base: BaseRef
+    data_digest: str
+    run_digest: str
+    dataset: str
+    params: dict[str, Any]  # the training parameters as the run resolved them
+    state: JobState = "queued"
+    step: int = 0
+    steps: int | None = None
+    loss: float | None = None
+    eval_loss: float | None = None
+    message: str = ""
+    peak_mib: float | None = None
+    created: str
+    started: str | None = None
+    finished: str | None = None
+    created_by: str
+    flow_run_id: str = ""
+    verified: bool | None = None
+    promoted: bool = False
+    pairs: Pairs | None = None
+    device: dict[str, Any] | None = None
+    checkpoint: Checkpoint | None = None
+    training: dict[str, Any] | None = None  # the trainer's report (tasks/training/train.py)
+    export: dict[str, Any] | None = None    # the GGUF export's report
+    files: dict[str, str] | None = None
+    gate: GateRecord | None = None
+    promotions: list[Promotion] = []
+    mirror: dict[str, Any] | None = None
+    reused: bool | None = None  # set on what a run returns when it reused a finished adapter
+
+    @classmethod
+    def migrate_unversioned(cls, data: dict[str, Any]) -> dict[str, Any]:
+        data.pop("version", None)  # the manifests' own format number (1) before schema_version
+        return data
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key == "state" and value != self.state:
+            check_transition(self.name, self.state, value)
+        super().__setattr__(key, value)
+
+    def advance(self, state: JobState, **fields: Any) -> None:
+        """Move the job to `state` (checked) and set other fields with it."""
+        self.state = state
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+
+# --- the result a training run hands to the nightly ----------------------------------------
+
+class NodeRun(_Strict):
+    id: str
+    name: str
+
+
+class TrainingResult(Record):
+    """What the nightly keeps of one bucket's training: the run's result row (published as the
+    `node-result` table artifact, so it also crosses from the GPU node), or why it did not run."""
+
+    WRITE_UNSET: ClassVar[bool] = False
+
+    name: str | None = None
+    bucket: str | None = None
+    state: str
+    step: int | None = None
+    steps: int | None = None
+    loss: float | None = None
+    eval_loss: float | None = None
+    verified: bool | None = None
+    promoted: bool | None = None
+    peak_mib: float | None = None
+    reused: bool | None = None
+    dataset: str | None = None
+    flow_run_id: str | None = None
+    gate: str | None = None
+    message: str | None = None
+    seconds: float | None = None
+    node_run: NodeRun | None = None
+
+    @classmethod
+    def of_manifest(cls, m: AdapterManifest) -> TrainingResult:
+        return cls(name=m.name, bucket=m.bucket, state=m.state, step=m.step, steps=m.steps,
+                   loss=m.loss, eval_loss=m.eval_loss, verified=m.verified,
+                   promoted=m.promoted, peak_mib=m.peak_mib, reused=m.reused,
+                   dataset=m.dataset, flow_run_id=m.flow_run_id,
+                   gate=m.gate.reason if m.gate else None)
+
+
+# --- phase 2a: the scorecard and the training-pending marker -------------------------------
+
+class SourceShare(_Strict):
+    source: str
+    total: int
+    clean: int
+    share_of_clean: float
+
+
+class BucketScore(_Strict):
+    bucket: str
+    kind: str
+    path: str
+    raw_lines: int
+    total: int
+    clean: int
+    passed: bool
+    reasons: list[str]
+    rules: dict[str, int]
+    pii_flagged: int
+    sources: list[SourceShare] = []
+    digest: str = ""
+
+
+class Scorecard(Record):
+    """<state_dir>/scorecards/scorecard-<time>.json and latest.json. `version` is the
+    scorecard's rules version (tasks/corpus/scorecard.py SCORECARD_VERSION), not the schema."""
+
+    WRITE_UNSET: ClassVar[bool] = True
+
+    version: int
+    corpus: str
+    floor: int
+    config: dict[str, Any]
+    buckets: list[BucketScore]
+
+
+class TrainingMarker(Record):
+    """<state_dir>/training-pending/<bucket>.json: a passing bucket's dataset, waiting for
+    training (written after the dataset, atomically; removed once a run consumed it)."""
+
+    WRITE_UNSET: ClassVar[bool] = True
+
+    bucket: str
+    kind: str
+    clean: int
+    corpus_digest: str
+    scorecard: str
+    dataset: str
+    time: str
+
+
+# --- the run summary -----------------------------------------------------------------------
+
+PhaseStatus = Literal["running", "completed", "failed", "cancelled", "preempted", "timed_out",
+                      "skipped"]
+RunStatus = Literal["running", "completed", "failed", "cancelled", "preempted"]
+
+
+class PhaseRecord(_Strict):
+    status: PhaseStatus
+    seconds: float = 0.0
+    note: str | None = None
+
+
+class DocumentCounts(_Strict):
+    seen: int = 0
+    extracted: int = 0
+    skipped: int = 0
+    failed: int = 0
+
+
+class GraphSummary(_Strict):
+    location: str | None = None
+    description: str | None = None
+    nodes: dict[str, int] = {}
+    relationships: dict[str, int] = {}
+    check: str | None = None
+    snapshot: dict[str, Any] | None = None  # tasks/graph/snapshots.py keep_snapshot's record
+
+
+class BucketVerdict(_Strict):
+    passed: bool
+    clean: int
+    total: int
+    reasons: list[str]
+
+
+class ScorecardSummary(_Strict):
+    """What the scorecard flow returns and the run summary keeps of it."""
+
+    floor: int
+    buckets: dict[str, BucketVerdict]
+    scorecard: str
+    training_pending: list[str]
+    gcs_sync: dict[str, Any] | None = None
+
+
+class CostSummary(_Strict):
+    tokens_in: int
+    tokens_out: int
+    gpu_hours: float | None = None
+    running_seconds: float | None = None
+    estimated_usd: float | None = None
+    rates: list[str] | None = None
+    zones: dict[str, Any] | None = None
+    note: str | None = None
+
+
+class ExtractionReport(_Strict):
+    """What phase 1 (flows/extract.py) returns, and carries in PhaseFailed when it fails."""
+
+    documents: dict[str, DocumentCounts]
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    llm_retries: int = 0
+    entities: int
+    relationships: int
+    deleted: int
+    pruned: int
+    rejected_entity_types: dict[str, int]
+    remapped_relationship_types: dict[str, int]
+    dropped_fields: dict[str, int]
+    unusable_answers: dict[str, int]
+    bad_records: dict[str, int]
+    dangling_relationships: int = 0
+    failures: list[dict[str, Any]]  # tasks/extraction/extract.py failure_record rows
+    dead_letter: str | None
+    graph: GraphSummary
+    seconds: float
+
+
+# The extraction fields the run summary takes over from phase 1.
+MERGED_FROM_EXTRACTION = ("documents", "llm_calls", "prompt_tokens", "completion_tokens",
+                          "entities", "relationships", "failures", "graph", "dead_letter",
+                          "deleted", "pruned", "rejected_entity_types",
+                          "remapped_relationship_types", "unusable_answers", "dropped_fields",
+                          "bad_records")
+
+
+class RunSummary(Record):
+    """<state_dir>/runs/<time>-<run>.json and last-run.json. A key is written once the phase
+    that fills it ran (the dump leaves out fields never set), as the files always had it."""
+
+    WRITE_UNSET: ClassVar[bool] = False
+
+    profile: str
+    status: RunStatus = "running"
+    started_at: str | None = None
+    finished_at: str | None = None
+    documents: dict[str, DocumentCounts] = {}
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    entities: int = 0
+    relationships: int = 0
+    failures: list[dict[str, Any]] = []
+    phases: dict[str, PhaseRecord] = {}
+    graph: GraphSummary | None = None
+    dead_letter: str | None = None
+    deleted: int | None = None
+    pruned: int | None = None
+    rejected_entity_types: dict[str, int] | None = None
+    remapped_relationship_types: dict[str, int] | None = None
+    unusable_answers: dict[str, int] | None = None
+    dropped_fields: dict[str, int] | None = None
+    bad_records: dict[str, int] | None = None
+    reaper: dict[str, Any] | None = None  # flows/reaper.py reap's record
+    node: str | None = None
+    serving_adapter: str | None = None  # unset: the server was not started; None: base model
+    scorecard: ScorecardSummary | None = None
+    training: dict[str, TrainingResult] | None = None
+    cost: CostSummary | None = None
+    error: str | None = None
+
+    @classmethod
+    def migrate_unversioned(cls, data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("graph") == {}:  # the old summary started with an empty graph block
+            del data["graph"]
+        return data
+
+    def merge_extraction(self, phase1: ExtractionReport | dict[str, Any]) -> None:
+        """Take over phase 1's counts (also from a failed phase 1: PhaseFailed.summary)."""
+        if isinstance(phase1, dict):
+            if not phase1:
+                return
+            phase1 = ExtractionReport.model_validate(phase1)
+        for key in MERGED_FROM_EXTRACTION:
+            setattr(self, key, getattr(phase1, key))
+
+    def set_phase(self, name: str, status: PhaseStatus, seconds: float = 0.0,
+                  note: str | None = None) -> PhaseRecord:
+        record = PhaseRecord(status=status, seconds=seconds) if note is None else \
+            PhaseRecord(status=status, seconds=seconds, note=note)
+        self.phases[name] = record
+        return record
