@@ -110,3 +110,21 @@ def test_promoting_an_unknown_adapter_names_the_known_ones(tmp_path: Path) -> No
     adapter(store, "a1")
     with pytest.raises(ConfigError, match=r"adapter 'nope': no manifest .* known adapters: \['a1'\]"):
         store.promote("nope", "x")
+
+
+def test_the_pointer_keeps_every_earlier_adapter_with_times(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    store = ArtifactStore(tmp_path)
+    for name in ("a1", "a2", "a3"):
+        adapter(store, name)
+        store.promote(name, f"gate passed for {name}")
+    ptr = store.pointer("eng")
+    assert (ptr["current"], ptr["reason"]) == ("a3", "gate passed for a3")
+    assert [sorted(h) for h in ptr["history"]] == [["name", "until"], ["name", "until"]]
+    assert [h["name"] for h in ptr["history"]] == ["a2", "a1"]  # newest first
+    for stamp in [ptr["since"], *(h["until"] for h in ptr["history"])]:
+        assert datetime.fromisoformat(stamp).tzinfo is not None
+    # an operator reads the pointer file: indented, like the manifests
+    path = tmp_path / "promoted" / "eng.json"
+    assert path.read_text() == json.dumps(ptr, indent=2)
