@@ -198,3 +198,24 @@ def test_an_empty_bucket_has_no_shares_and_fails_the_floor(tmp_path: Path) -> No
     assert (c.total, c.clean, c.sources, clean.height) == (0, 0, [], 0)
     assert c.reasons == ["0 clean pairs < floor 1", "0 distinct sources < minimum 1"]
     assert c.rules == dict.fromkeys(RULES, 0)
+
+
+def test_only_readable_rows_are_flagged_for_pii(tmp_path: Path) -> None:
+    c = card(tmp_path, [
+        json.dumps({"prompt": "mail jane@example.com", "chosen": [1, 2], "rejected": "r"}),
+        dpo("mail jane@example.com now", "fine answer", "other answer")],
+        kind="dpo", pii_policy="flag")
+    assert failures(c) == {"wrong_schema": 1} and c.pii_flagged == 1
+
+
+def test_a_message_without_content_is_an_empty_turn(tmp_path: Path) -> None:
+    c = card(tmp_path, [json.dumps({"prompt": [{"role": "user", "content": None}],
+                                    "chosen": words(1), "rejected": words(2)})], kind="dpo")
+    assert failures(c) == {"empty_turn": 1}
+
+
+def test_curly_quotes_do_not_hide_an_exact_duplicate(tmp_path: Path) -> None:
+    plain = sft(words(1), "He said 'yes' to it, and it's done")
+    curly = sft(words(1), "He said \u201cyes\u201d to it, and it\u2019s done")
+    c = card(tmp_path, [plain, curly])
+    assert failures(c) == {"exact_duplicate": 1}
