@@ -4,6 +4,7 @@ work). The benches themselves are run by `make bench`, not here."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,9 +12,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
+_env = dict(os.environ)
 
 import run_all  # noqa: E402
 import scorecard_1m  # noqa: E402
+
+# bench/_common.py sets Prefect's defaults for the benches' own processes: not for this one.
+os.environ.clear()
+os.environ.update(_env)
 
 
 @pytest.mark.parametrize(("script", "outcome", "why"), [
