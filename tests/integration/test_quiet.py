@@ -4,10 +4,10 @@ everything, as before.
 
 The real CLI as `make run` starts it (its own temporary Prefect server, PREFECT_HOME under tmp),
 the fake OpenAI server for extraction, the session's FalkorDB, and real training of one bucket
-on SmolLM2-135M from a fresh model cache: that is where the noise comes from — llama.cpp's model
-loader and tensor conversion when the F32 copy of the base is written (in this process),
-transformers' progress bars while dequantizing the GGUF and tokenizing, FutureWarnings, and
-Prefect's own engine lines. ~3 min on 2 idle cores.
+on SmolLM2-135M from a fresh model cache, where the library output comes from (FutureWarnings,
+bitsandbytes' logger, Prefect's own engine lines; the training code itself silences llama.cpp's
+tensor conversion and transformers' bars). ~3 min on 2 idle cores. Every kind of library output
+(fd-level writes, llama.cpp's loader, tqdm, child processes) is routed in a fast test of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.fake_openai import FakeOpenAI
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
 BUCKET = "engineering-pointsav"
-# What the libraries print and the project never does.
+# What libraries print and the project never does.
 LIBRARY_LINES = {
     "llama.cpp's model loader": "llama_model_loader",
     "a Python warning": "Warning",
@@ -149,7 +149,10 @@ def test_quiet_terminal_keeps_library_output_in_the_run_log_and_verbose_shows_it
         text = log.read_text(errors="replace")
         for what, marker in LIBRARY_LINES.items():
             assert marker not in terminal, f"{what} on the terminal:\n{terminal}"
-            assert marker in text, f"no {what} in {log}"
+        # What this run's libraries still print (training silences llama.cpp's conversion and
+        # transformers' bars at the source, tasks/training): the run log has it. Every other
+        # kind: test_route_sends_each_kind_of_library_output_to_the_log.
+        assert "FutureWarning" in text and "Finished in state Completed()" in text, text[-3000:]
         # The project's own lines stay: documents, the training steps, the summary.
         assert re.search(r"^\S+ \| INFO +\| .* 2/2 research/note-\d\.md — ok$", terminal, re.M), \
             terminal
