@@ -143,6 +143,7 @@ def test_quiet_terminal_keeps_library_output_in_the_run_log_and_verbose_shows_it
             profile(tmp, fake, falkordb, train=tmp == quiet)
 
         code, terminal = run_cli(quiet)
+        print(terminal)  # what a user sees (pytest -rP shows it)
         assert code == 0, terminal[-3000:]
         log = run_log(terminal)
         assert log.parent == quiet / "state" / "runs"
