@@ -66,8 +66,9 @@ def test_chosen_equal_to_rejected_after_case_and_punctuation_only(tmp_path: Path
                         # past the 64 characters compared first, punctuation shifts the keys
                         dpo(words(5), "a, b. " * 20 + "end", "ab" * 20 + " end"),
                         dpo(words(6), "ab" * 20 + " end", "a, b. " * 20 + "end"),
-                        dpo(words(7), "a, b. " * 20 + "end", "ab" * 20 + " fin")], kind="dpo")
-    assert failures(c) == {"chosen_equals_rejected": 5} and c.clean == 3
+                        dpo(words(7), "a, b. " * 20 + "end", "ab" * 20 + " fin"),
+                        dpo(words(8), "yes it is done", '"Yes, it is done"')], kind="dpo")
+    assert failures(c) == {"chosen_equals_rejected": 6} and c.clean == 3
 
 
 @pytest.mark.parametrize("secret", [
