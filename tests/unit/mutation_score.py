@@ -1,0 +1,127 @@
+"""The mutation score of `make mutation`: killed / total per module, over the mutants whose
+names match the patterns given (the same ones `mutmut run` was given), from `mutmut results`.
+
+    python tests/unit/mutation_score.py [--min 80] PATTERN...
+
+Survivors are listed by name (`mutmut show NAME` prints the change). A timeout counts as
+killed (the mutant hung the test: it was noticed); "not checked" or "no tests" as survived.
+Equivalent mutants (EQUIVALENT below, each with the reason) are left out of the total.
+Exit 1 when the total score is below --min percent."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+KILLED = {"killed", "timeout", "caught by type check"}
+
+# Equivalent mutants: the changed line (as `mutmut show` prints it, stripped) cannot change what
+# the function returns or does, so no test can kill it. Matched by the mutant's function and
+# its new line, not by its number (numbers move when the code does).
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("tasks.extraction.extract.x_plan", "out = Plan([], [], [], None)"):
+        "`deleted` is always assigned before plan() returns",
+    ("tasks.extraction.resolve.x__split_trailing_paren",
+     "for i in range(len(s) - 1, -2, -1):"):
+        "the extra step reads s[-1], the closing parenthesis, after the scan found no match: "
+        "(s, None) either way",
+    ("tasks.extraction.resolve.x__strip_honorifics", "changed = None"):
+        "None and False are both false",
+    ("tasks.extraction.resolve.x__strip_postnominals", "parts = s.split(None)"):
+        "split_name has already collapsed whitespace to single spaces",
+    ("tasks.extraction.resolve.x__strip_postnominals",
+     'parts[-1].replace("XX.XX", "").isupper():'):
+        "dots are uncased: isupper() gives the same answer with or without them",
+    ("tasks.extraction.resolve.x__strip_postnominals",
+     'parts[-1].replace(".", "XXXX").isupper():'):
+        "dots are uncased: isupper() gives the same answer with or without them",
+    ("tasks.corpus.scorecard.x_jaccards", "dtype=None)"):
+        "an array of Python floats is float64 anyway (and so is an empty one)",
+    ("tasks.corpus.scorecard.x_jaccards", ")"):
+        "an array of Python floats is float64 anyway (and so is an empty one)",
+    **{("tasks.corpus.scorecard.x_jaccards",
+        "return np.array([_jaccard(norm[i], norm[j]) for i, j in zip(a.tolist(), b.tolist(), "
+        f"{strict})],"): "a and b are the two columns of one pair array: always equally long"
+       for strict in ("strict=None", "", "strict=False")},
+    **{("tasks.corpus.scorecard.x__shingles",
+        f"return set(zip(words, words[1:], {strict})) or set(words)"):
+       "strict=False is zip's default" for strict in ("strict=None", "")},
+    # _ties compares whole keys only where the keys of the answers' starts are prefixes of
+    # each other. Any start whose key is a prefix of the whole key is sound (for a tie both are
+    # prefixes of one key): these change how much is filtered out first, not the result.
+    **{("tasks.corpus.scorecard.x__ties", f"return _key(e.str.slice({a}).str.to_lowercase()"
+                                          f".str.head({b}))"):
+       "a start of another length is still a prefix of the whole key: fewer rows filtered "
+       "out first, the same ties" for a, b in [("0, None", "-1"), ("0, ", "-1"), ("0, 65", "-1"),
+                                               ("0, 64", "+1"), ("0, 64", "-2")]},
+    ("tasks.corpus.scorecard.x__row_rules",
+     'pii=pl.when(ok).then(pl.col("pii")).otherwise(None),'):
+        "the card sums `pii`, and a sum skips nulls as it skips False",
+    **{("tasks.corpus.scorecard.x__row_rules", f'h = pl.Series({args}'):
+       "the series is only a value in with_columns(h=…), which names it; _key_hashes gives "
+       "uint64 already" for args in (
+           'None, _key_hashes(df["low"]), dtype=pl.UInt64)',
+           '"h", _key_hashes(df["low"]), dtype=None)',
+           '_key_hashes(df["low"]), dtype=pl.UInt64)',
+           '"h", _key_hashes(df["low"]), )',
+           '"XXhXX", _key_hashes(df["low"]), dtype=pl.UInt64)',
+           '"H", _key_hashes(df["low"]), dtype=pl.UInt64)')},
+}
+
+
+def _new_lines(mutmut: Path, name: str) -> list[str]:
+    diff = subprocess.run([str(mutmut), "show", name], capture_output=True, text=True).stdout
+    return [line[1:].strip() for line in diff.splitlines()
+            if line.startswith("+") and not line.startswith("+++")]
+
+
+def equivalent(mutmut: Path, name: str) -> str | None:
+    """Why the mutant is equivalent, or None."""
+    function = name.rsplit("__mutmut_", 1)[0]
+    for line in _new_lines(mutmut, name):
+        if (function, line) in EQUIVALENT:
+            return EQUIVALENT[function, line]
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("patterns", nargs="+", help="mutant name patterns (fnmatch)")
+    ap.add_argument("--min", type=float, default=80.0, help="lowest passing score, percent")
+    args = ap.parse_args(argv)
+    mutmut = Path(sys.executable).parent / "mutmut"
+    out = subprocess.run([str(mutmut), "results", "--all", "true"], capture_output=True,
+                         text=True, check=True).stdout
+    by_module: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for line in out.splitlines():
+        name, _, status = line.strip().rpartition(": ")
+        if name and any(fnmatch.fnmatch(name, p) for p in args.patterns):
+            module = re.split(r"\.x[_ǁ]", name, maxsplit=1)[0]
+            by_module[module].append((name, status))
+    if not by_module:
+        print("no mutants match — run `make mutation` first", file=sys.stderr)
+        return 1
+    total = killed = excluded = 0
+    for module, rows in sorted(by_module.items()):
+        survivors = [(n, s) for n, s in rows if s not in KILLED]
+        why = {n: equivalent(mutmut, n) for n, s in survivors if s == "survived"}
+        n_total = len(rows) - sum(1 for w in why.values() if w)
+        k = len(rows) - len(survivors)
+        total, killed, excluded = total + n_total, killed + k, excluded + len(rows) - n_total
+        print(f"{module}: {k}/{n_total} killed ({100 * k / max(n_total, 1):.1f} %)")
+        for name, status in survivors:
+            print(f"    equivalent: {name} — {why[name]}" if why.get(name)
+                  else f"    {status}: {name}")
+    score = 100 * killed / max(total, 1)
+    print(f"total: {killed}/{total} killed ({score:.1f} %; {excluded} equivalent mutants "
+          f"excluded), minimum {args.min:g} %")
+    return 0 if score >= args.min else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
