@@ -5,14 +5,13 @@ import json
 import re
 import shutil
 import subprocess
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import PREFECT, ROOT
+from tests.conftest import PREFECT, ROOT, toml_profile
 from tests.conftest import prefect_server as start_server
 
 
@@ -36,24 +35,14 @@ def test_local_nightly_deployment_runs_on_a_process_worker(tmp_path: Path,
     (src / "transcripts").mkdir(parents=True)
     shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md", src / "transcripts")
     profile = tmp_path / "tiny.toml"
-    profile.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp_path / 'state'}"
-        [inference]
-        dialect = "llama.cpp"
-        max_concurrent_requests = 1
-        max_output_tokens = 384
-        max_entities = 6
-        max_relationships = 4
-        max_description_chars = 48
-        max_retries = 1
-        readiness_timeout_seconds = 120
-        [graph]
-        data_dir = "{tmp_path / 'graph'}"
-        [sources]
-        transcripts = "{src / 'transcripts'}"
-        [extraction]
-        max_failed_share = 1.0
-    """))
+    toml_profile(profile, state_dir=tmp_path / "state",
+                 inference={"dialect": "llama.cpp", "max_concurrent_requests": 1,
+                            "max_output_tokens": 384, "max_entities": 6, "max_relationships": 4,
+                            "max_description_chars": 48, "max_retries": 1,
+                            "readiness_timeout_seconds": 120},
+                 graph={"data_dir": tmp_path / "graph"},
+                 sources={"transcripts": src / "transcripts"},
+                 extraction={"max_failed_share": 1.0})
     for pool in ("local-process", "slm-orchestrator", "slm-node"):
         _run(["work-pool", "create", pool, "--type", "process"], env)
     _run(["--no-prompt", "deploy", "--all"], env)

@@ -24,7 +24,7 @@ from tasks.compute.gce import GceNode
 from tasks.compute.startup_script import render_startup_script, vllm_launch_args
 from tasks.errors import ConfigError, NodeBootTimeout, NodePreempted, NodeUnavailable
 from tasks.processes import free_port
-from tests.conftest import ROOT
+from tests.conftest import ROOT, toml_profile
 from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
 from tests.gcs_emulator import service_account
 
@@ -327,8 +327,8 @@ def test_bad_zone_config_is_refused() -> None:
 def test_profile_with_incomplete_gce_section_names_the_missing_fields(tmp_path: Path) -> None:
     from tasks.profile import load_profile
 
-    path = tmp_path / "p.toml"
-    path.write_text('[compute]\ntype = "gce"\nzone = "us-central1-a"\nprovisioning = "cheap"\n')
+    path = toml_profile(tmp_path / "p.toml", compute={"type": "gce", "zone": "us-central1-a",
+                                                      "provisioning": "cheap"})
     with pytest.raises(ConfigError) as e:
         load_profile(str(path))
     msg = str(e.value)

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from tasks.gcs_sync import sync_folder
+from tests.conftest import toml_profile
 from tests.gcs_emulator import GcsEmulator
 
 
@@ -44,9 +45,8 @@ def test_scorecard_flow_syncs_through_a_saved_gcs_bucket_block(tmp_path: Path) -
 
     corpus = tmp_path / "corpus"
     shutil.copytree(Path(__file__).parents[2] / "examples" / "corpus", corpus)
-    profile = tmp_path / "p.toml"
-    profile.write_text(f'state_dir = "{tmp_path / "state"}"\n[corpus]\nroot = "{corpus}"\n'
-                       'floor = 200\ngcs_block = "test-corpus"\n')
+    profile = toml_profile(tmp_path / "p.toml", state_dir=tmp_path / "state",
+                           corpus={"root": corpus, "floor": 200, "gcs_block": "test-corpus"})
     with GcsEmulator(tmp_path) as gcs:
         gcs.bucket().save("test-corpus", overwrite=True)
         out = scorecard(profile=str(profile))
