@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import psutil
 import pytest
 
 from tasks.processes import ManagedServer, alive
+from tests.conftest import toml_profile
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
 DOCS = 5
@@ -58,34 +58,19 @@ def write_profile(tmp: Path) -> Path:
             f"# Note {i}\n\n{p} met the Berkeley Meeting Recorder group on day {i}. {p} works for "
             f"the International Computer Science Institute and decided to fund project {i}.\n")
     path = tmp / "local.toml"
-    path.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp / 'state'}"
-        [compute]
-        type = "local"
-        n_threads = 1  # two OpenMP threads crawl when anything else takes one of the 2 cores
-        [inference]
-        dialect = "llama.cpp"
-        model = "SmolLM2-135M-Instruct"
-        max_concurrent_requests = 1
-        max_output_tokens = 256
-        max_entities = 4
-        max_relationships = 3
-        max_description_chars = 32
-        readiness_timeout_seconds = 120
-        max_retries = 1
-        [graph]
-        type = "falkordb"
-        data_dir = "{tmp / 'graph'}"
-        [sources]
-        transcripts = "{tmp / 'docs' / 'transcripts'}"
-        research = "{notes}"
-        contacts = "{tmp / 'docs' / 'contacts'}"
-        [extraction]
-        max_failed_share = 1.0
-        batch_documents = 1
-        [training]
-        enabled = false
-    """))
+    toml_profile(path, state_dir=tmp / "state",
+                 # two OpenMP threads crawl when anything else takes one of the 2 cores
+                 compute={"type": "local", "n_threads": 1},
+                 inference={"dialect": "llama.cpp", "model": "SmolLM2-135M-Instruct",
+                            "max_concurrent_requests": 1, "max_output_tokens": 256,
+                            "max_entities": 4, "max_relationships": 3,
+                            "max_description_chars": 32, "readiness_timeout_seconds": 120,
+                            "max_retries": 1},
+                 graph={"type": "falkordb", "data_dir": tmp / "graph"},
+                 sources={"transcripts": tmp / "docs" / "transcripts", "research": notes,
+                          "contacts": tmp / "docs" / "contacts"},
+                 extraction={"max_failed_share": 1.0, "batch_documents": 1},
+                 training={"enabled": False})
     return path
 
 

@@ -13,6 +13,7 @@ from prefect.states import Cancelled, Running
 from blocks.gce import GceCompute
 from flows.nightly import nightly
 from flows.reaper import reaper
+from tests.conftest import toml_profile
 from tests.fake_compute_engine import FakeComputeEngine
 from tests.integration.test_gce import PROJECT, creds
 
@@ -29,9 +30,8 @@ def profile(fake: FakeComputeEngine, tmp: Path) -> str:
     GceCompute(project=PROJECT, zone="zone-a", instance="node", fallback_zones=["zone-b"],
                api_endpoint=fake.url, gcp_credentials=creds(fake), poll_seconds=0.1,
                state_dir=str(tmp / "state")).save("reaper-node", overwrite=True)
-    path = tmp / "gcp.toml"
-    path.write_text(f'state_dir = "{tmp / "state"}"\n[compute]\ntype = "gce"\n'
-                    'block = "reaper-node"\n')
+    path = toml_profile(tmp / "gcp.toml", state_dir=tmp / "state",
+                        compute={"type": "gce", "block": "reaper-node"})
     return str(path)
 
 
