@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ import httpx
 import pytest
 
 from tasks.processes import free_port
-from tests.conftest import PREFECT, ROOT, prefect_server
+from tests.conftest import PREFECT, ROOT, prefect_server, toml_profile
 from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
 from tests.integration.test_gce import PROJECT, SA
 
@@ -66,39 +65,19 @@ class Node:
                 f"Ann Lee met Bob Stone and Cy Diaz on day {i}. Dee Fox took notes.")
         self.state = tmp / "state"
         self.profile = tmp / "gce.toml"
-        self.profile.write_text(textwrap.dedent(f"""
-            state_dir = "{self.state}"
-            [compute]
-            type = "gce"
-            project = "{PROJECT}"
-            zone = "zone-a"
-            instance = "node"
-            api_endpoint = "{self.fake.url}"
-            poll_seconds = 0.1
-            boot_timeout_seconds = 30
-            stop_timeout_seconds = 30
-            inference_port = {self.port}
-            [inference]
-            dialect = "vllm"
-            model = "fake"
-            max_concurrent_requests = 1
-            readiness_timeout_seconds = 30
-            request_timeout_seconds = 60
-            context_tokens = 2048
-            max_output_tokens = 256
-            [graph]
-            type = "falkordb"
-            host = "127.0.0.1"
-            port = {falkordb}
-            graph_name = "{graph}"
-            [sources]
-            transcripts = "{src / 'transcripts'}"
-            research = "{src / 'research'}"
-            contacts = "{src / 'contacts'}"
-            [extraction]
-            max_failed_share = 1.0
-            batch_documents = 1
-        """))
+        toml_profile(
+            self.profile, state_dir=self.state,
+            compute={"type": "gce", "project": PROJECT, "zone": "zone-a", "instance": "node",
+                     "api_endpoint": self.fake.url, "poll_seconds": 0.1,
+                     "boot_timeout_seconds": 30, "stop_timeout_seconds": 30,
+                     "inference_port": self.port},
+            inference={"dialect": "vllm", "model": "fake", "max_concurrent_requests": 1,
+                       "readiness_timeout_seconds": 30, "request_timeout_seconds": 60,
+                       "context_tokens": 2048, "max_output_tokens": 256},
+            graph={"type": "falkordb", "host": "127.0.0.1", "port": falkordb,
+                   "graph_name": graph},
+            sources={s: src / s for s in ("transcripts", "research", "contacts")},
+            extraction={"max_failed_share": 1.0, "batch_documents": 1})
 
     def _vllm(self, inst: FakeInstance) -> list[str]:
         return [sys.executable, "-m", "tests.fake_openai", "--port", str(self.port),
