@@ -5,12 +5,13 @@ import json
 import shutil
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from flows.nightly import nightly
 from tasks.processes import ManagedServer, alive, free_port
-from tests.conftest import ROOT, write_profile
+from tests.conftest import ROOT, toml_profile, write_profile
 from tests.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -25,58 +26,34 @@ def local_profile(tmp: Path, graph_port: int | None = None, model_cache: Path | 
         (src / stream).mkdir(parents=True)
         for n in names:
             shutil.copy(ROOT / "examples" / stream / n, src / stream / n)
-    graph = f'host = "127.0.0.1"\nport = {graph_port}' if graph_port else \
-        f'data_dir = "{tmp / "graph"}"'
-    path = tmp / "local.toml"
-    path.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp / 'state'}"
-        [compute]
-        type = "local"
-        [inference]
-        dialect = "llama.cpp"
-        model = "SmolLM2-135M-Instruct"
-        max_concurrent_requests = 1
-        max_output_tokens = 384
-        max_entities = 6
-        max_relationships = 4
-        max_description_chars = 48
-        readiness_timeout_seconds = 120
-        max_retries = 1
-        [graph]
-        type = "falkordb"
-        {graph}
-        [sources]
-        transcripts = "{src / 'transcripts'}"
-        research = "{src / 'research'}"
-        contacts = "{src / 'contacts'}"
-        [extraction]
-        max_failed_share = 1.0
-        [corpus]
-        root = "{ROOT / 'examples' / 'corpus'}"
-        floor = 250
-    """))
-    if model_cache is None:
-        path.write_text(path.read_text() + "\n[training]\nenabled = false\n")
-        return path
-    recipe = tmp / "recipe.yaml"
-    recipe.write_text(textwrap.dedent("""
-        peft: {r: 8, lora_alpha: 16, lora_dropout: 0.0}
-        activation_checkpointing: false
-        per_device_train_batch_size: 2
-        max_length: 128
-        logging_steps: 1
-        save_steps: 10
-        max_eval_rows: 4
-        verify_prompts: ["What did the group decide?", "Who spoke first?"]
-        sft: {max_steps: 4, learning_rate: 0.005}
-        dpo: {max_steps: 1, learning_rate: 0.0005}
-    """))
-    path.write_text(path.read_text() + textwrap.dedent(f"""
-        [training]
-        recipe = "{recipe}"
-        model_cache = "{model_cache}"
-    """))
-    return path
+    training: dict[str, Any] = {"enabled": False}
+    if model_cache is not None:
+        recipe = tmp / "recipe.yaml"
+        recipe.write_text(textwrap.dedent("""
+            peft: {r: 8, lora_alpha: 16, lora_dropout: 0.0}
+            activation_checkpointing: false
+            per_device_train_batch_size: 2
+            max_length: 128
+            logging_steps: 1
+            save_steps: 10
+            max_eval_rows: 4
+            verify_prompts: ["What did the group decide?", "Who spoke first?"]
+            sft: {max_steps: 4, learning_rate: 0.005}
+            dpo: {max_steps: 1, learning_rate: 0.0005}
+        """))
+        training = {"recipe": recipe, "model_cache": model_cache}
+    return toml_profile(
+        tmp / "local.toml", state_dir=tmp / "state", compute={"type": "local"},
+        inference={"dialect": "llama.cpp", "model": "SmolLM2-135M-Instruct",
+                   "max_concurrent_requests": 1, "max_output_tokens": 384, "max_entities": 6,
+                   "max_relationships": 4, "max_description_chars": 48,
+                   "readiness_timeout_seconds": 120, "max_retries": 1},
+        graph={"type": "falkordb", **({"host": "127.0.0.1", "port": graph_port} if graph_port
+                                      else {"data_dir": tmp / "graph"})},
+        sources={s: src / s for s in ("transcripts", "research", "contacts")},
+        extraction={"max_failed_share": 1.0},
+        corpus={"root": ROOT / "examples" / "corpus", "floor": 250},
+        training=training)
 
 
 @pytest.mark.slow
