@@ -36,18 +36,11 @@ class RunStopper:
     def __init__(self, cfg: Any) -> None:
         from prefect.exceptions import TerminationSignal
 
-        from blocks.compute import LocalCompute
         from blocks.graph import FalkorDBGraph
-        from tasks.compute.inference_server import SERVER_NAME
         from tasks.graph import falkordb_server
 
         # Everything is resolved now: a signal handler must not import.
-        self.servers: list[tuple[str, ManagedServer, Any]] = []
-        if isinstance(cfg.compute, LocalCompute):
-            llama = ManagedServer(SERVER_NAME, Path(cfg.compute.state_dir))
-            # Stateless, and busy with a request it would finish before a graceful exit.
-            self.servers.append(("the inference server (llama.cpp)", llama,
-                                 lambda: llama.stop(grace=1.0)))
+        self.servers: list[tuple[str, ManagedServer, Any]] = list(cfg.node.signal_stops())
         if isinstance(cfg.graph, FalkorDBGraph) and cfg.graph.host is None:
             data = Path(cfg.graph.data_dir).resolve()
             self.servers.append(("the embedded FalkorDB", ManagedServer("falkordb", data),

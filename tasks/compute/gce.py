@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from tasks.errors import (
     ServerError,
 )
 from tasks.files import write_atomic
+from tasks.processes import ManagedServer
 
 log = logging.getLogger("slm_nightly.gce")
 
@@ -459,6 +460,10 @@ class GceNode:
         """zone → status for every configured zone whose instance is not stopped."""
         return {zone: inst.status for zone, inst in self._instances(strict=False)
                 if inst.status not in STOPPED}
+
+    def signal_stops(self) -> list[tuple[str, ManagedServer, Callable[[], bool]]]:
+        """Nothing of the GCE node runs on this machine: the run's teardown stops the node."""
+        return []
 
     def usage(self, since: float | None = None) -> dict[str, Any]:
         """RUNNING seconds and estimated cost of the node since `since` (epoch seconds; default:

@@ -4,12 +4,14 @@ vLLM, started and stopped by PID. Nothing to boot, nothing to pay."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from blocks.compute import LocalCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute import inference_server
+from tasks.processes import ManagedServer
 
 
 class LocalNode:
@@ -79,6 +81,12 @@ class LocalNode:
     def running(self) -> dict[str, str]:
         """{"local": …} while a server this project started is up (what the reaper stops)."""
         return {"local": "inference server running"} if self.inference_running() else {}
+
+    def signal_stops(self) -> list[tuple[str, ManagedServer, Callable[[], bool]]]:
+        """The llama.cpp server, stateless and busy with a request it would finish before a
+        graceful exit: stopped with a 1 s grace."""
+        server = ManagedServer(inference_server.SERVER_NAME, self._state_dir)
+        return [("the inference server (llama.cpp)", server, lambda: server.stop(grace=1.0))]
 
     def usage(self, since: float | None = None) -> dict[str, Any]:
         """Same keys as the GCE node's usage: this machine costs nothing per run."""

@@ -4,6 +4,7 @@ block (LocalCompute → LocalNode, GceCompute → GceNode)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -13,6 +14,7 @@ from blocks.inference import InferenceEndpoint
 from tasks.compute.gce import GceNode
 from tasks.compute.local import LocalNode
 from tasks.errors import ConfigError
+from tasks.processes import ManagedServer
 
 
 @runtime_checkable
@@ -58,6 +60,11 @@ class Node(Protocol):
     def running(self) -> dict[str, str]:
         """Where → status for every part of the node that is up now (empty: all stopped);
         the reaper stops a node that is up with no run using it."""
+
+    def signal_stops(self) -> list[tuple[str, ManagedServer, Callable[[], bool]]]:
+        """What to stop on this machine when the CLI is stopped by a signal, as (what, how):
+        the servers of the node that run here, each with how to stop it (the local llama.cpp
+        server); none for a remote node, whose teardown is the run's own."""
 
     def usage(self, since: float | None = None) -> dict[str, Any]:
         """Running seconds, GPU-hours and estimated cost since `since` (default: this run's

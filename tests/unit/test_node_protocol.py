@@ -3,6 +3,7 @@ the same signatures, and the factory builds the node each block describes — so
 ask which kind of node they hold."""
 
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from tasks.compute.protocol import Node, node_for
 from tasks.errors import ConfigError
 
 METHODS = ["start", "start_inference", "stop_inference", "inference_running", "request_stop",
-           "stop", "check_running", "running", "usage"]
+           "stop", "check_running", "running", "signal_stops", "usage"]
 ATTRIBUTES = ["remote_training", "loads_adapters", "base_model", "cpu_threads"]
 
 
@@ -55,3 +56,11 @@ def test_the_local_node_has_nothing_to_preempt_reap_or_pay() -> None:
     assert node.stop() == []
     assert node.usage() == {"running_seconds": 0.0, "gpu_hours": 0.0, "estimated_usd": 0.0,
                             "zones": {}, "note": "local machine: no cost"}
+
+
+def test_on_a_signal_the_cli_stops_the_local_server_and_nothing_of_a_gce_node(tmp_path: Path) -> None:
+    local = node_for(LocalCompute(state_dir=str(tmp_path), model_path="/m.gguf", n_threads=1))
+    [(what, server, _stop)] = local.signal_stops()
+    assert what == "the inference server (llama.cpp)"
+    assert (server.name, server.state_dir) == ("inference", tmp_path)  # inference.pid.json
+    assert node_for(gce_block()).signal_stops() == []
