@@ -12,6 +12,7 @@ from typing import Any
 
 from tasks import logs, prefect_env
 from tasks.errors import ConfigError, SlmNightlyError
+from tasks.records import STATES
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -236,10 +237,11 @@ def _adapters(args: argparse.Namespace) -> int:
         current = {b: store.pointer(b).get("current") for b in cfg.corpus.buckets()}
         rows = [{"name": m.name, "bucket": m.bucket, "state": m.state,
                  "eval_loss": m.eval_loss, "verified": m.verified,
-                 "promoted": m.name in current.values()} for m in store.list(args.bucket)]
+                 "promoted": m.name in current.values()} for m in store.list(args.bucket)
+                if args.state is None or m.state == args.state]
         _print_rows(rows, args.json)
         if not rows and not args.json:
-            print(f"no adapters in {store.root}")
+            print(f"no adapters{f' in state {args.state}' if args.state else ''} in {store.root}")
     elif args.adapters_command == "show":
         print(store.manifest(args.name).to_json())
     elif args.adapters_command == "promote":
@@ -307,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     asub = ad.add_subparsers(dest="adapters_command", required=True)
     a_list = asub.add_parser("list", help="every adapter, oldest first")
     a_list.add_argument("--bucket", help="only this bucket's adapters")
+    a_list.add_argument("--state", choices=STATES,
+                        help="only adapters in this job state (running: still training, or "
+                             "left so by a run that is gone until the next run reconciles it)")
     a_list.add_argument("--json", action="store_true", help="print JSON")
     a_show = asub.add_parser("show", help="one adapter's manifest")
     a_show.add_argument("name", help="adapter name (slm-nightly adapters list)")

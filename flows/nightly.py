@@ -197,6 +197,25 @@ def _train_passing_buckets(summary: RunSummary, cfg: Profile, profile: str,
         raise PhaseFailed(f"training failed for {', '.join(failed)} (see training in the summary)")
 
 
+def _reconcile_at_start(cfg: Profile, logger: Any) -> list[dict[str, str]] | None:
+    """Training manifests left `running` by a run that is gone are marked failed/cancelled
+    with the reason (tasks/training/reconcile.py), before tonight's runs look at them."""
+    if not cfg.training.enabled:
+        return None
+    from tasks.training.reconcile import reconcile_store
+
+    store = ArtifactStore(cfg.training.artifact_store or cfg.state_dir / "artifacts",
+                          cfg.training.gcs_block)
+    try:
+        done = reconcile_store(store)
+    except Exception as e:  # noqa: BLE001 - a registry that does not read must not stop the night
+        logger.warning("could not reconcile the training manifests: %s", e)
+        return None
+    for r in done:
+        logger.warning("adapter %s: %s → %s (%s)", r.name, r.was, r.now, r.reason)
+    return [{"name": r.name, "was": r.was, "now": r.now, "reason": r.reason} for r in done] or None
+
+
 def _served_adapter(cfg: Profile) -> Path | None:
     """Tonight's server loads the promoted adapter of the profile's serve_bucket, if any."""
     bucket = cfg.training.serve_bucket
@@ -217,6 +236,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     alive = ExitStack()
     _take_nightly_slot(alive)
     summary.reaper = _reap_at_start(cfg, logger)
+    summary.reconciled = _reconcile_at_start(cfg, logger)
     try:
         with _phase(summary, "compute_up"):
             summary.node = compute_up(cfg.node)

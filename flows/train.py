@@ -41,6 +41,7 @@ from tasks.records import (
     TrainingResult,
 )
 from tasks.training.params import TrainParams, build_params, resolve
+from tasks.training.reconcile import reconcile_store, this_process
 from tasks.training.registry import ArtifactStore, gate, now, pack
 from tasks.training.train import (
     Hooks,
@@ -171,6 +172,8 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
         raise ConfigError(f"dataset {dataset}: not found — run the scorecard first (a passing "
                           "bucket's dataset is <state_dir>/datasets/<bucket>/<digest>.parquet)")
     data_digest = file_sha256(dataset)
+    # Jobs whose run is gone (preempted node, killed process) stop claiming to run.
+    reconcile_store(store, current_flow_run=str(current_run.get_id() or ""))
     bucket = params.bucket or params.method
     run_digest = recipe.digest(data_digest, bucket)
     done = [m for m in store.list(bucket) if m.run_digest == run_digest and m.state == "done"]
@@ -191,7 +194,7 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
         data_digest=data_digest, run_digest=run_digest, dataset=str(dataset),
         params=recipe.settings(),
         state="queued", created=now(), created_by=created_by,
-        flow_run_id=str(current_run.get_id() or ""))
+        flow_run_id=str(current_run.get_id() or ""), owner=this_process())
     store.write_manifest(manifest)
     try:
         manifest.advance("starting")
@@ -221,8 +224,6 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
             result = train(recipe, splits, device, hf_dir, store.checkpoint_dir(run_digest), out_dir,
                            Hooks(on_start=reporter.on_start, on_log=reporter.on_log,
                                  on_save=reporter.on_save), promoted_peft)
-        # Checkpoints exist to resume an interrupted run; a finished one no longer needs them.
-        shutil.rmtree(store.checkpoint_dir(run_digest), ignore_errors=True)
         history = result.pop("history")
         (out_dir / "losses.json").write_text(json.dumps(history, indent=1))
         _loss_png(history, out_dir / "loss.png", name)
@@ -249,6 +250,11 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
                                    "adapter only, for vLLM")
         manifest.files = files
         manifest.advance("done", finished=now())
+        store.write_manifest(manifest)
+        # Checkpoints exist to resume an interrupted run: kept until the run is done (export and
+        # verification included), so a failed verification resumes at the last step instead of
+        # retraining from step 0 the next night.
+        shutil.rmtree(store.checkpoint_dir(run_digest), ignore_errors=True)
         ok, why = gate(result["eval_loss"], ts.promote_margin)
         manifest.gate = GateRecord(passed=ok, reason=why, margin=ts.promote_margin,
                                    eval_loss=result["eval_loss"],

@@ -138,6 +138,17 @@ class Checkpoint(_Strict):
     path: str
 
 
+class Owner(_Strict):
+    """The process a job ran in, so a later run can tell a killed job from a live one when the
+    Prefect API cannot (a kill -9 leaves the flow run `Running` until a lease or heartbeat
+    service notices). `started`: the process's start time in clock ticks since boot
+    (/proc/<pid>/stat field 22), so a reused pid is not mistaken for the job."""
+
+    host: str
+    pid: int
+    started: int | None = None
+
+
 class GateRecord(_Strict):
     passed: bool
     reason: str
@@ -177,6 +188,7 @@ class AdapterManifest(Record):
     finished: str | None = None
     created_by: str
     flow_run_id: str = ""
+    owner: Owner | None = None
     verified: bool | None = None
     promoted: bool = False
     pairs: Pairs | None = None
@@ -416,6 +428,9 @@ class RunSummary(Record):
     dropped_fields: dict[str, int] | None = None
     bad_records: dict[str, int] | None = None
     reaper: dict[str, Any] | None = None  # flows/reaper.py reap's record
+    # Training manifests found unfinished for a run that is gone, marked at the start
+    # (tasks/training/reconcile.py): {name, was, now, reason}.
+    reconciled: list[dict[str, str]] | None = None
     node: str | None = None
     serving_adapter: str | None = None  # unset: the server was not started; None: base model
     scorecard: ScorecardSummary | None = None

@@ -95,6 +95,8 @@ def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local"
     reaped = s.reaper or {}
     if reaped.get("action") == "stopped":
         lines.append(f"Reaper at start: stopped a node left up ({reaped.get('found')})")
+    for r in s.reconciled or []:
+        lines.append(f"Adapter {r['name']}: {r['was']} → {r['now']} at start ({r['reason']})")
     if s.failures:
         lines += ["", f"Failed documents ({len(s.failures)}), also in {s.dead_letter}:"]
         for f in s.failures[:20]:
@@ -147,6 +149,8 @@ def render_markdown(summary: RunSummary | dict[str, Any]) -> str:
     reaped = s.reaper or {}
     if reaped.get("action") == "stopped":
         lines += ["", f"Reaper at start: stopped a node left up ({reaped.get('found')})."]
+    for r in s.reconciled or []:
+        lines += ["", f"Adapter {r['name']}: {r['was']} → {r['now']} at start ({r['reason']})."]
     if s.error:
         lines += ["", f"**Error:** {s.error}"]
     return "\n".join(lines)

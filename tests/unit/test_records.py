@@ -143,7 +143,7 @@ def test_an_old_manifest_loads_and_loses_its_old_version_number() -> None:
     old = _fixture("manifest.json")
     del old["version"]
     assert {k: written[k] for k in old} == old
-    assert set(written) - set(old) == {"schema_version", "reused"}
+    assert set(written) - set(old) == {"schema_version", "reused", "owner"}
 
 
 def test_an_old_scorecard_and_marker_load() -> None:
