@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: pip then takes the local CPU build instead of a CUDA download.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
+	# llama-cpp-python's source distribution, into $(VENV)/share/slm-nightly (a few seconds).
+	$(PY) -m tasks.training.convert install
 	touch $(STAMP)
 
 run: $(STAMP)

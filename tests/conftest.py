@@ -193,3 +193,21 @@ def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cold = time.monotonic() - t
     return {"gguf": gguf_path, "cache": cache, "hf": hf, "cold_s": cold,
             "f32": f32_gguf(gguf_path, cache)}
+
+
+@pytest.fixture(scope="session")
+def olmo3_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A tiny random OLMo 3 (tests/olmo3_tiny.py) as an HF folder, and its F32 base GGUF
+    written by llama.cpp's own converter: {"hf", "gguf", "config", "build_s", "export_s"}."""
+    from tasks.compute.inference_server import default_model_path
+    from tasks.training.convert import export_base
+    from tests import olmo3_tiny as tiny
+
+    root = tmp_path_factory.mktemp("olmo3-tiny")
+    t = time.monotonic()
+    built = tiny.build(root / "hf", default_model_path())
+    built["build_s"] = round(time.monotonic() - t, 1)
+    t = time.monotonic()
+    built["gguf"] = export_base(built["hf"], root / "olmo3-tiny.F32.gguf", "f32")
+    built["export_s"] = round(time.monotonic() - t, 1)
+    return built
