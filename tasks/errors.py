@@ -92,3 +92,7 @@ class RecordError(SlmNightlyError):
 
 class IllegalTransition(SlmNightlyError):
     """A training job's state was moved along a transition its state machine does not have."""
+
+
+class ServingError(SlmNightlyError):
+    """A serving endpoint refused, could not find, or did not answer by an adapter's name."""

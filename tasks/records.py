@@ -126,6 +126,9 @@ class BaseRef(_Strict):
     spec: str
     hf_dir: str | None = None
     gguf: str | None = None
+    # tasks/training/base_model.gguf_digest of `gguf`: what a server compares with the GGUF it
+    # serves before it loads the adapter (a path alone says nothing once the file is replaced)
+    gguf_digest: str | None = None
 
 
 class Pairs(_Strict):
@@ -257,6 +260,21 @@ class TrainingResult(Record):
                    promoted=m.promoted, peak_mib=m.peak_mib, reused=m.reused,
                    dataset=m.dataset, flow_run_id=m.flow_run_id,
                    gate=m.gate.reason if m.gate else None)
+
+
+class PublishResult(_Strict):
+    """One bucket's promoted adapter on the configured serving endpoint (tasks/training/
+    serving.py publish): loaded under the bucket's name and answering by it, or why not."""
+
+    name: str  # the stable name clients ask for (the bucket's)
+    state: Literal["served", "failed", "skipped", "withdrawn"]
+    adapter: str | None = None  # the promoted adapter behind the name
+    base: str | None = None  # the base it applies to (its manifest's base spec)
+    endpoint: str | None = None
+    lora_path: str | None = None  # the adapter as the server sees it
+    loaded: bool = False  # this run told the server to load it (False: it already had it)
+    answered: bool = False  # a chat completion with model=<name> answered
+    message: str = ""
 
 
 # --- phase 2a: the scorecard and the training-pending marker -------------------------------
@@ -433,6 +451,8 @@ class RunSummary(Record):
     reconciled: list[dict[str, str]] | None = None
     node: str | None = None
     serving_adapter: str | None = None  # unset: the server was not started; None: base model
+    serving_note: str | None = None  # why tonight's server serves the base model, or the names
+    published: dict[str, PublishResult] | None = None  # bucket → the serving endpoint's answer
     scorecard: ScorecardSummary | None = None
     training: dict[str, TrainingResult] | None = None
     cost: CostSummary | None = None
