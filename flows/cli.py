@@ -227,6 +227,33 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preflight(args: argparse.Namespace) -> int:
+    from tasks.profile import load_profile
+    from tasks.training.memory import G2_STANDARD_4
+    from tasks.training.params import TrainParams, resolve
+    from tasks.training.preflight import node_limits, preflight
+
+    if args.profile:
+        cfg = load_profile(args.profile)
+        ref, limits = args.recipe or cfg.training.recipe, node_limits(cfg)
+        here = args.here or not cfg.node.remote_training
+        model_cache: Path | None = Path(cfg.training.model_cache) if cfg.training.model_cache \
+            else cfg.state_dir / "models"
+    else:  # the production node, seen from the orchestrator
+        ref, limits, here, model_cache = args.recipe or "production", G2_STANDARD_4, args.here, None
+    recipe = resolve(TrainParams(dataset="", method=args.method, recipe=ref))
+    checks = preflight(recipe, limits, model_cache=model_cache, weights_here=here,
+                       base_config=Path(args.base_config) if args.base_config else None)
+    if args.json:
+        print(json.dumps([{"check": c.name, "status": c.status, "detail": c.detail}
+                          for c in checks], indent=2))
+    else:
+        print(f"preflight of {recipe.source} ({recipe.method}) for {limits.source}:")
+        for c in checks:
+            print(c.line())
+    return 1 if any(c.failed for c in checks) else 0
+
+
 def _adapters(args: argparse.Namespace) -> int:
     from tasks.profile import load_profile
     from tasks.training.registry import ArtifactStore
@@ -304,6 +331,22 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--lora-r", type=int)
     tr.add_argument("--no-promote", action="store_true", help="register only")
     tr.set_defaults(func=_train)
+    trsub = tr.add_subparsers(dest="train_command")
+    pre = trsub.add_parser("preflight", help="check a recipe before any weight loads: base "
+                           "model, export architecture, verification memory (prints each check; "
+                           "exit 1 when one fails)")
+    pre.add_argument("--recipe", help="recipes/NAME.yaml or a path (default: the profile's, "
+                     "else production)")
+    pre.add_argument("--profile", help="profiles/NAME.toml or a path: the node whose memory the "
+                     "verification must fit (default: a g2-standard-4, the weights not here)")
+    pre.add_argument("--method", choices=["sft", "dpo"], default="sft")
+    pre.add_argument("--base-config", help="the base model's config.json (default: the "
+                     "recipe's base_config, or the cached model's own)")
+    pre.add_argument("--here", action="store_true", help="the weights are on this machine: "
+                     "check the base model and GGUF are here too (the default with a local "
+                     "compute profile; a GCE node's are on the node)")
+    pre.add_argument("--json", action="store_true", help="print JSON")
+    pre.set_defaults(func=_preflight)
 
     ad = sub.add_parser("adapters", help="the adapter registry")
     asub = ad.add_subparsers(dest="adapters_command", required=True)

@@ -41,6 +41,7 @@ from tasks.records import (
     TrainingResult,
 )
 from tasks.training.params import TrainParams, build_params, resolve
+from tasks.training.preflight import node_limits, preflight, require, verify_plan
 from tasks.training.reconcile import reconcile_store, this_process
 from tasks.training.registry import ArtifactStore, gate, now, pack
 from tasks.training.train import (
@@ -139,13 +140,15 @@ def export_adapter(peft_dir: Path, hf_dir: Path, out_dir: Path) -> dict[str, Any
 
 @task(name="verify-adapter", cache_policy=NO_CACHE)
 def verify(base_gguf: Path, adapter_gguf: Path, hf_dir: Path, peft_dir: Path, prompts: list[str],
-           cache_dir: Path, n_threads: int = 2) -> dict[str, Any]:
-    """Exact comparison on an F32 copy of the served base (quantized matmuls differ from HF)."""
+           cache_dir: Path, n_threads: int = 2, device: str = "cpu") -> dict[str, Any]:
+    """cpu: exact comparison on an F32 copy of the served base (quantized matmuls differ from
+    HF); cuda: on the (F16/BF16) base as it is, on the GPU (tasks/training/verify.py)."""
     from tasks.training.base_model import f32_gguf
     from tasks.training.verify import verify_adapter
 
-    return verify_adapter(f32_gguf(base_gguf, cache_dir), adapter_gguf, hf_dir, peft_dir, prompts,
-                          n_threads=n_threads)
+    gguf = f32_gguf(base_gguf, cache_dir) if device == "cpu" else base_gguf
+    return verify_adapter(gguf, adapter_gguf, hf_dir, peft_dir, prompts, n_threads=n_threads,
+                          device=device)
 
 
 @flow(name="train")
@@ -204,6 +207,13 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
         splits = load_splits(dataset, params.method, recipe.project.max_eval_rows)
         train_rows, eval_rows = splits
         manifest.pairs = Pairs(train=len(train_rows), eval=len(eval_rows))
+        # Export architecture, verification memory, base model in the cache: from config files.
+        limits = node_limits(cfg)
+        verify_device = verify_plan(recipe.project.verify_device, limits)
+        checks = preflight(recipe, limits, model_cache=model_cache)
+        for check in checks:
+            logger.info("preflight %s", check.line())
+        require(checks)
         hf_dir, served_gguf = resolve_base_model(recipe.project.base_model, model_cache)
         base_gguf = Path(recipe.project.base_gguf) if recipe.project.base_gguf else served_gguf
         if base_gguf is not None and not base_gguf.is_file():
@@ -239,7 +249,7 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
             manifest.export = export_adapter(peft_dir, hf_dir, out_dir)
             report = verify(base_gguf, out_dir / "adapter.gguf", hf_dir, peft_dir,
                             recipe.project.verify_prompts, model_cache,
-                            cfg.node.cpu_threads)
+                            cfg.node.cpu_threads, verify_device)
             (out_dir / "verify.json").write_text(json.dumps(report, indent=1))
             manifest.verified = True
             files.update(gguf="adapter.gguf", tarball="adapter.tar.gz", verify="verify.json")

@@ -130,6 +130,12 @@ class TrainingSettings(BaseModel):
                                      "training when no worker on the node's pool has taken "
                                      "the run after this long (the node's worker is not up).")
     enabled: bool = Field(default=True, description="false: score only, never train.")
+    node_ram_gib: float | None = Field(default=None, gt=0, description="RAM of the machine that "
+                                       "trains (preflight checks verification fits it); empty: "
+                                       "16 for a GCE node (g2-standard-4), else this machine's.")
+    node_vram_gib: float | None = Field(default=None, ge=0, description="GPU memory of that "
+                                        "machine; empty: 22.5 (an L4) for a GCE node, else this "
+                                        "machine's CUDA device (0 without one).")
 
 
 _KINDS: dict[str, dict[str, type[Block]]] = {

@@ -102,12 +102,23 @@ class ProjectFields(BaseModel):
                                        description="Refuse a card with less free memory.")
     max_eval_rows: int = Field(default=64, ge=1, description="Held-out rows for the eval loss "
                                "the promotion gate compares.")
+    verify_device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="Where the adapter is verified against HF+PEFT. cpu: an F32 "
+        "copy of base_gguf in llama.cpp and HF in float32 (exact to ~0.01; ~4 bytes a parameter "
+        "of RAM: a 7B needs ~31 GiB); cuda: base_gguf as it is (F16/BF16) with every layer on "
+        "the GPU and HF in bfloat16 on the GPU (wider tolerance). auto: cuda when the node has a "
+        "GPU. Preflight refuses a plan whose memory estimate exceeds the node's.")
+    base_config: str = Field(
+        default="", description="The base model's config.json, for checks made where its "
+        "weights are not (the orchestrator's `slm-nightly train preflight`): a path, relative "
+        "to recipes/ unless absolute. Empty: the base model's own.")
 
 
 RECIPE_MODEL = ProjectFields  # what docs/generate.py documents as the project's recipe keys
 PROJECT_KEYS = frozenset(ProjectFields.model_fields)
 # Not part of what was learned: changing them re-exports or re-checks, it does not retrain.
-NOT_DIGESTED = frozenset({"verify_prompts", "export_gguf", "required_free_gpu_mib"})
+NOT_DIGESTED = frozenset({"verify_prompts", "export_gguf", "required_free_gpu_mib",
+                          "verify_device", "base_config"})
 
 
 class TrainParams(BaseModel):

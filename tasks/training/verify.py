@@ -9,8 +9,14 @@ and asks three questions on the same prompt token ids, greedy decoding on both s
 2. does it change at least one output (an adapter that changes nothing was not applied)?
 3. is every output token-for-token the HF+PEFT output (layout, names and scale are right)?
 
-Question 3 needs an unquantized base (`tasks.training.base_model.f32_gguf`): quantized matmuls alone
-already change greedy text on some prompts.
+Question 3 needs an unquantized base: quantized matmuls alone already change greedy text on some
+prompts. Two plans (`tasks.training.memory` estimates what each needs before anything loads):
+- `cpu`: an F32 GGUF (`tasks.training.base_model.f32_gguf`) in llama.cpp, then HF in float32, both
+  on the CPU — exact to ~1e-2, but a 7B base needs ~31 GiB of RAM (tasks.training.memory);
+- `cuda`: the F16/BF16 GGUF with every layer on the GPU, then HF in bfloat16 on the GPU — the
+  engines round differently, so its tolerances (`TOLERANCES["cuda"]`) are wider.
+The child records its peak RSS per stage (and the GPU memory in use on the cuda plan), so the
+estimates can be checked against what a run really used.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +43,7 @@ LOG_TAIL_LINES = 15
 
 def verify_adapter(base_gguf: Path, adapter_gguf: Path, hf_base_dir: Path, peft_adapter_dir: Path,
                    prompts: list[str], max_tokens: int = 16, n_threads: int = 2,
-                   *, timeout_s: float = 600.0) -> dict[str, Any]:
+                   *, timeout_s: float = 600.0, device: str = "cpu") -> dict[str, Any]:
     """Compare llama.cpp (base GGUF ± adapter GGUF) with transformers + PEFT, in a child process.
 
     Returns {loaded, prompts, base_outputs, adapter_outputs, peft_outputs, differs_from_base,
@@ -46,11 +53,16 @@ def verify_adapter(base_gguf: Path, adapter_gguf: Path, hf_base_dir: Path, peft_
     Prompts go through the base tokenizer's chat template (when it has one) once, and the same
     token ids feed both engines. `n_threads` also sets torch's threads; on a 2-core machine
     shared with other jobs, n_threads=1 verified 3x faster than 2 (spinning threads starve).
+
+    `device`: "cpu" (HF in float32; pass an F32 GGUF) or "cuda" (HF in bfloat16 on the GPU,
+    llama.cpp with every layer offloaded; pass the F16/BF16 GGUF) — see the module docstring.
     """
     start = time.monotonic()
     if not prompts:
         raise ConfigError("verify_adapter needs at least one prompt — pass a few short, "
                           "representative prompts")
+    if device not in TOLERANCES:
+        raise ConfigError(f"verify_adapter: device {device!r} is not one of {sorted(TOLERANCES)}")
     for path, what in ((base_gguf, "base GGUF"), (hf_base_dir, "HF base folder"),
                        (peft_adapter_dir, "PEFT adapter folder")):
         if not Path(path).exists():
@@ -63,7 +75,7 @@ def verify_adapter(base_gguf: Path, adapter_gguf: Path, hf_base_dir: Path, peft_
         report["seconds"] = round(time.monotonic() - start, 2)
         raise AdapterVerificationError(
             f"adapter not loaded: {adapter_gguf} does not exist — export it first with "
-            "tasks.training.gguf_lora.export_gguf_lora", report)
+            "tasks.training.convert.export_lora", report)
 
     with tempfile.TemporaryDirectory(prefix="verify-adapter-") as tmp:
         request, result, log = Path(tmp) / "request.json", Path(tmp) / "result.json", \
@@ -72,6 +84,7 @@ def verify_adapter(base_gguf: Path, adapter_gguf: Path, hf_base_dir: Path, peft_
             "base_gguf": str(base_gguf), "adapter_gguf": str(adapter_gguf),
             "hf_base_dir": str(hf_base_dir), "peft_adapter_dir": str(peft_adapter_dir),
             "prompts": list(prompts), "max_tokens": max_tokens, "n_threads": n_threads,
+            **plan_request(device),
         }))
         rc, stage = _run_child(request, result, log, n_threads, timeout_s)
         child = json.loads(result.read_text()) if result.is_file() else {}
@@ -89,7 +102,7 @@ def verify_adapter(base_gguf: Path, adapter_gguf: Path, hf_base_dir: Path, peft_
         raise AdapterVerificationError(
             f"adapter not loaded: llama.cpp {how} while loading {where} (stage: {stage}) — the "
             "file is missing, corrupt or not a GGUF LoRA for this base's architecture; re-export "
-            f"it with tasks.training.gguf_lora.export_gguf_lora.\nllama.cpp log tail:\n{tail}", report)
+            f"it with tasks.training.convert.export_lora.\nllama.cpp log tail:\n{tail}", report)
     if rc != 0 or not child:
         raise AdapterVerificationError(
             f"verification child {_describe(rc)} at stage {stage!r} for {where} — an invalid "
@@ -101,7 +114,8 @@ def verify_adapter(base_gguf: Path, adapter_gguf: Path, hf_base_dir: Path, peft_
             "prompt(s) — it was "
             "not applied or is a no-op (zero lora_B, alpha 0); check training saved the trained "
             "weights and the export's alpha", report)
-    if not report["matches_peft"] or max(report["first_logit_max_abs_diff"]) > MAX_ENGINE_LOGIT_DIFF:
+    if not report["matches_peft"] or \
+            max(report["first_logit_max_abs_diff"]) > TOLERANCES[device].max_logit_diff:
         bad = [i for i, (a, p) in enumerate(zip(report["adapter_token_ids"],
                                                 report["peft_token_ids"], strict=True)) if a != p] \
             or [max(range(len(prompts)), key=lambda i: report["first_logit_max_abs_diff"][i])]
@@ -162,12 +176,50 @@ def _tail(log: Path) -> str:
 
 _T0 = time.monotonic()
 _TIMINGS: dict[str, float] = {}
+_MEMORY: dict[str, dict[str, int]] = {}  # stage → its peak RSS (MiB), and GPU memory in use
+_CURRENT: list[str] = []
 
 
 def _stage(name: str) -> None:
-    """Announce a stage (the parent names the last one if the child dies) and time it."""
+    """Announce a stage (the parent names the last one if the child dies), time it, and keep
+    the peak RSS of the stage it ends."""
     _TIMINGS[name] = round(time.monotonic() - _T0, 2)
+    if _CURRENT:
+        _MEMORY[_CURRENT[-1]] = _memory_now()
+    _CURRENT.append(name)
+    _reset_peak()
     print(f"{STAGE}{name}", flush=True)
+
+
+def _proc_status() -> dict[str, int]:
+    """VmHWM (peak RSS since the last reset), RssAnon, RssFile in MiB; {} off Linux."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return {}
+    keys = {"VmHWM": "peak_rss_mib", "RssAnon": "rss_anon_mib", "RssFile": "rss_file_mib"}
+    return {keys[k]: int(v.split()[0]) // 1024 for k, _, v in (ln.partition(":") for ln in lines)
+            if k in keys}
+
+
+def _reset_peak() -> None:
+    try:  # "5" resets the peak RSS (VmHWM) to the current RSS (Linux >= 4.0, proc(5))
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _memory_now() -> dict[str, int]:
+    out = _proc_status()
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            # Device-wide, so llama.cpp's buffers count too (it does not allocate through torch).
+            free, total = torch.cuda.mem_get_info()
+            out["gpu_used_mib"] = (total - free) // 2**20
+            out["torch_peak_reserved_mib"] = torch.cuda.max_memory_reserved() // 2**20
+    return out
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
@@ -183,6 +235,9 @@ def _child(request: dict[str, Any], result: Path) -> int:
 
     torch.set_num_threads(int(request["n_threads"]))
     max_tokens = int(request["max_tokens"])
+    device = str(request.get("device", "cpu"))
+    if device == "cuda":
+        torch.cuda.init()  # so the stages' GPU readings include the context from the start
     _stage("tokenize")
     tok = AutoTokenizer.from_pretrained(request["hf_base_dir"], local_files_only=True)
     chat = bool(getattr(tok, "chat_template", None))
@@ -212,10 +267,12 @@ def _child(request: dict[str, Any], result: Path) -> int:
     base_llm.close()
 
     _stage("generate peft")
+    tie = float(request.get("tie_gap", TIE_LOGIT_GAP))
     from peft import PeftModel
 
-    hf_base = AutoModelForCausalLM.from_pretrained(request["hf_base_dir"], dtype=torch.float32,
-                                                   local_files_only=True)
+    hf_base = AutoModelForCausalLM.from_pretrained(
+        request["hf_base_dir"], dtype=getattr(torch, request.get("hf_dtype", "float32")),
+        device_map=device if device != "cpu" else None, local_files_only=True)
     model = PeftModel.from_pretrained(hf_base, request["peft_adapter_dir"], local_files_only=True)
     model.eval()
     gen = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_tokens,
@@ -223,13 +280,13 @@ def _child(request: dict[str, Any], result: Path) -> int:
     peft = []
     with torch.inference_mode():
         for i in ids:
-            x = torch.tensor([i])
+            x = torch.tensor([i], device=device)
             res = model.generate(input_ids=x, attention_mask=torch.ones_like(x),
                                  generation_config=gen, output_logits=True,
                                  return_dict_in_generate=True)
             new = _until_eos(res.sequences[0, len(i):].tolist(), eos)
-            peft.append((new, res.logits[0][0].float().numpy(),
-                         [step[0].float().numpy() for step in res.logits]))
+            peft.append((new, res.logits[0][0].float().cpu().numpy(),
+                         [step[0].float().cpu().numpy() for step in res.logits]))
 
     def text(t: list[int]) -> str:
         return str(tok.decode(t, skip_special_tokens=True))
@@ -247,15 +304,15 @@ def _child(request: dict[str, Any], result: Path) -> int:
         "greedy_differs_from_base": any(a[0] != b[0] for a, b in zip(adapter, base, strict=True)),
         "first_logit_delta_vs_base": [round(float(np.max(np.abs(a[1] - b[1]))), 5)
                                       for a, b in zip(adapter, base, strict=True)],
-        "matches_peft": all(a[0] == p[0] or _near_tie(a[0], p[0], p[2]) is not None
+        "matches_peft": all(a[0] == p[0] or _near_tie(a[0], p[0], p[2], tie) is not None
                             for a, p in zip(adapter, peft, strict=True)),
         "exact_matches": sum(a[0] == p[0] for a, p in zip(adapter, peft, strict=True)),
         # Where the engines part ways at a near-tie of HF's own logits (gap < TIE_LOGIT_GAP),
         # the two greedy choices are equally right: float rounding picks one or the other.
         "near_tie_divergences": [
-            {"prompt": n, "position": tie[0], "hf_logit_gap": tie[1]}
+            {"prompt": n, "position": t[0], "hf_logit_gap": t[1]}
             for n, (a, p) in enumerate(zip(adapter, peft, strict=True))
-            if a[0] != p[0] and (tie := _near_tie(a[0], p[0], p[2])) is not None],
+            if a[0] != p[0] and (t := _near_tie(a[0], p[0], p[2], tie)) is not None],
         # How far apart the engines are before any token choice: ~1e-2 on an F32 base,
         # whole units when the layout is wrong.
         "first_logit_max_abs_diff": [round(float(np.max(np.abs(a[1] - p[1]))), 5)
@@ -263,17 +320,60 @@ def _child(request: dict[str, Any], result: Path) -> int:
     })
     _stage("done")
     out["stage_started_at"] = dict(_TIMINGS)  # seconds since the child started
+    out["memory_mib"] = dict(_MEMORY)  # per stage: peak RSS (+ GPU memory in use on cuda)
+    out["peak_rss_mib"] = max(m.get("peak_rss_mib", 0) for m in _MEMORY.values())
+    out["device"] = device
     _write(result, out)
     return 0
 
 
-TIE_LOGIT_GAP = 0.1  # F32 llama.cpp vs HF logits differ by ~0.02; a wrong layout by units
+# The cuda plan's bounds, from the CPU measurement of the same engines and dtypes
+# (bench/verify_tolerance.py, 6 prompts × 16 tokens, 2026-11): llama.cpp on an F16 or BF16
+# GGUF vs HF in bfloat16 differed in first-token logits by at most 0.50 (SmolLM2-135M, 30
+# layers) and 0.12 (tiny OLMo 3); greedy outputs parted only where HF's bfloat16 logits tied
+# (gap 0.0–0.0625: bf16 logits are coarse). Bounds: twice the worst measured difference. A
+# wrong layout or scale is off by whole units (2.5–10 on SmolLM2), well above them. Estimates
+# for the GPU (cuBLAS may round differently) until bench/verify_7b.py measures them there.
+CUDA_MEASURED_MAX_LOGIT_DIFF = 0.50
+CUDA_TIE_GAP = 2 * CUDA_MEASURED_MAX_LOGIT_DIFF
+CUDA_MAX_LOGIT_DIFF = 2 * CUDA_MEASURED_MAX_LOGIT_DIFF
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far llama.cpp and HF may part on one plan: a greedy divergence at a token whose HF
+    logit gap is under `tie_gap` is a rounding tie; any first-token logit further apart than
+    `max_logit_diff` fails. A wrong layout is off by whole units either way."""
+
+    tie_gap: float
+    max_logit_diff: float
+    source: str
+
+
+TOLERANCES: dict[str, Tolerance] = {
+    # F32 llama.cpp vs HF float32: logits differ by ~0.02 (SmolLM2, 3 prompts).
+    "cpu": Tolerance(0.1, 0.5, "measured: F32 GGUF vs HF float32, SmolLM2-135M"),
+    # F16 GGUF vs HF bfloat16: bf16 keeps 8 mantissa bits, so the engines part by more.
+    "cuda": Tolerance(CUDA_TIE_GAP, CUDA_MAX_LOGIT_DIFF,
+                      "estimate: F16/BF16 GGUF vs HF bfloat16 measured on the CPU, x2 margin"),
+}
+TIE_LOGIT_GAP = TOLERANCES["cpu"].tie_gap
+MAX_ENGINE_LOGIT_DIFF = TOLERANCES["cpu"].max_logit_diff
 # A weakly trained adapter may change no greedy token yet; it must still move the logits.
 APPLIED_LOGIT_DELTA = 0.05
-MAX_ENGINE_LOGIT_DIFF = 0.5
 
 
-def _near_tie(ours: list[int], theirs: list[int], hf_logits: list[Any]
+def plan_request(device: str) -> dict[str, Any]:
+    """What the child needs to run one plan: where HF runs, in which dtype, and how many layers
+    llama.cpp offloads (-1: all)."""
+    if device == "cuda":
+        return {"device": "cuda", "hf_dtype": "bfloat16", "n_gpu_layers": -1,
+                "tie_gap": TOLERANCES["cuda"].tie_gap}
+    return {"device": "cpu", "hf_dtype": "float32", "n_gpu_layers": 0,
+            "tie_gap": TOLERANCES["cpu"].tie_gap}
+
+
+def _near_tie(ours: list[int], theirs: list[int], hf_logits: list[Any], tie_gap: float
               ) -> tuple[int, float] | None:
     """(position, HF logit gap) when the two outputs first differ at a token HF itself nearly
     tied with the one it chose; None for a real difference."""
@@ -282,7 +382,7 @@ def _near_tie(ours: list[int], theirs: list[int], hf_logits: list[Any]
     if d >= len(ours) or d >= len(theirs) or d >= len(hf_logits):
         return None  # one is a prefix of the other: a length difference, not a tie
     gap = float(hf_logits[d][theirs[d]] - hf_logits[d][ours[d]])
-    return (d, round(gap, 5)) if gap < TIE_LOGIT_GAP else None
+    return (d, round(gap, 5)) if gap < tie_gap else None
 
 
 def _prompt_ids(tok: Any, prompt: str, chat: bool) -> list[int]:
@@ -301,7 +401,8 @@ def _llama(model_path: str, lora_path: str | None, n_ctx: int, request: dict[str
     try:
         return Llama(model_path=model_path, lora_path=lora_path, n_ctx=max(n_ctx, 64),
                      n_batch=max(n_ctx, 64), n_threads=int(request["n_threads"]), seed=0,
-                     logits_all=False, verbose=True)
+                     n_gpu_layers=int(request.get("n_gpu_layers", 0)), logits_all=False,
+                     verbose=True)
     except RuntimeError as e:
         # llama-cpp-python raises "Failed to initialize/set LoRA adapter ..." when llama.cpp
         # rejects the file; a base that does not load is a different error and propagates.
