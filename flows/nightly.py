@@ -31,6 +31,7 @@ from tasks.profile import Profile, load_profile
 from tasks.records import RunSummary, ScorecardSummary, TrainingMarker, TrainingResult
 from tasks.summary import cost_summary, new_summary, render_markdown
 from tasks.training.registry import ArtifactStore
+from tasks.training.serving import LocalServing, local_serving, publish_promoted, served_gguf
 
 NIGHTLY_SLOT_WAIT_SECONDS = 3 * LEASE_SECONDS  # > a dead run's lease + the repossessor's loop
 
@@ -216,12 +217,37 @@ def _reconcile_at_start(cfg: Profile, logger: Any) -> list[dict[str, str]] | Non
     return [{"name": r.name, "was": r.was, "now": r.now, "reason": r.reason} for r in done] or None
 
 
-def _served_adapter(cfg: Profile) -> Path | None:
-    """Tonight's server loads the promoted adapter of the profile's serve_bucket, if any."""
+def _served_adapter(cfg: Profile) -> LocalServing:
+    """Tonight's server loads the promoted adapter of the profile's serve_bucket, if any, when
+    it was trained on the GGUF the server serves (else the base model, and why), and serves it
+    under the bucket's name too."""
     bucket = cfg.training.serve_bucket
     if not bucket or not cfg.training.enabled:
-        return None
-    return ArtifactStore(cfg.training.artifact_store or cfg.state_dir / "artifacts").serving(bucket)
+        return LocalServing(None)
+    store = ArtifactStore(cfg.training.artifact_store or cfg.state_dir / "artifacts",
+                          cfg.training.gcs_block)  # from GCS when it is the truth
+    if not cfg.node.loads_adapters:  # the node says it does not load it (tasks/compute/gce.py)
+        return LocalServing(store.serving(bucket))
+    return local_serving(store, bucket, served_gguf(cfg.node.base_model))
+
+
+def _publish(summary: RunSummary, cfg: Profile) -> None:
+    """After phase 2 (training is done with the GPU): tell the configured serving endpoint to
+    serve each bucket's promoted adapter under the bucket's name, and check the name answers.
+    A failure is recorded with its cause, never raised: the promotion stands."""
+    if cfg.serving is None:
+        return
+    logger = get_run_logger()
+    with _phase(summary, "publish"):
+        store = ArtifactStore(cfg.training.artifact_store or cfg.state_dir / "artifacts",
+                              cfg.training.gcs_block)
+        summary.published = results = publish_promoted(cfg.serving, store)
+    failed = [b for b, r in results.items() if r.state == "failed"]
+    for bucket, r in results.items():
+        (logger.warning if r.state == "failed" else logger.info)(
+            "serving %s on %s: %s — %s", bucket, cfg.serving.describe(), r.state, r.message)
+    if failed:
+        summary.phases["publish"].note = f"not served by name: {', '.join(failed)}"
 
 
 @flow(name="nightly", on_cancellation=[_stop_node_hook], on_crashed=[_stop_node_hook])
@@ -243,9 +269,15 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
         with gpu_slot():
             with _phase(summary, "inference_up"):
-                adapter = _served_adapter(cfg)
-                summary.serving_adapter = str(adapter) if adapter else None
-                base_url = inference_up(cfg.node, cfg.inference, adapter)
+                serving = _served_adapter(cfg)
+                summary.serving_adapter = str(serving.adapter) if serving.adapter else None
+                if serving.note:
+                    summary.serving_note = serving.note
+                    logger.warning("%s", serving.note)
+                elif serving.adapter and serving.names:
+                    summary.serving_note = (f"served as {cfg.inference.model} and "
+                                            f"{', '.join(serving.names)}")
+                base_url = inference_up(cfg.node, cfg.inference, serving.adapter, serving.names)
             with _phase(summary, "extract"):
                 try:
                     phase1 = extract.with_options(timeout_seconds=phase1_timeout_seconds)(
@@ -269,7 +301,12 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 summary.scorecard = ScorecardSummary.model_validate(scorecard(profile=profile))
         else:
             summary.set_phase("scorecard", "skipped", note="no [corpus] root in the profile")
-        _train_passing_buckets(summary, cfg, profile, phase2_timeout_seconds)
+        try:
+            _train_passing_buckets(summary, cfg, profile, phase2_timeout_seconds)
+        except Exception:
+            _publish(summary, cfg)  # what was promoted is served though another bucket failed
+            raise
+        _publish(summary, cfg)
         summary.status = "completed"
     except BaseException as e:
         summary.status = _final_status(e)

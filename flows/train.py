@@ -40,6 +40,7 @@ from tasks.records import (
     TrainingMarker,
     TrainingResult,
 )
+from tasks.training.base_model import gguf_digest
 from tasks.training.params import TrainParams, build_params, resolve
 from tasks.training.preflight import node_limits, preflight, require, verify_plan
 from tasks.training.reconcile import reconcile_store, this_process
@@ -220,6 +221,8 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
             raise ConfigError(f"base_gguf {base_gguf}: not found — fix base_gguf")
         manifest.base.hf_dir = str(hf_dir)
         manifest.base.gguf = str(base_gguf) if base_gguf else None
+        # what a server compares with the GGUF it serves before loading the adapter
+        manifest.base.gguf_digest = gguf_digest(base_gguf) if base_gguf else None
         promoted = store.promoted(bucket)
         promoted_peft = store.adapter_dir(promoted.name) / "peft" if promoted else None
         with gpu_slot():

@@ -31,6 +31,7 @@ from blocks.compute import LocalCompute
 from blocks.gce import GceCompute
 from blocks.graph import FalkorDBGraph, Neo4jGraph
 from blocks.inference import InferenceEndpoint
+from blocks.serving import ServingEndpoint
 from blocks.sources import DocumentSources
 from tasks.compute.protocol import Node, node_for
 from tasks.corpus.scorecard import ScorecardConfig
@@ -143,6 +144,8 @@ _KINDS: dict[str, dict[str, type[Block]]] = {
     "inference": {"openai": InferenceEndpoint},
     "graph": {"falkordb": FalkorDBGraph, "neo4j": Neo4jGraph},
     "sources": {"folders": DocumentSources},
+    # optional: where promoted adapters are served by name (tasks/training/serving.py)
+    "serving": {"endpoint": ServingEndpoint},
 }
 
 
@@ -159,6 +162,7 @@ class Profile:
     corpus: CorpusSettings
     training: TrainingSettings
     gcs_block: str | None = None  # run records (summaries, scorecards, dead letters) go here
+    serving: ServingEndpoint | None = None  # no [serving] section: no endpoint to publish to
 
     @cached_property
     def node(self) -> Node:
@@ -264,4 +268,5 @@ def load_profile(ref: str) -> Profile:
         corpus=corpus,
         training=training,
         gcs_block=gcs_block,
+        serving=_build(path, "serving", data["serving"]) if "serving" in data else None,
     )
