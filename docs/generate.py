@@ -224,7 +224,7 @@ def render_cli() -> list[str]:
             lines.extend([f"### `{prog}`", ""])
             if help_text:
                 lines.extend([_cell(help_text[0].upper() + help_text[1:]) + ".", ""])
-            if not subs:
+            if not subs or _arguments(parser):  # a command with options of its own too
                 lines.extend(["```", _synopsis(prog, parser), "```", ""])
             lines.extend([*_arguments(parser), ""])
         for name, sub_help, sub in subs:
