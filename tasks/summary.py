@@ -23,6 +23,12 @@ def _training_lines(s: RunSummary) -> list[str]:
     lines = []
     if "serving_adapter" in s.model_fields_set:
         lines += ["", f"Inference server adapter: {s.serving_adapter or 'none (base model)'}"]
+        if s.serving_note:
+            lines.append(f"  {s.serving_note}")
+    for name, p in (s.published or {}).items():
+        lines.append(f"Served by name {name}: {p.state.upper()}"
+                     + (f" ({p.adapter} on {p.endpoint})" if p.adapter else "")
+                     + f" — {p.message}")
     for bucket, t in (s.training or {}).items():
         if t.state != "done":
             lines.append(f"Training {bucket}: {t.state.upper()} — {t.message}")

@@ -312,7 +312,8 @@ class GceNode:
             log.debug("preemption lookup failed: %s", e)
         return "stopped outside this run, or preempted"
 
-    def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None) -> str:
+    def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None,
+                        names: tuple[str, ...] = ()) -> str:
         """Wait for vLLM (started by the node's startup script) at http://IP:port to list a
         model, checking the node is still RUNNING while waiting; return the base URL.
         `adapter` is not loaded (loads_adapters is False): a warning says so."""

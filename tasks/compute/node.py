@@ -27,12 +27,14 @@ def compute_up(node: Node) -> str:
 
 @task(name="inference-up", cache_policy=NO_CACHE)
 def inference_up(node: Node, endpoint: InferenceEndpoint,
-                 adapter: Path | None = None) -> str:
+                 adapter: Path | None = None, names: tuple[str, ...] = ()) -> str:
     """Start the inference server on the node (with tonight's promoted adapter, if any, where
-    the node loads adapters) and wait until /v1/models answers."""
-    url = node.start_inference(endpoint, adapter)
-    get_run_logger().info("inference server ready at %s (model %s%s)", url, endpoint.model,
-                          f", adapter {adapter}" if adapter and node.loads_adapters else "")
+    the node loads adapters, also served under `names`) and wait until /v1/models answers."""
+    url = node.start_inference(endpoint, adapter, names)
+    loaded = adapter and node.loads_adapters
+    get_run_logger().info("inference server ready at %s (model %s%s%s)", url, endpoint.model,
+                          f", adapter {adapter}" if loaded else "",
+                          f", also served as {', '.join(names)}" if loaded and names else "")
     return url
 
 

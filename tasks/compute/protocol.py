@@ -38,8 +38,11 @@ class Node(Protocol):
     def start(self) -> str:
         """Boot the node (or reuse one up); a description for the summary."""
 
-    def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None) -> str:
-        """Bring the inference server up and wait until it serves; its base URL."""
+    def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None,
+                        names: tuple[str, ...] = ()) -> str:
+        """Bring the inference server up and wait until it serves; its base URL. Where the
+        node loads adapters, `adapter` is served as `endpoint.model` and under each of
+        `names` (the bucket's name it is published as)."""
 
     def stop_inference(self) -> bool:
         """Stop the inference server and wait until it is gone; whether one was up."""

@@ -140,7 +140,7 @@ class _Client:
     def answer(self, name: str, prompt: str) -> str:
         r = self.request("POST", "/v1/chat/completions", {
             "model": name, "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": 16, "temperature": 0})
+            "max_tokens": 8, "temperature": 0})
         if r.status_code != 200:
             kind, message = _why(r)
             raise ServingError(f"a chat completion with model={name!r} failed: HTTP "

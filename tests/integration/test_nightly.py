@@ -105,6 +105,8 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
     assert again["status"] == "completed"
     served = tmp_path / "state" / "artifacts" / "adapters" / eng["name"] / "adapter.gguf"
     assert again["serving_adapter"] == str(served)  # tonight's server loads yesterday's adapter
+    # trained on the GGUF the server serves: also served under the bucket's name
+    assert again["serving_note"] == "served as SmolLM2-135M-Instruct and engineering-pointsav"
     with open(log, "rb") as f:
         f.seek(before)
         assert b"loaded 420 tensors from lora file" in f.read()

@@ -156,3 +156,38 @@ def test_every_configured_bucket_is_published_and_one_without_promotion_is_skipp
         out = publish_promoted(endpoint(fake, buckets=[BUCKET, "apprenticeship-pointsav"]), store)
     assert {k: v.state for k, v in out.items()} == {BUCKET: "served",
                                                     "apprenticeship-pointsav": "skipped"}
+
+
+def test_the_nightly_publishes_after_phase_2_and_a_failure_does_not_fail_it(
+        tmp_path: Path) -> None:
+    """flows/nightly.py _publish with a profile's [serving] section: the result is in the run
+    summary (and its text); an endpoint that refuses is reported, not raised, and the
+    promotion stands."""
+    from prefect.logging import disable_run_logger
+
+    from flows.nightly import _publish
+    from tasks.profile import load_profile
+    from tasks.summary import new_summary, render_text
+    from tests.conftest import toml_profile
+
+    with FakeVllm(runtime_lora=False) as off, FakeVllm() as fake:
+        for server, state in ((fake, "served"), (off, "failed")):
+            path = toml_profile(tmp_path / f"{state}.toml", state_dir=tmp_path / "state",
+                                compute={"type": "local"},
+                                serving={"kind": "vllm", "base_url": server.url,
+                                         "base_model": BASE, "buckets": [BUCKET]})
+            cfg = load_profile(str(path))
+            store = ArtifactStore(cfg.training.artifact_store or "")
+            if store.promoted(BUCKET) is None:
+                promote(store, "eng-1")
+            summary = new_summary(cfg.name)
+            with disable_run_logger():
+                _publish(summary, cfg)
+            assert summary.published is not None
+            assert summary.published[BUCKET].state == state
+            assert summary.phases["publish"].status == "completed"
+            assert store.pointer(BUCKET)["current"] == "eng-1"  # promoted, whatever happened
+            text = render_text(summary)
+            assert f"Served by name {BUCKET}: {state.upper()} (eng-1 on {server.url})" in text
+        assert summary.phases["publish"].note == f"not served by name: {BUCKET}"
+        assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in text

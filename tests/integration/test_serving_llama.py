@@ -1,0 +1,145 @@
+"""The llama.cpp path for real: llama-cpp-python's server serves SmolLM2-135M and a promoted
+GGUF LoRA adapter under the bucket's name (its config file: one model_alias per name), and
+asking by the name answers with the adapter applied."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from blocks.serving import ServingEndpoint
+from tasks.compute.inference_server import start_llama_server, stop_llama_server
+from tasks.records import AdapterManifest, BaseRef
+from tasks.training.base_model import gguf_digest
+from tasks.training.registry import ArtifactStore
+from tasks.training.serving import local_serving, publish
+
+BUCKET = "engineering-pointsav"
+ALIAS = "SmolLM2-135M-Instruct"  # what phase 1 asks for
+PROMPT = [{"role": "user", "content": "Write a haiku about the sea."}]
+# Greedy and nothing else, the same on the server and in-process (their defaults differ).
+GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
+          "max_tokens": 12}
+THREADS = 1  # the 2 cores are shared
+
+
+@pytest.fixture(scope="module")
+def promoted(base_cache: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+             ) -> ArtifactStore:
+    """A real GGUF LoRA for SmolLM2 (random lora_B, so it visibly changes greedy output),
+    exported by llama.cpp's converter, registered and promoted as training would."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from tasks.training.convert import export_lora
+
+    store = ArtifactStore(tmp_path_factory.mktemp("serving") / "artifacts")
+    name = f"{BUCKET}-20261130T000000-abcd1234"
+    out = store.adapter_dir(name)
+    model = AutoModelForCausalLM.from_pretrained(base_cache["hf"], dtype=torch.float32,
+                                                 local_files_only=True)
+    torch.manual_seed(0)
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for n, p in peft.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    peft.save_pretrained(out / "peft")
+    export_lora(out / "peft", base_cache["hf"], out / "adapter.gguf")
+    gguf = base_cache["gguf"]
+    store.write_manifest(AdapterManifest(
+        name=name, bucket=BUCKET, method="sft",
+        base=BaseRef(spec=str(gguf), hf_dir=str(base_cache["hf"]), gguf=str(gguf),
+                     gguf_digest=gguf_digest(gguf)),
+        data_digest="d", run_digest="abcd1234", dataset="x.parquet", params={}, state="done",
+        verified=True, created="2026-11-30T00:00:00+00:00", created_by="test",
+        files={"gguf": "adapter.gguf", "peft": "peft"}))
+    store.promote(name, "test")
+    return store
+
+
+def _ask(url: str, model: str) -> str:
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": model, "messages": PROMPT,
+                                                       **GREEDY}, timeout=120)
+    r.raise_for_status()
+    return str(r.json()["choices"][0]["message"]["content"])
+
+
+def _in_process(gguf: Path, lora: Path | None) -> str:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=512,
+                          n_threads=THREADS, verbose=False)
+    try:
+        out: Any = llm.create_chat_completion(messages=PROMPT, **GREEDY)  # type: ignore[arg-type]
+        return str(out["choices"][0]["message"]["content"])
+    finally:
+        llm.close()
+
+
+@pytest.mark.slow
+def test_the_promoted_adapter_answers_by_the_bucket_name(promoted: ArtifactStore,
+                                                         base_cache: dict[str, Any],
+                                                         tmp_path: Path) -> None:
+    gguf = base_cache["gguf"]
+    serving = local_serving(promoted, BUCKET, gguf)
+    assert serving.note is None and serving.names == (BUCKET,)
+    assert serving.adapter == promoted.serving(BUCKET)
+    state = tmp_path / "state"
+    url = start_llama_server(state, gguf, ALIAS, 512, THREADS, 60, serving.adapter,
+                             serving.names)
+    try:
+        listed = {m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]}
+        assert listed == {ALIAS, BUCKET}
+        config = json.loads(next(state.glob("inference-*.json")).read_text())
+        assert [(m["model_alias"], m["lora_path"]) for m in config["models"]] == \
+            [(ALIAS, str(serving.adapter)), (BUCKET, str(serving.adapter))]
+
+        # (in this order: the server holds one model at a time, and a new name reloads it)
+        as_before = _ask(url, ALIAS)  # phase 1's name serves the adapter, as before
+        by_name = _ask(url, BUCKET)
+        assert by_name == as_before == _in_process(gguf, serving.adapter)  # applied exactly
+        assert by_name != _in_process(gguf, None)  # and not the base model's answer
+
+        # The nightly's check, on this server as a configured llama.cpp endpoint.
+        endpoint = ServingEndpoint(kind="llama.cpp", base_url=url, base_model=str(gguf),
+                                   buckets=[BUCKET], check_prompt="Hi")
+        res = publish(endpoint, promoted, BUCKET)
+        assert res.state == "served" and res.answered and not res.loaded, res.message
+        assert res.lora_path == str(serving.adapter)
+
+        # llama-cpp-python answers a name it does not serve with its default model (HTTP 200)
+        # — so the check asks only for a name the server lists.
+        assert _ask(url, "apprenticeship-pointsav") == by_name
+        other = ServingEndpoint(kind="llama.cpp", base_url=url, base_model=str(gguf),
+                                buckets=["apprenticeship-pointsav"])
+        promoted.write_manifest(promoted.promoted(BUCKET).model_copy(  # type: ignore[union-attr]
+            update={"bucket": "apprenticeship-pointsav", "name": "app-1"}))
+        (promoted.adapter_dir("app-1") / "adapter.gguf").write_bytes(b"")
+        promoted.promote("app-1", "test")
+        res = publish(other, promoted, "apprenticeship-pointsav")
+        assert res.state == "failed" and not res.answered
+        assert "does not list 'apprenticeship-pointsav'" in res.message
+        assert "llama.cpp loads adapters when it starts" in res.message
+    finally:
+        stop_llama_server(state)
+
+
+@pytest.mark.slow
+def test_an_adapter_trained_on_another_base_is_not_served(promoted: ArtifactStore,
+                                                          base_cache: dict[str, Any]) -> None:
+    """The F32 copy is another file (another digest): the server serves the base, and says why."""
+    f32 = base_cache["f32"]
+    serving = local_serving(promoted, BUCKET, f32)
+    assert serving.adapter is None and serving.names == ()
+    assert serving.note is not None
+    assert f"but the server serves {f32} (digest {gguf_digest(f32)})" in serving.note
+    assert serving.note.endswith("— serving the base model instead (retrain the bucket on this "
+                                 f"base, or roll back: slm-nightly adapters rollback {BUCKET})")
