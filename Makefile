@@ -10,7 +10,8 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
 .PHONY: run test test-fast mutation lint bench clean-state docs
 
-$(STAMP): pyproject.toml
+# convert.py: its install step runs in existing environments too.
+$(STAMP): pyproject.toml tasks/training/convert.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: pip then takes the local CPU build instead of a CUDA download.

@@ -1,6 +1,7 @@
 """Cost of the adapter hand-off on SmolLM2-135M: dequantize the served GGUF (cold, then cached),
-export a random-B r=8 PEFT LoRA on all seven projections to GGUF, verify it against HF+PEFT on
-the F32 base (must match) and on the Q4_1 base (reported, not required).
+export a random-B r=8 PEFT LoRA on all seven projections to GGUF (llama.cpp's
+convert_lora_to_gguf.py, a subprocess: its torch import is most of the time), verify it
+against HF+PEFT on the F32 base (must match) and on the Q4_1 base (reported, not required).
 
     python bench/gguf_export.py [--cache-dir DIR] [--threads 1] [--max-tokens 16]
 
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from tasks.compute.inference_server import default_model_path  # noqa: E402
 from tasks.errors import AdapterVerificationError  # noqa: E402
 from tasks.training.base_model import f32_gguf, hf_from_gguf  # noqa: E402
-from tasks.training.gguf_lora import export_gguf_lora  # noqa: E402
+from tasks.training.convert import export_lora  # noqa: E402
 from tasks.training.verify import verify_adapter  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -85,7 +86,7 @@ def main() -> None:
         f32_s = time.monotonic() - t
         build_adapter(hf, tmp / "peft")
         t = time.monotonic()
-        exported = export_gguf_lora(tmp / "peft", hf, tmp / "adapter.gguf")
+        exported = export_lora(tmp / "peft", hf, tmp / "adapter.gguf")
         export_s = time.monotonic() - t
         report({
             "bench": "gguf_export",

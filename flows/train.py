@@ -132,9 +132,10 @@ class _Reporter:
 
 @task(name="export-adapter", cache_policy=NO_CACHE)
 def export_adapter(peft_dir: Path, hf_dir: Path, out_dir: Path) -> dict[str, Any]:
-    from tasks.training.gguf_lora import export_gguf_lora
+    """The GGUF LoRA, by llama.cpp's own convert_lora_to_gguf.py, and the PEFT tarball."""
+    from tasks.training.convert import export_lora
 
-    report = export_gguf_lora(peft_dir, hf_dir, out_dir / "adapter.gguf", dtype="f32")
+    report = export_lora(peft_dir, hf_dir, out_dir / "adapter.gguf", outtype="f32")
     pack(peft_dir, out_dir / "adapter.tar.gz")
     return report
 

@@ -49,7 +49,8 @@ def hf_from_gguf(gguf_path: Path, cache_dir: Path) -> Path:
     generation config), once; later calls return the cached folder without loading anything.
 
     transformers un-permutes llama q/k rows while loading a GGUF, so the folder is in HF layout;
-    `tasks.training.gguf_lora` re-applies that permutation when it exports an adapter.
+    llama.cpp's convert_lora_to_gguf.py (tasks.training.convert) re-applies that permutation
+    when it exports an adapter.
     """
     gguf_path = _require_file(gguf_path, "GGUF model")
     target = Path(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path)}-hf"

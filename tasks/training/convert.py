@@ -18,6 +18,7 @@ converter can export a given base + LoRA configuration correctly; preflight call
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import importlib.metadata
 import json
@@ -176,7 +177,7 @@ def export_problems(hf_config: dict[str, Any], lora: dict[str, Any]) -> list[str
         problems.append("the base model's config.json names no `architectures` — the converter "
                         "routes on it; use a transformers checkpoint folder with a full config")
     elif arch not in supported:
-        near = sorted(a for a in supported if a.lower()[:5] == arch.lower()[:5])
+        near = difflib.get_close_matches(arch, sorted(supported), n=3, cutoff=0.8)
         problems.append(f"architecture {arch} is not supported by llama.cpp's converter "
                         f"({DIST} {llama_cpp_version()}; close: {', '.join(near) or 'none'}) — "
                         "choose a supported base model, or set export_gguf: false (PEFT adapter "
@@ -269,6 +270,7 @@ def export_lora(peft_dir: Path, base_hf_dir: Path, out_path: Path, outtype: str 
     Returns {path, arch, tensors, bytes, seconds, outtype, tool}.
     """
     peft_dir, base_hf_dir, out_path = Path(peft_dir), Path(base_hf_dir), Path(out_path)
+    require_tools()
     lora = _read_json(peft_dir / "adapter_config.json", "PEFT adapter config",
                       "save the adapter with model.save_pretrained(adapter_dir)")
     base = _read_json(base_hf_dir / "config.json", "base model config",
@@ -295,6 +297,7 @@ def export_base(hf_dir: Path, out_path: Path, outtype: str = "f32", *,
                 timeout_s: float = 3600.0) -> Path:
     """Convert an HF model folder to a GGUF with convert_hf_to_gguf.py (atomically)."""
     hf_dir, out_path = Path(hf_dir), Path(out_path)
+    require_tools()
     base = _read_json(hf_dir / "config.json", "model config", "pass an HF model folder")
     arch = hf_architecture(base)
     if arch not in supported_architectures():
