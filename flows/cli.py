@@ -268,11 +268,14 @@ def _adapters(args: argparse.Namespace) -> int:
                 if args.state is None or m.state == args.state]
         _print_rows(rows, args.json)
         if not rows and not args.json:
-            print(f"no adapters{f' in state {args.state}' if args.state else ''} in {store.root}")
+            print(f"no adapters{f' in state {args.state}' if args.state else ''} in {store.where}")
     elif args.adapters_command == "show":
         print(store.manifest(args.name).to_json())
     elif args.adapters_command == "promote":
         print(json.dumps(store.promote(args.name, reason=f"by hand: {args.reason}"), indent=2))
+    elif args.adapters_command == "download":
+        dest = store.download(args.name, Path(args.to or args.name))
+        print(f"{args.name} from {store.where}: {dest}")
     else:
         print(json.dumps(store.rollback(args.bucket), indent=2))
     return 0
@@ -363,7 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     a_prom.add_argument("--reason", default="operator decision", help="recorded in the pointer")
     a_roll = asub.add_parser("rollback", help="back to the previously promoted adapter")
     a_roll.add_argument("bucket", help="e.g. engineering-pointsav")
-    for p in (a_list, a_show, a_prom, a_roll):
+    a_down = asub.add_parser("download", help="copy an adapter's files (manifest, peft/, GGUF, "
+                             "tarball) from the store (GCS when configured) to a local folder")
+    a_down.add_argument("name", help="adapter name (slm-nightly adapters list)")
+    a_down.add_argument("--to", help="the folder (default: ./NAME)")
+    for p in (a_list, a_show, a_prom, a_roll, a_down):
         p.add_argument("--profile", default="local", help="profiles/NAME.toml or a path")
     ad.set_defaults(func=_adapters)
     return parser

@@ -8,7 +8,6 @@ ad-hoc run waits for the nightly (and the other way round).
 
 
 import json
-import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -120,14 +119,16 @@ class _Reporter:
                          "  ".join(f"{k} {v}" for k, v in row.items() if k != "step"))
 
     def on_save(self, step: int, path: str) -> None:
+        # To GCS (when it is the store's truth) before the manifest names it: another zone
+        # resumes from it.
+        copied = self.store.save_checkpoint(path)
+        if copied and copied.get("error"):
+            self.logger.warning("checkpoint not copied to %s (local copy kept): %s",
+                                self.store.where, copied["error"])
         self.manifest.checkpoint = Checkpoint(step=step, path=path)
         self.store.write_manifest(self.manifest)
         _event("checkpoint", self.manifest.name, {"step": step})
         self.logger.info("checkpoint at step %d: %s", step, path)
-        mirrored = self.store.mirror(f"checkpoints/{Path(path).parent.name}")
-        if mirrored and mirrored.get("error"):
-            self.logger.warning("checkpoint mirror failed (local copy kept): %s",
-                                mirrored["error"])
 
 
 @task(name="export-adapter", cache_policy=NO_CACHE)
@@ -190,7 +191,9 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
         _publish_result(m)
         return m.to_dict()
     if retrain:  # start from step 0, not from an earlier run's checkpoints
-        shutil.rmtree(store.checkpoint_dir(run_digest), ignore_errors=True)
+        store.drop_checkpoints(run_digest)
+    elif restored := store.restore(run_digest):  # a node in another zone got this far
+        logger.info("%s restored from %s", restored, store.where)
     name = f"{bucket}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{run_digest[:8]}"
     out_dir = store.adapter_dir(name)
     manifest = AdapterManifest(
@@ -225,7 +228,7 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
         # what a server compares with the GGUF it serves before loading the adapter
         manifest.base.gguf_digest = gguf_digest(base_gguf) if base_gguf else None
         promoted = store.promoted(bucket)
-        promoted_peft = store.adapter_dir(promoted.name) / "peft" if promoted else None
+        promoted_peft = store.fetch(promoted.name, "peft") if promoted else None
         with gpu_slot():
             manifest.advance("preparing")  # the slot is held: device check, weights, data
             manifest.device = device = device_report(recipe.project.required_free_gpu_mib)
@@ -268,7 +271,8 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
         # Checkpoints exist to resume an interrupted run: kept until the run is done (export and
         # verification included), so a failed verification resumes at the last step instead of
         # retraining from step 0 the next night.
-        shutil.rmtree(store.checkpoint_dir(run_digest), ignore_errors=True)
+        if left := store.drop_checkpoints(run_digest):  # the adapter stands; only space is lost
+            logger.warning("checkpoints of %s not removed from %s: %s", name, store.where, left)
         ok, why = gate(result["eval_loss"], ts.promote_margin)
         manifest.gate = GateRecord(passed=ok, reason=why, margin=ts.promote_margin,
                                    eval_loss=result["eval_loss"],

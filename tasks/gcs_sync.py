@@ -1,7 +1,16 @@
-"""Sync the corpus folder to GCS through prefect-gcp's GcsBucket: new and changed files only.
+"""GCS through prefect-gcp's GcsBucket: which bucket, folder syncs, and the object operations
+the artifact store needs.
 
-Idempotent (a second sync uploads nothing), and a failure is reported, never raised past the
-caller's summary: the local corpus is the source of truth and is never touched.
+The bucket: a profile's `gcs_block` names a saved GcsBucket block, or is a `gs://bucket[/folder]`
+URL (application-default credentials); with neither, `SLM_YOYO_WEIGHTS_GCS_BUCKET` (the variable
+the operators set, `bucket`, `bucket/folder` or `gs://bucket/folder`) fills it in at profile
+load, for the corpus sync, the run records and the artifact store alike.
+
+`sync_folder` uploads new and changed files only: idempotent (a second sync uploads nothing),
+and a failure is reported, never raised past the caller's summary (the local corpus is the
+source of truth for the corpus and is never touched). `GcsFolder` is the artifact store's side:
+whole-object writes (atomic in GCS: a reader sees the old object or the new one), generation
+preconditions, and downloads through a temp file.
 """
 
 from __future__ import annotations
@@ -9,8 +18,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
+
+from tasks.errors import ConfigError
 
 ENV_BUCKET = "SLM_YOYO_WEIGHTS_GCS_BUCKET"
 
@@ -23,17 +35,49 @@ def _md5_b64(path: Path) -> str:
     return base64.b64encode(h.digest()).decode()
 
 
+# GCS bucket names: 3-63 characters (up to 222 with dots), lowercase letters, digits, -, _, .
+# https://cloud.google.com/storage/docs/buckets#naming
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
+
+
+def parse_bucket_url(value: str, where: str = ENV_BUCKET) -> tuple[str, str]:
+    """`bucket`, `bucket/folder` or `gs://bucket/folder/` → (bucket, folder)."""
+    rest = value.strip().removeprefix("gs://").strip("/")
+    bucket, _, folder = rest.partition("/")
+    if not _BUCKET_NAME.fullmatch(bucket):
+        raise ConfigError(f"{where}={value!r}: not a GCS bucket — use the bucket's name, "
+                          "optionally with gs:// and a folder (gs://my-bucket/nightly)")
+    return bucket, folder.strip("/")
+
+
+def env_bucket() -> str | None:
+    """SLM_YOYO_WEIGHTS_GCS_BUCKET as a `gs://bucket[/folder]` reference, or None."""
+    value = os.environ.get(ENV_BUCKET, "").strip()
+    if not value:
+        return None
+    bucket, folder = parse_bucket_url(value)
+    return f"gs://{bucket}/{folder}" if folder else f"gs://{bucket}"
+
+
 def gcs_bucket_from_env_or_block(block_name: str | None) -> Any | None:
-    """The configured GcsBucket: a saved block by name, else the bucket named by
-    SLM_YOYO_WEIGHTS_GCS_BUCKET with application-default credentials, else None."""
+    """The configured GcsBucket: a saved block by name, or a `gs://bucket[/folder]` reference
+    (application-default credentials); without either, SLM_YOYO_WEIGHTS_GCS_BUCKET; else None."""
     from prefect_gcp import GcpCredentials, GcsBucket
 
-    if block_name:
-        return GcsBucket.load(block_name)
-    name = os.environ.get(ENV_BUCKET)
-    if name:
-        return GcsBucket(bucket=name, gcp_credentials=GcpCredentials())
-    return None
+    ref = block_name or env_bucket()
+    if not ref:
+        return None
+    if not ref.startswith("gs://"):
+        return GcsBucket.load(ref)
+    bucket, folder = parse_bucket_url(ref, where="gcs_block" if block_name else ENV_BUCKET)
+    try:
+        creds = GcpCredentials()  # application-default credentials, checked here
+    except Exception as e:  # noqa: BLE001 - google.auth's DefaultCredentialsError and kin
+        raise ConfigError(f"{ref}: no Google credentials to reach it ({type(e).__name__}: "
+                          f"{str(e)[:200]}) — run `gcloud auth application-default login`, set "
+                          "GOOGLE_APPLICATION_CREDENTIALS, or name a saved GcsBucket block in "
+                          "the profile's gcs_block") from e
+    return GcsBucket(bucket=bucket, bucket_folder=folder, gcp_credentials=creds)
 
 
 def _full(bucket: Any, key: str) -> str:
@@ -68,9 +112,8 @@ def sync_folder(local: Path, bucket: Any, prefix: str = "corpus",
 
 
 def _load(block: str) -> Any:
-    from prefect_gcp import GcsBucket
-
-    return GcsBucket.load(block)
+    """The GcsBucket a profile's gcs_block names (a saved block or gs://bucket[/folder])."""
+    return gcs_bucket_from_env_or_block(block)
 
 
 RECORDS = ("runs", "scorecards", "dead-letter.jsonl")  # under state_dir: what a run leaves
@@ -102,3 +145,95 @@ def download_file(block: str, key: str, path: Path) -> Path:
     bucket.download_object_to_path(key, tmp)
     tmp.replace(path)
     return path
+
+
+class GcsFolder:
+    """One folder of a bucket, objects named relative to it, through google-cloud-storage
+    with the GcsBucket's credentials (the block's own helpers have no preconditions)."""
+
+    def __init__(self, bucket: Any, prefix: str) -> None:
+        self.bucket_name = bucket.bucket
+        self.prefix = _full(bucket, prefix).strip("/")
+        client = bucket.gcp_credentials.get_cloud_storage_client()
+        self._bucket = client.bucket(bucket.bucket)  # no request: the bucket is not read
+
+    def url(self, key: str = "") -> str:
+        return f"gs://{self.bucket_name}/{self.prefix}/{key}".rstrip("/")
+
+    def _name(self, key: str) -> str:
+        return f"{self.prefix}/{key}"
+
+    def list(self, sub: str) -> dict[str, Any]:
+        """key → blob (name, md5_hash, generation) for every object under `sub`/."""
+        start = len(self.prefix) + 1
+        return {b.name[start:]: b for b in self._bucket.list_blobs(prefix=self._name(sub) + "/")
+                if not b.name.endswith("/")}
+
+    def read(self, key: str) -> tuple[bytes, int] | None:
+        """(content, generation) of an object, None when there is none."""
+        blob = self._bucket.get_blob(self._name(key))
+        if blob is None:
+            return None
+        generation = int(blob.generation)  # (a download refreshes it from response headers)
+        # The blob carries its generation: the download reads exactly that version.
+        return blob.download_as_bytes(), generation
+
+    def write(self, key: str, data: bytes, if_generation_match: int | None = None) -> None:
+        """One whole object. `if_generation_match`: GCS writes only while the live object has
+        that generation (0: only if there is none), else answers 412, raised as
+        google.api_core.exceptions.PreconditionFailed."""
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        blob = self._bucket.blob(self._name(key))
+        if if_generation_match is None:  # an unconditional overwrite is idempotent: retry it
+            blob.upload_from_string(data, content_type="application/json", retry=DEFAULT_RETRY)
+        else:
+            blob.upload_from_string(data, content_type="application/json",
+                                    if_generation_match=if_generation_match)
+
+    def upload(self, path: Path, key: str) -> None:
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        self._bucket.blob(self._name(key)).upload_from_filename(str(path), retry=DEFAULT_RETRY)
+
+    def push(self, local: Path, sub: str, last: str | None = None,
+             skip: tuple[str, ...] = ()) -> int:
+        """Upload the files under `local` whose MD5 differs from gs://…/`sub` (the file named
+        `last` after every other one). Returns how many were uploaded."""
+        remote = {k: b.md5_hash for k, b in self.list(sub).items()}
+        files = sorted((p for p in local.rglob("*") if p.is_file()),
+                       key=lambda p: (p.name == last, p.as_posix()))
+        uploaded = 0
+        for path in files:
+            rel = path.relative_to(local).as_posix()
+            if rel in skip or any(part.startswith(".") for part in rel.split("/")):
+                continue
+            if remote.get(f"{sub}/{rel}") != _md5_b64(path):
+                self.upload(path, f"{sub}/{rel}")
+                uploaded += 1
+        return uploaded
+
+    @staticmethod
+    def cache(blob: Any, path: Path) -> Path:
+        """A listed object at `path`, downloaded unless the file there has its MD5 (through a
+        temp file: a half download is never taken for the file)."""
+        if not (path.is_file() and _md5_b64(path) == blob.md5_hash):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.part")
+            blob.download_to_filename(str(tmp))
+            tmp.replace(path)
+        return path
+
+    def pull(self, sub: str, local: Path) -> int:
+        """The objects under `sub`/ into the folder `local`. Returns how many there are."""
+        blobs = self.list(sub)
+        for key, blob in blobs.items():
+            self.cache(blob, local / key[len(sub) + 1:])
+        return len(blobs)
+
+    def delete(self, sub: str, first: str | None = None) -> int:
+        """Delete the objects under `sub`/, those named `first` before the others."""
+        blobs = self.list(sub)
+        for key in sorted(blobs, key=lambda k: k.rsplit("/", 1)[-1] != first):
+            blobs[key].delete()
+        return len(blobs)

@@ -36,6 +36,7 @@ from blocks.sources import DocumentSources
 from tasks.compute.protocol import Node, node_for
 from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
+from tasks.gcs_sync import env_bucket, parse_bucket_url
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILE_DIR = PROJECT_ROOT / "profiles"
@@ -91,8 +92,10 @@ class CorpusSettings(BaseModel):
     max_source_share: float = Field(default=0.5, gt=0, le=1)
     min_sources: int = Field(default=1, ge=1)
     eval_share: float = Field(default=0.05, ge=0, lt=1)
-    gcs_block: str | None = Field(default=None, description="Saved GcsBucket block to sync the "
-                                  "corpus to (else $SLM_YOYO_WEIGHTS_GCS_BUCKET, else no sync).")
+    gcs_block: str | None = Field(default=None, description="Saved GcsBucket block (or "
+                                  "gs://bucket[/folder]) to sync the corpus to; empty = the "
+                                  "profile's gcs_block, else $SLM_YOYO_WEIGHTS_GCS_BUCKET, else "
+                                  "no sync.")
 
     def buckets(self) -> dict[str, Literal["sft", "dpo"]]:
         return {self.engineering_bucket: "sft", self.apprenticeship_bucket: "dpo"}
@@ -113,9 +116,13 @@ class TrainingSettings(BaseModel):
     base_model: str | None = Field(default=None, description="Overrides the recipe's base "
                                    "model; empty = the recipe's, else the GGUF the server serves.")
     artifact_store: str | None = Field(default=None, description="Adapters, manifests, "
-                                       "checkpoints (a local folder); empty = <state_dir>/artifacts.")
-    gcs_block: str | None = Field(default=None, description="Saved GcsBucket block that mirrors "
-                                  "the artifact store.")
+                                       "checkpoints (a local folder; a cache of GCS when "
+                                       "gcs_block names a bucket); empty = "
+                                       "<state_dir>/artifacts.")
+    gcs_block: str | None = Field(default=None, description="Saved GcsBucket block (or "
+                                  "gs://bucket[/folder]) that holds the artifact store's truth "
+                                  "(the local folder is then a cache); empty = the profile's "
+                                  "gcs_block, else $SLM_YOYO_WEIGHTS_GCS_BUCKET, else local only.")
     model_cache: str | None = Field(default=None, description="Base models dequantized from "
                                     "GGUF (HF folders) and F32 copies; empty = <state_dir>/models.")
     promote_margin: float = Field(default=0.0, ge=0, lt=1, description="The new adapter's eval "
@@ -244,10 +251,14 @@ def load_profile(ref: str) -> Profile:
     except ValidationError as e:
         raise ConfigError(_explain(path, "training", e)) from None
     state_dir = project_path(str(data.get("state_dir", ".slm-nightly")))
-    gcs_block = data.get("gcs_block") or None
+    gcs_block: str | None = data.get("gcs_block") or None
     if gcs_block is not None and not isinstance(gcs_block, str):
         raise ConfigError(f"profile {path}: gcs_block must be the name of a saved GcsBucket "
                           f"block (a string), got {gcs_block!r}")
+    for named in (gcs_block, training.gcs_block, corpus.gcs_block):
+        if named and named.startswith("gs://"):
+            parse_bucket_url(named, where=f"profile {path}: gcs_block")
+    gcs_block = gcs_block or env_bucket()  # the operators' variable names the bucket otherwise
     # one bucket for everything unless a section names its own
     training.gcs_block = training.gcs_block or gcs_block
     corpus.gcs_block = corpus.gcs_block or gcs_block

@@ -1,5 +1,6 @@
 """gcp-storage-emulator on loopback, plus a fake OAuth token endpoint, so prefect-gcp's
-GcsBucket (google-cloud-storage underneath) runs unmodified against it."""
+GcsBucket (google-cloud-storage underneath) runs unmodified against it. The emulator runs with
+GCS's generation preconditions added (tests/gcs_preconditions.py)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ class GcsEmulator:
     def __enter__(self) -> GcsEmulator:
         threading.Thread(target=self.token.serve_forever, daemon=True).start()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+            [sys.executable, str(Path(__file__).with_name("gcs_preconditions.py")), "start",
+             "--host", "127.0.0.1",
              "--port", str(self.port), "--default-bucket", "slm-corpus"],
             cwd=self.data, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(100):
@@ -71,9 +73,20 @@ class GcsEmulator:
         self.proc.wait(10)
         self.token.shutdown()
 
+    def token_uri(self) -> str:
+        return f"http://127.0.0.1:{self.token.server_address[1]}/token"
+
+    def adc(self) -> dict[str, str]:
+        """Environment for application-default credentials (GOOGLE_APPLICATION_CREDENTIALS: a
+        service-account file whose tokens come from the fake endpoint) and the emulator."""
+        path = self.data / "adc.json"
+        path.write_text(json.dumps(service_account(self.token_uri())))
+        return {"GOOGLE_APPLICATION_CREDENTIALS": str(path),
+                "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{self.port}"}
+
     def bucket(self, name: str = "slm-corpus", folder: str = ""):  # type: ignore[no-untyped-def]
         from prefect_gcp import GcpCredentials, GcsBucket
 
-        info = service_account(f"http://127.0.0.1:{self.token.server_address[1]}/token")
+        info = service_account(self.token_uri())
         creds = GcpCredentials(service_account_info=info, project="test-project")
         return GcsBucket(bucket=name, gcp_credentials=creds, bucket_folder=folder)
