@@ -202,10 +202,13 @@ def publish(endpoint: ServingEndpoint, store: ArtifactStore, bucket: str) -> Pub
         if why:
             res.message = why
             return res
-        files = store.adapter_dir(m.name) / ("peft/adapter_config.json" if endpoint.kind == "vllm"
-                                             else "adapter.gguf")
-        if not files.is_file():
-            res.message = f"adapter {m.name} has no {files.relative_to(store.root)} to serve"
+        # vLLM loads the PEFT folder, llama.cpp the GGUF: the manifest lists what the run wrote
+        # (the server reads its own copy: with GCS as the store's truth this disk may not have it)
+        kind, file = ("peft", "peft/adapter_config.json") if endpoint.kind == "vllm" \
+            else ("gguf", "adapter.gguf")
+        if not ((m.files or {}).get(kind) or (store.adapter_dir(m.name) / file).is_file()):
+            res.message = (f"adapter {m.name} has no {kind} export to serve on {endpoint.kind} "
+                           f"(its manifest's files: {m.files})")
             return res
         res.lora_path = path = lora_path(endpoint, store, m)
         if endpoint.kind == "vllm":

@@ -191,3 +191,28 @@ def test_the_nightly_publishes_after_phase_2_and_a_failure_does_not_fail_it(
             assert f"Served by name {BUCKET}: {state.upper()} (eng-1 on {server.url})" in text
         assert summary.phases["publish"].note == f"not served by name: {BUCKET}"
         assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in text
+
+
+def test_the_server_reads_its_own_copy_and_a_manifest_without_peft_is_refused(
+        tmp_path: Path) -> None:
+    """With GCS as the store's truth the orchestrator may hold only the manifest: what the
+    manifest lists decides, and the server loads from adapter_root (its own mount)."""
+    store = ArtifactStore(tmp_path / "artifacts")
+    promote(store, "eng-1")
+    m = store.manifest("eng-1")
+    m.files = {"peft": "peft", "tarball": "adapter.tar.gz"}
+    store.write_manifest(m)
+    mount = tmp_path / "server-mount" / "adapters"
+    (store.adapter_dir("eng-1") / "peft").rename(tmp_path / "elsewhere")  # not on this disk
+    (mount / "eng-1" / "peft").mkdir(parents=True)
+    (mount / "eng-1" / "peft" / "adapter_config.json").write_text("{}")
+    with FakeVllm() as fake:
+        res = publish(endpoint(fake, adapter_root=str(mount)), store, BUCKET)
+        assert res.state == "served" and res.lora_path == f"{mount}/eng-1/peft", res.message
+        m.files = {"gguf": "adapter.gguf"}  # a GGUF-only adapter: nothing vLLM can load
+        store.write_manifest(m)
+        fake.loras.clear()
+        res = publish(endpoint(fake, adapter_root=str(mount)), store, BUCKET)
+    assert res.state == "failed" and res.message == (
+        "adapter eng-1 has no peft export to serve on vllm (its manifest's files: "
+        "{'gguf': 'adapter.gguf'})")
