@@ -42,7 +42,7 @@ _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
 
 def parse_bucket_url(value: str, where: str = ENV_BUCKET) -> tuple[str, str]:
     """`bucket`, `bucket/folder` or `gs://bucket/folder/` → (bucket, folder)."""
-    rest = value.strip().removeprefix("gs://").strip("/")
+    rest = value.strip().removeprefix("gs://").rstrip("/")
     bucket, _, folder = rest.partition("/")
     if not _BUCKET_NAME.fullmatch(bucket):
         raise ConfigError(f"{where}={value!r}: not a GCS bucket — use the bucket's name, "
