@@ -35,6 +35,8 @@ def test_base_gguf_is_olmo2_with_the_configs_sliding_window_pattern(
     assert f["olmo2.attention.sliding_window_pattern"] == [True, True, True, False]
     assert olmo3_tiny["config"]["layer_types"] == tiny.LAYER_TYPES
     assert f["olmo2.attention.head_count_kv"] == tiny.KV_HEADS
+    assert f["olmo2.rope.scaling.type"] == "yarn" and f["olmo2.rope.scaling.factor"] == 8.0
+    assert f["olmo2.rope.scaling.original_context_length"] == 8192
     assert {f"blk.0.attn_{n}_norm.weight" for n in ("q", "k")} <= set(f["tensors"])
 
 
