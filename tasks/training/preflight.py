@@ -169,8 +169,12 @@ def preflight(recipe: Recipe, limits: NodeLimits, *, model_cache: Path | None = 
             checks.append(Check(name, "skipped", why))
         return checks
     checks.append(_params_check(config, info.source))
-    if not project.export_gguf:
-        checks.append(Check("export", "skipped", "export_gguf is off (PEFT adapter only)"))
+    # As the flow decides: a GGUF export needs a GGUF base (base_gguf, or a GGUF base_model).
+    gguf_base = bool(base_gguf or project.base_gguf or not project.base_model
+                     or project.base_model.endswith(".gguf"))
+    if not (project.export_gguf and gguf_base):
+        why = "export_gguf is off" if not project.export_gguf else "no GGUF base (base_gguf)"
+        checks.append(Check("export", "skipped", f"{why}: PEFT adapter only"))
         checks.append(Check("verification fits", "skipped", "nothing to verify in llama.cpp"))
         return checks
     checks.append(_export_check(config, recipe.peft))
