@@ -167,8 +167,11 @@ def export_problems(hf_config: dict[str, Any], lora: dict[str, Any]) -> list[str
     - alpha_pattern and use_rslora (alpha / sqrt(r)) are silently dropped: wrong scale;
     - DoRA magnitudes, trained biases, modules_to_save, trainable tokens are not lora_A/B pairs:
       the converter exits (or, for a saved norm, writes a full tensor as if it were a LoRA);
-    - LoRA on embeddings / lm_head: the converter's embedding path is for mergekit's layout and
-      lm_head fails on tied-embedding bases; neither is verified here, so both are refused.
+    - LoRA on embeddings / lm_head: refused. The converter raises for lm_head on a base with tied
+      embeddings, and llama.cpp looks LoRA weights up by base tensor, so on a tied base an
+      embedding LoRA would reach the output matmul too, which PEFT does not do. On an untied base
+      both converted and verified (tiny OLMo 3, measured); the recipes never target them, so
+      they stay refused until a test verifies them on the bases that would use them.
     """
     problems = []
     arch = hf_architecture(hf_config)
@@ -207,7 +210,7 @@ def export_problems(hf_config: dict[str, Any], lora: dict[str, Any]) -> list[str
                         "carry; remove peft.trainable_token_indices")
     for module in _embedding_targets(lora.get("target_modules")):
         problems.append(f"target_modules includes {module!r} (embeddings / lm_head): not "
-                        f"exported reliably by the converter — {FIX_TARGETS}")
+                        f"exported correctly for every base (tied embeddings) — {FIX_TARGETS}")
     if lora.get("lora_alpha") in (0, 0.0):
         problems.append("lora_alpha 0 makes the adapter a no-op in llama.cpp — set "
                         "peft.lora_alpha > 0")
