@@ -31,7 +31,8 @@ def test_base_gguf_is_olmo2_with_the_configs_sliding_window_pattern(
     f = _fields(olmo3_tiny["gguf"])
     assert f["general.architecture"] == "olmo2" and f["olmo2.block_count"] == tiny.LAYERS
     assert f["olmo2.attention.sliding_window"] == tiny.SLIDING_WINDOW
-    # [sliding, sliding, sliding, full], from the config's layer_types, not the converter default
+    # [sliding, sliding, sliding, full]: OLMo 3's layer_types (the converter's own default for
+    # a config without layer_types is the same pattern, so this does not tell the two apart)
     assert f["olmo2.attention.sliding_window_pattern"] == [True, True, True, False]
     assert olmo3_tiny["config"]["layer_types"] == tiny.LAYER_TYPES
     assert f["olmo2.attention.head_count_kv"] == tiny.KV_HEADS
