@@ -300,6 +300,26 @@ def quiet_libraries() -> Iterator[None]:
                 on()
 
 
+def _finished(checkpoint: Path) -> bool:
+    """Whether the checkpoint is the run's last step (its trainer_state.json says so)."""
+    import json
+
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return bool(state.get("max_steps")) and state["global_step"] >= state["max_steps"]
+
+
+def _load_finished(trainer: Any, model: Any, checkpoint: Path) -> float:
+    """Put a finished run's adapter weights and state back; return its last training loss."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    from transformers import TrainerState
+
+    set_peft_model_state_dict(model, load_file(str(checkpoint / "adapter_model.safetensors")))
+    trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return float(losses[-1]) if losses else float("nan")
+
+
 def _is_termination(e: BaseException) -> bool:
     from prefect.exceptions import TerminationSignal
 
@@ -366,7 +386,17 @@ def _train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, An
     resume = latest_checkpoint(ckpt_dir)
     started = time.monotonic()
     try:
-        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        if resume is not None and _finished(resume):
+            # Training ended there (a later step failed: export, verification, a lost node).
+            # The Trainer would run one more step past max_steps when resumed from its final
+            # checkpoint (transformers 5.24): load the adapter instead, train nothing.
+            train_loss = _load_finished(trainer, model, resume)
+            run["t0"], run["step0"] = time.monotonic(), trainer.state.global_step
+            if hooks.on_start:
+                hooks.on_start(trainer.state.max_steps)
+        else:
+            train_loss = trainer.train(
+                resume_from_checkpoint=str(resume) if resume else None).training_loss
     except BaseException as e:
         # SIGTERM (Prefect's cancellation, a preempted node) arrives as an exception raised
         # wherever the loop was: save what the steps so far learned, inside the 30 s grace.
@@ -397,7 +427,7 @@ def _train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, An
         "device": dev, "steps": step, "max_steps": trainer.state.max_steps,
         "resumed_from": resume.name if resume else None, "resumed_step": run["step0"],
         "train_rows": len(train_rows), "eval_rows": len(eval_rows),
-        "train_loss": round(float(result.training_loss), 4), "seconds": round(seconds, 2),
+        "train_loss": round(float(train_loss), 4), "seconds": round(seconds, 2),
         "steps_per_second": round((step - run["step0"]) / seconds, 3) if seconds else None,
         "tokens_per_second": next((round(h["num_tokens"] / seconds, 1) for h in reversed(history)
                                    if "num_tokens" in h and seconds), None),

@@ -295,6 +295,35 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
     assert store.rollback("engineering-pointsav")["current"] == m["name"]
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_api")
+def test_a_failed_verification_keeps_the_checkpoints_and_the_rerun_does_not_retrain(
+        tiny_base: Path, base_cache: dict[str, Any], tmp_path: Path) -> None:
+    """The adapter is trained on the tiny Llama but verified on SmolLM2's GGUF: llama.cpp
+    refuses the shapes, the run fails after training. Before, the checkpoints were deleted
+    as soon as training ended, so the next night started again from step 0."""
+    from flows.train import train_flow
+
+    recipe = write_recipe(tmp_path, base_model=str(tiny_base), base_gguf=str(base_cache["f32"]),
+                          export_gguf=True, save_steps=2)
+    profile = train_profile(tmp_path, base_cache["cache"], recipe=recipe)
+    params = build_params(str(recipe), {"dataset": str(sft_parquet(tmp_path / "toy.parquet")),
+                                        "method": "sft", "bucket": "toy"})
+    with pytest.raises(Exception, match="adapter not loaded"):
+        train_flow(params=params, profile=str(profile))
+    store = ArtifactStore(tmp_path / "state" / "artifacts")
+    [failed] = store.list("toy")
+    assert failed.state == "failed" and failed.step == 4
+    ckpts = sorted(p.name for p in store.checkpoint_dir(failed.run_digest).glob("checkpoint-*"))
+    assert ckpts == ["checkpoint-2", "checkpoint-4"]
+    with pytest.raises(Exception, match="adapter not loaded"):
+        train_flow(params=params, profile=str(profile))
+    again = [m for m in store.list("toy") if m.name != failed.name]
+    assert len(again) == 1 and again[0].state == "failed" and again[0].training is not None
+    assert again[0].training["resumed_from"] == "checkpoint-4"  # resumed at the last step:
+    assert again[0].checkpoint is None and again[0].step == 4  # no step trained, none saved
+
+
 def _cli(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -342,8 +371,14 @@ def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache
     assert done[0].training["resumed_step"] >= saved
     assert done[0].training["resumed_from"] == f"checkpoint-{done[0].training['resumed_step']}"
     assert done[0].step == 60
+    # kill -9 left it `running` (no chance to say, and the test server has no lease reaper to
+    # crash its flow run); the rerun saw its process gone and marked it.
     killed = [m for m in store.list("toy") if m.state != "done"]
-    assert len(killed) == 1 and killed[0].state == "running"  # kill -9: no chance to say
+    assert len(killed) == 1 and killed[0].state == "failed"
+    assert killed[0].owner is not None and killed[0].owner.pid == proc.pid
+    assert killed[0].message.startswith(
+        f"reconciled: its process {proc.pid} on {killed[0].owner.host} is gone (killed or "
+        "crashed) while the job was running; was running at step ")
 
 
 @pytest.mark.slow
