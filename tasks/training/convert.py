@@ -272,7 +272,9 @@ def export_lora(peft_dir: Path, base_hf_dir: Path, out_path: Path, outtype: str 
     `out_path` atomically (the server sees the old file or the new one, never a torn write).
     Returns {path, arch, tensors, bytes, seconds, outtype, tool}.
     """
-    peft_dir, base_hf_dir, out_path = Path(peft_dir), Path(base_hf_dir), Path(out_path)
+    # Absolute: the converter runs from the tools folder.
+    peft_dir, base_hf_dir, out_path = (Path(p).resolve() for p in (peft_dir, base_hf_dir,
+                                                                    out_path))
     require_tools()
     lora = _read_json(peft_dir / "adapter_config.json", "PEFT adapter config",
                       "save the adapter with model.save_pretrained(adapter_dir)")
@@ -299,7 +301,7 @@ def export_lora(peft_dir: Path, base_hf_dir: Path, out_path: Path, outtype: str 
 def export_base(hf_dir: Path, out_path: Path, outtype: str = "f32", *,
                 timeout_s: float = 3600.0) -> Path:
     """Convert an HF model folder to a GGUF with convert_hf_to_gguf.py (atomically)."""
-    hf_dir, out_path = Path(hf_dir), Path(out_path)
+    hf_dir, out_path = Path(hf_dir).resolve(), Path(out_path).resolve()
     require_tools()
     base = _read_json(hf_dir / "config.json", "model config", "pass an HF model folder")
     arch = hf_architecture(base)
