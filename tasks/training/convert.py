@@ -104,7 +104,11 @@ def install(dest: Path | None = None) -> Path:
         _extract(sdists[0], staging)
         (staging / "VERSION").write_text(f"{DIST} {version}\n")
         shutil.rmtree(dest, ignore_errors=True)  # an incomplete earlier folder
-        os.rename(staging, dest)
+        try:
+            os.rename(staging, dest)
+        except OSError:  # a concurrent install renamed its copy first: keep theirs
+            if not all((dest / m.rstrip("/")).exists() for m in MEMBERS):
+                raise
     return dest
 
 
