@@ -69,12 +69,14 @@ def test_shipped_recipes_build_the_configs_they_always_built(recipe: str, method
             "base_model": "", "base_gguf": "", "load_in_4bit": False, "export_gguf": True,
             "verify_prompts": ["What did the team decide about the schedule?",
                                "Who should follow up with the customer?"],
-            "required_free_gpu_mib": 0, "max_eval_rows": 8}
+            "required_free_gpu_mib": 0, "max_eval_rows": 8, "verify_device": "auto",
+            "base_config": ""}
     else:
         assert project.model_dump(exclude={"verify_prompts"}) == {
             "base_model": "allenai/Olmo-3-7B-Think@main",
             "base_gguf": "/opt/models/olmo-3-7b-think-f16.gguf", "load_in_4bit": True,
-            "export_gguf": True, "required_free_gpu_mib": 20000, "max_eval_rows": 256}
+            "export_gguf": True, "required_free_gpu_mib": 20000, "max_eval_rows": 256,
+            "verify_device": "cuda", "base_config": "models/olmo-3-7b-think.config.json"}
 
 
 def test_overrides_win_over_the_recipe() -> None:
