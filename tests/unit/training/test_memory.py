@@ -12,7 +12,7 @@ import pytest
 
 from tasks.errors import ConfigError
 from tasks.training import memory
-from tasks.training.memory import GIB, MIB, G2_STANDARD_4, check_fit, estimate, param_count
+from tasks.training.memory import G2_STANDARD_4, GIB, MIB, check_fit, estimate, param_count
 from tasks.training.params import RECIPE_DIR
 
 # SmolLM2-135M-Instruct's config.json (as hf_from_gguf writes it): llama, GQA 9/3, tied.
