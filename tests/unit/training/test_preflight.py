@@ -84,3 +84,27 @@ def test_a_base_model_missing_from_the_cache_fails_without_the_hub(
     # the shape still comes from the recipe's base_config, so the other checks still run
     assert _statuses(checks)["verification fits"] == "ok"
     assert _statuses(checks)["base GGUF"] == "failed"  # /opt/models/… is not on this machine
+
+
+def test_node_memory_from_the_profile_else_a_g2_standard_4(tmp_path: Path) -> None:
+    from tasks.profile import load_profile
+    from tasks.training.preflight import node_limits
+    from tests.conftest import toml_profile
+
+    gce = {"type": "gce", "project": "p", "zone": "us-central1-a", "instance": "slm-node"}
+    default = toml_profile(tmp_path / "a.toml", state_dir=tmp_path / "s", compute=gce)
+    assert node_limits(load_profile(str(default))) == G2_STANDARD_4
+    assert G2_STANDARD_4.ram == 16 * 2**30 and G2_STANDARD_4.vram == 23034 * 2**20
+    bigger = toml_profile(tmp_path / "b.toml", state_dir=tmp_path / "s", compute=gce,
+                          training={"node_ram_gib": 32})
+    limits = node_limits(load_profile(str(bigger)))
+    assert (limits.ram, limits.vram) == (32 * 2**30, 23034 * 2**20)  # the L4 stays
+    # The 7B's cpu plan (31.0 GiB) fits a 32 GiB node: the refusal follows the setting.
+    checks = preflight(_production(verify_device="cpu"), limits, weights_here=False)
+    assert _statuses(checks)["verification fits"] == "ok"
+    local = toml_profile(tmp_path / "c.toml", state_dir=tmp_path / "s",
+                         compute={"type": "local"}, training={"node_vram_gib": 0})
+    here = node_limits(load_profile(str(local)))
+    with open("/proc/meminfo") as f:
+        total_kib = int(f.readline().split()[1])  # MemTotal, the first line
+    assert here.vram == 0 and abs(here.ram - total_kib * 1024) < 64 * 2**20
