@@ -108,3 +108,25 @@ def test_node_memory_from_the_profile_else_a_g2_standard_4(tmp_path: Path) -> No
     with open("/proc/meminfo") as f:
         total_kib = int(f.readline().split()[1])  # MemTotal, the first line
     assert here.vram == 0 and abs(here.ram - total_kib * 1024) < 64 * 2**20
+
+
+def test_the_cli_prints_each_check_and_exits_1_on_a_failure(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from flows.cli import _preflight, build_parser
+    from tasks.training.params import RECIPE_DIR
+
+    args = build_parser().parse_args(["train", "preflight", "--recipe", "production"])
+    assert _preflight(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("preflight of ") and "g2-standard-4" in out[0]
+    assert [line.split()[0] for line in out[1:]] == ["SKIPPED", "OK", "OK", "OK", "SKIPPED"]
+    recipe = yaml.safe_load((RECIPE_DIR / "production.yaml").read_text())
+    recipe["verify_device"] = "cpu"
+    (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(recipe))
+    args = build_parser().parse_args(["train", "preflight", "--recipe",
+                                      str(tmp_path / "cpu.yaml"), "--json"])
+    assert _preflight(args) == 1
+    fit = {c["check"]: c for c in json.loads(capsys.readouterr().out)}["verification fits"]
+    assert fit["status"] == "failed" and "RAM 31.0 GiB > 16.0 GiB" in fit["detail"]
