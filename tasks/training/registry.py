@@ -53,6 +53,9 @@ def now() -> str:
 
 
 class ArtifactStore:
+    """The store at `root`; with `gcs_block` (a saved GcsBucket block or gs://bucket[/folder])
+    GCS is its truth and `root` a cache (the module docstring says what lives where)."""
+
     def __init__(self, root: Path | str, gcs_block: str | None = None) -> None:
         self.root = Path(root)
         self.gcs_block = gcs_block
