@@ -23,7 +23,7 @@ ALIAS = "SmolLM2-135M-Instruct"  # what phase 1 asks for
 PROMPT = [{"role": "user", "content": "Write a haiku about the sea."}]
 # Greedy and nothing else, the same on the server and in-process (their defaults differ).
 GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
-          "max_tokens": 12}
+          "max_tokens": 8}
 THREADS = 1  # the 2 cores are shared
 
 
