@@ -85,7 +85,9 @@ class FakeVllm:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # a short poll: shutdown() waits for it (the default 0.5 s, per test)
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,),
+                                        daemon=True)
 
     def __enter__(self) -> FakeVllm:
         self._thread.start()

@@ -100,14 +100,14 @@ class _Client:
     def __init__(self, endpoint: ServingEndpoint) -> None:
         self.url = endpoint.base_url
         key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
-        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.timeout = endpoint.timeout_seconds
+        # one client for the publish's few requests (each new one builds an SSL context)
+        self.http = httpx.Client(headers={"Authorization": f"Bearer {key}"} if key else {},
+                                 timeout=endpoint.timeout_seconds)
 
     def request(self, method: str, route: str, body: dict[str, Any] | None = None
                 ) -> httpx.Response:
         try:
-            r = httpx.request(method, f"{self.url}{route}", json=body, headers=self.headers,
-                              timeout=self.timeout)
+            r = self.http.request(method, f"{self.url}{route}", json=body)
         except httpx.HTTPError as e:
             raise ServingError(f"{method} {self.url}{route}: {type(e).__name__}: {e} — is the "
                                "serving endpoint up (base_url in [serving])?") from e
@@ -236,6 +236,8 @@ def publish(endpoint: ServingEndpoint, store: ArtifactStore, bucket: str) -> Pub
         res.message = str(e)
     except Exception as e:  # noqa: BLE001 - reported; the promotion is not undone
         res.message = f"{type(e).__name__}: {e}"
+    finally:
+        client.http.close()
     return res
 
 
