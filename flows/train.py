@@ -216,8 +216,10 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
         limits = node_limits(cfg)
         verify_device = verify_plan(recipe.project.verify_device, limits)
         checks = preflight(recipe, limits, model_cache=model_cache)
-        for check in checks:
-            logger.info("preflight %s", check.line())
+        for check in checks:  # the details of a passing check: `slm-nightly train preflight`
+            if check.status != "ok":
+                logger.info("preflight %s", check.line())
+        logger.info("preflight: %s", ", ".join(f"{c.name} {c.status}" for c in checks))
         require(checks)
         hf_dir, served_gguf = resolve_base_model(recipe.project.base_model, model_cache)
         base_gguf = Path(recipe.project.base_gguf) if recipe.project.base_gguf else served_gguf
