@@ -22,8 +22,8 @@ from tasks.training import memory
 from tasks.training.params import build_params
 from tasks.training.registry import ArtifactStore
 from tests.integration.test_train import sft_parquet, train_profile, write_recipe
+from tests.random_lora import TARGETS, random_lora
 
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # The estimate's measured parts are the runtime (384 MiB: torch, transformers, llama_cpp,
 # tokenizer) and what the HF phase adds (128 MiB); the weights (514 MiB here) are exact. Both
 # constants move with library versions and the allocator's mood, by tens of MiB: ±20 % of a
@@ -37,25 +37,8 @@ def smollm2_adapter(base_cache: dict[str, Any], tmp_path_factory: pytest.TempPat
                     ) -> dict[str, Path]:
     """A real PEFT LoRA (r=8, every projection, random lora_B) on SmolLM2 and its GGUF, by
     llama.cpp's own converter."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    from tasks.training.convert import export_lora
-
-    out = tmp_path_factory.mktemp("smollm2-lora")
-    model = AutoModelForCausalLM.from_pretrained(base_cache["hf"], dtype=torch.float32,
-                                                 local_files_only=True)
-    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS,
-                                            task_type="CAUSAL_LM"))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in peft.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    peft.save_pretrained(out / "peft")
-    export_lora(out / "peft", base_cache["hf"], out / "adapter.gguf", "f32")
-    return {"peft": out / "peft", "gguf": out / "adapter.gguf"}
+    peft, gguf = random_lora(base_cache["hf"], tmp_path_factory.mktemp("smollm2-lora"), seed=0)
+    return {"peft": peft, "gguf": gguf}
 
 
 def test_the_verification_child_peak_rss_is_the_cpu_estimate(

@@ -17,6 +17,7 @@ from tasks.records import AdapterManifest, BaseRef
 from tasks.training.base_model import gguf_digest
 from tasks.training.registry import ArtifactStore
 from tasks.training.serving import local_serving, publish
+from tests.random_lora import random_lora
 
 BUCKET = "engineering-pointsav"
 ALIAS = "SmolLM2-135M-Instruct"  # what phase 1 asks for
@@ -32,27 +33,10 @@ def promoted(base_cache: dict[str, Any], tmp_path_factory: pytest.TempPathFactor
              ) -> ArtifactStore:
     """A real GGUF LoRA for SmolLM2 (random lora_B, so it visibly changes greedy output),
     exported by llama.cpp's converter, registered and promoted as training would."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    from tasks.training.convert import export_lora
-
     store = ArtifactStore(tmp_path_factory.mktemp("serving") / "artifacts")
     name = f"{BUCKET}-20261130T000000-abcd1234"
     out = store.adapter_dir(name)
-    model = AutoModelForCausalLM.from_pretrained(base_cache["hf"], dtype=torch.float32,
-                                                 local_files_only=True)
-    torch.manual_seed(0)
-    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=[
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for n, p in peft.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    peft.save_pretrained(out / "peft")
-    export_lora(out / "peft", base_cache["hf"], out / "adapter.gguf")
+    random_lora(base_cache["hf"], out, seed=1)
     gguf = base_cache["gguf"]
     store.write_manifest(AdapterManifest(
         name=name, bucket=BUCKET, method="sft",
