@@ -48,6 +48,7 @@ MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* 
 	tasks.corpus.scorecard.x_jaccards__* tasks.corpus.scorecard.x__jaccard__* \
 	tasks.corpus.scorecard.x__shingles__* tasks.corpus.scorecard.x__distinct__* \
 	tasks.training.registry.x_gate__* tasks.training.registry.x*ArtifactStore*promote__* \
+	tasks.training.reconcile.x_verdict__* tasks.training.reconcile.x_reconcile__* \
 	tasks.compute.placement.*
 mutation: $(STAMP)
 	rm -rf mutants

@@ -179,7 +179,8 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
                           "bucket's dataset is <state_dir>/datasets/<bucket>/<digest>.parquet)")
     data_digest = file_sha256(dataset)
     # Jobs whose run is gone (preempted node, killed process) stop claiming to run.
-    reconcile_store(store, current_flow_run=str(current_run.get_id() or ""))
+    for r in reconcile_store(store, current_flow_run=str(current_run.get_id() or "")):
+        logger.warning("adapter %s: %s → %s (%s)", r.name, r.was, r.now, r.reason)
     bucket = params.bucket or params.method
     run_digest = recipe.digest(data_digest, bucket)
     done = [m for m in store.list(bucket) if m.run_digest == run_digest and m.state == "done"]

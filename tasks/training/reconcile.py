@@ -120,8 +120,9 @@ def reconcile(manifests: Iterable[AdapterManifest], write: Callable[[AdapterMani
               current_flow_run: str | None = None,
               read_state: Callable[[str], tuple[str, str] | None] = _flow_run_state,
               finished: str | None = None) -> list[Reconciled]:
-    """Mark every unfinished manifest whose run is gone; write each change with `write`.
-    `current_flow_run`: the caller's own run, never reconciled."""
+    """Mark every unfinished manifest whose run is gone; write each change with `write`;
+    return what changed (the callers log it). `current_flow_run`: the caller's own run, never
+    reconciled."""
     from tasks.training.registry import now
 
     out = []
@@ -139,7 +140,6 @@ def reconcile(manifests: Iterable[AdapterManifest], write: Callable[[AdapterMani
                   + (f" at step {m.step}/{m.steps}" if m.steps else ""))
         write(m)
         out.append(Reconciled(m.name, was, new, reason))
-        log.info("adapter %s: %s → %s: %s", m.name, was, new, reason)
     return out
 
 

@@ -40,9 +40,9 @@ def test_an_ended_flow_run_ends_its_job(kind: str, new: str, words: str) -> None
 
 
 def test_a_flow_run_missing_from_the_api_fails_its_job() -> None:
-    got = verdict(manifest(flow_run_id="abc"), ("MISSING", ""), gone=False)
-    assert got is not None and got[0] == "failed"
-    assert got[1].startswith("its flow run abc is not on the Prefect API")
+    assert verdict(manifest(flow_run_id="abc"), ("MISSING", ""), gone=False) == (
+        "failed", "its flow run abc is not on the Prefect API (deleted, or recorded against "
+        "another server)")
 
 
 @pytest.mark.parametrize("kind", ["RUNNING", "PENDING", "SCHEDULED", "PAUSED", "CANCELLING"])
@@ -94,3 +94,18 @@ def test_reconcile_marks_writes_and_skips_what_it_must() -> None:
     assert [m.state for m in ms] == ["failed", "running", "running", "done", "cancelled", "queued"]
     with pytest.raises(IllegalTransition):  # and a reconciled job stays final
         ms[0].advance("running")
+
+
+def test_reconcile_asks_the_owner_when_the_api_still_says_running() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # exited and reaped: the pid is gone
+    host = socket.gethostname()
+    dead = manifest("killed", flow_run_id="run-live", owner=Owner(host=host, pid=child.pid))
+    alive = manifest("alive", flow_run_id="run-live", owner=this_process())
+    out = reconcile([dead, alive], lambda m: None, read_state=lambda i: ("RUNNING", ""),
+                    finished="2026-12-01T02:00:00+00:00")
+    reason = f"its process {child.pid} on {host} is gone (killed or crashed) while the job was running"
+    assert [(r.name, r.was, r.now, r.reason) for r in out] == [
+        ("killed", "running", "failed", reason)]
+    assert dead.message == f"reconciled: {reason}; was running"  # no step count known
+    assert alive.state == "running"
