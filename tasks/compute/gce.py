@@ -56,7 +56,9 @@ class GceNode:
     """A Compute Engine VM as the node (see blocks/gce.py for zones and fallbacks)."""
 
     remote_training = True  # the GPU is on the node: training runs there (its deployment)
-    loads_adapters = False  # vLLM on the node serves the base model only (not built yet)
+    # The node's extraction server serves the 32B base; the promoted adapters are trained on
+    # the 7B and served by name by the [serving] endpoint (tasks/training/serving.py).
+    loads_adapters = False
     cpu_threads = 2
 
     def __init__(self, block: GceCompute) -> None:
