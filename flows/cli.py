@@ -256,10 +256,9 @@ def _preflight(args: argparse.Namespace) -> int:
 
 def _adapters(args: argparse.Namespace) -> int:
     from tasks.profile import load_profile
-    from tasks.training.registry import ArtifactStore
 
     cfg = load_profile(args.profile)
-    store = ArtifactStore(cfg.training.artifact_store or "", cfg.training.gcs_block)
+    store = cfg.artifact_store()
     if args.adapters_command == "list":
         current = {b: store.pointer(b).get("current") for b in cfg.corpus.buckets()}
         rows = [{"name": m.name, "bucket": m.bucket, "state": m.state,

@@ -30,7 +30,6 @@ from tasks.errors import NodePreempted, PhaseFailed, PhaseTimedOut
 from tasks.profile import Profile, load_profile
 from tasks.records import RunSummary, ScorecardSummary, TrainingMarker, TrainingResult
 from tasks.summary import cost_summary, new_summary, render_markdown
-from tasks.training.registry import ArtifactStore
 from tasks.training.serving import LocalServing, local_serving, publish_promoted, served_gguf
 
 NIGHTLY_SLOT_WAIT_SECONDS = 3 * LEASE_SECONDS  # > a dead run's lease + the repossessor's loop
@@ -205,8 +204,7 @@ def _reconcile_at_start(cfg: Profile, logger: Any) -> list[dict[str, str]] | Non
         return None
     from tasks.training.reconcile import reconcile_store
 
-    store = ArtifactStore(cfg.training.artifact_store or cfg.state_dir / "artifacts",
-                          cfg.training.gcs_block)
+    store = cfg.artifact_store()
     try:
         done = reconcile_store(store)
     except Exception as e:  # noqa: BLE001 - a registry that does not read must not stop the night
@@ -224,8 +222,7 @@ def _served_adapter(cfg: Profile) -> LocalServing:
     bucket = cfg.training.serve_bucket
     if not bucket or not cfg.training.enabled:
         return LocalServing(None)
-    store = ArtifactStore(cfg.training.artifact_store or cfg.state_dir / "artifacts",
-                          cfg.training.gcs_block)  # from GCS when it is the truth
+    store = cfg.artifact_store()  # from GCS when it is the truth
     if not cfg.node.loads_adapters:  # the node says it does not load it (tasks/compute/gce.py)
         return LocalServing(store.serving(bucket))
     return local_serving(store, bucket, served_gguf(cfg.node.base_model))
@@ -239,8 +236,7 @@ def _publish(summary: RunSummary, cfg: Profile) -> None:
         return
     logger = get_run_logger()
     with _phase(summary, "publish"):
-        store = ArtifactStore(cfg.training.artifact_store or cfg.state_dir / "artifacts",
-                              cfg.training.gcs_block)
+        store = cfg.artifact_store()
         summary.published = results = publish_promoted(cfg.serving, store)
     failed = [b for b, r in results.items() if r.state == "failed"]
     for bucket, r in results.items():

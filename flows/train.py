@@ -171,7 +171,7 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
     if dataset_gcs_key:
         params = params.model_copy(update={"dataset": str(_fetch_dataset(
             ts.gcs_block, dataset_gcs_key, dataset_sha256, cfg.state_dir))})
-    store = ArtifactStore(ts.artifact_store or cfg.state_dir / "artifacts", ts.gcs_block)
+    store = cfg.artifact_store()
     model_cache = Path(ts.model_cache) if ts.model_cache else cfg.state_dir / "models"
     dataset = Path(params.dataset)
     if not dataset.is_file():
@@ -290,8 +290,6 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
         else:
             logger.info("%s kept, not promoted: %s", name,
                         why if not ok else "promote=False")
-        manifest.mirror = store.mirror(f"adapters/{name}")
-        store.write_manifest(manifest)
         _event("finished", name, {"state": "done", "promoted": manifest.promoted,
                                   "eval_loss": result["eval_loss"]})
         create_markdown_artifact(_markdown(manifest), key=f"training-{bucket}",
@@ -303,7 +301,7 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
 
         cancelled = isinstance(e, TerminationSignal | CancelledRun | Abort | KeyboardInterrupt)
         message = f"{type(e).__name__}: {e}"[:2000]
-        if manifest.state in FINAL:  # done (promotion or the mirror failed): the adapter stands
+        if manifest.state in FINAL:  # done (the promotion failed): the adapter stands
             manifest.message = message
         else:
             manifest.advance("cancelled" if cancelled else "failed", finished=now(),

@@ -93,19 +93,8 @@ def sync_folder(local: Path, bucket: Any, prefix: str = "corpus",
     report: dict[str, Any] = {"bucket": bucket.bucket, "prefix": _full(bucket, prefix),
                               "uploaded": 0, "unchanged": 0, "error": None}
     try:
-        remote = {b.name: b.md5_hash for b in bucket.list_blobs(prefix)}
-        for path in sorted(p for p in local.rglob("*") if p.is_file()) if local.is_dir() else []:
-            rel = path.relative_to(local).as_posix()
-            if any(part.startswith(".") for part in rel.split("/")):
-                continue
-            if include is not None and rel.split("/")[0] not in include:
-                continue
-            key = f"{prefix}/{rel}"
-            if remote.get(_full(bucket, key)) == _md5_b64(path):
-                report["unchanged"] += 1
-                continue
-            bucket.upload_from_path(path, key)
-            report["uploaded"] += 1
+        report["uploaded"], report["unchanged"] = GcsFolder(bucket, prefix).push(
+            local, "", include=include)
     except Exception as e:  # noqa: BLE001 - reported in the summary; the local corpus is safe
         report["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return report
@@ -161,10 +150,11 @@ class GcsFolder:
         return f"gs://{self.bucket_name}/{self.prefix}/{key}".rstrip("/")
 
     def _name(self, key: str) -> str:
-        return f"{self.prefix}/{key}"
+        return f"{self.prefix}/{key}" if key else self.prefix
 
     def list(self, sub: str) -> dict[str, Any]:
-        """key → blob (name, md5_hash, generation) for every object under `sub`/."""
+        """key → blob (name, md5_hash, generation) for every object under `sub`/ (`sub` "":
+        the whole folder)."""
         start = len(self.prefix) + 1
         return {b.name[start:]: b for b in self._bucket.list_blobs(prefix=self._name(sub) + "/")
                 if not b.name.endswith("/")}
@@ -196,22 +186,28 @@ class GcsFolder:
 
         self._bucket.blob(self._name(key)).upload_from_filename(str(path), retry=DEFAULT_RETRY)
 
-    def push(self, local: Path, sub: str, last: str | None = None,
-             skip: tuple[str, ...] = ()) -> int:
+    def push(self, local: Path, sub: str, last: str | None = None, skip: tuple[str, ...] = (),
+             include: tuple[str, ...] | None = None) -> tuple[int, int]:
         """Upload the files under `local` whose MD5 differs from gs://…/`sub` (the file named
-        `last` after every other one). Returns how many were uploaded."""
+        `last` after every other one; hidden files and `skip` never; with `include`, only these
+        top-level names). Returns (uploaded, unchanged)."""
         remote = {k: b.md5_hash for k, b in self.list(sub).items()}
-        files = sorted((p for p in local.rglob("*") if p.is_file()),
+        files = sorted((p for p in local.rglob("*") if p.is_file()) if local.is_dir() else [],
                        key=lambda p: (p.name == last, p.as_posix()))
-        uploaded = 0
+        uploaded = unchanged = 0
         for path in files:
             rel = path.relative_to(local).as_posix()
             if rel in skip or any(part.startswith(".") for part in rel.split("/")):
                 continue
-            if remote.get(f"{sub}/{rel}") != _md5_b64(path):
-                self.upload(path, f"{sub}/{rel}")
-                uploaded += 1
-        return uploaded
+            if include is not None and rel.split("/")[0] not in include:
+                continue
+            key = f"{sub}/{rel}" if sub else rel
+            if remote.get(key) == _md5_b64(path):
+                unchanged += 1
+                continue
+            self.upload(path, key)
+            uploaded += 1
+        return uploaded, unchanged
 
     @staticmethod
     def cache(blob: Any, path: Path) -> Path:

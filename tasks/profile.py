@@ -22,7 +22,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from prefect.blocks.core import Block
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -37,6 +37,9 @@ from tasks.compute.protocol import Node, node_for
 from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
 from tasks.gcs_sync import env_bucket, parse_bucket_url
+
+if TYPE_CHECKING:
+    from tasks.training.registry import ArtifactStore
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILE_DIR = PROJECT_ROOT / "profiles"
@@ -179,6 +182,13 @@ class Profile:
     def snapshot_root(self) -> Path:
         """The artifact store that keeps graph snapshots (graph-snapshots/<name>/)."""
         return Path(self.training.artifact_store or self.state_dir / "artifacts")
+
+    def artifact_store(self) -> ArtifactStore:
+        """The adapter registry at [training] artifact_store, with GCS as its truth when
+        [training] gcs_block names a bucket (tasks/training/registry.py)."""
+        from tasks.training.registry import ArtifactStore
+
+        return ArtifactStore(self.snapshot_root(), self.training.gcs_block)
 
     def snapshot_gcs_block(self) -> str | None:
         return self.gcs_block or self.training.gcs_block

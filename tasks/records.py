@@ -202,7 +202,8 @@ class AdapterManifest(Record):
     files: dict[str, str] | None = None
     gate: GateRecord | None = None
     promotions: list[Promotion] = []
-    mirror: dict[str, Any] | None = None
+    mirror: dict[str, Any] | None = None  # the one-way GCS mirror's report, in manifests
+    # written before GCS became the store's truth (kept so that they load)
     reused: bool | None = None  # set on what a run returns when it reused a finished adapter
 
     @classmethod

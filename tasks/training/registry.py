@@ -59,6 +59,7 @@ class ArtifactStore:
     def __init__(self, root: Path | str, gcs_block: str | None = None) -> None:
         self.root = Path(root)
         self.gcs_block = gcs_block
+        self._pushed: set[str] = set()  # adapters whose files are in GCS (nothing changes after done)
 
     @cached_property
     def remote(self) -> GcsFolder | None:
@@ -88,8 +89,11 @@ class ArtifactStore:
         path = manifest.save(self.adapter_dir(manifest.name) / "manifest.json")
         if self.remote:
             sub = f"adapters/{manifest.name}"
-            if manifest.state == "done":  # what a `done` manifest lists is there before it
+            # What a `done` manifest lists is there before it. Once: after `done` only the
+            # manifest changes (gate, promotion), and each push hashes every adapter file.
+            if manifest.state == "done" and manifest.name not in self._pushed:
                 self.remote.push(self.adapter_dir(manifest.name), sub, skip=("manifest.json",))
+                self._pushed.add(manifest.name)
             self.remote.write(f"{sub}/manifest.json", path.read_bytes())
         return path
 
@@ -240,8 +244,8 @@ class ArtifactStore:
         report: dict[str, Any] = {"checkpoint": ckpt.name, "uploaded": 0, "removed": [],
                                   "error": None}
         try:
-            report["uploaded"] = self.remote.push(ckpt, f"{sub}/{ckpt.name}",
-                                                  last="trainer_state.json")
+            report["uploaded"], _ = self.remote.push(ckpt, f"{sub}/{ckpt.name}",
+                                                     last="trainer_state.json")
             kept = {p.name for p in ckpt.parent.glob("checkpoint-*")}
             for old in sorted({k.split("/")[2] for k in self.remote.list(sub)} - kept):
                 self.remote.delete(f"{sub}/{old}", first="trainer_state.json")
@@ -255,16 +259,16 @@ class ArtifactStore:
         when it is newer than the newest one there. Returns its name, or None."""
         if not self.remote:
             return None
-        from tasks.training.train import latest_checkpoint
+        from tasks.training.train import checkpoint_step, latest_checkpoint
 
         sub = f"checkpoints/{run_digest}"
         complete = [k.split("/")[2] for k in self.remote.list(sub)
                     if k.count("/") == 3 and k.endswith("/trainer_state.json")]
         if not complete:
             return None
-        newest = max(complete, key=_step)
+        newest = max(complete, key=checkpoint_step)
         local = latest_checkpoint(self.checkpoint_dir(run_digest))
-        if local is not None and _step(local.name) >= _step(newest):
+        if local is not None and checkpoint_step(local.name) >= checkpoint_step(newest):
             return None
         part = self.checkpoint_dir(run_digest) / f".{newest}.part"  # never taken for a checkpoint
         shutil.rmtree(part, ignore_errors=True)
@@ -282,20 +286,6 @@ class ArtifactStore:
             except Exception as e:  # noqa: BLE001 - returned for the caller to report
                 return f"{type(e).__name__}: {str(e)[:300]}"
         return None
-
-    # --- mirror ---
-    def mirror(self, sub: str) -> dict[str, Any] | None:
-        """Upload new/changed files under <root>/<sub> to the GcsBucket, if one is configured."""
-        if not self.gcs_block:
-            return None
-        from tasks.gcs_sync import gcs_bucket_from_env_or_block, sync_folder
-
-        bucket = gcs_bucket_from_env_or_block(self.gcs_block)
-        return sync_folder(self.root / sub, bucket, prefix=f"artifacts/{sub}")
-
-
-def _step(checkpoint: str) -> int:
-    return int(checkpoint.rsplit("-", 1)[-1])
 
 
 def gate(losses: dict[str, float], margin: float) -> tuple[bool, str]:

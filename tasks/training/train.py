@@ -238,7 +238,12 @@ class Hooks:
 def latest_checkpoint(ckpt_dir: Path) -> Path | None:
     """The newest complete checkpoint (trainer_state.json is written last)."""
     done = [p for p in ckpt_dir.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
-    return max(done, key=lambda p: int(p.name.rsplit("-", 1)[-1]), default=None)
+    return max(done, key=lambda p: checkpoint_step(p.name), default=None)
+
+
+def checkpoint_step(name: str) -> int:
+    """The step of a Trainer checkpoint folder's name (checkpoint-N)."""
+    return int(name.rsplit("-", 1)[-1])
 
 
 def peak_memory_mib(cuda: bool) -> float:
