@@ -80,9 +80,9 @@ def _check_production_deployments(api: str) -> None:
     assert nightly["work_pool_name"] == "slm-orchestrator"
     assert nightly["parameters"] == {"profile": "gcp"}
     assert nightly["global_concurrency_limit"]["limit"] == 1
-    assert schedules(nightly) == [("0 1 * * *", "Europe/London", True)]
+    assert schedules(nightly) == [("0 1 * * *", "UTC", True)]
     reaper = by_name["node-reaper/production"]
     assert reaper["work_pool_name"] == "slm-orchestrator"
     assert reaper["parameters"] == {"profile": "gcp"}
-    assert schedules(reaper) == [("30 * * * *", "Europe/London", True)]
+    assert schedules(reaper) == [("30 * * * *", "UTC", True)]
     assert schedules(by_name["nightly/local"]) == [("0 2 * * *", "Europe/London", False)]
