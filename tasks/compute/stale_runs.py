@@ -1,0 +1,119 @@
+"""Node runs nobody is waiting for, cancelled before the node boots again.
+
+A nightly submits each bucket's training as a `train/node` flow run (tasks/compute/node.py,
+`run_on_node`) and the node's Prefect worker takes it once the node is up. When the orchestrator
+dies first (its VM stops, the process is killed), the run stays in the API — Scheduled, later
+Late, or AwaitingRetry, Pending or Running — and the node's worker, started again at the next
+boot, picks it up: the night trains yesterday's data first, beside the inference server.
+
+Who can own a node run: only the nightly run that submitted it (its parent flow run: the
+run_deployment task in the nightly), and only while that nightly holds the `nightly` slot —
+it takes the slot at its start and submits node runs only while it holds it
+(flows/nightly.py, tasks/compute/gpu.py). So a node run whose parent is final (Completed,
+Failed, Cancelled, Crashed), gone, or absent (submitted by hand) has no owner. A parent that is
+still Running may be a dead process that never reported: when the caller holds the `nightly`
+slot itself (the nightly at its start), no other nightly can be using the node, so every other
+parent's runs are stale; otherwise a parent still Running counts as alive while anyone holds the
+slot.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from uuid import UUID
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterDeploymentId,
+    FlowRunFilterId,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+    TaskRunFilter,
+    TaskRunFilterId,
+)
+from prefect.client.schemas.objects import StateType
+from prefect.exceptions import ObjectNotFound
+from prefect.states import Cancelled
+
+from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
+
+# Not final, so a worker may still take or keep running them. SCHEDULED covers Scheduled, Late
+# and AwaitingRetry; CANCELLING is a cancel no worker is left to carry out; PAUSED waits for a
+# resume that no one will send.
+OPEN = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED,
+        StateType.CANCELLING]
+
+
+def cancel_stale_node_runs(deployment: str = "train/node", exclude: set[str] | None = None, *,
+                           holding_slot: bool = False,
+                           logger: Any = None) -> list[dict[str, str]]:
+    """Set Cancelled every open run of `deployment` that no live nightly owns (module
+    docstring), with a message naming why. `exclude`: flow run ids to leave alone — a node run
+    whose own id or parent nightly's id is in it (the caller's own nightly). `holding_slot`: the
+    caller holds the `nightly` slot. Returns {id, name, was, reason} per cancelled run; none
+    when the deployment does not exist (a local profile)."""
+    log = logger or logging.getLogger("slm_nightly.stale_runs")
+    keep = {str(x) for x in exclude or ()}
+    with get_client(sync_client=True) as client:
+        try:
+            dep = client.read_deployment_by_name(deployment)
+        except ObjectNotFound:
+            return []
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            deployment_id=FlowRunFilterDeploymentId(any_=[dep.id]),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=OPEN))))
+        runs = [r for r in runs if str(r.id) not in keep]
+        parents = _parents(client, runs)
+        slot_held = None if holding_slot else active_slots(NIGHTLY_LIMIT) > 0
+        cancelled: list[dict[str, str]] = []
+        for run in runs:
+            parent = parents.get(run.id)
+            if parent is not None and str(parent.id) in keep:
+                continue
+            reason = _why_stale(parent, holding_slot, bool(slot_held))
+            if reason is None:
+                continue
+            was = (run.state.name if run.state else None) or "unknown"
+            client.set_flow_run_state(run.id, Cancelled(
+                message=f"stale node run cancelled at nightly start: {reason}"), force=True)
+            log.warning("stale node run %s (%s, was %s) cancelled: %s", run.name, run.id, was,
+                        reason)
+            cancelled.append({"id": str(run.id), "name": str(run.name), "was": was,
+                              "reason": reason})
+    return cancelled
+
+
+def _why_stale(parent: Any, holding_slot: bool, slot_held: bool) -> str | None:
+    """Why a node run with this parent flow run has no owner; None while one may own it."""
+    if parent is None:
+        return "no nightly run owns it (submitted by hand, or its nightly run was deleted)"
+    what = f"its nightly run {parent.name} ({parent.id})"
+    state = parent.state
+    if state is None or state.is_final():
+        return f"{what} is {state.name if state else 'without a state'}"
+    if holding_slot:
+        return (f"{what} is still {state.name} in the API but does not hold the nightly slot "
+                "(this run does): its process died without reporting")
+    if not slot_held:
+        return (f"{what} is still {state.name} in the API but no run holds the nightly slot: "
+                "its process died without reporting")
+    return None
+
+
+def _parents(client: Any, runs: list[Any]) -> dict[UUID, Any]:
+    """node run id → the nightly flow run that submitted it (run_deployment records it as the
+    flow run of the run's parent task run); absent when there is none."""
+    task_ids = [r.parent_task_run_id for r in runs if r.parent_task_run_id]
+    if not task_ids:
+        return {}
+    tasks = client.read_task_runs(task_run_filter=TaskRunFilter(id=TaskRunFilterId(
+        any_=task_ids)))
+    flow_of_task = {t.id: t.flow_run_id for t in tasks if t.flow_run_id}
+    flows = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(
+        any_=list(set(flow_of_task.values())))))
+    by_id = {f.id: f for f in flows}
+    return {r.id: by_id[flow_of_task[r.parent_task_run_id]] for r in runs
+            if r.parent_task_run_id in flow_of_task and flow_of_task[r.parent_task_run_id]
+            in by_id}
