@@ -1,12 +1,14 @@
 """A local Compute Engine v1 REST server, for driving the real google-cloud-compute client
 (REST transport) without GCP.
 
-Implemented (the subset the GCE node, `tasks.compute.gce.GceNode`, uses):
+Implemented (the subset the GCE node, `tasks.compute.gce.GceNode`, and the preflight use):
     GET  /compute/v1/projects/P/zones/Z/instances/I                    instances.get
     POST /compute/v1/projects/P/zones/Z/instances/I/start              instances.start
     POST /compute/v1/projects/P/zones/Z/instances/I/stop               instances.stop
     POST /compute/v1/projects/P/zones/Z/instances/I/setScheduling      instances.setScheduling
     POST /compute/v1/projects/P/zones/Z/instances/I/setMetadata        instances.setMetadata
+    GET  /compute/v1/projects/P/zones/Z/instances/I/getGuestAttributes instances.getGuestAttributes
+    POST /compute/v1/projects/P/zones/Z/instances/I/testIamPermissions instances.testIamPermissions
     GET  /compute/v1/projects/P/zones/Z/operations/O                   zoneOperations.get
     POST /compute/v1/projects/P/zones/Z/operations/O/wait              zoneOperations.wait
     GET  /compute/v1/projects/P/zones/Z/operations?filter=...          zoneOperations.list
@@ -18,11 +20,34 @@ Simulated behaviour, on the wall clock (durations are attributes, in seconds):
     stop             RUNNING → STOPPING → TERMINATED after `stop_seconds`
     stockout         `stock_out(zone, "SPOT")`: a start in that zone with that provisioning
                      model ends DONE with ZONE_RESOURCE_POOL_EXHAUSTED, as a real stockout does
+    start errors     `fail_start(zone, model, kind)`: each start there fails as Compute fails it —
+                     an operation error (stockout, stockout-details, quota, quota-regional,
+                     unsupported), an HTTP error on the start call (503, 500, 429, rate-limit,
+                     quota-http) or a preemption during boot (preempted); `clear_failures(zone)`
+    transient errors `fail_next(verb, status, reason, times)`: the next `times` calls of one verb
+                     ('get', 'wait', 'start', 'list', ...) answer that HTTP error (status 0: the
+                     connection is reset without an answer)
     preemption       `preempt(zone, name)`: TERMINATED now, plus a compute.instances.preempted
                      operation, as GCE records it
+    setScheduling    fields absent from the body are kept, an explicit null clears one; the
+                     merged scheduling is validated as Compute validates it (see _set_scheduling)
+    max run duration `scheduling.maxRunDuration` + instanceTerminationAction STOP: RUNNING for
+                     longer than the duration (× `run_duration_scale`, so tests run in fractions
+                     of a second) → STOPPING → TERMINATED, counted again from every RUNNING
+    IAM              principals from the credentials (the JWT assertion sent to /token, or a
+                     self-signed JWT); `enforce_iam = True` checks each call against roles granted
+                     with `grant(principal, role, resource)` (off by default: everyone may do
+                     everything); setMetadata on an instance that runs as a service account also
+                     needs iam.serviceAccounts.actAs on it (roles/iam.serviceAccountUser)
+    guest attributes `put_guest_attribute(zone, name, path, value)` as the guest writes them —
+                     refused unless metadata enable-guest-attributes=TRUE; read back with
+                     getGuestAttributes?queryPath= / ?variableKey=
     missing instance 404 with Compute's error JSON
-    every call       recorded in `calls` (method, path, Authorization header seen)
+    every call       recorded in `calls` (method, path, Authorization header, principal, body)
     RUNNING time     per instance, `running_seconds(zone, name)`
+    node runtime     optional `node_runtime` object: boot(inst) when an instance reaches RUNNING,
+                     power_off(inst) when it leaves RUNNING (stop, preemption, max run duration),
+                     metadata_changed(inst) on setMetadata while RUNNING (tests/fake_node.py)
     node agent       optional `on_start` argv: launched when an instance reaches RUNNING and
                      killed on stop/preemption, as the node's startup script starts vLLM; the
                      metadata key `slm-vllm` = "stopped" / "running" stops / restarts it, as
@@ -32,10 +57,37 @@ Simulated behaviour, on the wall clock (durations are attributes, in seconds):
                      node's Prefect worker on its own pool, as the startup script starts it.
 The instance's networkInterfaces[0].networkIP is 127.0.0.1, so whatever `on_start` launches is
 reachable at the node's "VPC IP". The server binds 127.0.0.1 only.
+
+Sources the behaviour follows (read 2026-12; where a source is silent the fake takes the reading
+that is harder on the code, and says so):
+  [ref]   Compute Engine API v1 reference, instances.* and Scheduling
+          (cloud.google.com/compute/docs/reference/rest/v1/instances), google-cloud-compute 1.x
+          REST transport paths (compute_v1/services/instances/transports/rest_base.py).
+  [limit] "Limit the run time of a VM" (cloud.google.com/compute/docs/instances/limit-vm-runtime):
+          maxRunDuration 30 s … 120 days, action STOP or DELETE, the termination timestamp set
+          whenever the VM enters RUNNING and cleared when it stops, not for legacy preemptible.
+  [gcloud] gcloud's `compute instances set-scheduling` (googlecloudsdk/surface/compute/instances/
+          set_scheduling.py): sends only the flags given and an explicit null to clear one —
+          the API keeps fields a setScheduling body leaves out.
+  [errors] Error texts as Compute returns them, from public reports: "Invalid value for field
+          'resource.scheduling.instanceTerminationAction': 'STOP'. You cannot specify a
+          termination action for a VM instance that has the standard provisioning model"
+          (GoogleCloudPlatform/cluster-toolkit#4435), "For preemptible, only allowed
+          provisioning_model value is SPOT" (terraform-google-modules/terraform-google-vm#254),
+          "Instances with guest accelerators do not support live migration." (loft-sh/devpod#973),
+          "Required 'iam.serviceAccounts.actAs' permission for '…'" 403 forbidden
+          (googleapis/google-api-dotnet-client#2095), ZONE_RESOURCE_POOL_EXHAUSTED(_WITH_DETAILS)
+          and QUOTA_EXCEEDED "Quota 'X' exceeded.  Limit: N in region R." as operation errors
+          (GoogleCloudPlatform/ai-on-gke#849), cloud.google.com/compute/docs/troubleshooting/
+          troubleshooting-resource-availability.
+  [guest] "Set and query guest attributes" (cloud.google.com/compute/docs/metadata/
+          manage-guest-attributes): off unless metadata enable-guest-attributes=TRUE; the guest's
+          write is refused then; a query of a path with nothing under it is a 404.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import itertools
 import json
@@ -50,16 +102,79 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKEN = "ya29.fake-compute-token-7f3c"  # what /token hands out; tests check it never leaks
+TOKEN = "ya29.fake-compute-token-7f3c"  # what /token hands out (+ a per-principal suffix)
 AGENT_KEY = "slm-vllm"
+GUEST_ATTRIBUTES_KEY = "enable-guest-attributes"
+NODE_SA = "slm-node@{project}.iam.gserviceaccount.com"  # add_instance's default service account
+MIN_RUN_SECONDS, MAX_RUN_SECONDS = 30, 120 * 86400  # [limit]
+START_FAILURES = ("stockout", "stockout-details", "quota", "quota-regional", "unsupported",
+                  "503", "500", "429", "rate-limit", "quota-http", "preempted")
+
+# Roles → the permissions the fake checks ([ref] "IAM permissions" of each method; the roles'
+# contents from cloud.google.com/iam/docs/understanding-roles, only the permissions used here).
+_INSTANCE_ADMIN = frozenset({
+    "compute.instances.get", "compute.instances.list", "compute.instances.start",
+    "compute.instances.stop", "compute.instances.setScheduling", "compute.instances.setMetadata",
+    "compute.instances.getGuestAttributes", "compute.zoneOperations.get",
+    "compute.zoneOperations.list"})
+ROLES: dict[str, frozenset[str]] = {
+    "roles/compute.instanceAdmin.v1": _INSTANCE_ADMIN,
+    "roles/compute.instanceAdmin": _INSTANCE_ADMIN,
+    "roles/compute.viewer": frozenset({"compute.instances.get", "compute.instances.list",
+                                       "compute.zoneOperations.get",
+                                       "compute.zoneOperations.list"}),
+    "roles/iam.serviceAccountUser": frozenset({"iam.serviceAccounts.actAs",
+                                               "iam.serviceAccounts.get",
+                                               "iam.serviceAccounts.list"}),
+}
+ALL = "*"  # roles/owner, roles/editor: everything
+VERB_PERMISSION = {"get": "compute.instances.get", "start": "compute.instances.start",
+                   "stop": "compute.instances.stop",
+                   "setScheduling": "compute.instances.setScheduling",
+                   "setMetadata": "compute.instances.setMetadata",
+                   "getGuestAttributes": "compute.instances.getGuestAttributes"}
+
+
+class NodeRuntime(Protocol):
+    """What runs "on" a fake instance (tests/fake_node.py). Called with the fake's lock held."""
+
+    def boot(self, inst: FakeInstance) -> None: ...
+    def power_off(self, inst: FakeInstance) -> None: ...
+    def metadata_changed(self, inst: FakeInstance) -> None: ...
+
+
+class GuestAttributesDisabled(RuntimeError):
+    """The guest's write was refused: metadata enable-guest-attributes is not TRUE [guest]."""
 
 
 def _rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+def _jwt_claims(token: str) -> dict[str, Any]:
+    """The payload of a JWT, unverified (the fake trusts its callers; it only needs a name)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return {}
+    try:
+        pad = "=" * (-len(parts[1]) % 4)
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + pad))
+    except ValueError:
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def _error(status: int, message: str, reason: str, domain: str = "global",
+           **extra: Any) -> tuple[int, dict[str, Any]]:
+    """Compute's error JSON (v1 REST): error.code/message plus errors[] with domain/reason."""
+    body: dict[str, Any] = {"code": status, "message": message,
+                            "errors": [{"message": message, "domain": domain, "reason": reason}]}
+    body.update(extra)
+    return status, {"error": body}
 
 
 @dataclass
@@ -80,16 +195,36 @@ class FakeInstance:
     agent: subprocess.Popen[bytes] | None = None
     worker: subprocess.Popen[bytes] | None = None  # the node's Prefect worker (node_worker)
     generation: int = 0  # bumps on every start/stop so stale scheduled events are dropped
+    # scheduling, as Compute stores it (the rest of `scheduling()` derives from these)
+    preemptible: bool = True
+    automatic_restart: bool = False
+    on_host_maintenance: str = "TERMINATE"
+    termination_action: str | None = "STOP"
+    max_run_seconds: int | None = None
+    termination_at: float | None = None  # [limit] set on RUNNING when a duration is set
+    max_run_stops: int = 0  # how often the max run duration stopped it
+    service_account: str | None = None
+    guest_attributes: dict[str, str] = field(default_factory=dict)  # "namespace/key" → value
 
     def link(self, base: str) -> str:
         return f"{base}/compute/v1/projects/{self.project}/zones/{self.zone}/instances/{self.name}"
 
+    def resource(self) -> str:
+        return f"projects/{self.project}/zones/{self.zone}/instances/{self.name}"
+
     def scheduling(self) -> dict[str, Any]:
-        if self.provisioning_model == "SPOT":
-            return {"provisioningModel": "SPOT", "preemptible": True, "automaticRestart": False,
-                    "onHostMaintenance": "TERMINATE", "instanceTerminationAction": "STOP"}
-        return {"provisioningModel": "STANDARD", "preemptible": False, "automaticRestart": False,
-                "onHostMaintenance": "TERMINATE"}
+        d: dict[str, Any] = {"provisioningModel": self.provisioning_model,
+                             "preemptible": self.preemptible,
+                             "automaticRestart": self.automatic_restart,
+                             "onHostMaintenance": self.on_host_maintenance}
+        if self.termination_action:
+            d["instanceTerminationAction"] = self.termination_action
+        if self.max_run_seconds is not None:
+            d["maxRunDuration"] = {"seconds": str(self.max_run_seconds)}
+        return d
+
+    def guest_attributes_enabled(self) -> bool:
+        return self.metadata.get(GUEST_ATTRIBUTES_KEY, "").strip().upper() == "TRUE"
 
 
 @dataclass
@@ -104,10 +239,25 @@ class FakeOperation:
     running_at: float
     done_at: float
     error: dict[str, Any] | None = None
+    http_status: tuple[int, str] = (503, "SERVICE UNAVAILABLE")
+    user: str = "system"
+
+
+@dataclass
+class _Fault:
+    verb: str
+    status: int
+    reason: str
+    times: int
+    kind: str | None  # "instances" | "operations" | None (both)
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+
+class _Reset(Exception):
+    """Close the connection without an answer (a reset, as a dropped proxy connection)."""
 
 
 class FakeComputeEngine:
@@ -117,7 +267,9 @@ class FakeComputeEngine:
                  stop_seconds: float = 0.2, wait_cap_seconds: float = 2.0,
                  on_start: Callable[[FakeInstance], list[str]] | None = None,
                  agent_log: Path | None = None,
-                 node_worker: Callable[[FakeInstance], list[str]] | None = None) -> None:
+                 node_worker: Callable[[FakeInstance], list[str]] | None = None,
+                 node_runtime: NodeRuntime | None = None,
+                 run_duration_scale: float = 1.0) -> None:
         self.project = project
         self.op_pending_seconds = op_pending_seconds
         self.stop_seconds = stop_seconds
@@ -125,9 +277,16 @@ class FakeComputeEngine:
         self.on_start = on_start
         self.agent_log = agent_log
         self.node_worker = node_worker
+        self.node_runtime = node_runtime
+        self.run_duration_scale = run_duration_scale  # fake seconds per maxRunDuration second
         self.instances: dict[tuple[str, str], FakeInstance] = {}
         self.operations: dict[tuple[str, str], FakeOperation] = {}
         self.stockouts: set[tuple[str, str]] = set()
+        self.start_failures: dict[tuple[str, str], str] = {}
+        self.faults: list[_Fault] = []
+        self.enforce_iam = False
+        self.grants: set[tuple[str, str, str]] = set()  # (principal, role, resource)
+        self.tokens: dict[str, str] = {}  # access token → principal
         self.calls: list[dict[str, Any]] = []
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count(1)
@@ -136,24 +295,44 @@ class FakeComputeEngine:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.token_uri = f"{self.url}/token"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._clock = threading.Thread(target=self._run_clock, daemon=True)
+        self._closed = threading.Event()
 
     # ---- test controls -------------------------------------------------------------------
     def __enter__(self) -> FakeComputeEngine:
         self._thread.start()
+        self._clock.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closed.set()
         self.server.shutdown()
         self.server.server_close()
         with self._lock:
             for inst in self.instances.values():
+                if inst.status in ("RUNNING", "STOPPING") and self.node_runtime is not None:
+                    self.node_runtime.power_off(inst)
                 self._kill_agent(inst)
+                worker, inst.worker = inst.worker, None
+                self._end(worker)
 
     def add_instance(self, zone: str, name: str, *, status: str = "TERMINATED",
-                     provisioning_model: str = "SPOT", boot_seconds: float = 0.3) -> FakeInstance:
+                     provisioning_model: str = "SPOT", boot_seconds: float = 0.3,
+                     service_account: str | None = "",
+                     metadata: dict[str, str] | None = None) -> FakeInstance:
+        """An instance as `gcloud compute instances create` leaves it: SPOT with STOP, or
+        STANDARD with Compute's defaults for a GPU VM (automaticRestart true, TERMINATE).
+        `service_account` "" → NODE_SA; None → an instance without a service account."""
         with self._lock:
-            inst = FakeInstance(self.project, zone, name, next(self._seq), status=status,
-                                provisioning_model=provisioning_model, boot_seconds=boot_seconds)
+            spot = provisioning_model == "SPOT"
+            inst = FakeInstance(
+                self.project, zone, name, next(self._seq), status=status,
+                provisioning_model=provisioning_model, boot_seconds=boot_seconds,
+                preemptible=spot, automatic_restart=not spot,
+                termination_action="STOP" if spot else None,
+                service_account=(NODE_SA.format(project=self.project)
+                                 if service_account == "" else service_account),
+                metadata=dict(metadata or {}))
             self.instances[(zone, name)] = inst
             if status == "RUNNING":
                 self._enter_running(inst)
@@ -169,16 +348,58 @@ class FakeComputeEngine:
         with self._lock:
             self.stockouts = {s for s in self.stockouts if s[0] != zone}
 
+    def fail_start(self, zone: str, model: str, kind: str) -> None:
+        """Every start in `zone` with `model` ("SPOT" | "STANDARD") fails as `kind` (one of
+        START_FAILURES) until clear_failures(zone)."""
+        if kind not in START_FAILURES:
+            raise ValueError(f"kind {kind!r}: one of {START_FAILURES}")
+        with self._lock:
+            self.start_failures[(zone, model)] = kind
+
+    def clear_failures(self, zone: str) -> None:
+        with self._lock:
+            self.start_failures = {k: v for k, v in self.start_failures.items() if k[0] != zone}
+            self.stockouts = {s for s in self.stockouts if s[0] != zone}
+
+    def fail_next(self, verb: str, status: int = 503, reason: str = "backendError",
+                  times: int = 1, kind: str | None = None) -> None:
+        """The next `times` calls of `verb` ('get', 'wait', 'start', 'stop', 'list',
+        'setMetadata', ...; `kind` "instances"/"operations" to tell an instance get from an
+        operation get) answer HTTP `status` with `reason`; status 0 resets the connection."""
+        with self._lock:
+            self.faults.append(_Fault(verb, status, reason, times, kind))
+
+    def grant(self, principal: str, role: str, resource: str | None = None) -> None:
+        """Grant `role` to `principal` (a service account email) on `resource`: "projects/P"
+        (default), an instance "projects/P/zones/Z/instances/I" or a service account
+        "projects/P/serviceAccounts/EMAIL". Checked only when `enforce_iam` is True."""
+        if role not in ROLES and role not in ("roles/owner", "roles/editor"):
+            raise ValueError(f"role {role!r} is not modelled: {sorted(ROLES)}")
+        with self._lock:
+            self.grants.add((principal, role, resource or f"projects/{self.project}"))
+
     def preempt(self, zone: str, name: str) -> None:
         """Spot preemption: the instance goes TERMINATED now and GCE records the operation."""
         with self._lock:
             self._tick()
+            self._preempt(self.instances[(zone, name)])
+
+    def put_guest_attribute(self, zone: str, name: str, path: str, value: str) -> None:
+        """The guest writes `path` ("namespace/key") as it would through the metadata server;
+        GuestAttributesDisabled unless metadata enable-guest-attributes=TRUE [guest]."""
+        with self._lock:
             inst = self.instances[(zone, name)]
-            now = time.time()
-            op = self._new_op(inst, "compute.instances.preempted", now, now)
-            op.running_at = op.done_at = now
-            inst.generation += 1
-            self._leave_running(inst, "TERMINATED")
+            if not inst.guest_attributes_enabled():
+                raise GuestAttributesDisabled(
+                    f"{inst.resource()}: Guest attributes endpoint access is disabled.")
+            ns, _, key = path.strip("/").partition("/")
+            if not ns or not key or "/" in key:
+                raise ValueError(f"guest attribute path {path!r}: want namespace/key")
+            inst.guest_attributes[f"{ns}/{key}"] = value
+
+    def delete_guest_attribute(self, zone: str, name: str, path: str) -> None:
+        with self._lock:
+            self.instances[(zone, name)].guest_attributes.pop(path.strip("/"), None)
 
     def instance(self, zone: str, name: str) -> FakeInstance:
         with self._lock:
@@ -199,6 +420,12 @@ class FakeComputeEngine:
                 and (name is None or c.get("instance") == name)]
 
     # ---- simulation ----------------------------------------------------------------------
+    def _run_clock(self) -> None:
+        """Time passes without callers too: a max run duration stops a node nobody polls."""
+        while not self._closed.wait(0.05):
+            with self._lock:
+                self._tick()
+
     def _at(self, when: float, fn: Callable[[], None]) -> None:
         self._events.append((when, next(self._seq), fn))
         self._events.sort(key=lambda e: (e[0], e[1]))
@@ -210,11 +437,11 @@ class FakeComputeEngine:
             fn()
 
     def _new_op(self, inst: FakeInstance, op_type: str, running_at: float,
-                done_at: float) -> FakeOperation:
+                done_at: float, user: str = "system") -> FakeOperation:
         n = next(self._seq)
         name = f"operation-{int(time.time() * 1000)}-{n:06d}"
         op = FakeOperation(self.project, inst.zone, name, 7_000_000 + n, op_type, inst,
-                           time.time(), running_at, done_at)
+                           time.time(), running_at, done_at, user=user)
         self.operations[(inst.zone, name)] = op
         return op
 
@@ -223,22 +450,47 @@ class FakeComputeEngine:
         inst.status = "RUNNING"
         inst.last_start = now
         inst.running_since = now
+        if inst.max_run_seconds is not None and inst.termination_action == "STOP":
+            # [limit]: the termination timestamp is set on every entry into RUNNING (a stopped
+            # and restarted VM gets the whole duration again) and cleared when it stops
+            inst.termination_at = now + inst.max_run_seconds * self.run_duration_scale
+            gen = inst.generation
+
+            def expire() -> None:
+                if inst.generation == gen and inst.status == "RUNNING":
+                    inst.max_run_stops += 1
+                    self._stop(inst, user="system")
+
+            self._at(inst.termination_at, expire)
         if self.on_start is not None and inst.metadata.get(AGENT_KEY, "running") != "stopped":
             self._launch_agent(inst)
         if self.node_worker is not None:
             inst.worker = self._spawn(self.node_worker(inst))
+        if self.node_runtime is not None:
+            self.node_runtime.boot(inst)
 
     def _leave_running(self, inst: FakeInstance, status: str) -> None:
         now = time.time()
+        was_running = inst.running_since is not None
         if inst.running_since is not None:
             inst.running_total += now - inst.running_since
             inst.running_since = None
         if status == "TERMINATED":
             inst.last_stop = now
+        inst.termination_at = None
         inst.status = status
         self._kill_agent(inst)
         worker, inst.worker = inst.worker, None
         self._end(worker)
+        if was_running and self.node_runtime is not None:
+            self.node_runtime.power_off(inst)
+
+    def _preempt(self, inst: FakeInstance) -> None:
+        now = time.time()
+        op = self._new_op(inst, "compute.instances.preempted", now, now)
+        op.running_at = op.done_at = now
+        inst.generation += 1
+        self._leave_running(inst, "TERMINATED")
 
     def _launch_agent(self, inst: FakeInstance) -> None:
         if inst.agent is not None and inst.agent.poll() is None or self.on_start is None:
@@ -293,21 +545,70 @@ class FakeComputeEngine:
             agent = self.instances[(zone, name)].agent
             return agent is not None and agent.poll() is None
 
-    def _start(self, inst: FakeInstance) -> FakeOperation:
+    def _start_error(self, inst: FakeInstance, kind: str) -> dict[str, Any]:
+        """The error of a start operation that ends DONE with an error, as Compute words it."""
+        region = inst.zone.rsplit("-", 1)[0]
+        where = f"projects/{self.project}/zones/{inst.zone}"
+        if kind == "stockout":
+            return {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED",
+                                "message": f"The zone '{where}' does not have enough resources "
+                                           "available to fulfill the request.  Try a different "
+                                           "zone, or try again later."}]}
+        if kind == "stockout-details":
+            return {"errors": [{
+                "code": "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+                "message": f"The zone '{where}' does not have enough resources available to "
+                           "fulfill the request. '(resource type:compute)'.",
+                "errorDetails": [{"errorInfo": {
+                    "reason": "resource_availability", "domain": "compute.googleapis.com",
+                    "metadatas": {"zone": inst.zone, "vmType": "g2-standard-4"}}}]}]}
+        if kind in ("quota", "quota-regional"):
+            # "quota": the spot L4 quota; "quota-regional": the regional L4 quota (on-demand)
+            metric = ("PREEMPTIBLE_NVIDIA_L4_GPUS" if kind == "quota"
+                      and inst.provisioning_model == "SPOT" else "NVIDIA_L4_GPUS")
+            return {"errors": [{
+                "code": "QUOTA_EXCEEDED",
+                "message": f"Quota '{metric}' exceeded.  Limit: 0.0 in region {region}.",
+                "errorDetails": [{"quotaInfo": {
+                    "metricName": f"compute.googleapis.com/{metric.lower()}",
+                    "limitName": f"{metric.replace('_', '-')}-per-project-region",
+                    "dimensions": {"region": region}, "limit": 0}}]}]}
+        # UNSUPPORTED_OPERATION: e.g. the machine type/GPU model pair not offered in the zone
+        # (the wording is an example; the code is what a caller can rely on)
+        return {"errors": [{"code": "UNSUPPORTED_OPERATION",
+                            "message": f"The resource 'projects/{self.project}/zones/{inst.zone}"
+                                       "/acceleratorTypes/nvidia-l4' is not supported with "
+                                       f"provisioning model {inst.provisioning_model} in this "
+                                       "zone."}]}
+
+    def _start(self, inst: FakeInstance, user: str) -> tuple[int, dict[str, Any]]:
         now = time.time()
         pending = now + self.op_pending_seconds
         if inst.status != "TERMINATED":  # GCE: a start of a running instance is a no-op op
-            return self._new_op(inst, "start", pending, pending)
-        if (inst.zone, inst.provisioning_model) in self.stockouts:
-            op = self._new_op(inst, "start", pending, pending)
-            op.error = {
-                "errors": [{
-                    "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
-                    "message": f"The zone 'projects/{self.project}/zones/{inst.zone}' does not "
-                               "have enough resources available to fulfill the request.  Try a "
-                               "different zone, or try again later."}]}
-            return op
-        op = self._new_op(inst, "start", pending, pending + inst.boot_seconds)
+            return 200, self._op_json(self._new_op(inst, "start", pending, pending, user))
+        kind = self.start_failures.get((inst.zone, inst.provisioning_model))
+        if kind is None and (inst.zone, inst.provisioning_model) in self.stockouts:
+            kind = "stockout"
+        if kind in ("503", "500"):
+            return _error(int(kind), "Internal error. Please try again or contact Google "
+                          "Support. (Code: '-3411977538418203485')", "backendError")
+        if kind == "429":
+            return _error(429, "Quota exceeded for quota metric 'Queries' and limit 'Queries "
+                          "per minute' of service 'compute.googleapis.com'.",
+                          "rateLimitExceeded", "usageLimits", status="RESOURCE_EXHAUSTED")
+        if kind == "rate-limit":
+            return _error(403, "Rate Limit Exceeded", "rateLimitExceeded", "usageLimits")
+        if kind == "quota-http":
+            return _error(403, f"Quota 'NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region "
+                          f"{inst.zone.rsplit('-', 1)[0]}.", "quotaExceeded", "usageLimits")
+        if kind is not None and kind != "preempted":
+            op = self._new_op(inst, "start", pending, pending, user)
+            op.error = self._start_error(inst, kind)
+            op.http_status = ((403, "FORBIDDEN") if kind.startswith("quota") else
+                              (400, "BAD REQUEST") if kind == "unsupported" else
+                              (503, "SERVICE UNAVAILABLE"))
+            return 200, self._op_json(op)
+        op = self._new_op(inst, "start", pending, pending + inst.boot_seconds, user)
         inst.generation += 1
         gen = inst.generation
 
@@ -319,16 +620,23 @@ class FakeComputeEngine:
             if inst.generation == gen:
                 self._enter_running(inst)
 
-        self._at(pending, staging)
-        self._at(pending + inst.boot_seconds, running)
-        return op
+        def preempted() -> None:  # preemption during boot: the start op itself succeeded
+            if inst.generation == gen:
+                self._preempt(inst)
 
-    def _stop(self, inst: FakeInstance) -> FakeOperation:
+        self._at(pending, staging)
+        if kind == "preempted":
+            self._at(pending + inst.boot_seconds / 2, preempted)
+        else:
+            self._at(pending + inst.boot_seconds, running)
+        return 200, self._op_json(op)
+
+    def _stop(self, inst: FakeInstance, user: str = "system") -> FakeOperation:
         now = time.time()
         pending = now + self.op_pending_seconds
         if inst.status == "TERMINATED":
-            return self._new_op(inst, "stop", pending, pending)
-        op = self._new_op(inst, "stop", pending, pending + self.stop_seconds)
+            return self._new_op(inst, "stop", pending, pending, user)
+        op = self._new_op(inst, "stop", pending, pending + self.stop_seconds, user)
         inst.generation += 1
         gen = inst.generation
         self._leave_running(inst, "STOPPING")
@@ -355,6 +663,9 @@ class FakeComputeEngine:
             "metadata": {"kind": "compute#metadata", "fingerprint": inst.metadata_fingerprint,
                          "items": [{"key": k, "value": v} for k, v in inst.metadata.items()]},
         }
+        if inst.service_account:
+            d["serviceAccounts"] = [{"email": inst.service_account,
+                                     "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
         if inst.last_start:
             d["lastStartTimestamp"] = _rfc3339(inst.last_start)
         if inst.last_stop:
@@ -369,8 +680,7 @@ class FakeComputeEngine:
             "kind": "compute#operation", "id": str(op.id), "name": op.name,
             "zone": zone_url, "operationType": op.op_type,
             "targetLink": op.target.link(self.url), "targetId": str(op.target.id),
-            "status": status, "user": "system" if "preempted" in op.op_type else
-            "sync@test-project.iam.gserviceaccount.com",
+            "status": status, "user": op.user,
             "progress": 100 if status == "DONE" else 0,
             "insertTime": _rfc3339(op.created), "selfLink": f"{zone_url}/operations/{op.name}",
         }
@@ -380,53 +690,128 @@ class FakeComputeEngine:
             d["endTime"] = _rfc3339(op.done_at)
             if op.error:
                 d["error"] = op.error
-                d["httpErrorStatusCode"] = 503
-                d["httpErrorMessage"] = "SERVICE UNAVAILABLE"
+                d["httpErrorStatusCode"], d["httpErrorMessage"] = op.http_status
         return d
 
     def _not_found(self, what: str) -> tuple[int, dict[str, Any]]:
-        msg = f"The resource '{what}' was not found"
-        return 404, {"error": {"code": 404, "message": msg,
-                               "errors": [{"message": msg, "domain": "global",
-                                           "reason": "notFound"}]}}
+        return _error(404, f"The resource '{what}' was not found", "notFound")
+
+    # ---- IAM -----------------------------------------------------------------------------
+    def _token(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """OAuth2 token endpoint: the service account's JWT-bearer grant, unverified."""
+        principal = _jwt_claims(str(body.get("assertion", ""))).get("iss") or "anonymous"
+        token = f"{TOKEN}.{hashlib.sha256(principal.encode()).hexdigest()[:8]}"
+        self.tokens[token] = principal
+        return 200, {"access_token": token, "expires_in": 3600, "token_type": "Bearer"}
+
+    def principal(self, auth: str | None) -> str | None:
+        """Who a call's Authorization header says it is: a token from /token, or a self-signed
+        JWT (google-auth sends those for service accounts with some endpoints)."""
+        if not auth or not auth.startswith("Bearer "):
+            return None
+        token = auth.split(" ", 1)[1]
+        if token in self.tokens:
+            return self.tokens[token]
+        claims = _jwt_claims(token)
+        return claims.get("sub") or claims.get("iss")
+
+    def allowed(self, principal: str | None, permission: str, resource: str) -> bool:
+        if not self.enforce_iam:
+            return True
+        if principal is None:
+            return False
+        for who, role, scope in self.grants:
+            if who != principal or not (resource == scope or resource.startswith(scope + "/")):
+                continue
+            if role in ("roles/owner", "roles/editor") or permission in ROLES.get(role, ()):
+                return True
+        return False
+
+    def _denied(self, permission: str, resource: str) -> tuple[int, dict[str, Any]]:
+        # Compute's 403 for a missing permission [errors]
+        return _error(403, f"Required '{permission}' permission for '{resource}'", "forbidden")
 
     # ---- routing -------------------------------------------------------------------------
+    def _take_fault(self, verb: str, kind: str) -> _Fault | None:
+        for f in self.faults:
+            if f.verb == verb and f.kind in (None, kind) and f.times > 0:
+                f.times -= 1
+                if f.times == 0:
+                    self.faults.remove(f)
+                return f
+        return None
+
     def handle(self, method: str, raw_path: str, body: dict[str, Any],
                auth: str | None) -> tuple[int, dict[str, Any]]:
         url = urlparse(raw_path)
         path = url.path
         if path == "/token":
-            return 200, {"access_token": TOKEN, "expires_in": 3600, "token_type": "Bearer"}
+            with self._lock:
+                return self._token(body)
         m = re.fullmatch(r"/compute/v1/projects/([^/]+)/zones/([^/]+)/(instances|operations)"
                          r"(?:/([^/]+))?(?:/([A-Za-z]+))?", path)
         if not m:
             return 404, {"error": {"code": 404, "message": f"no route {method} {path}"}}
         project, zone, kind, name, verb = m.groups()
+        query = parse_qs(url.query)
         with self._lock:
             self._tick()
             call_verb = verb or ("get" if name else "list")
+            principal = self.principal(auth)
             self.calls.append({"method": method, "verb": call_verb, "kind": kind, "zone": zone,
                                "instance" if kind == "instances" else "operation": name,
-                               "auth": auth, "at": time.time()})
+                               "auth": auth, "principal": principal, "body": body,
+                               "at": time.time()})
+            fault = self._take_fault(call_verb, kind)
+            if fault is not None:
+                if fault.status == 0:
+                    raise _Reset
+                return self._fault_json(fault)
             if project != self.project:
-                return 403, {"error": {"code": 403, "message": f"Project {project} not found or "
-                                       "permission denied", "errors": [{"reason": "forbidden"}]}}
+                return _error(403, f"Project {project} not found or permission denied",
+                              "forbidden")
             if kind == "operations":
-                return self._operations(zone, name, verb, parse_qs(url.query))
+                permission = "compute.zoneOperations." + ("list" if name is None else "get")
+                if not self.allowed(principal, permission, f"projects/{project}"):
+                    return self._denied(permission, f"projects/{project}/zones/{zone}")
+                return self._operations(zone, name, verb, query)
             inst = self.instances.get((zone, name or ""))
             if inst is None:
                 return self._not_found(f"projects/{project}/zones/{zone}/instances/{name}")
+            permission = VERB_PERMISSION.get(call_verb)
+            if permission and not self.allowed(principal, permission, inst.resource()):
+                return self._denied(permission, inst.resource())
+            user = principal or "anonymous"
             if method == "GET" and verb is None:
                 return 200, self._instance_json(inst)
             if verb == "start":
-                return 200, self._op_json(self._start(inst))
+                return self._start(inst, user)
             if verb == "stop":
-                return 200, self._op_json(self._stop(inst))
+                return 200, self._op_json(self._stop(inst, user))
             if verb == "setScheduling":
-                return self._set_scheduling(inst, body)
+                return self._set_scheduling(inst, body, user)
             if verb == "setMetadata":
-                return self._set_metadata(inst, body)
+                return self._set_metadata(inst, body, principal, user)
+            if verb == "getGuestAttributes":
+                return self._guest_attributes(inst, query)
+            if verb == "testIamPermissions":
+                wanted = body.get("permissions") or []
+                granted = [p for p in wanted if self.allowed(principal, p, inst.resource())]
+                return 200, ({"permissions": granted} if granted else {})
         return 400, {"error": {"code": 400, "message": f"unsupported {method} {path}"}}
+
+    @staticmethod
+    def _fault_json(fault: _Fault) -> tuple[int, dict[str, Any]]:
+        if fault.status == 429:
+            return _error(429, "Quota exceeded for quota metric 'Read requests' and limit "
+                          "'Read requests per minute' of service 'compute.googleapis.com'.",
+                          fault.reason, "usageLimits", status="RESOURCE_EXHAUSTED")
+        if fault.status == 403:
+            return _error(403, "Rate Limit Exceeded", fault.reason, "usageLimits")
+        if fault.status >= 500:
+            return _error(fault.status, "Internal error. Please try again or contact Google "
+                          "Support. (Code: '-3411977538418203485')", fault.reason)
+        return _error(fault.status, f"injected {fault.status}", fault.reason)
 
     def _operations(self, zone: str, name: str | None, verb: str | None,
                     query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
@@ -449,22 +834,82 @@ class FakeComputeEngine:
                 self._tick()
         return 200, self._op_json(op)
 
-    def _set_scheduling(self, inst: FakeInstance, body: dict[str, Any]) -> tuple[int, dict]:
-        model = body.get("provisioningModel", inst.provisioning_model)
-        if inst.status != "TERMINATED" and model != inst.provisioning_model:
-            return 400, {"error": {"code": 400, "message": "Changing the provisioning model "
-                                   "requires the instance to be stopped.",
-                                   "errors": [{"reason": "badRequest"}]}}
-        inst.provisioning_model = model
+    def _set_scheduling(self, inst: FakeInstance, body: dict[str, Any],
+                        user: str) -> tuple[int, dict]:
+        """[gcloud] fields absent from the body keep their value; an explicit null clears one
+        (to Compute's default). The merged result is then validated [errors] [limit]."""
+        fields = {"provisioningModel": ("provisioning_model", "STANDARD"),
+                  "preemptible": ("preemptible", False),
+                  "automaticRestart": ("automatic_restart", True),
+                  "onHostMaintenance": ("on_host_maintenance", "MIGRATE"),
+                  "instanceTerminationAction": ("termination_action", None),
+                  "maxRunDuration": ("max_run_seconds", None)}
+        new = {attr: getattr(inst, attr) for attr, _ in fields.values()}
+        for key, (attr, default) in fields.items():
+            if key not in body:
+                continue
+            value = body[key]
+            if value is None:
+                new[attr] = default
+            elif key == "maxRunDuration":
+                new[attr] = int(value.get("seconds", 0))
+            else:
+                new[attr] = value
+        changes_model = any(new[a] != getattr(inst, a) for a in
+                            ("provisioning_model", "termination_action", "max_run_seconds"))
+        if inst.status != "TERMINATED" and changes_model:
+            return _error(400, "Changing the provisioning model, termination action or run "
+                          "duration requires the instance to be stopped.", "badRequest")
+        field_ = "Invalid value for field 'resource.{}': '{}'. "
+        if new["preemptible"] and new["provisioning_model"] != "SPOT":
+            return _error(400, field_.format("provisioningModel", new["provisioning_model"])
+                          + "For preemptible, only allowed provisioning_model value is SPOT.",
+                          "invalid")
+        if new["provisioning_model"] == "SPOT" and new["automatic_restart"]:
+            return _error(400, field_.format("automaticRestart", "true") + "Preemptible and "
+                          "Spot instances cannot be automatically restarted.", "invalid")
+        if new["on_host_maintenance"] == "MIGRATE":  # every fake instance has an L4
+            return _error(400, "Instances with guest accelerators do not support live "
+                          "migration.", "badRequest")
+        if new["max_run_seconds"] is not None and not (
+                MIN_RUN_SECONDS <= new["max_run_seconds"] <= MAX_RUN_SECONDS):
+            return _error(400, field_.format("scheduling.maxRunDuration.seconds",
+                                             new["max_run_seconds"])
+                          + f"Must be between {MIN_RUN_SECONDS} and {MAX_RUN_SECONDS}.",
+                          "invalid")
+        if new["max_run_seconds"] is not None and new["termination_action"] is None:
+            # wording not from a report: the rule is [limit]'s (a time limit needs an action)
+            return _error(400, field_.format("scheduling.instanceTerminationAction", "")
+                          + "An instance termination action is required with "
+                          "maxRunDuration.", "invalid")
+        if new["termination_action"] not in (None, "STOP"):
+            return _error(400, f"instanceTerminationAction {new['termination_action']} is not "
+                          "modelled by the fake (only STOP)", "invalid")
+        if (new["termination_action"] and new["provisioning_model"] == "STANDARD"
+                and new["max_run_seconds"] is None):
+            return _error(400, field_.format("scheduling.instanceTerminationAction",
+                                             new["termination_action"])
+                          + "You cannot specify a termination action for a VM instance that "
+                          "has the standard provisioning model (default). To use instance "
+                          "termination action, the VM instance must use the Spot or "
+                          "Reservation-Bound provisioning model.", "invalid")
+        for attr, value in new.items():
+            setattr(inst, attr, value)
         now = time.time()
-        op = self._new_op(inst, "setScheduling", now, now + self.op_pending_seconds)
+        op = self._new_op(inst, "setScheduling", now, now + self.op_pending_seconds, user)
         return 200, self._op_json(op)
 
-    def _set_metadata(self, inst: FakeInstance, body: dict[str, Any]) -> tuple[int, dict]:
+    def _set_metadata(self, inst: FakeInstance, body: dict[str, Any], principal: str | None,
+                      user: str) -> tuple[int, dict]:
+        # [ref] instances.setMetadata: iam.serviceAccounts.actAs too "if the instance runs as
+        # a service account"; the 403 is the shape of googleapis/google-api-dotnet-client#2095
+        if inst.service_account:
+            sa = f"projects/{self.project}/serviceAccounts/{inst.service_account}"
+            if not self.allowed(principal, "iam.serviceAccounts.actAs", sa):
+                return self._denied("iam.serviceAccounts.actAs", sa)
         if body.get("fingerprint") != inst.metadata_fingerprint:
-            return 412, {"error": {"code": 412, "message": "Supplied fingerprint does not match "
-                                   "current metadata fingerprint.",
-                                   "errors": [{"reason": "conditionNotMet"}]}}
+            return _error(412, "Supplied fingerprint does not match current metadata "
+                          "fingerprint.", "conditionNotMet")
         inst.metadata = {i["key"]: i.get("value", "") for i in body.get("items", [])}
         inst.metadata_fingerprint = "fp-" + hashlib.sha256(
             json.dumps(inst.metadata, sort_keys=True).encode()).hexdigest()[:12]
@@ -473,9 +918,33 @@ class FakeComputeEngine:
                 self._kill_agent(inst)
             elif self.on_start is not None:
                 self._launch_agent(inst)
+            if self.node_runtime is not None:
+                self.node_runtime.metadata_changed(inst)
         now = time.time()
-        op = self._new_op(inst, "setMetadata", now, now + self.op_pending_seconds)
+        op = self._new_op(inst, "setMetadata", now, now + self.op_pending_seconds, user)
         return 200, self._op_json(op)
+
+    def _guest_attributes(self, inst: FakeInstance,
+                          query: dict[str, list[str]]) -> tuple[int, dict]:
+        """[guest]: ?variableKey=ns/key → that value; ?queryPath=ns/ (or ns/key) → the items
+        under it; nothing there (always so while guest attributes are off) → 404."""
+        base = {"kind": "compute#guestAttributes",
+                "selfLink": f"{inst.link(self.url)}/guestAttributes"}
+        key = (query.get("variableKey") or [""])[0].strip("/")
+        if key:
+            if key not in inst.guest_attributes:
+                return self._not_found(f"{inst.resource()}/guestAttributes/{key}")
+            return 200, {**base, "variableKey": key, "variableValue": inst.guest_attributes[key]}
+        qpath = (query.get("queryPath") or [""])[0]
+        prefix = qpath.strip("/")
+        items = []
+        for path, value in sorted(inst.guest_attributes.items()):
+            ns, _, k = path.partition("/")
+            if not prefix or path == prefix or ns == prefix:
+                items.append({"namespace": ns, "key": k, "value": value})
+        if not items:
+            return self._not_found(f"{inst.resource()}/guestAttributes/{qpath}")
+        return 200, {**base, "queryPath": qpath, "queryValue": {"items": items}}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -490,13 +959,21 @@ class FakeComputeEngine:
                 length = int(self.headers.get("Content-Length", 0) or 0)
                 raw = self.rfile.read(length) if length else b""
                 body: dict[str, Any] = {}
-                if raw and "json" in (self.headers.get("Content-Type") or "json"):
+                ctype = self.headers.get("Content-Type") or "json"
+                if raw and "x-www-form-urlencoded" in ctype:  # the /token grant
+                    body = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+                elif raw and "json" in ctype:
                     try:
                         body = json.loads(raw)
                     except ValueError:
                         body = {}
-                status, payload = fake.handle(method, self.path, body,
-                                              self.headers.get("Authorization"))
+                try:
+                    status, payload = fake.handle(method, self.path, body,
+                                                  self.headers.get("Authorization"))
+                except _Reset:
+                    self.close_connection = True
+                    self.connection.shutdown(2)  # socket.SHUT_RDWR: the client sees a reset
+                    return
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=UTF-8")
