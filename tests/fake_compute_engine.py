@@ -205,6 +205,10 @@ class FakeInstance:
     max_run_stops: int = 0  # how often the max run duration stopped it
     service_account: str | None = None
     guest_attributes: dict[str, str] = field(default_factory=dict)  # "namespace/key" → value
+    # what `gcloud compute instances create --machine-type=g2-standard-4` makes (a G2 comes
+    # with its L4 attached); a test changes them to model a misbuilt instance
+    machine_type: str = "g2-standard-4"
+    accelerators: list[tuple[str, int]] = field(default_factory=lambda: [("nvidia-l4", 1)])
 
     def link(self, base: str) -> str:
         return f"{base}/compute/v1/projects/{self.project}/zones/{self.zone}/instances/{self.name}"
@@ -654,10 +658,14 @@ class FakeComputeEngine:
             "kind": "compute#instance", "id": str(inst.id), "name": inst.name,
             "zone": f"{self.url}/compute/v1/projects/{self.project}/zones/{inst.zone}",
             "machineType": f"{self.url}/compute/v1/projects/{self.project}/zones/{inst.zone}"
-                           "/machineTypes/g2-standard-4",
+                           f"/machineTypes/{inst.machine_type}",
             "status": inst.status, "selfLink": inst.link(self.url),
             "scheduling": inst.scheduling(),
-            "guestAccelerators": [{"acceleratorType": "nvidia-l4", "acceleratorCount": 1}],
+            # instances.get gives the accelerator type as its full URL
+            "guestAccelerators": [
+                {"acceleratorType": f"{self.url}/compute/v1/projects/{self.project}/zones/"
+                                    f"{inst.zone}/acceleratorTypes/{kind}",
+                 "acceleratorCount": count} for kind, count in inst.accelerators],
             "networkInterfaces": [{"name": "nic0", "networkIP": "127.0.0.1",
                                    "network": "global/networks/default"}],
             "metadata": {"kind": "compute#metadata", "fingerprint": inst.metadata_fingerprint,
