@@ -14,9 +14,10 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 $(STAMP): pyproject.toml tasks/training/convert.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch first, pinned: pip then takes the local CPU build instead of a CUDA download.
+	# torch first, pinned here (pyproject has a lower bound only: the GPU node trains on its
+	# engine's torch): pip then takes the local CPU build instead of a CUDA download.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' torch==2.13.0
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
 	# llama-cpp-python's source distribution, into $(VENV)/share/slm-nightly (a few seconds).
 	$(PY) -m tasks.training.convert install

@@ -1,5 +1,6 @@
 """The GPU node on Compute Engine, as configuration: a g2-standard-4 (one NVIDIA L4) that
-already exists, is stopped between runs, and runs vLLM on port 9080 from its startup script.
+already exists, is stopped between runs, and runs the inference engine (llama.cpp or vLLM) on
+port 9080 from its startup script.
 
 Zones and fallbacks. A spot start fails when the zone has no L4 capacity (Compute answers the
 start operation with ZONE_RESOURCE_POOL_EXHAUSTED). The node then tries `fallback_zones` in
@@ -11,7 +12,7 @@ deleted by the flow. On-demand is reached by changing the stopped instance's pro
 (instances.setScheduling); the next spot run sets it back to SPOT before starting.
 
 This block holds the fields, the credentials and the client factory
-(`get_compute_clients`); the lifecycle — start, readiness of vLLM, stop, cost — is
+(`get_compute_clients`); the lifecycle — start, readiness of the engine, stop, cost — is
 tasks/compute/gce.py (GceNode), built from this block by tasks/compute/protocol.py:node_for.
 """
 
@@ -23,14 +24,14 @@ from prefect.blocks.core import Block
 from prefect_gcp import GcpCredentials
 from pydantic import Field, field_validator, model_validator
 
-from blocks.vllm_node import VllmServeSettings
+from blocks.node_serve import NodeServeSettings
 
 
 class GceCompute(Block):
     """A Compute Engine VM as the node (see the module docstring for zones and fallbacks)."""
 
     _block_type_name = "SLM GCE Compute"
-    _description = "Starts/stops a pre-built GPU VM (g2-standard-4 + L4) running vLLM on port 9080."
+    _description = "Starts/stops a pre-built GPU VM (g2-standard-4 + L4) serving on port 9080."
 
     project: str = Field(description="GCP project id.")
     zone: str = Field(description="Primary zone, e.g. us-central1-a.")
@@ -54,7 +55,7 @@ class GceCompute(Block):
     inference_port: int = Field(default=9080, ge=1, le=65535)
     poll_seconds: float = Field(default=5.0, gt=0, description="Instance status polling interval.")
     progress_seconds: float = Field(default=60.0, gt=0, description="How often the wait for "
-                                    "vLLM logs where the server is.")
+                                    "the engine logs where the server is.")
     spot_usd_per_hour: float = Field(
         default=0.28, ge=0,
         description="g2-standard-4 spot, us-central1, late 2025 (~$0.28/h; spot prices move "
@@ -63,8 +64,9 @@ class GceCompute(Block):
         default=0.71, ge=0,
         description="g2-standard-4 on-demand incl. the L4, us-central1 (~$0.7068/h). Configure "
                     "for your region.")
-    vllm: VllmServeSettings = Field(default_factory=VllmServeSettings,
-                                    description="How the node's startup script runs vLLM.")
+    node: NodeServeSettings = Field(default_factory=NodeServeSettings,
+                                    description="How the node's startup script runs the engine "
+                                    "(llama.cpp or vLLM) and the Prefect worker.")
     state_dir: str = Field(default=".slm-nightly", description="Where the node record is kept.")
 
     @field_validator("api_endpoint")
@@ -73,6 +75,14 @@ class GceCompute(Block):
         if v and not v.startswith(("http://", "https://")):
             raise ValueError("must start with https:// (or http:// for a local fake)")
         return v.rstrip("/") if v else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "vllm" in data:
+            raise ValueError("the `vllm` table is now `node` (the engine is a choice: llama.cpp "
+                             "or vLLM) — rename [compute.vllm] to [compute.node] in the profile")
+        return data
 
     @model_validator(mode="after")
     def _zones(self) -> GceCompute:

@@ -13,7 +13,7 @@ Where things are, from any working directory:
   data_dir, [sources] folders, [corpus] root, [training] artifact_store and model_cache) are
   relative to the project root (PROJECT_ROOT, the folder that holds profiles/), whichever
   profile file names them, so a run started from another folder reads and writes the same
-  files. Paths on the GPU node ([compute.vllm]) and saved blocks are taken as they are.
+  files. Paths on the GPU node ([compute.node]) and saved blocks are taken as they are.
 """
 
 from __future__ import annotations
@@ -222,6 +222,10 @@ def _build(path: Path, section: str, table: dict[str, Any]) -> Any:
                               f"'{cls.get_block_type_slug()}/{name}' could not be loaded "
                               f"({e}) — create it (docs/operator-gcp.md: blocks and secrets) "
                               "or fix 'block'") from e
+    if section == "compute" and "vllm" in table:
+        raise ConfigError(f"profile {path}: [compute.vllm] is now [compute.node] (the node's "
+                          "engine is a choice: llama.cpp or vLLM) — rename the table, and "
+                          "drop prefect_bin/vllm_bin if set (set project_dir instead)")
     unknown = sorted(set(table) - set(cls.model_fields))
     if unknown:
         raise ConfigError(f"profile {path}: [{section}] unknown field(s) {unknown}; "

@@ -27,8 +27,15 @@ from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute import inference_server
 from tasks.compute.cost import UP, timestamp, total_usage, zone_usage
+from tasks.compute.boot_status import startup_failure
 from tasks.compute.placement import is_stockout, placements, provisioning_name
-from tasks.compute.startup_script import AGENT_KEY, metadata_items, render_startup_script
+from tasks.compute.startup_script import (
+    AGENT_KEY,
+    ENGINE_UNIT,
+    WATCH_UNIT,
+    metadata_items,
+    render_startup_script,
+)
 from tasks.errors import (
     ConfigError,
     NodeBootTimeout,
@@ -343,7 +350,7 @@ class GceNode:
                 raise ServerError(
                     f"inference endpoint {base_url} not ready after "
                     f"{endpoint.readiness_timeout_seconds:.0f} s (last: {stage}) — check the "
-                    f"node's serial console / `journalctl -u slm-vllm` on {node.instance}, or "
+                    f"node's serial console / `journalctl -u {ENGINE_UNIT}` on {node.instance}, or "
                     "raise the inference block's readiness_timeout_seconds")
             if now >= next_report:
                 _progress(f"waiting for vLLM at {base_url}: {stage} — {now - started:.0f} s "
@@ -351,6 +358,7 @@ class GceNode:
                 next_report = now + b.progress_seconds
             if now >= next_check:
                 self.check_running()
+                self._raise_startup_failure(node)
                 next_check = now + b.poll_seconds
             time.sleep(poll)
             poll = min(poll * 1.5, 10.0)
@@ -362,6 +370,16 @@ class GceNode:
         _progress(f"vLLM ready at {base_url} after {time.monotonic() - started:.0f} s "
                   f"(serving {', '.join(models)})")
         return base_url
+
+    def _raise_startup_failure(self, node: NodeRecord) -> None:
+        """ServerError with the cause when the node's startup script reported a failure."""
+        client, _ = self._clients()
+        cause = startup_failure(client, self.block.project, node.zone, node.instance)
+        if cause:
+            raise ServerError(
+                f"the startup script of {self.block.where(node.zone)} failed: {cause} — fix it "
+                f"and rerun; the whole log is in `journalctl -u google-startup-scripts` on "
+                f"{node.instance} (the engine's: `journalctl -u {ENGINE_UNIT}`)")
 
     def _metadata(self, zone: str) -> dict[str, str]:
         return {i.key: i.value for i in self._get(zone).metadata.items}
@@ -395,14 +413,17 @@ class GceNode:
     def install_startup_script(self, endpoint: InferenceEndpoint,
                                lora_modules: dict[str, str] | None = None,
                                api_key_secret: str | None = None) -> list[str]:
-        """Write the rendered startup script (vLLM + watcher + Prefect worker) into every
-        zone's instance metadata (`startup-script`); it takes effect at the next boot.
-        Returns the zones written."""
+        """Write the rendered startup script (engine + watcher + Prefect worker) into every
+        zone's instance metadata (`startup-script`, with enable-guest-attributes=TRUE so a
+        failed boot can say why); it takes effect at the next boot. Returns the zones written."""
         script = render_startup_script(endpoint, lora_modules, port=self.block.inference_port,
-                                       settings=self.block.vllm, api_key_secret=api_key_secret)
+                                       settings=self.block.node, api_key_secret=api_key_secret)
         done = []
         for zone in self.block.zones():
-            self._set_metadata(zone, {"startup-script": script})
+            # guest attributes are off by default on Compute Engine: the script reports a
+            # failed boot through one (slm/startup-error), which start_inference reads
+            self._set_metadata(zone, {"startup-script": script,
+                                      "enable-guest-attributes": "TRUE"})
             done.append(zone)
         return done
 
@@ -422,7 +443,7 @@ class GceNode:
         while self.inference_running():
             if time.monotonic() > deadline:
                 raise ServerError(f"vLLM on {node.instance} still answers at {url} 120 s after "
-                                  "slm-vllm=stopped — check the slm-vllm-watch unit on the node")
+                                  f"slm-vllm=stopped — check the {WATCH_UNIT} unit on the node")
             time.sleep(0.5)
         return was_up
 

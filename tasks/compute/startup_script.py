@@ -1,16 +1,27 @@
-"""What runs on the GPU node: the `vllm serve` command line and the instance startup script
-that starts it (and a Prefect worker on the node's work pool), rendered from the block's
-VllmServeSettings (blocks/vllm_node.py).
+"""What runs on the GPU node: the engine's command line (llama.cpp's server or `vllm serve`)
+and the instance startup script that starts it, a watcher, and a Prefect worker on the node's
+work pool, rendered from the block's NodeServeSettings (blocks/node_serve.py).
 
-Listening address. Every server this project starts *locally* binds 127.0.0.1 and
-`vllm_launch_args` refuses 0.0.0.0 outright. On the node, though, the flow reaches vLLM from
-another machine over the VPC, so vLLM must listen on the node's VPC address: the startup
-script reads it from the metadata server (instance/network-interfaces/0/ip) and passes it as
+Listening address. Every server this project starts *locally* binds 127.0.0.1 and the launch
+functions refuse 0.0.0.0 outright. On the node, though, the flow reaches the engine from
+another machine over the VPC, so it must listen on the node's VPC address: the startup script
+reads it from the metadata server (instance/network-interfaces/0/ip) and passes it as
 `--host`. That binds the one internal interface (no external IP is needed or used), and the
-firewall rule should admit port 9080 from the orchestrator's subnet only.
+firewall rule should admit the port from the orchestrator's subnet only.
 
-vLLM flags are those of vLLM ≥ 0.11 (`--structured-outputs-config`, `--reasoning-parser olmo3`).
-Check them against the vLLM version installed in the node image.
+Offline by construction: the engine and the worker (whose flow runs inherit its environment)
+run with HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1 and a fixed HF_HOME, as the service user,
+from the node's one environment ({project_dir}/.venv); the tokenizer is a local folder.
+
+Failures. The script runs under `set -e` with an ERR trap: whatever fails (a secret that
+cannot be read, a missing model file, the metadata server) is written to the guest attribute
+`slm/startup-error` as "<epoch seconds> <message>" before the script exits non-zero;
+tasks/compute/boot_status.py reads it, so the orchestrator's readiness wait fails at once with
+the cause. Guest attributes must be enabled on the instance (metadata
+`enable-guest-attributes=TRUE`, which install_startup_script sets).
+
+vLLM flags are those of vLLM ≥ 0.11 (`--structured-outputs-config`, `--reasoning-parser
+olmo3`); llama-cpp-python's server flags are those of 0.3.36 (llama_cpp/server/settings.py).
 """
 
 from __future__ import annotations
@@ -20,25 +31,38 @@ import shlex
 from typing import Any
 
 from blocks.inference import InferenceEndpoint
-from blocks.vllm_node import VllmServeSettings
+from blocks.node_serve import NodeServeSettings
+from tasks.compute.engines import worker_command
 
 VPC_IP = "$VPC_IP"  # placeholder in argv: the startup script expands it on the node
-AGENT_KEY = "slm-vllm"  # instance metadata key the node's watcher obeys: running | stopped
+# Instance metadata key the node's watcher obeys: running | stopped. The name predates the
+# engine choice; it is kept so instances already configured keep working.
+AGENT_KEY = "slm-vllm"
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance"
+ERROR_ATTRIBUTE = "slm/startup-error"  # guest attribute namespace/key of a startup failure
+ENGINE_UNIT = "slm-engine"
+WATCH_UNIT = "slm-engine-watch"
+WORKER_UNIT = "slm-prefect-worker"
+WATCH_SECONDS = 2  # how often the watcher reads AGENT_KEY (the metadata server is local)
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _check_host(host: str, who: str) -> None:
+    if host in {"0.0.0.0", "::", ""}:
+        raise ValueError(f"{who}: host {host!r} would listen on every interface — pass the "
+                         "node's VPC address (the startup script's $VPC_IP) or 127.0.0.1")
 
 
 def vllm_launch_args(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,
                      *, host: str = VPC_IP, port: int = 9080,
-                     settings: VllmServeSettings | None = None) -> list[str]:
+                     settings: NodeServeSettings | None = None) -> list[str]:
     """The `vllm serve` argv for the node. `lora_modules` maps served adapter name → adapter
     path on the node; with any, LoRA is enabled. `host` defaults to the VPC-address
     placeholder the startup script fills in; 0.0.0.0 is refused."""
-    s = settings or VllmServeSettings()
-    if host in {"0.0.0.0", "::", ""}:
-        raise ValueError(f"vllm_launch_args: host {host!r} would listen on every interface — "
-                         "pass the node's VPC address (the startup script's $VPC_IP) or 127.0.0.1")
+    s = settings or NodeServeSettings(engine="vllm")
+    _check_host(host, "vllm_launch_args")
     argv = [
-        s.vllm_bin, "serve", s.model_path,
+        s.venv_bin("vllm"), "serve", s.model_path,
         "--tokenizer", s.tokenizer,
         "--served-model-name", endpoint.model,
         "--host", host,
@@ -67,6 +91,40 @@ def vllm_launch_args(endpoint: InferenceEndpoint, lora_modules: dict[str, str] |
     return argv + list(s.extra_args)
 
 
+def llama_cpp_launch_args(endpoint: InferenceEndpoint, *, host: str = VPC_IP, port: int = 9080,
+                          settings: NodeServeSettings | None = None) -> list[str]:
+    """llama-cpp-python's OpenAI-compatible server on the node, from its one environment. It
+    serves the model under the endpoint's name (`--model_alias`), uses the GGUF's own
+    tokenizer and chat template, and takes JSON-schema structured output as
+    `response_format: {"type": "json_object", "schema": …}` (the "llama.cpp" dialect). The
+    API key, if any, comes from its environment (API_KEY), never argv."""
+    s = settings or NodeServeSettings()
+    _check_host(host, "llama_cpp_launch_args")
+    return [s.venv_bin("python"), "-m", "llama_cpp.server",
+            "--model", s.model_path,
+            "--model_alias", endpoint.model,
+            "--host", host,
+            "--port", str(port),
+            "--n_ctx", str(endpoint.context_tokens),
+            "--n_gpu_layers", str(s.n_gpu_layers),
+            # True (the default) keeps logits for every prompt token: several times slower
+            "--logits_all", "False",
+            *s.extra_args]
+
+
+def engine_launch_args(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,
+                       *, host: str = VPC_IP, port: int = 9080,
+                       settings: NodeServeSettings | None = None) -> list[str]:
+    """The command line of the node's engine (`settings.engine`)."""
+    s = settings or NodeServeSettings()
+    if s.engine == "vllm":
+        return vllm_launch_args(endpoint, lora_modules, host=host, port=port, settings=s)
+    if lora_modules:
+        raise ValueError("engine_launch_args: the llama.cpp engine serves no LoRA modules on the "
+                         "node — pass none, or set [compute.node] engine = \"vllm\"")
+    return llama_cpp_launch_args(endpoint, host=host, port=port, settings=s)
+
+
 def _shell(argv: list[str]) -> str:
     """Quote argv for bash, leaving the $VPC_IP placeholder to expand."""
     out = []
@@ -75,98 +133,168 @@ def _shell(argv: list[str]) -> str:
     return " ".join(out)
 
 
-def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,
-                          *, port: int = 9080, settings: VllmServeSettings | None = None,
-                          api_key_secret: str | None = None) -> str:
-    """The instance's `startup-script` metadata value: start vLLM on the VPC address as a
-    systemd unit, a watcher that stops/starts it when metadata `slm-vllm` changes
-    (stopped | running), and a Prefect worker on the node's pool.
+def _offline_env(s: NodeServeSettings) -> str:
+    """The systemd Environment= line that keeps a unit off the hub."""
+    return "Environment=" + " ".join(f"{k}={v}" for k, v in
+                                     {**OFFLINE, "HF_HOME": s.hf_home}.items())
 
-    `api_key_secret`: Secret Manager secret with vLLM's API key, when the endpoint has one."""
-    s = settings or VllmServeSettings()
-    serve = _shell(vllm_launch_args(endpoint, lora_modules, port=port, settings=s))
-    if endpoint.api_key is not None and not api_key_secret:
-        raise ValueError("render_startup_script: the inference endpoint has an api_key — pass "
-                         "api_key_secret (a Secret Manager secret the node can read) so the key "
-                         "never lands in instance metadata")
-    key_line = (f"VLLM_API_KEY=$(gcloud secrets versions access latest "
-                f"--secret={shlex.quote(api_key_secret)})\n" if api_key_secret else "")
-    worker = ""
+
+def _service_user(s: NodeServeSettings) -> str:
+    user, q = s.service_user, shlex.quote
+    owned = []
+    for path in (s.hf_home, s.project_dir):  # chown -R only when the image left it to root
+        owned.append(f'[ "$(stat -c %U {q(path)})" = {user} ] || chown -R {user}: {q(path)}')
+    return (f"id -u {user} >/dev/null 2>&1 || useradd --system --create-home "
+            f"--shell /usr/sbin/nologin {user}\n"
+            f"mkdir -p {q(s.hf_home)}\n" + "\n".join(owned))
+
+
+def _image_checks(s: NodeServeSettings) -> str:
+    """Fail early, naming the fix, when the image lacks what the units need."""
+    q = shlex.quote
+    fix = "build the node image as docs/operator-gcp.md (section 3) says"
+    engine_bin = s.venv_bin("vllm" if s.engine == "vllm" else "python")
+    checks = [
+        (f"[ -x {q(engine_bin)} ]", f"{engine_bin} is missing — {fix}"),
+        (f"[ -f {q(s.model_path)} ]", f"model {s.model_path} is missing — run the "
+                                      "weights-preparation command on the image"),
+    ]
+    if s.engine == "vllm":
+        checks.append((f"[ -d {q(s.tokenizer)} ]", f"tokenizer folder {s.tokenizer} is missing "
+                                                   "— run the weights-preparation command"))
     if s.prefect_api_url:
-        pkey = (f"PREFECT_API_KEY=$(gcloud secrets versions access latest "
-                f"--secret={shlex.quote(s.prefect_api_key_secret)})\n"
-                if s.prefect_api_key_secret else "PREFECT_API_KEY=\n")
-        worker = f"""
-# --- Prefect worker on the node's pool (runs phase-2 training once vLLM is stopped) ---
+        prefect = s.venv_bin("prefect")
+        checks.append((f"[ -x {q(prefect)} ]", f"the worker's {prefect} is missing — {fix}"))
+    return "\n".join(f"{test} || fail {q(msg)}" for test, msg in checks)
+
+
+def _worker(s: NodeServeSettings) -> str:
+    if not s.prefect_api_url:
+        return "# no prefect_api_url in [compute.node]: this node runs no Prefect worker\n"
+    q = shlex.quote
+    pkey = (f"secret {q(s.prefect_api_key_secret)} PREFECT_API_KEY\n"
+            if s.prefect_api_key_secret else "PREFECT_API_KEY=\n")
+    return f"""
+# --- Prefect worker on the node's pool, from the node's one environment (its flow runs use
+# its interpreter: sys.executable -m prefect.engine) ---
 {pkey}install -m 600 /dev/null /etc/slm-prefect.env
-printf 'PREFECT_API_URL=%s\\nPREFECT_API_KEY=%s\\n' {shlex.quote(s.prefect_api_url)} "$PREFECT_API_KEY" \\
+printf 'PREFECT_API_URL=%s\\nPREFECT_API_KEY=%s\\n' {q(s.prefect_api_url)} "$PREFECT_API_KEY" \\
   > /etc/slm-prefect.env
-cat > /etc/systemd/system/slm-prefect-worker.service <<'UNIT'
+cat > /etc/systemd/system/{WORKER_UNIT}.service <<'UNIT'
 [Unit]
 Description=Prefect worker ({s.work_pool})
 After=network-online.target
 [Service]
+User={s.service_user}
+WorkingDirectory={s.project_dir}
+{_offline_env(s)}
 EnvironmentFile=/etc/slm-prefect.env
-ExecStart={s.prefect_bin} worker start --pool {shlex.quote(s.work_pool)} --type process
+ExecStart={_shell(worker_command(s))}
 Restart=always
 [Install]
 WantedBy=multi-user.target
 UNIT
 systemctl daemon-reload
-systemctl restart slm-prefect-worker
+systemctl restart {WORKER_UNIT}
 """
+
+
+def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,
+                          *, port: int = 9080, settings: NodeServeSettings | None = None,
+                          api_key_secret: str | None = None) -> str:
+    """The instance's `startup-script` metadata value: the service user, the engine on the VPC
+    address as a systemd unit, a watcher that stops/starts it when metadata `slm-vllm` changes
+    (stopped | running), and a Prefect worker on the node's pool — every failure written to the
+    guest attribute slm/startup-error.
+
+    `api_key_secret`: Secret Manager secret with the engine's API key, when the endpoint has one."""
+    s = settings or NodeServeSettings()
+    serve = _shell(engine_launch_args(endpoint, lora_modules, port=port, settings=s))
+    if endpoint.api_key is not None and not api_key_secret:
+        raise ValueError("render_startup_script: the inference endpoint has an api_key — pass "
+                         "api_key_secret (a Secret Manager secret the node can read) so the key "
+                         "never lands in instance metadata")
+    key_var = "VLLM_API_KEY" if s.engine == "vllm" else "API_KEY"  # what each server reads
+    key_line = f"secret {shlex.quote(api_key_secret)} ENGINE_API_KEY\n" if api_key_secret else ""
     return f"""#!/bin/bash
 # Rendered by slm-nightly (tasks/compute/startup_script.py). Runs as root at every boot.
-set -euo pipefail
+# Any failure is written to the guest attribute {ERROR_ATTRIBUTE} before the script exits.
+set -Eeuo pipefail
 MD={METADATA}
-md() {{ curl -fsS -H 'Metadata-Flavor: Google' "$MD/$1"; }}
-VPC_IP=$(md network-interfaces/0/ip)
-{key_line}install -m 600 /dev/null /etc/slm-vllm.env
-printf 'VPC_IP=%s\\n' "$VPC_IP" > /etc/slm-vllm.env
-if [ -n "${{VLLM_API_KEY:-}}" ]; then printf 'VLLM_API_KEY=%s\\n' "$VLLM_API_KEY" >> /etc/slm-vllm.env; fi
+fail() {{  # fail MESSAGE [STATUS]: tell the orchestrator (guest attribute) and stop here
+  local msg="${{1:0:1500}}"
+  echo "slm-nightly startup failed: $msg" >&2
+  curl -sS -X PUT -H 'Metadata-Flavor: Google' --data-binary "$(date +%s) $msg" \\
+    "$MD/guest-attributes/{ERROR_ATTRIBUTE}" >/dev/null \\
+    || echo "could not write guest attribute {ERROR_ATTRIBUTE}" >&2
+  exit "${{2:-1}}"
+}}
+trap 'rc=$?; fail "line $LINENO: $BASH_COMMAND (exit $rc)" "$rc"' ERR
+secret() {{  # secret NAME VAR: Secret Manager secret NAME into VAR, never echoed
+  local err value
+  err=$(mktemp)
+  if ! value=$(gcloud secrets versions access latest --secret="$1" 2>"$err"); then
+    fail "reading Secret Manager secret $1 failed: $(head -c 600 "$err") — create it, or grant \\
+the node's service account roles/secretmanager.secretAccessor on it"
+  fi
+  rm -f "$err"
+  printf -v "$2" '%s' "$value"
+}}
+VPC_IP=$(curl -fsS -H 'Metadata-Flavor: Google' "$MD/network-interfaces/0/ip")
+{key_line}{_image_checks(s)}
 
-# --- vLLM on the VPC address, port {port} ---
-cat > /usr/local/bin/slm-vllm-serve <<'SERVE'
+# --- the service user the engine and the worker run as ---
+{_service_user(s)}
+
+install -m 600 /dev/null /etc/slm-engine.env
+printf 'VPC_IP=%s\\n' "$VPC_IP" > /etc/slm-engine.env
+if [ -n "${{ENGINE_API_KEY:-}}" ]; then printf '{key_var}=%s\\n' "$ENGINE_API_KEY" >> /etc/slm-engine.env; fi
+
+# --- the engine ({s.engine}) on the VPC address, port {port} ---
+cat > /usr/local/bin/{ENGINE_UNIT}-serve <<'SERVE'
 #!/bin/bash
 exec {serve}
 SERVE
-chmod 755 /usr/local/bin/slm-vllm-serve
-cat > /etc/systemd/system/slm-vllm.service <<'UNIT'
+chmod 755 /usr/local/bin/{ENGINE_UNIT}-serve
+cat > /etc/systemd/system/{ENGINE_UNIT}.service <<'UNIT'
 [Unit]
-Description=vLLM ({endpoint.model})
+Description=slm-nightly engine ({s.engine}: {endpoint.model})
 After=network-online.target
 [Service]
-EnvironmentFile=/etc/slm-vllm.env
-ExecStart=/usr/local/bin/slm-vllm-serve
+User={s.service_user}
+WorkingDirectory={s.project_dir}
+{_offline_env(s)}
+EnvironmentFile=/etc/slm-engine.env
+ExecStart=/usr/local/bin/{ENGINE_UNIT}-serve
 Restart=on-failure
 KillMode=control-group
 TimeoutStopSec=60
 UNIT
 
-# --- watcher: metadata {AGENT_KEY}=stopped|running stops/starts vLLM (frees the GPU) ---
-cat > /usr/local/bin/slm-vllm-watch <<'WATCH'
+# --- watcher: metadata {AGENT_KEY}=stopped|running stops/starts the engine (frees the GPU) ---
+cat > /usr/local/bin/{WATCH_UNIT} <<'WATCH'
 #!/bin/bash
 MD={METADATA}
 while true; do
   want=$(curl -fsS -H 'Metadata-Flavor: Google' "$MD/attributes/{AGENT_KEY}" 2>/dev/null || echo running)
-  if [ "$want" = stopped ]; then systemctl stop slm-vllm
-  elif ! systemctl is-active --quiet slm-vllm; then systemctl start slm-vllm; fi
-  sleep 5
+  if [ "$want" = stopped ]; then systemctl stop {ENGINE_UNIT}
+  elif ! systemctl is-active --quiet {ENGINE_UNIT}; then systemctl start {ENGINE_UNIT}; fi
+  sleep {WATCH_SECONDS}
 done
 WATCH
-chmod 755 /usr/local/bin/slm-vllm-watch
-cat > /etc/systemd/system/slm-vllm-watch.service <<'UNIT'
+chmod 755 /usr/local/bin/{WATCH_UNIT}
+cat > /etc/systemd/system/{WATCH_UNIT}.service <<'UNIT'
 [Unit]
-Description=slm-nightly vLLM watcher
+Description=slm-nightly engine watcher
 [Service]
-ExecStart=/usr/local/bin/slm-vllm-watch
+ExecStart=/usr/local/bin/{WATCH_UNIT}
 Restart=always
 [Install]
 WantedBy=multi-user.target
 UNIT
 systemctl daemon-reload
-systemctl restart slm-vllm-watch
-{worker}"""
+systemctl restart {WATCH_UNIT}
+{_worker(s)}"""
 
 
 def metadata_items(current: list[dict[str, Any]], updates: dict[str, str]) -> list[dict[str, str]]:

@@ -40,6 +40,9 @@ VENDOR = "vendor/llama.cpp/"
 # What the two converters import from the sdist: nothing else is unpacked.
 MEMBERS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/",
            "LICENSE")
+# Kept beside them for tasks/compute/engines.py: the architecture names this llama.cpp loads
+# (LLM_ARCH_NAMES). Not required by the converters, so an older install still converts.
+ENGINE_MEMBERS = ("src/llama-arch.cpp",)
 INSTALL_HINT = "run `make` (or `python -m tasks.training.convert install`)"
 FIX_TARGETS = ("set peft.target_modules to the transformer blocks' linear layers only "
                "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)")
@@ -87,7 +90,7 @@ def install(dest: Path | None = None) -> Path:
     renamed into place), so an interrupted install is never taken for a finished one.
     """
     dest = Path(dest) if dest else tools_dir()
-    if all((dest / m.rstrip("/")).exists() for m in MEMBERS):
+    if all((dest / m.rstrip("/")).exists() for m in MEMBERS + ENGINE_MEMBERS):
         return dest
     version = llama_cpp_version()
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +110,7 @@ def install(dest: Path | None = None) -> Path:
         try:
             os.rename(staging, dest)
         except OSError:  # a concurrent install renamed its copy first: keep theirs
-            if not all((dest / m.rstrip("/")).exists() for m in MEMBERS):
+            if not all((dest / m.rstrip("/")).exists() for m in MEMBERS + ENGINE_MEMBERS):
                 raise
     return dest
 
@@ -120,7 +123,8 @@ def _extract(sdist: Path, out: Path) -> None:
         for member in tar.getmembers():
             rel = member.name.removeprefix(prefix)
             if member.name.startswith(prefix) and any(
-                    rel == m or (m.endswith("/") and rel.startswith(m)) for m in MEMBERS):
+                    rel == m or (m.endswith("/") and rel.startswith(m))
+                    for m in MEMBERS + ENGINE_MEMBERS):
                 member.name = rel
                 picked.append(member)
         if not picked:

@@ -20,6 +20,7 @@ from prefect_gcp import GcpCredentials
 
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
+from blocks.node_serve import NodeServeSettings
 from tasks.compute.gce import GceNode
 from tasks.compute.startup_script import render_startup_script, vllm_launch_args
 from tasks.errors import ConfigError, NodeBootTimeout, NodePreempted, NodeUnavailable
@@ -259,7 +260,8 @@ def test_startup_script_is_written_into_instance_metadata(
     inst = fake.instance("zone-a", "node")
     inst.metadata = {"enable-oslogin": "TRUE"}
     node = gce(fake, tmp_path, fallback_zones=["zone-b"],
-               vllm={"prefect_api_url": "https://prefect.internal/api", "work_pool": "gpu-node"})
+               node={"engine": "vllm", "prefect_api_url": "https://prefect.internal/api",
+                     "work_pool": "gpu-node"})
     endpoint = InferenceEndpoint(model="olmo-3-32b-think", context_tokens=8192,
                                  max_output_tokens=3072)
     assert node.install_startup_script(endpoint, {"today": "/opt/adapters/2026-11-30"}) == \
@@ -268,7 +270,9 @@ def test_startup_script_is_written_into_instance_metadata(
         script = fake.instance(zone, "node").metadata["startup-script"]
         assert "--lora-modules today=/opt/adapters/2026-11-30" in script
         assert '--host "$VPC_IP" --port 9080' in script
-        assert "prefect worker start --pool gpu-node --type process" in script
+        assert ("ExecStart=/opt/slm-nightly/.venv/bin/prefect worker start --pool gpu-node "
+                "--type process") in script
+        assert fake.instance(zone, "node").metadata["enable-guest-attributes"] == "TRUE"
     assert fake.instance("zone-a", "node").metadata["enable-oslogin"] == "TRUE"  # kept
 
 
@@ -276,7 +280,9 @@ def test_vllm_launch_args() -> None:
     endpoint = InferenceEndpoint(model="olmo-3-32b-think", context_tokens=8192,
                                  max_output_tokens=3072)
     argv = vllm_launch_args(endpoint, host="10.128.0.5")
-    assert argv[:3] == ["/opt/vllm/bin/vllm", "serve", "/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf"]
+    assert argv[:3] == ["/opt/slm-nightly/.venv/bin/vllm", "serve",
+                        "/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf"]
+    assert argv[argv.index("--tokenizer") + 1] == "/opt/models/Olmo-3-32B-Think"
     pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
     assert pairs["--host"] == "10.128.0.5" and pairs["--port"] == "9080"
     assert pairs["--max-model-len"] == "8192" and pairs["--served-model-name"] == "olmo-3-32b-think"
@@ -297,11 +303,13 @@ def test_vllm_launch_args() -> None:
     with pytest.raises(ValueError, match="api_key_secret"):
         render_startup_script(keyed)
     script = render_startup_script(keyed, api_key_secret="vllm-key")
-    assert "sk-node-secret" not in script and "--secret=vllm-key" in script
+    assert "sk-node-secret" not in script and "\nsecret vllm-key ENGINE_API_KEY\n" in script
 
 
 def test_startup_script_is_valid_bash(tmp_path: Path) -> None:
-    script = render_startup_script(InferenceEndpoint(model="m"), {"x": "/opt/x"})
+    script = render_startup_script(InferenceEndpoint(model="m"), {"x": "/opt/x"},
+                                   settings=NodeServeSettings(engine="vllm",
+                                                              prefect_api_url="http://p/api"))
     path = tmp_path / "s.sh"
     path.write_text(script)
     assert os.system(f"bash -n {path}") == 0
@@ -313,7 +321,8 @@ def test_gcp_profile_parses() -> None:
     fields = {k: v for k, v in data["compute"].items() if k != "type"}
     node = GceCompute(**fields)
     assert node.zones() == ["us-central1-a", "us-central1-b", "us-central1-c"]
-    assert node.vllm.reasoning_parser == "olmo3"
+    assert node.node.engine == "llama.cpp" and node.node.prefect_api_url
+    assert node.node.tokenizer.startswith("/")
     InferenceEndpoint(**data["inference"])
 
 

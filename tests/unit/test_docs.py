@@ -63,7 +63,7 @@ def test_every_cli_option_is_in_the_reference(generated: str) -> None:
 
 
 def _keys(table: dict, prefix: str = "") -> set[str]:
-    """Dotted keys of a TOML or YAML mapping: `compute.vllm.model_path`, `peft.r`."""
+    """Dotted keys of a TOML or YAML mapping: `compute.node.model_path`, `peft.r`."""
     out = set()
     for k, v in table.items():
         if isinstance(v, dict):

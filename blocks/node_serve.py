@@ -1,0 +1,119 @@
+"""How the GPU node serves the extraction model and runs its Prefect worker (the
+`[compute.node]` table of a GCE profile): configuration only. The engine command lines and the
+startup script built from them are tasks/compute/startup_script.py; which engine can load
+which model is tasks/compute/engines.py.
+
+One environment on the node. `project_dir` is the node's checkout of this project with ONE
+virtual environment, `.venv`, holding the project, its GPU build of torch and the engine:
+llama-cpp-python built for CUDA (`CMAKE_ARGS=-DGGML_CUDA=on pip install -e .`), plus vLLM
+for the vllm engine (`pip install -e '.[gpu]'`). The worker is `{project_dir}/.venv/bin/prefect`
+because Prefect's process worker starts each flow run with its own interpreter
+(`sys.executable -m prefect.engine`): a worker from any other environment runs `train/node`
+without torch, peft and prefect-gcp.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Fields that no longer exist, and what replaced them (a profile that still sets one is told).
+_REMOVED = {
+    "prefect_bin": "the worker is {project_dir}/.venv/bin/prefect — set project_dir to the "
+                   "node's checkout instead",
+    "vllm_bin": "vLLM is {project_dir}/.venv/bin/vllm — set project_dir to the node's "
+                "checkout instead",
+}
+
+
+class NodeServeSettings(BaseModel):
+    """The node's engine (llama.cpp or vLLM on one L4, 24 GB), its offline boot and its worker."""
+
+    model_config = ConfigDict(extra="forbid")
+    engine: Literal["llama.cpp", "vllm"] = Field(
+        default="llama.cpp",
+        description="Inference engine on the node. llama.cpp (llama-cpp-python's server built "
+                    "for CUDA) loads the OLMo 3 GGUF; vLLM does not (its GGUF loader has no "
+                    "olmo2: vllm-project/vllm#30691). Needs the inference block's dialect to "
+                    "match (llama.cpp → \"llama.cpp\", vllm → \"vllm\").")
+    project_dir: str = Field(
+        default="/opt/slm-nightly",
+        description="The node's checkout of this project with its one .venv (the project, its "
+                    "GPU torch and the engine): the worker is {project_dir}/.venv/bin/prefect.")
+    model_path: str = Field(
+        default="/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf",
+        description="GGUF weights on the node's disk (32B Think, Q3_K_M: ~16 GB, fits an L4).")
+    model_architecture: str = Field(
+        default="olmo2",
+        description="The GGUF's general.architecture (llama.cpp's converter writes OLMo 3 as "
+                    "olmo2): checked against the engine's own list before the node boots.")
+    tokenizer: str = Field(
+        default="/opt/models/Olmo-3-32B-Think",
+        description="Absolute path of the model's tokenizer folder on the node (vLLM loads it; "
+                    "llama.cpp uses the GGUF's own). Never a hub id: the node boots offline.")
+    hf_home: str = Field(
+        default="/opt/slm-hf",
+        description="HF_HOME of the engine and the worker (the 7B training base is in its "
+                    "hub cache); the boot sets HF_HUB_OFFLINE=1, so nothing is downloaded.")
+    service_user: str = Field(default="slm", description="Unix user the engine and the worker "
+                              "run as (the startup script creates it if missing).")
+    gpu_memory_utilization: float = Field(default=0.92, gt=0.1, le=0.98,
+                                          description="vLLM only.")
+    structured_outputs_backend: str = Field(default="xgrammar", description="vLLM only.")
+    reasoning_parser: str | None = Field(default="olmo3", description="vLLM only; empty for "
+                                         "non-reasoning models (llama.cpp: the client strips "
+                                         "the reasoning).")
+    max_lora_rank: int = Field(default=64, ge=1, le=512, description="vLLM only.")
+    max_num_seqs: int | None = Field(default=None, ge=1, description="vLLM only; empty = "
+                                     "vLLM's default.")
+    n_gpu_layers: int = Field(default=-1, ge=-1, description="llama.cpp only: layers offloaded "
+                              "to the GPU (-1 = all; the 32B Q3_K_M fits an L4).")
+    extra_args: list[str] = Field(default_factory=list, description="Appended to the engine's "
+                                  "command line as they are.")
+    work_pool: str = Field(default="slm-node", description="Pool the node's Prefect worker serves.")
+    prefect_api_url: str | None = Field(default=None, description="PREFECT_API_URL for the "
+                                        "worker; empty = the node starts no worker.")
+    prefect_api_key_secret: str | None = Field(
+        default=None,
+        description="Secret Manager secret holding PREFECT_API_KEY (read on the node with the "
+                    "node's service account — never put the key itself in instance metadata, "
+                    "which anyone with compute.instances.get can read).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            gone = [f"{k}: {why}" for k, why in _REMOVED.items() if k in data]
+            if gone:
+                raise ValueError("field(s) no longer exist — " + "; ".join(gone))
+        return data
+
+    @field_validator("model_path", "project_dir", "hf_home")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"must be an absolute path on the node (got {v!r})")
+        return v.rstrip("/") or "/"
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _local_tokenizer(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(
+                f"{v!r} is not an absolute folder on the node — the node boots offline "
+                "(HF_HUB_OFFLINE=1), so a hub id cannot be downloaded there: put the "
+                "tokenizer folder on the node image (docs/operator-gcp.md, section 3) and set "
+                "tokenizer to its absolute path, e.g. \"/opt/models/Olmo-3-32B-Think\"")
+        return v.rstrip("/") or "/"
+
+    @field_validator("service_user")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        if not v or v == "root" or not all(c.isalnum() or c in "-_" for c in v):
+            raise ValueError(f"{v!r}: a plain unix user name other than root, e.g. \"slm\"")
+        return v
+
+    def venv_bin(self, name: str) -> str:
+        """An executable of the node's one environment."""
+        return f"{self.project_dir}/.venv/bin/{name}"
