@@ -51,9 +51,11 @@ def startup_failure(instances_client: Any, project: str, zone: str, instance: st
     from google.api_core import exceptions as gexc
 
     try:
-        attrs = instances_client.get_guest_attributes(project=project, zone=zone,
-                                                      instance=instance,
-                                                      query_path=f"{NAMESPACE}/")
+        from google.cloud import compute_v1
+
+        attrs = instances_client.get_guest_attributes(
+            request=compute_v1.GetGuestAttributesInstanceRequest(
+                project=project, zone=zone, instance=instance, query_path=f"{NAMESPACE}/"))
         inst = instances_client.get(project=project, zone=zone, instance=instance)
     except gexc.NotFound:
         return None  # nothing written (or guest attributes off)

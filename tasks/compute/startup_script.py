@@ -172,12 +172,10 @@ def _worker(s: NodeServeSettings) -> str:
     if not s.prefect_api_url:
         return "# no prefect_api_url in [compute.node]: this node runs no Prefect worker\n"
     q = shlex.quote
-    pkey = (f"secret {q(s.prefect_api_key_secret)} PREFECT_API_KEY\n"
-            if s.prefect_api_key_secret else "PREFECT_API_KEY=\n")
     return f"""
 # --- Prefect worker on the node's pool, from the node's one environment (its flow runs use
 # its interpreter: sys.executable -m prefect.engine) ---
-{pkey}install -m 600 /dev/null /etc/slm-prefect.env
+install -m 600 /dev/null /etc/slm-prefect.env
 printf 'PREFECT_API_URL=%s\\nPREFECT_API_KEY=%s\\n' {q(s.prefect_api_url)} "$PREFECT_API_KEY" \\
   > /etc/slm-prefect.env
 cat > /etc/systemd/system/{WORKER_UNIT}.service <<'UNIT'
@@ -215,7 +213,11 @@ def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, s
                          "api_key_secret (a Secret Manager secret the node can read) so the key "
                          "never lands in instance metadata")
     key_var = "VLLM_API_KEY" if s.engine == "vllm" else "API_KEY"  # what each server reads
+    # every secret is read before anything starts: a failed read starts nothing
     key_line = f"secret {shlex.quote(api_key_secret)} ENGINE_API_KEY\n" if api_key_secret else ""
+    if s.prefect_api_url:
+        key_line += (f"secret {shlex.quote(s.prefect_api_key_secret)} PREFECT_API_KEY\n"
+                     if s.prefect_api_key_secret else "PREFECT_API_KEY=\n")
     return f"""#!/bin/bash
 # Rendered by slm-nightly (tasks/compute/startup_script.py). Runs as root at every boot.
 # Any failure is written to the guest attribute {ERROR_ATTRIBUTE} before the script exits.

@@ -1,0 +1,406 @@
+"""A node runtime for the fake Compute Engine (tests/fake_compute_engine.py `node_runtime`): when
+an instance reaches RUNNING it EXECUTES the instance's `startup-script` metadata with bash, as
+GCE's google-startup-scripts.service does, with node paths mapped to the test's.
+
+What is real: bash, the rendered script line by line (its heredocs, `set -e` and ERR trap,
+curl to the metadata server, install/chmod/mkdir/stat), and every unit's ExecStart — the
+engine's and the worker's command lines exactly as rendered, with only paths mapped. What is
+modelled (each as the named document says):
+- the metadata server (cloud.google.com/compute/docs/metadata/querying-metadata, …/
+  manage-guest-attributes): a local HTTP server per runtime; GET instance/attributes/KEY (404
+  when absent), instance/network-interfaces/0/ip; PUT/DELETE instance/guest-attributes/NS/KEY
+  into the fake (refused while metadata enable-guest-attributes is not TRUE); every request
+  needs `Metadata-Flavor: Google` (403 otherwise).
+- `systemctl` (systemd.service(5), systemd.exec(5)): daemon-reload, enable, start, stop,
+  restart, is-active [--quiet] of units read from the mapped /etc/systemd/system: ExecStart,
+  EnvironmentFile (KEY=VALUE lines), Environment (space-separated assignments),
+  WorkingDirectory; User= is recorded (processes cannot switch user here). A unit's
+  environment is only what the unit gives it, on top of the machine's base environment (this
+  process's, without PREFECT_API_*, HF_* and TRANSFORMERS_OFFLINE, so the unit must set them).
+  stop = KillMode=control-group: SIGTERM to the unit's processes and all they started, SIGKILL
+  after 5 s. Restart= is not modelled.
+- `gcloud secrets versions access latest --secret=NAME` from a dict; a missing secret exits 1
+  with gcloud's NOT_FOUND text.
+- `useradd`, `id -u`, `chown`: recorded no-ops (`id -u` knows the users useradd added).
+Power-off (stop, preemption) stops every unit and the script; the pid files of a boot live in
+the mapped /run, cleared at the next boot as a reboot clears /run.
+
+The engine may be replaced (`unit_overrides={"slm-engine": argv}`) by a faster stand-in; the
+worker's unit may not: it runs the rendered ExecStart, mapped.
+
+The shims run as `python -m tests.fake_node CMD ARGS` with FAKE_NODE_DIR naming the instance's
+folder (its config.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+METADATA = "http://metadata.google.internal/computeMetadata/v1/instance"
+SHIMS = ("systemctl", "gcloud", "useradd", "id", "chown")
+STRIPPED_ENV = ("PREFECT_API_URL", "PREFECT_API_KEY", "HF_HUB_OFFLINE", "HF_HOME",
+                "TRANSFORMERS_OFFLINE", "PYTHONPATH")
+GCLOUD_NOT_FOUND = ("ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret "
+                    "[projects/{project}/secrets/{name}] not found or has no versions.")
+
+
+class FakeNode:
+    """Runs rendered startup scripts on a fake Compute Engine's instances.
+
+    `paths`: node path → test path, applied to the script text (longest first, one pass);
+    /etc/, /usr/local/bin/, /run/ and the metadata URL are mapped into `root` besides.
+    `secrets`: Secret Manager name → value. `env`: added to the machine's base environment."""
+
+    def __init__(self, root: Path, *, paths: dict[str, str] | None = None,
+                 secrets: dict[str, str] | None = None, env: dict[str, str] | None = None,
+                 unit_overrides: dict[str, list[str]] | None = None,
+                 project: str = "test-project") -> None:
+        from tasks.compute.startup_script import WORKER_UNIT
+
+        if unit_overrides and WORKER_UNIT in unit_overrides:
+            raise ValueError("the worker unit runs the rendered ExecStart: no override")
+        self.root = root
+        self.paths = dict(paths or {})
+        self.secrets = dict(secrets or {})
+        self.overrides = dict(unit_overrides or {})
+        self.project = project
+        base = {k: v for k, v in os.environ.items() if k not in STRIPPED_ENV}
+        self.env = {**base, **(env or {})}
+        self.fake: Any = None
+        self._scripts: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self.metadata_url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def attach(self, fake: Any) -> FakeNode:
+        """Become `fake`'s node runtime."""
+        self.fake = fake
+        fake.node_runtime = self
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # ---- the runtime hooks (called with the fake's lock held: never wait on the fake) -------
+    def boot(self, inst: Any) -> None:
+        script = inst.metadata.get("startup-script")
+        if not script:
+            return  # an instance without a startup script boots to nothing of ours
+        d = self.dir(inst.zone, inst.name)
+        for sub in ("etc/systemd/system", "usr-local-bin", "bin", "run"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        for pid in (d / "run").glob("*"):
+            pid.unlink()
+        # the machine's environment: the shims stand where systemctl, gcloud, … are on a node
+        env = {**self.env, "PATH": f"{d / 'bin'}:{self.env.get('PATH', '/usr/bin:/bin')}",
+               "FAKE_NODE_DIR": str(d)}
+        (d / "config.json").write_text(json.dumps({
+            "env": env, "overrides": self.overrides, "secrets": self.secrets,
+            "project": self.project, "log": str(self.log_path(inst.zone, inst.name))}))
+        for shim in SHIMS:
+            path = d / "bin" / shim
+            path.write_text(f"#!/bin/bash\nPYTHONPATH={shlex.quote(str(ROOT))} exec "
+                            f"{shlex.quote(sys.executable)} -m tests.fake_node {shim} \"$@\"\n")
+            path.chmod(0o755)
+        mapped = d / "startup-script.sh"
+        mapped.write_text(self.map_script(script, inst.zone, inst.name))
+        with open(self.log_path(inst.zone, inst.name), "ab") as log:
+            self._scripts[(inst.zone, inst.name)] = subprocess.Popen(
+                ["bash", str(mapped)], cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def power_off(self, inst: Any) -> None:
+        d = self.dir(inst.zone, inst.name)
+        script = self._scripts.pop((inst.zone, inst.name), None)
+        if script is not None and script.poll() is None:
+            _stop_family(script.pid)
+            script.wait(5)
+        for pid_file in sorted((d / "run").glob("*.pid")) if (d / "run").is_dir() else []:
+            stop_unit(d, pid_file.stem)
+
+    def metadata_changed(self, inst: Any) -> None:
+        """Nothing: the node's watcher polls the metadata server, as on a real node."""
+
+    # ---- what a test looks at ----------------------------------------------------------------
+    def dir(self, zone: str, name: str) -> Path:
+        return self.root / f"node-{zone}-{name}"
+
+    def log_path(self, zone: str, name: str) -> Path:
+        return self.root / f"node-{zone}-{name}.log"
+
+    def log(self, zone: str, name: str) -> str:
+        path = self.log_path(zone, name)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def script_exit(self, zone: str, name: str) -> int | None:
+        proc = self._scripts.get((zone, name))
+        return None if proc is None else proc.poll()
+
+    def unit_pid(self, zone: str, name: str, unit: str) -> int | None:
+        return _live_pid(self.dir(zone, name), unit)
+
+    def unit_running(self, zone: str, name: str, unit: str) -> bool:
+        return self.unit_pid(zone, name, unit) is not None
+
+    def unit_user(self, zone: str, name: str, unit: str) -> str | None:
+        path = self.dir(zone, name) / "run" / f"{unit}.user"
+        return path.read_text() or None if path.exists() else None
+
+    def unit_environ(self, zone: str, name: str, unit: str) -> dict[str, str]:
+        """The running unit's environment, read from /proc/<pid>/environ."""
+        pid = self.unit_pid(zone, name, unit)
+        if pid is None:
+            raise AssertionError(f"unit {unit} is not running on {zone}/{name}")
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return dict(e.decode().split("=", 1) for e in raw if b"=" in e)
+
+    def map_script(self, script: str, zone: str, name: str) -> str:
+        d = self.dir(zone, name)
+        mapping = {**self.paths,
+                   METADATA: f"{self.metadata_url}/{zone}/{name}/computeMetadata/v1/instance",
+                   "/etc/": f"{d}/etc/", "/usr/local/bin/": f"{d}/usr-local-bin/",
+                   "/run/": f"{d}/run/"}
+        keys = sorted(mapping, key=len, reverse=True)
+        pattern = re.compile("|".join(re.escape(k) for k in keys))
+        return pattern.sub(lambda m: mapping[m.group(0)], script)
+
+    # ---- the metadata server -------------------------------------------------------------------
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        node = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self, code: int, text: str) -> None:
+                body = text.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/text")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _route(self, method: str) -> None:
+                m = re.fullmatch(r"/([^/]+)/([^/]+)/computeMetadata/v1/instance/(.*)",
+                                 self.path.split("?")[0])
+                if self.headers.get("Metadata-Flavor") != "Google":
+                    return self._answer(403, "Missing Metadata-Flavor:Google header.")
+                if m is None or node.fake is None:
+                    return self._answer(404, "not found")
+                zone, name, rest = m.groups()
+                inst = node.fake.instances.get((zone, name))
+                if inst is None:
+                    return self._answer(404, "not found")
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length).decode() if length else ""
+                if method == "GET" and rest == "network-interfaces/0/ip":
+                    return self._answer(200, "127.0.0.1")  # the fake's networkIP
+                if method == "GET" and rest.startswith("attributes/"):
+                    value = dict(inst.metadata).get(rest.removeprefix("attributes/"))
+                    return self._answer(404, "not found") if value is None else \
+                        self._answer(200, value)
+                if rest.startswith("guest-attributes/") and method in ("PUT", "DELETE"):
+                    path = rest.removeprefix("guest-attributes/")
+                    try:
+                        if method == "PUT":
+                            node.fake.put_guest_attribute(zone, name, path, body)
+                        else:
+                            node.fake.delete_guest_attribute(zone, name, path)
+                    except Exception as e:  # noqa: BLE001 - disabled, or a bad path
+                        return self._answer(403 if "disabled" in str(e) else 400, str(e))
+                    return self._answer(200, "")
+                return self._answer(404, "not found")
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._route("GET")
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self._route("PUT")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._route("DELETE")
+
+        return Handler
+
+
+# ---- units (used by the systemctl shim and by power-off) ---------------------------------------
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _live_pid(d: Path, unit: str) -> int | None:
+    path = d / "run" / f"{unit}.pid"
+    try:
+        pid_text, started = path.read_text().split()
+    except (OSError, ValueError):
+        return None
+    pid = int(pid_text)
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        state = stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return pid if state != "Z" and _start_time(pid) == started else None
+
+
+def _stop_family(pid: int, grace: float = 5.0) -> None:
+    """KillMode=control-group: SIGTERM to the process and all it started, SIGKILL after grace."""
+    import psutil
+
+    try:
+        top = psutil.Process(pid)
+        family = [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in family:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(family, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+def stop_unit(d: Path, unit: str) -> None:
+    pid = _live_pid(d, unit)
+    if pid is not None:
+        _stop_family(pid)
+    (d / "run" / f"{unit}.pid").unlink(missing_ok=True)
+
+
+def _unit(d: Path, unit: str) -> dict[str, list[str]]:
+    path = d / "etc" / "systemd" / "system" / f"{unit}.service"
+    if not path.exists():
+        raise SystemExit(f"Failed to start {unit}.service: Unit {unit}.service not found.")
+    fields: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith(("#", "[")):
+            fields.setdefault(key.strip(), []).append(value.strip())
+    return fields
+
+
+def _env_file(path: str) -> dict[str, str]:
+    optional = path.startswith("-")
+    try:
+        lines = Path(path.lstrip("-")).read_text().splitlines()
+    except OSError:
+        if optional:
+            return {}
+        raise
+    out = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and not line.lstrip().startswith("#"):
+            out[key.strip()] = value
+    return out
+
+
+def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
+    if _live_pid(d, unit) is not None:
+        return
+    f = _unit(d, unit)
+    env = dict(config["env"])
+    for assignment in f.get("Environment", []):
+        for item in shlex.split(assignment):
+            key, _, value = item.partition("=")
+            env[key] = value
+    for path in f.get("EnvironmentFile", []):
+        env.update(_env_file(path))
+    argv = config["overrides"].get(unit) or shlex.split(f["ExecStart"][-1])
+    cwd = (f.get("WorkingDirectory") or [None])[-1]
+    with open(config["log"], "ab") as log:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    (d / "run" / f"{unit}.pid").write_text(f"{proc.pid} {_start_time(proc.pid)}")
+    (d / "run" / f"{unit}.user").write_text((f.get("User") or [""])[-1])
+
+
+# ---- the shims ---------------------------------------------------------------------------------
+
+
+def _systemctl(d: Path, config: dict[str, Any], args: list[str]) -> int:
+    quiet = "--quiet" in args or "-q" in args
+    words = [a for a in args if not a.startswith("-")]
+    verb, units = words[0], [u.removesuffix(".service") for u in words[1:]]
+    if verb in ("daemon-reload", "enable"):
+        return 0
+    for unit in units:
+        if verb in ("stop", "restart"):
+            stop_unit(d, unit)
+        if verb in ("start", "restart"):
+            start_unit(d, unit, config)
+        if verb == "is-active":
+            active = _live_pid(d, unit) is not None
+            if not quiet:
+                print("active" if active else "inactive")
+            if not active:
+                return 3
+    return 0
+
+
+def _gcloud(config: dict[str, Any], args: list[str]) -> int:
+    if args[:3] != ["secrets", "versions", "access"]:
+        print(f"fake gcloud: {' '.join(args)} is not modelled", file=sys.stderr)
+        return 2
+    name = next((a.split("=", 1)[1] for a in args if a.startswith("--secret=")), "")
+    if name not in config["secrets"]:
+        print(GCLOUD_NOT_FOUND.format(project=config["project"], name=name), file=sys.stderr)
+        return 1
+    sys.stdout.write(config["secrets"][name])
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    d = Path(os.environ["FAKE_NODE_DIR"])
+    config = json.loads((d / "config.json").read_text())
+    cmd, args = argv[0], argv[1:]
+    users = d / "users"
+    if cmd == "systemctl":
+        return _systemctl(d, config, args)
+    if cmd == "gcloud":
+        return _gcloud(config, args)
+    if cmd == "useradd":
+        with open(users, "a") as f:
+            f.write(args[-1] + "\n")
+        return 0
+    if cmd == "id":
+        known = users.read_text().split() if users.exists() else []
+        if args and args[-1] in known:
+            print(1000 + known.index(args[-1]))
+            return 0
+        print(f"id: '{args[-1] if args else ''}': no such user", file=sys.stderr)
+        return 1
+    if cmd == "chown":
+        with open(d / "chown.log", "a") as f:
+            f.write(" ".join(args) + "\n")
+        return 0
+    print(f"fake node: {cmd} is not modelled", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # a shim: stdlib only at import, so each call starts fast
+    sys.exit(main(sys.argv[1:]))

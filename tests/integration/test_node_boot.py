@@ -1,0 +1,116 @@
+"""The node's boot as the rendered startup script runs it (tests/fake_node.py executes the
+script with bash on the fake Compute Engine, paths mapped): llama.cpp's server started by the
+rendered command serves a structured request; a startup failure ends readiness at once with
+its cause; the engine and the worker run offline, as the service user, from the one .venv."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blocks.inference import InferenceEndpoint
+from tasks.compute.gce import GceNode
+from tasks.compute.startup_script import ENGINE_UNIT, WORKER_UNIT
+from tasks.errors import ServerError
+from tasks.processes import free_port
+from tests.conftest import ROOT
+from tests.fake_compute_engine import FakeComputeEngine
+from tests.fake_node import FakeNode
+from tests.integration.test_gce import PROJECT, gce
+
+NODE_MODEL = "/opt/models/smollm2.gguf"
+NODE_SETTINGS = {"project_dir": "/opt/slm-nightly", "model_path": NODE_MODEL,
+                 "model_architecture": "llama", "hf_home": "/opt/slm-hf",
+                 "tokenizer": "/opt/models/smollm2-tokenizer"}
+
+
+def node_paths(tmp: Path, model: Path) -> dict[str, str]:
+    """The node's paths as this test maps them: the checkout is this repository."""
+    return {"/opt/slm-nightly": str(ROOT), NODE_MODEL: str(model),
+            "/opt/slm-hf": str(tmp / "hf")}
+
+
+@pytest.fixture
+def booted(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    from tasks.compute.inference_server import default_model_path
+
+    runtime = FakeNode(tmp_path, paths=node_paths(tmp_path, default_model_path()),
+                       secrets={"prefect-key": "pnu_fake_key_1234"}, project=PROJECT)
+    with FakeComputeEngine(PROJECT) as fake:
+        runtime.attach(fake)
+        fake.add_instance("zone-a", "node", boot_seconds=0.2)
+        yield {"fake": fake, "runtime": runtime}
+    runtime.close()
+
+
+def _install(fake: FakeComputeEngine, tmp: Path, port: int, **node: Any) -> tuple[GceNode,
+                                                                                 InferenceEndpoint]:
+    compute = gce(fake, tmp, inference_port=port, poll_seconds=0.2,
+                  node={**NODE_SETTINGS, **node})
+    endpoint = InferenceEndpoint(model="smol", dialect="llama.cpp", context_tokens=2048,
+                                 max_output_tokens=256, readiness_timeout_seconds=120)
+    compute.install_startup_script(endpoint)
+    return compute, endpoint
+
+
+def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
+        booted: dict[str, Any], tmp_path: Path) -> None:
+    import asyncio
+
+    from tasks.extraction.llm import LLMClient
+    from tasks.extraction.schema import SYSTEM_PROMPT, json_schema
+
+    fake, runtime = booted["fake"], booted["runtime"]
+    port = free_port()
+    worker_api = "http://127.0.0.1:9/api"  # the worker only has to start: its env is checked
+    compute, endpoint = _install(fake, tmp_path, port, prefect_api_url=worker_api,
+                                 prefect_api_key_secret="prefect-key")
+    compute.start()
+    url = compute.start_inference(endpoint)
+    assert url == f"http://127.0.0.1:{port}"
+
+    async def one() -> Any:  # the extraction client, in the dialect the engine check demands
+        async with LLMClient(url, "smol", "llama.cpp", max_output_tokens=200, max_retries=2,
+                             timeout_seconds=120) as client:
+            return await client.extract(SYSTEM_PROMPT, "Ada Lovelace worked with Charles "
+                                        "Babbage in London.", json_schema(2, 1, 40, 40))
+
+    answer = asyncio.run(one())
+    assert len(answer.entities) <= 2 and len(answer.relationships) <= 1
+    # both units run as the service user, offline, with the fixed HF_HOME
+    hf = str(tmp_path / "hf")
+    for unit in (ENGINE_UNIT, WORKER_UNIT):
+        env = runtime.unit_environ("zone-a", "node", unit)
+        assert (env["HF_HUB_OFFLINE"], env["TRANSFORMERS_OFFLINE"], env["HF_HOME"]) == \
+            ("1", "1", hf), unit
+        assert runtime.unit_user("zone-a", "node", unit) == "slm"
+    worker_env = runtime.unit_environ("zone-a", "node", WORKER_UNIT)
+    assert worker_env["PREFECT_API_URL"] == worker_api
+    assert worker_env["PREFECT_API_KEY"] == "pnu_fake_key_1234"
+    assert "pnu_fake_key_1234" not in fake.instance("zone-a", "node").metadata["startup-script"]
+    compute.stop()
+    assert not runtime.unit_running("zone-a", "node", ENGINE_UNIT)
+    assert not runtime.unit_running("zone-a", "node", WORKER_UNIT)
+
+
+def test_a_missing_secret_fails_readiness_at_once_naming_it(
+        booted: dict[str, Any], tmp_path: Path) -> None:
+    fake, runtime = booted["fake"], booted["runtime"]
+    compute, endpoint = _install(fake, tmp_path, free_port(),
+                                 prefect_api_url="http://127.0.0.1:9/api",
+                                 prefect_api_key_secret="no-such-secret")
+    compute.start()
+    t = time.monotonic()
+    with pytest.raises(ServerError, match=r"startup script of .*zones/zone-a/instances/node "
+                       r"failed: reading Secret Manager secret no-such-secret failed: ERROR: "
+                       r"\(gcloud.secrets.versions.access\) NOT_FOUND.*journalctl -u "
+                       r"google-startup-scripts"):
+        compute.start_inference(endpoint)
+    assert time.monotonic() - t < 15  # not readiness_timeout_seconds (120)
+    assert runtime.script_exit("zone-a", "node") == 1
+    assert not runtime.unit_running("zone-a", "node", ENGINE_UNIT)
+    compute.stop()
