@@ -21,17 +21,13 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from uuid import UUID
 
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     FlowRunFilter,
     FlowRunFilterDeploymentId,
-    FlowRunFilterId,
     FlowRunFilterState,
     FlowRunFilterStateType,
-    TaskRunFilter,
-    TaskRunFilterId,
 )
 from prefect.client.schemas.objects import StateType
 from prefect.exceptions import ObjectNotFound
@@ -51,7 +47,7 @@ def cancel_stale_node_runs(deployment: str = "train/node", exclude: set[str] | N
                            logger: Any = None) -> list[dict[str, str]]:
     """Set Cancelled every open run of `deployment` that no live nightly owns (module
     docstring), with a message naming why. `exclude`: flow run ids to leave alone — a node run
-    whose own id or parent nightly's id is in it (the caller's own nightly). `holding_slot`: the
+    whose own id, or the id of a flow run above it, is in it (the caller's own nightly). `holding_slot`: the
     caller holds the `nightly` slot. Returns {id, name, was, reason} per cancelled run; none
     when the deployment does not exist (a local profile)."""
     log = logger or logging.getLogger("slm_nightly.stale_runs")
@@ -65,14 +61,14 @@ def cancel_stale_node_runs(deployment: str = "train/node", exclude: set[str] | N
             deployment_id=FlowRunFilterDeploymentId(any_=[dep.id]),
             state=FlowRunFilterState(type=FlowRunFilterStateType(any_=OPEN))))
         runs = [r for r in runs if str(r.id) not in keep]
-        parents = _parents(client, runs)
         slot_held = None if holding_slot else active_slots(NIGHTLY_LIMIT) > 0
         cancelled: list[dict[str, str]] = []
         for run in runs:
-            parent = parents.get(run.id)
-            if parent is not None and str(parent.id) in keep:
+            chain = _ancestors(client, run)
+            if any(str(a.id) in keep for a in chain):
                 continue
-            reason = _why_stale(parent, holding_slot, bool(slot_held))
+            # the outermost run is the nightly: it owns the node run while it lives
+            reason = _why_stale(chain[-1] if chain else None, holding_slot, bool(slot_held))
             if reason is None:
                 continue
             was = (run.state.name if run.state else None) or "unknown"
@@ -102,18 +98,17 @@ def _why_stale(parent: Any, holding_slot: bool, slot_held: bool) -> str | None:
     return None
 
 
-def _parents(client: Any, runs: list[Any]) -> dict[UUID, Any]:
-    """node run id → the nightly flow run that submitted it (run_deployment records it as the
-    flow run of the run's parent task run); absent when there is none."""
-    task_ids = [r.parent_task_run_id for r in runs if r.parent_task_run_id]
-    if not task_ids:
-        return {}
-    tasks = client.read_task_runs(task_run_filter=TaskRunFilter(id=TaskRunFilterId(
-        any_=task_ids)))
-    flow_of_task = {t.id: t.flow_run_id for t in tasks if t.flow_run_id}
-    flows = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(
-        any_=list(set(flow_of_task.values())))))
-    by_id = {f.id: f for f in flows}
-    return {r.id: by_id[flow_of_task[r.parent_task_run_id]] for r in runs
-            if r.parent_task_run_id in flow_of_task and flow_of_task[r.parent_task_run_id]
-            in by_id}
+def _ancestors(client: Any, run: Any, depth: int = 8) -> list[Any]:
+    """The flow runs above a node run, nearest first: run_deployment records its caller as the
+    flow run of the node run's parent task run (the nightly, or a subflow of it)."""
+    chain: list[Any] = []
+    while run.parent_task_run_id and len(chain) < depth:
+        try:
+            task = client.read_task_run(run.parent_task_run_id)
+            run = client.read_flow_run(task.flow_run_id) if task.flow_run_id else None
+        except ObjectNotFound:  # deleted: the chain ends here
+            break
+        if run is None:
+            break
+        chain.append(run)
+    return chain

@@ -66,11 +66,18 @@ def finished_nightly(deployment: str) -> str:
     return str(run_deployment(name=deployment, timeout=0, tags=["slm-node"]).id)
 
 
+@flow(name="stale-test-train")
+def training_subflow(deployment: str) -> str:
+    return str(run_deployment(name=deployment, timeout=0, tags=["slm-node"]).id)
+
+
 @flow(name=NIGHTLY)
-def live_nightly(deployment: str) -> tuple[str, str, list[dict[str, str]]]:
+def live_nightly(deployment: str) -> tuple[str, list[str], list[dict[str, str]]]:
     """The nightly at its start, as flows/nightly.py calls it (holding the `nightly` slot):
-    submits its own node run first, so the test shows its runs are left alone."""
-    own = str(run_deployment(name=deployment, timeout=0, tags=["slm-node"]).id)
+    submits node runs of its own first — one directly, one from a subflow — so the test shows
+    its runs are left alone."""
+    own = [str(run_deployment(name=deployment, timeout=0, tags=["slm-node"]).id),
+           training_subflow(deployment)]
     me = str(current_run.get_id())
     return me, own, cancel_stale_node_runs(deployment, exclude={me}, holding_slot=True)
 
@@ -152,8 +159,8 @@ def test_runs_of_dead_nightlies_are_cancelled_and_the_live_nightlys_run_is_left(
     assert f"({killed_parent}) is still Running" in by_id[killed_scheduled]["reason"]
     assert "does not hold the nightly slot" in by_id[killed_scheduled]["reason"]
     assert all(_state(k) == "Cancelled" for k in by_id)
-    assert _state(own) == "Scheduled"
-    assert _worker_would_take() == {own}  # the node's worker, booting now, takes only tonight's
+    assert [_state(k) for k in own] == ["Scheduled", "Scheduled"]
+    assert _worker_would_take() == set(own)  # the node's worker, booting now, takes tonight's
     assert me not in by_id
 
 
