@@ -6,15 +6,15 @@ dies first (its VM stops, the process is killed), the run stays in the API — S
 Late, or AwaitingRetry, Pending or Running — and the node's worker, started again at the next
 boot, picks it up: the night trains yesterday's data first, beside the inference server.
 
-Who can own a node run: only the nightly run that submitted it (its parent flow run: the
-run_deployment task in the nightly), and only while that nightly holds the `nightly` slot —
-it takes the slot at its start and submits node runs only while it holds it
-(flows/nightly.py, tasks/compute/gpu.py). So a node run whose parent is final (Completed,
-Failed, Cancelled, Crashed), gone, or absent (submitted by hand) has no owner. A parent that is
-still Running may be a dead process that never reported: when the caller holds the `nightly`
-slot itself (the nightly at its start), no other nightly can be using the node, so every other
-parent's runs are stale; otherwise a parent still Running counts as alive while anyone holds the
-slot.
+Who can own a node run: only the nightly run that submitted it (the outermost flow run above
+it: run_deployment records its caller as the node run's parent task run, in the nightly or in a
+subflow of it), and only while that nightly holds the `nightly` slot — it takes the slot at its
+start and submits node runs only while it holds it (flows/nightly.py, tasks/compute/gpu.py). So a
+node run whose nightly is final (Completed, Failed, Cancelled, Crashed), gone, or absent
+(submitted by hand) has no owner. A nightly still Running may be a dead process that never
+reported: when the caller holds the `nightly` slot itself (the nightly at its start), no other
+nightly can be using the node, so every other nightly's runs are stale; otherwise a nightly
+still Running counts as alive while anyone holds the slot.
 """
 
 from __future__ import annotations
