@@ -254,6 +254,41 @@ def _preflight(args: argparse.Namespace) -> int:
     return 1 if any(c.failed for c in checks) else 0
 
 
+def _node_preflight(args: argparse.Namespace) -> int:
+    """Everything a night on a GCE profile needs, checked without booting the node."""
+    from tasks.compute.preflight import Check, PreflightReport, run_preflight
+    from tasks.profile import load_profile
+
+    try:
+        cfg = load_profile(args.profile)
+    except ConfigError as e:  # a saved block that does not load is a failed check too
+        report = PreflightReport(args.profile, [Check("profile", False, str(e),
+                                                      "fix the profile or save the block")])
+    else:
+        report = run_preflight(cfg)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
+    return 0 if report.ok else 1
+
+
+def _node(args: argparse.Namespace) -> int:
+    if args.node_command == "smoke":
+        from prefect.settings import PREFECT_API_URL
+
+        from flows.smoke import node_smoke
+
+        if not PREFECT_API_URL.value():  # the node's worker and its deployment live there
+            raise ConfigError("node smoke: PREFECT_API_URL is not set — point it at the Prefect "
+                              "server the node's worker talks to (`slm-nightly preflight` "
+                              "checks the pools and deployments there)")
+
+        result = node_smoke(profile=args.profile, train_timeout_seconds=args.train_timeout)
+        print("\n".join(f"{p['phase']:12} {p['status']:7} {p.get('seconds', 0):>7} s  "
+                        f"{p['detail']}" for p in result["phases"]))
+        print(f"verdict: {result['verdict']}")
+        return 0 if result["verdict"] == "passed" else 1
+    raise ConfigError(f"node: unknown command {args.node_command!r}")
+
+
 def _adapters(args: argparse.Namespace) -> int:
     from tasks.profile import load_profile
 
@@ -349,6 +384,24 @@ def build_parser() -> argparse.ArgumentParser:
                      "compute profile; a GCE node's are on the node)")
     pre.add_argument("--json", action="store_true", help="print JSON")
     pre.set_defaults(func=_preflight)
+
+    pf = sub.add_parser("preflight", help="check a GCE profile before a night: IAM, the "
+                        "instances, the bucket, blocks and secrets, work pools and deployments, "
+                        "the engine and the node's worker, the training recipe (prints each "
+                        "check; exit 1 when one fails; boots nothing)")
+    pf.add_argument("--profile", default="gcp", help="profiles/NAME.toml or a path")
+    pf.add_argument("--json", action="store_true", help="print JSON")
+    pf.set_defaults(func=_node_preflight)
+
+    nd = sub.add_parser("node", help="the GPU node")
+    nsub = nd.add_subparsers(dest="node_command", required=True)
+    n_smoke = nsub.add_parser("smoke", help="boot the node, wait for its engine, send one "
+                              "structured request and one training step, stop the node "
+                              "(always); exit 1 unless every phase passed")
+    n_smoke.add_argument("--profile", default="gcp", help="profiles/NAME.toml or a path")
+    n_smoke.add_argument("--train-timeout", type=int, default=3600,
+                         help="seconds for the training step on the node (default 3600)")
+    nd.set_defaults(func=_node)
 
     ad = sub.add_parser("adapters", help="the adapter registry")
     asub = ad.add_subparsers(dest="adapters_command", required=True)

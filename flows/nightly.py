@@ -215,6 +215,18 @@ def _reconcile_at_start(cfg: Profile, logger: Any) -> list[dict[str, str]] | Non
     return [{"name": r.name, "was": r.was, "now": r.now, "reason": r.reason} for r in done] or None
 
 
+def _preflight(cfg: Profile, logger: Any) -> None:
+    """tasks/compute/preflight.py for tonight (the orchestrator's own deployments left out):
+    a failing check fails the night, naming each failure and its fix, before anything boots."""
+    from tasks.compute.preflight import PreflightFailed, run_preflight
+
+    report = run_preflight(cfg, night=True)
+    for check in report.checks:
+        (logger.info if check.ok else logger.error)("preflight %s", check.line())
+    if not report.ok:
+        raise PreflightFailed(report)
+
+
 def _served_adapter(cfg: Profile) -> LocalServing:
     """Tonight's server loads the promoted adapter of the profile's serve_bucket, if any, when
     it was trained on the GGUF the server serves (else the base model, and why), and serves it
@@ -260,6 +272,9 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     summary.reaper = _reap_at_start(cfg, logger)
     summary.reconciled = _reconcile_at_start(cfg, logger)
     try:
+        if cfg.node.remote_training:  # a GCE node: nothing boots before its preflight passes
+            with _phase(summary, "preflight"):
+                _preflight(cfg, logger)
         with _phase(summary, "compute_up"):
             summary.node = compute_up(cfg.node)
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
@@ -309,18 +324,21 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
         raise
     finally:
         try:
-            with _phase(summary, "compute_down"):
-                usage = None
-                _request_stop(cfg.node, logger)
-                try:
-                    usage = compute_down(cfg.node)
-                except BaseException:
-                    # Cancellation can refuse new task runs: stop the node directly.
-                    cfg.node.stop()
-                    usage = node_usage(cfg.node, logger)
-                    raise
-                finally:
-                    summary.cost = cost_summary(usage, summary)
+            if "compute_up" not in summary.phases:  # the preflight failed: nothing booted
+                summary.set_phase("compute_down", "skipped", note="nothing was booted")
+            else:
+                with _phase(summary, "compute_down"):
+                    usage = None
+                    _request_stop(cfg.node, logger)
+                    try:
+                        usage = compute_down(cfg.node)
+                    except BaseException:
+                        # Cancellation can refuse new task runs: stop the node directly.
+                        cfg.node.stop()
+                        usage = node_usage(cfg.node, logger)
+                        raise
+                    finally:
+                        summary.cost = cost_summary(usage, summary)
         except Exception:
             summary.status = "failed"
             raise

@@ -20,6 +20,11 @@ from tests.integration.test_gce import PROJECT, creds
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
+# The node's engine as the preflight checks it (tasks/compute/engines.py): the fake engine
+# (tests/fake_openai.py) speaks vLLM's dialect, and `llama` is an architecture in vLLM's GGUF
+# list, so the nightly's preflight passes on it.
+VLLM_NODE = {"engine": "vllm", "model_architecture": "llama"}
+
 
 def gce_profile(tmp: Path, block: str, falkordb: int, graph: str, inference: str = "",
                 extra: str = "", top: str = "", readiness_seconds: int = 30) -> Path:
@@ -70,7 +75,7 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         fake.stock_out("zone-a", "SPOT")
         GceCompute(project=PROJECT, zone="zone-a", instance="node", fallback_zones=["zone-b"],
                    api_endpoint=fake.url, gcp_credentials=creds(fake), poll_seconds=0.1,
-                   inference_port=port, state_dir=str(tmp_path / "state")
+                   inference_port=port, state_dir=str(tmp_path / "state"), node=VLLM_NODE
                    ).save("nightly-gce-node", overwrite=True)
         s = nightly(profile=str(profile))
         assert s["status"] == "completed", s.get("error")
@@ -125,7 +130,8 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
         fake.add_instance("zone-a", "node")
         GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=fake.url,
                    gcp_credentials=creds(fake), poll_seconds=0.1, inference_port=port,
-                   state_dir=str(tmp_path / "state")).save("nightly-gce-preempt", overwrite=True)
+                   state_dir=str(tmp_path / "state"), node=VLLM_NODE
+                   ).save("nightly-gce-preempt", overwrite=True)
         def preempt_mid_phase1() -> None:
             while fake.instance("zone-a", "node").status != "RUNNING":
                 time.sleep(0.05)

@@ -32,6 +32,7 @@ from tasks.processes import free_port
 from tests.conftest import PREFECT, ROOT, prefect_server, toml_profile
 from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
 from tests.integration.test_gce import PROJECT, SA
+from tests.integration.test_nightly_gce import VLLM_NODE
 
 LATENCY = 3.0  # seconds per LLM answer: 8 documents, one request at a time → phase 1 ≥ 24 s
 
@@ -70,7 +71,8 @@ class Node:
             compute={"type": "gce", "project": PROJECT, "zone": "zone-a", "instance": "node",
                      "api_endpoint": self.fake.url, "poll_seconds": 0.1,
                      "boot_timeout_seconds": 30, "stop_timeout_seconds": 30,
-                     "inference_port": self.port},
+                     "inference_port": self.port,
+                     "node": VLLM_NODE},  # what the preflight's engine check accepts
             inference={"dialect": "vllm", "model": "fake", "max_concurrent_requests": 1,
                        "readiness_timeout_seconds": 30, "request_timeout_seconds": 60,
                        "context_tokens": 2048, "max_output_tokens": 256},

@@ -1,0 +1,143 @@
+"""The node's smoke test, the operator's first command on a new project
+(`slm-nightly node smoke --profile gcp`): boot the GCE node, wait for its engine, send one
+structured request, release the GPU, run one training step on a few rows through the node's
+deployment (the dataset pushed as the nightly pushes it), and stop the node — whatever
+happened before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from tasks.errors import ConfigError
+from tasks.profile import Profile, load_profile
+
+# A few rows in the scorecard's SFT dataset shape (tasks/training/train.py: load_splits). A
+# timestamp in each makes every smoke's data new: the train flow reuses an adapter already
+# trained on the same data and parameters, which would train nothing.
+SMOKE_ROWS = 4
+
+
+def smoke_dataset(folder: Path) -> Path:
+    import polars as pl
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    rows = [{"messages": [{"role": "user", "content": f"Smoke test {stamp}: say {i}."},
+                          {"role": "assistant", "content": f"{i}"}],
+             "split": "eval" if i == SMOKE_ROWS - 1 else "train"} for i in range(SMOKE_ROWS)]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"smoke-{stamp}.parquet"
+    pl.DataFrame(rows).write_parquet(path)
+    return path
+
+
+class Smoke:
+    """The phases as they run: each (name, status, detail, seconds), told to `say` at once."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.phases: list[dict[str, Any]] = []
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[dict[str, Any]]:
+        record: dict[str, Any] = {"phase": name, "status": "running", "detail": ""}
+        self.phases.append(record)
+        started = time.monotonic()
+        self.say(f"smoke: {name} …")
+        try:
+            yield record
+            record["status"] = "ok"
+        except BaseException as e:
+            record["status"] = "failed"
+            record["detail"] = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            record["seconds"] = round(time.monotonic() - started, 1)
+            self.say(f"smoke: {name} {record['status']} ({record['seconds']} s)"
+                     + (f": {record['detail']}" if record["detail"] else ""))
+
+
+def _one_request(cfg: Profile, base_url: str) -> str:
+    """One structured request through phase 1's client, as extraction sends it."""
+    from tasks.extraction.extract import run_sync
+    from tasks.extraction.inputs import llm_client, response_schema
+    from tasks.extraction.schema import SYSTEM_PROMPT
+
+    user = ("Document: smoke (transcripts)\n---\nAnn Lee, an engineer at Acme Ltd, met "
+            "Bob Stone in Leeds to plan the bridge survey.")
+
+    async def ask() -> Any:
+        async with llm_client(cfg.inference, base_url) as client:
+            client.max_retries = min(client.max_retries, 1)
+            return await client.extract(SYSTEM_PROMPT, user, response_schema(cfg.inference))
+
+    answer = run_sync(ask())
+    return (f"{len(answer.entities)} entities, {len(answer.relationships)} relationships "
+            f"from {cfg.inference.model}")
+
+
+def _one_step(cfg: Profile, profile: str, timeout_seconds: float) -> str:
+    """One training step on a few rows on the node, through its deployment."""
+    from tasks.compute.node import run_on_node
+    from tasks.files import file_sha256
+    from tasks.training.params import build_params
+
+    dataset = smoke_dataset(cfg.state_dir / "smoke")
+    params = build_params(cfg.training.recipe, {
+        "dataset": str(dataset), "bucket": "smoke", "method": "sft", "max_steps": 1,
+        "base_model": cfg.training.base_model or cfg.node.base_model},
+        where=f"profile {profile} [training]")
+    parameters: dict[str, Any] = {"params": params.model_dump(mode="json"), "profile": profile,
+                                  "created_by": "smoke", "promote": False}
+    if cfg.training.gcs_block:  # as the nightly hands a dataset to the node
+        from tasks.gcs_sync import upload_file
+
+        key = f"datasets/smoke/{dataset.name}"
+        upload_file(cfg.training.gcs_block, dataset, key)
+        parameters.update(dataset_gcs_key=key, dataset_sha256=file_sha256(dataset))
+    row = run_on_node(cfg.node, cfg.training.node_deployment, parameters, timeout_seconds,
+                      label="smoke", pickup_seconds=cfg.training.node_pickup_seconds)
+    if row.state != "done":
+        raise RuntimeError(f"the node's training run ended {row.state}: {row.message}")
+    return f"adapter {row.name}: step {row.step}/{row.steps}, loss {row.loss} (not promoted)"
+
+
+@flow(name="node-smoke")
+def node_smoke(profile: str = "gcp", train_timeout_seconds: int = 3600) -> dict[str, Any]:
+    """Boot → engine → one request → engine down → one training step → stop (always).
+    Returns {phases, verdict, error}; never raises for a failed phase."""
+    cfg = load_profile(profile)
+    if not cfg.node.remote_training:
+        raise ConfigError(f"node smoke: profile {profile} has no remote node ([compute] type "
+                          "= \"gce\"); the local node is tested by `slm-nightly run`")
+    node = cfg.node
+    smoke = Smoke(lambda m: print(m, flush=True))
+    error = None
+    try:
+        with smoke.phase("boot") as p:
+            p["detail"] = node.start()
+        with smoke.phase("engine") as p:
+            base_url = node.start_inference(cfg.inference)
+            p["detail"] = f"ready at {base_url}"
+        with smoke.phase("request") as p:
+            p["detail"] = _one_request(cfg, base_url)
+        with smoke.phase("engine down") as p:
+            node.stop_inference()
+            p["detail"] = "the GPU is free"
+        with smoke.phase("train") as p:
+            p["detail"] = _one_step(cfg, profile, train_timeout_seconds)
+    except Exception as e:  # noqa: BLE001 - recorded in its phase; the node stops below
+        error = f"{type(e).__name__}: {e}"
+    finally:
+        with smoke.phase("stop") as p:
+            p["detail"] = f"stopped: {', '.join(node.stop()) or 'already down'}"
+    verdict = "passed" if error is None else "failed"
+    print(f"smoke: {verdict}" + (f" — {error}" if error else ""), flush=True)
+    return {"phases": smoke.phases, "verdict": verdict, "error": error}

@@ -1,0 +1,284 @@
+"""`slm-nightly preflight` (tasks/compute/preflight.py) and the nightly's preflight phase,
+against the fake Compute Engine (driven by the real google-cloud-compute client), the GCS
+emulator (prefect-gcp's GcsBucket) and the test Prefect server with prefect.yaml's
+deployments deployed by the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blocks.gce import GceCompute
+from flows.cli import main
+from tasks.compute.preflight import PreflightFailed, PreflightReport, run_preflight
+from tasks.profile import load_profile
+from tests.conftest import PREFECT, ROOT, toml_profile
+from tests.fake_compute_engine import FakeComputeEngine
+from tests.gcs_emulator import GcsEmulator
+from tests.integration.test_gce import PROJECT, creds
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+BUCKET_BLOCK = "preflight-gcs"
+
+
+def _api_url() -> str:
+    from prefect.settings import PREFECT_API_URL
+
+    return str(PREFECT_API_URL.value())
+
+
+@pytest.fixture(scope="module")
+def deployed(prefect_api: None) -> None:
+    """prefect.yaml's train/node, nightly/production and node-reaper/production, deployed with
+    the CLI from the checkout (so train/node changes into ROOT), and their pools."""
+    env = {**os.environ, "PREFECT_API_URL": _api_url(), "PWD": str(ROOT),
+           "PYTHONPATH": str(ROOT)}
+    for argv in (["work-pool", "create", "slm-node", "--type", "process", "--overwrite"],
+                 ["work-pool", "create", "slm-orchestrator", "--type", "process", "--overwrite"],
+                 ["--no-prompt", "deploy", "--name", "node", "--name", "production"]):
+        out = subprocess.run([PREFECT, *argv], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=180)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, deployed: None
+          ) -> Iterator[FakeComputeEngine]:
+    """The fake Compute Engine with the node in two zones, and the emulated bucket's block."""
+    tmp = tmp_path_factory.mktemp("preflight-gcs")
+    with GcsEmulator(tmp) as gcs, FakeComputeEngine(PROJECT) as fake:
+        gcs.bucket(folder="slm").save(BUCKET_BLOCK, overwrite=True)
+        fake.add_instance("zone-a", "node")
+        fake.add_instance("zone-b", "node")
+        yield fake
+
+
+def profile(tmp: Path, fake: FakeComputeEngine, *, zones: tuple[str, ...] = ("zone-a", "zone-b"),
+            training: dict[str, Any] | None = None, gcs: bool = True, dialect: str = "llama.cpp",
+            **node: Any) -> Path:
+    """A GCE profile that trains (a corpus root), on a saved GceCompute block whose node runs
+    its worker from this checkout (where the test deployment changes into)."""
+    block = "preflight-" + tmp.name[-20:].replace("_", "-").lower()
+    GceCompute(project=PROJECT, zone=zones[0], instance="node", fallback_zones=list(zones[1:]),
+               api_endpoint=fake.url, gcp_credentials=creds(fake), poll_seconds=0.1,
+               state_dir=str(tmp / "state"),
+               node={"work_pool": "slm-node", "project_dir": str(ROOT),
+                     "prefect_api_url": _api_url(), **node}).save(block, overwrite=True)
+    return toml_profile(
+        tmp / "gce.toml", state_dir=tmp / "state", gcs_block=BUCKET_BLOCK if gcs else None,
+        compute={"type": "gce", "block": block},
+        inference={"dialect": dialect, "model": "fake", "context_tokens": 2048,
+                   "max_output_tokens": 256, "readiness_timeout_seconds": 60},
+        graph={"type": "falkordb", "host": "127.0.0.1", "port": 1, "graph_name": "preflight"},
+        sources={"transcripts": tmp / "docs"}, corpus={"root": ROOT / "examples" / "corpus"},
+        training={"recipe": "production", **(training or {})})
+
+
+def statuses(report: PreflightReport) -> dict[str, str]:
+    return {c.name: c.status for c in report.checks}
+
+
+def failed(report: PreflightReport) -> dict[str, str]:
+    return {c.name: f"{c.detail} — fix: {c.fix}" for c in report.failed}
+
+
+def test_a_ready_project_passes_every_check(tmp_path: Path, world: FakeComputeEngine) -> None:
+    report = run_preflight(load_profile(str(profile(tmp_path, world))))
+    assert report.ok, failed(report)
+    s = statuses(report)
+    for zone in ("zone-a", "zone-b"):
+        for what in ("machine type", "GPU", "scheduling"):
+            assert s[f"instance {zone}/node: {what}"] == "ok"
+    assert s["credentials"] == "ok"
+    assert s[f"bucket {BUCKET_BLOCK}: write"] == "ok"
+    assert s["deployment train/node"] == s["work pool slm-node"] == "ok"
+    assert s["deployment nightly/production"] == s["deployment node-reaper/production"] == "ok"
+    assert s["work pool slm-orchestrator"] == "ok"
+    # the production recipe's own preflight, for a g2-standard-4, from its shipped config.json
+    assert s["training recipe (sft, dpo): verification fits"] == "ok"
+    assert s["training recipe (sft, dpo): base model"] == "skipped"  # the weights are on the node
+    # the probe object was removed again
+    from prefect_gcp import GcsBucket
+
+    assert [b.name for b in GcsBucket.load(BUCKET_BLOCK).list_blobs("preflight")] == []
+    # nothing was started or changed on the node
+    assert {c["verb"] for c in world.calls} <= {"get", "testIamPermissions"}
+
+
+def test_missing_instance_pool_and_deployment_are_named_with_their_fix(
+        tmp_path: Path, world: FakeComputeEngine, capsys: pytest.CaptureFixture[str]) -> None:
+    path = profile(tmp_path, world, zones=("zone-a", "zone-c"), work_pool="absent-pool",
+                   training={"node_deployment": "train/absent"})
+    code = main(["preflight", "--profile", str(path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["ok"] is False
+    bad = {c["name"]: c for c in out["checks"] if c["status"] == "failed"}
+    assert set(bad) == {"instance zone-c/node", "deployment train/absent"}
+    assert bad["instance zone-c/node"]["detail"] == \
+        "projects/test-project/zones/zone-c/instances/node not found"
+    assert "prefect --no-prompt deploy --all" in bad["deployment train/absent"]["fix"]
+    # the pool: train/node exists, but not on the pool the node's worker serves
+    path = profile(tmp_path, world, work_pool="absent-pool")
+    report = run_preflight(load_profile(str(path)))
+    assert failed(report) == {
+        "work pool absent-pool": "not on the Prefect server — fix: `prefect work-pool create "
+                                 "absent-pool --type process`",
+        "deployment train/node": "on pool slm-node, but the node's worker serves absent-pool "
+                                 "— fix: set the node's work_pool to the deployment's pool, "
+                                 "or redeploy"}
+
+
+def test_a_night_that_trains_needs_a_bucket(tmp_path: Path, world: FakeComputeEngine,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLM_YOYO_WEIGHTS_GCS_BUCKET", raising=False)
+    report = run_preflight(load_profile(str(profile(tmp_path, world, gcs=False))))
+    assert list(failed(report)) == ["bucket"]
+    assert "set gcs_block at the top of the profile" in report.failed[0].fix
+
+
+def test_a_failing_preflight_fails_the_night_before_anything_boots(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    from flows.nightly import nightly
+
+    path = profile(tmp_path, world, training={"node_deployment": "train/absent"})
+    starts = len(world.seen("start"))
+    with pytest.raises(PreflightFailed, match="deployment train/absent: not on the Prefect "
+                                              "server"):
+        nightly(profile=str(path))
+    assert len(world.seen("start")) == starts  # no start call reached Compute
+    s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+    assert s["status"] == "failed" and "compute_up" not in s["phases"]
+    assert s["phases"]["preflight"]["status"] == "failed"
+    assert s["phases"]["compute_down"] == {"status": "skipped", "seconds": 0.0,
+                                           "note": "nothing was booted"}
+    assert s["error"].startswith("preflight: PreflightFailed: deployment train/absent")
+
+
+def test_a_missing_permission_and_a_misbuilt_instance_are_named(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    from tests.integration.test_gce import SA
+
+    orchestrator = SA["client_email"]
+    with FakeComputeEngine(PROJECT) as fake:
+        own = fake.add_instance("zone-a", "node", service_account=orchestrator)
+        bad = fake.add_instance("zone-b", "node", service_account=None)
+        bad.machine_type, bad.accelerators, bad.on_host_maintenance = \
+            "n1-standard-4", [], "MIGRATE"
+        fake.enforce_iam = True
+        fake.grant(orchestrator, "roles/compute.instanceAdmin.v1", own.resource())
+        fake.grant(orchestrator, "roles/compute.viewer", bad.resource())  # read-only there
+        report = run_preflight(load_profile(str(profile(tmp_path, fake))))
+    assert failed(report) == {
+        "instance zone-a/node: service account":
+            f"{orchestrator} is the orchestrator's own account — fix: give the node its own "
+            "service account (docs/operator-gcp.md, section 2): the node needs the bucket and "
+            "its secrets, not instance admin",
+        "instance zone-b/node: machine type":
+            "n1-standard-4, not g2-standard-4 — fix: stop it and `gcloud compute instances "
+            "set-machine-type node --machine-type=g2-standard-4` (the recipes and memory "
+            "checks assume its 16 GB RAM and one L4)",
+        "instance zone-b/node: GPU":
+            "accelerators none, not one nvidia-l4 — fix: recreate the instance as a "
+            "g2-standard-4 (which comes with one L4)",
+        "instance zone-b/node: scheduling":
+            "onHostMaintenance MIGRATE — fix: `gcloud compute instances set-scheduling node "
+            "--maintenance-policy=TERMINATE` (a GPU VM cannot live-migrate)",
+        "instance zone-b/node: service account":
+            "the instance runs without a service account — fix: `gcloud compute instances "
+            "set-service-account` with the node's own account (slm-node@…; it reads the "
+            "bucket and its secrets)",
+        "instance zone-b/node: IAM":
+            "the orchestrator lacks compute.instances.start, compute.instances.stop, "
+            "compute.instances.setMetadata, compute.instances.setScheduling, "
+            "compute.instances.getGuestAttributes — fix: grant the orchestrator's account "
+            "roles/compute.instanceAdmin.v1 on the instance"}
+    assert statuses(report)["instance zone-a/node: IAM"] == "ok"
+
+
+def test_an_engine_that_cannot_load_the_model_and_the_node_worker(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    path = profile(tmp_path, world, dialect="vllm", engine="vllm", project_dir="/opt/elsewhere")
+    report = run_preflight(load_profile(str(path)))
+    f = failed(report)
+    assert set(f) == {"engine", "deployment train/node"}
+    # vLLM's GGUF loader has no olmo2 (vllm-project/vllm#30691); llama.cpp's list has it
+    assert f["engine"].startswith("engine vllm cannot load /opt/models/Olmo-3-32B-Think-Q3_K_M"
+                                  ".gguf: its GGUF loader (transformers ")
+    assert "has no architecture 'olmo2'" in f["engine"]
+    assert f["engine"].endswith('— fix: set [compute.node] engine = "llama.cpp" (it loads olmo2)')
+    assert f["deployment train/node"] == (
+        f"changes into ['{ROOT}'], the node's checkout is /opt/elsewhere — fix: deploy from the "
+        "checkout at the node's project_dir (the same path on both machines), or fix "
+        "project_dir")
+    worker = next(c for c in report.checks if c.name == "node worker")
+    assert worker.ok and worker.detail == (
+        "/opt/elsewhere/.venv/bin/prefect worker start --pool slm-node --type process with "
+        f"PREFECT_API_URL {_api_url()}")
+    # a node without a Prefect API URL starts no worker: its training runs would wait
+    report = run_preflight(load_profile(str(profile(tmp_path, world, prefect_api_url=None))))
+    assert list(failed(report)) == ["node worker"]
+
+
+# --- slm-nightly node smoke, on the fake node of tests/integration/test_node_path.py ---------------
+def _smoke(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, str]]:
+    code = main(["node", "smoke", "--profile", str(path)])
+    out = capsys.readouterr().out
+    # the table the CLI prints after the run: "phase  status  seconds s  detail"
+    phases = dict(re.findall(r"^(boot|engine|request|engine down|train|stop) +(ok|failed) ",
+                             out, re.M))
+    return code, phases | {"verdict": out.strip().rsplit("verdict: ", 1)[-1], "_out": out}
+
+
+def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
+        tmp_path: Path, world: FakeComputeEngine, base_cache: dict[str, Any],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tasks.training.registry import ArtifactStore
+    from tests.integration.test_node_path import Node
+
+    node = Node(tmp_path)
+    with node.fake:  # after `world`'s GCS emulator: the node's worker inherits it
+        path = node.profile(tmp_path, "smoke-ok", {**base_cache, "falkordb": 1}, 50,
+                            gcs_block=BUCKET_BLOCK)
+        code, phases = _smoke(path, capsys)
+        assert code == 0, phases["_out"] + node.log.read_text()[-3000:]
+        assert {k: v for k, v in phases.items() if k != "_out"} == {
+            "boot": "ok", "engine": "ok", "request": "ok", "engine down": "ok", "train": "ok",
+            "stop": "ok", "verdict": "passed"}
+        assert "step 1/1" in phases["_out"]  # one step, though the recipe says 50
+        inst = node.fake.instance("zone-a", "node")
+        assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
+        assert not node.fake.worker_running("zone-a", "node")
+    # the node trained on the rows pushed to the bucket; the adapter is kept, never promoted
+    store = ArtifactStore(tmp_path / "state" / "artifacts", BUCKET_BLOCK)
+    (m,) = store.list("smoke")
+    assert m.state == "done" and m.created_by == "smoke" and not m.promoted
+    assert m.step == m.steps == 1 and "node-datasets/datasets/smoke/smoke-" in (m.dataset or "")
+
+
+def test_node_smoke_stops_the_node_when_a_step_fails(
+        tmp_path: Path, world: FakeComputeEngine, base_cache: dict[str, Any],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.integration.test_node_path import Node
+
+    node = Node(tmp_path)
+    with node.fake:
+        path = node.profile(tmp_path, "smoke-fail", {**base_cache, "falkordb": 1}, 1,
+                            gcs_block=BUCKET_BLOCK)
+        # the engine serves `fake`; the profile asks for another model
+        path.write_text(path.read_text().replace('model = "fake"', 'model = "absent"'))
+        code, phases = _smoke(path, capsys)
+        assert code == 1
+        assert (phases["boot"], phases["engine"], phases["stop"], phases["verdict"]) == \
+            ("ok", "failed", "ok", "failed")
+        assert "request" not in phases and "train" not in phases
+        assert "serves ['fake'], not 'absent'" in phases["_out"]
+        assert node.fake.instance("zone-a", "node").status == "TERMINATED"
+        assert len(node.fake.seen("stop", "zone-a", "node")) == 1
