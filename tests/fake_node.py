@@ -60,7 +60,8 @@ class FakeNode:
 
     `paths`: node path → test path, applied to the script text (longest first, one pass);
     /etc/, /usr/local/bin/, /run/ and the metadata URL are mapped into `root` besides.
-    `secrets`: Secret Manager name → value. `env`: added to the machine's base environment."""
+    `secrets`: Secret Manager name → value. `env`: added to the machine's base environment
+    (this process's at boot, so a test's emulators started later are seen)."""
 
     def __init__(self, root: Path, *, paths: dict[str, str] | None = None,
                  secrets: dict[str, str] | None = None, env: dict[str, str] | None = None,
@@ -75,8 +76,7 @@ class FakeNode:
         self.secrets = dict(secrets or {})
         self.overrides = dict(unit_overrides or {})
         self.project = project
-        base = {k: v for k, v in os.environ.items() if k not in STRIPPED_ENV}
-        self.env = {**base, **(env or {})}
+        self.env = dict(env or {})  # on top of this process's environment at each boot
         self.fake: Any = None
         self._scripts: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -105,8 +105,9 @@ class FakeNode:
         for pid in (d / "run").glob("*"):
             pid.unlink()
         # the machine's environment: the shims stand where systemctl, gcloud, … are on a node
-        env = {**self.env, "PATH": f"{d / 'bin'}:{self.env.get('PATH', '/usr/bin:/bin')}",
-               "FAKE_NODE_DIR": str(d)}
+        base = {k: v for k, v in os.environ.items() if k not in STRIPPED_ENV}
+        env = {**base, **self.env, "FAKE_NODE_DIR": str(d),
+               "PATH": f"{d / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}"}
         (d / "config.json").write_text(json.dumps({
             "env": env, "overrides": self.overrides, "secrets": self.secrets,
             "project": self.project, "log": str(self.log_path(inst.zone, inst.name))}))

@@ -25,14 +25,16 @@ import pytest
 
 from blocks.gce import GceCompute
 from flows.nightly import nightly
+from tasks.compute.startup_script import ENGINE_UNIT, WORKER_UNIT
 from tasks.errors import NodePreempted
 from tasks.processes import free_port
 from tasks.training.registry import ArtifactStore
 from tests.conftest import PREFECT, ROOT
-from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
+from tests.fake_compute_engine import FakeComputeEngine
+from tests.fake_node import FakeNode
 from tests.gcs_emulator import GcsEmulator
 from tests.integration.test_gce import PROJECT, creds
-from tests.integration.test_nightly_gce import VLLM_NODE, gce_profile
+from tests.integration.test_nightly_gce import gce_profile
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -80,33 +82,46 @@ def free_gpu_slot() -> Any:
 
 
 class Node:
-    """The fake Compute Engine with one zone's instance: 'vLLM' (tests/fake_openai.py) and a
-    real Prefect worker on slm-node, started at RUNNING and ended at stop."""
+    """The fake Compute Engine with one zone's instance whose boot runs the rendered startup
+    script (tests/fake_node.py, paths mapped to this test's): its engine unit replaced by the
+    fake OpenAI server (tests/fake_openai.py) for speed, its worker unit exactly as rendered —
+    the real `prefect worker` of the node's one environment on slm-node."""
 
     def __init__(self, tmp: Path) -> None:
         self.port = free_port()
-        self.log = tmp / "node.log"
-        self.fake = FakeComputeEngine(PROJECT, on_start=self._vllm, node_worker=self._worker,
-                                      agent_log=self.log)
+        self.runtime = FakeNode(tmp, project=PROJECT, env={"PREFECT_WORKER_QUERY_SECONDS": "1",
+                                                           "PREFECT_LOGGING_LEVEL": "INFO"},
+                                unit_overrides={ENGINE_UNIT: [
+                                    sys.executable, "-m", "tests.fake_openai", "--port",
+                                    str(self.port)]})
+        self.log = self.runtime.log_path("zone-a", "node")
+        self.fake = FakeComputeEngine(PROJECT)
+        self.runtime.attach(self.fake)
         self.fake.add_instance("zone-a", "node", boot_seconds=0.3)
 
-    def _vllm(self, inst: FakeInstance) -> list[str]:
-        return [sys.executable, "-m", "tests.fake_openai", "--port", str(self.port)]
+    def install(self, profile: Path, base: dict[str, Any]) -> None:
+        """What the operator does once: the startup script rendered from the profile's blocks
+        into the instance's metadata, the node's paths mapped to this machine's (the node's
+        checkout is this repository; vLLM's binary, not installed here, maps to python)."""
+        from tasks.compute.gce import GceNode
+        from tasks.profile import load_profile
 
-    def _worker(self, inst: FakeInstance) -> list[str]:
-        return ["env", f"PREFECT_API_URL={_api_url()}", "PREFECT_WORKER_QUERY_SECONDS=1",
-                "PREFECT_LOGGING_LEVEL=INFO", PREFECT, "worker", "start", "--pool", "slm-node",
-                "--type", "process", "--name", f"node-{inst.zone}"]
+        cfg = load_profile(str(profile))
+        compute = cfg.compute
+        assert isinstance(compute, GceCompute)
+        s = compute.node
+        if not s.prefect_api_url:
+            s = s.model_copy(update={"prefect_api_url": _api_url()})
+        self.runtime.paths = {s.project_dir: str(ROOT), s.model_path: str(base["gguf"]),
+                              s.tokenizer: str(base["hf"]), s.hf_home: str(profile.parent / "hf"),
+                              s.venv_bin("vllm"): sys.executable}
+        GceNode(compute.model_copy(update={"node": s})).install_startup_script(cfg.inference)
 
     def profile(self, tmp: Path, block: str, base: dict[str, Any], max_steps: int,
                 gcs_block: str | None = None) -> Path:
-        # the node's checkout is this one (where train/node changes into), its worker talks
-        # to the test server: what the preflight checks before the nightly boots it
         GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=self.fake.url,
                    gcp_credentials=creds(self.fake), poll_seconds=0.2, inference_port=self.port,
-                   state_dir=str(tmp / "state"),
-                   node={**VLLM_NODE, "project_dir": str(ROOT), "prefect_api_url": _api_url()}
-                   ).save(block, overwrite=True)
+                   state_dir=str(tmp / "state")).save(block, overwrite=True)
         recipe = tmp / "recipe.yaml"
         recipe.write_text(textwrap.dedent(f"""
             peft: {{r: 4, lora_alpha: 8, lora_dropout: 0.0}}
@@ -134,6 +149,7 @@ class Node:
             """))
         shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md",
                     tmp / "docs" / "transcripts")
+        self.install(path, base)
         return path
 
 
@@ -187,18 +203,18 @@ def test_nightly_trains_on_the_node_through_its_deployment(
         # the node is down and everything it ran is gone
         inst = node.fake.instance("zone-a", "node")
         assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
-        assert not node.fake.agent_running("zone-a", "node")
-        assert not node.fake.worker_running("zone-a", "node")
+        assert not node.runtime.unit_running("zone-a", "node", ENGINE_UNIT)
+        assert not node.runtime.unit_running("zone-a", "node", WORKER_UNIT)
+        assert node.runtime.unit_user("zone-a", "node", WORKER_UNIT) == "slm"
         assert len(node.fake.seen("stop", "zone-a", "node")) == 1
 
 
 def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
     node = Node(tmp_path)
-    with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
-        gcs.bucket(folder="slm").save("node-preempt-gcs", overwrite=True)
+    with node.fake:
         profile = node.profile(tmp_path, "node-preempt", {**base_cache, "falkordb": falkordb},
-                               400, gcs_block="node-preempt-gcs")
+                               400)
         store = ArtifactStore(tmp_path / "state" / "artifacts")
 
         def preempt_when_training() -> None:  # the first adapter manifest says "running"
@@ -227,16 +243,15 @@ def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
         # the checkpoint it saved is where the next run resumes (tests/integration/test_train.py)
         assert list((tmp_path / "state" / "artifacts" / "checkpoints").glob("*/checkpoint-*"))
         assert node.fake.instance("zone-a", "node").status == "TERMINATED"
-        assert not node.fake.worker_running("zone-a", "node")
+        assert not node.runtime.unit_running("zone-a", "node", WORKER_UNIT)
 
 
 def test_a_phase2_timeout_cancels_the_node_run_and_the_node_worker_ends_it(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
     node = Node(tmp_path)
-    with GcsEmulator(tmp_path) as gcs, node.fake:
-        gcs.bucket(folder="slm").save("node-timeout-gcs", overwrite=True)
+    with node.fake:
         profile = node.profile(tmp_path, "node-timeout", {**base_cache, "falkordb": falkordb},
-                               400, gcs_block="node-timeout-gcs")
+                               400)
         with pytest.raises(Exception, match="training failed"):
             nightly(profile=str(profile), phase2_timeout_seconds=25)
         s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
@@ -248,7 +263,7 @@ def test_a_phase2_timeout_cancels_the_node_run_and_the_node_worker_ends_it(
         assert first.state.is_cancelled(), first.state
         assert first.state.message != "cancelled by the nightly; the node stop ends its process"
         assert node.fake.instance("zone-a", "node").status == "TERMINATED"
-        assert not node.fake.worker_running("zone-a", "node")
+        assert not node.runtime.unit_running("zone-a", "node", WORKER_UNIT)
 
 
 def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
