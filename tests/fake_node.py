@@ -18,7 +18,8 @@ modelled (each as the named document says):
   environment is only what the unit gives it, on top of the machine's base environment (this
   process's, without PREFECT_API_*, HF_* and TRANSFORMERS_OFFLINE, so the unit must set them).
   stop = KillMode=control-group: SIGTERM to the unit's processes and all they started, SIGKILL
-  after 5 s. Restart= is not modelled.
+  after 5 s. start of a Type=simple unit whose ExecStart cannot run returns 0 and leaves it
+  inactive (the failure is logged). Restart= is not modelled.
 - `gcloud secrets versions access latest --secret=NAME` from a dict; a missing secret exits 1
   with gcloud's NOT_FOUND text.
 - `useradd`, `id -u`, `chown`: recorded no-ops (`id -u` knows the users useradd added).
@@ -334,8 +335,14 @@ def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
     argv = config["overrides"].get(unit) or shlex.split(f["ExecStart"][-1])
     cwd = (f.get("WorkingDirectory") or [None])[-1]
     with open(config["log"], "ab") as log:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            # Type=simple: systemctl returns once the unit forked; the exec failure only marks
+            # the unit failed (systemd.service(5)), as journalctl would show it
+            log.write(f"{unit}.service: Failed to execute {argv[0]}: {e.strerror}\n".encode())
+            return
     (d / "run" / f"{unit}.pid").write_text(f"{proc.pid} {_start_time(proc.pid)}")
     (d / "run" / f"{unit}.user").write_text((f.get("User") or [""])[-1])
 
