@@ -49,6 +49,7 @@ from tasks.processes import ManagedServer
 log = logging.getLogger("slm_nightly.gce")
 
 STOPPED = {"TERMINATED", "STOPPED"}
+BOOT_STATUS_SECONDS = 10.0  # how often the wait for the engine reads the startup script's error
 
 
 @dataclass
@@ -340,6 +341,9 @@ class GceNode:
         deadline = started + endpoint.readiness_timeout_seconds
         poll = 1.0
         next_check = started + b.poll_seconds
+        # a failed boot is read from a guest attribute: cheap, so sooner than the status poll
+        boot_every = min(b.poll_seconds, BOOT_STATUS_SECONDS)
+        next_boot_check = started + boot_every
         next_report = started + b.progress_seconds
         while True:
             stage, models = inference_server.probe(base_url, key)
@@ -358,8 +362,10 @@ class GceNode:
                 next_report = now + b.progress_seconds
             if now >= next_check:
                 self.check_running()
-                self._raise_startup_failure(node)
                 next_check = now + b.poll_seconds
+            if now >= next_boot_check:
+                self._raise_startup_failure(node)
+                next_boot_check = now + boot_every
             time.sleep(poll)
             poll = min(poll * 1.5, 10.0)
         if endpoint.model not in models:
