@@ -215,6 +215,21 @@ def _reconcile_at_start(cfg: Profile, logger: Any) -> list[dict[str, str]] | Non
     return [{"name": r.name, "was": r.was, "now": r.now, "reason": r.reason} for r in done] or None
 
 
+def _cancel_stale_node_runs(cfg: Profile, logger: Any) -> list[dict[str, str]] | None:
+    """Node runs a dead orchestrator left open would be taken by the node's worker as soon as it
+    boots, before tonight's: cancel those no live nightly owns (this run holds the slot)."""
+    from tasks.compute.stale_runs import cancel_stale_node_runs
+
+    own = current_run.get_id()
+    try:
+        return cancel_stale_node_runs(cfg.training.node_deployment,
+                                      exclude={str(own)} if own else None, holding_slot=True,
+                                      logger=logger) or None
+    except Exception as e:  # noqa: BLE001 - the night goes on; the summary says it was not done
+        logger.warning("could not cancel stale node runs: %s: %s", type(e).__name__, e)
+        return [{"error": f"{type(e).__name__}: {e}"}]
+
+
 def _preflight(cfg: Profile, logger: Any) -> None:
     """tasks/compute/preflight.py for tonight (the orchestrator's own deployments left out):
     a failing check fails the night, naming each failure and its fix, before anything boots."""
@@ -271,6 +286,8 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     _take_nightly_slot(alive)
     summary.reaper = _reap_at_start(cfg, logger)
     summary.reconciled = _reconcile_at_start(cfg, logger)
+    if cfg.node.remote_training:  # a local node has no node runs
+        summary.stale_node_runs = _cancel_stale_node_runs(cfg, logger)
     try:
         if cfg.node.remote_training:  # a GCE node: nothing boots before its preflight passes
             with _phase(summary, "preflight"):

@@ -450,6 +450,9 @@ class RunSummary(Record):
     # Training manifests found unfinished for a run that is gone, marked at the start
     # (tasks/training/reconcile.py): {name, was, now, reason}.
     reconciled: list[dict[str, str]] | None = None
+    # train/node runs no live nightly owned, cancelled at the start (tasks/compute/stale_runs.py):
+    # {id, name, was, reason}; {error} when the check failed.
+    stale_node_runs: list[dict[str, str]] | None = None
     node: str | None = None
     serving_adapter: str | None = None  # unset: the server was not started; None: base model
     serving_note: str | None = None  # why tonight's server serves the base model, or the names

@@ -103,6 +103,7 @@ def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local"
         lines.append(f"Reaper at start: stopped a node left up ({reaped.get('found')})")
     for r in s.reconciled or []:
         lines.append(f"Adapter {r['name']}: {r['was']} → {r['now']} at start ({r['reason']})")
+    lines += _stale_lines(s)
     if s.failures:
         lines += ["", f"Failed documents ({len(s.failures)}), also in {s.dead_letter}:"]
         for f in s.failures[:20]:
@@ -157,6 +158,15 @@ def render_markdown(summary: RunSummary | dict[str, Any]) -> str:
         lines += ["", f"Reaper at start: stopped a node left up ({reaped.get('found')})."]
     for r in s.reconciled or []:
         lines += ["", f"Adapter {r['name']}: {r['was']} → {r['now']} at start ({r['reason']})."]
+    for line in _stale_lines(s):
+        lines += ["", line + "."]
     if s.error:
         lines += ["", f"**Error:** {s.error}"]
     return "\n".join(lines)
+
+
+def _stale_lines(s: RunSummary) -> list[str]:
+    """The node runs cancelled at the start (tasks/compute/stale_runs.py), or why none were."""
+    return [f"Stale node runs not checked: {r['error']}" if "error" in r else
+            f"Node run {r['name']} ({r['was']}) cancelled at start: {r['reason']}"
+            for r in s.stale_node_runs or []]

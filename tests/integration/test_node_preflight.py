@@ -19,6 +19,7 @@ from blocks.gce import GceCompute
 from flows.cli import main
 from tasks.compute.preflight import PreflightFailed, PreflightReport, run_preflight
 from tasks.profile import load_profile
+from tasks.summary import render_text
 from tests.conftest import PREFECT, ROOT, toml_profile
 from tests.fake_compute_engine import FakeComputeEngine
 from tests.gcs_emulator import GcsEmulator
@@ -146,8 +147,15 @@ def test_a_night_that_trains_needs_a_bucket(tmp_path: Path, world: FakeComputeEn
 
 def test_a_failing_preflight_fails_the_night_before_anything_boots(
         tmp_path: Path, world: FakeComputeEngine) -> None:
+    from prefect.client.orchestration import get_client
+
     from flows.nightly import nightly
 
+    # a train/node run a dead orchestrator left Scheduled: the night cancels it first
+    with get_client(sync_client=True) as client:
+        dep = client.read_deployment_by_name("train/node")
+        left = client.create_flow_run_from_deployment(dep.id, parameters={
+            "profile": "old", "params": {"dataset": "old.parquet", "method": "sft"}})
     path = profile(tmp_path, world, training={"node_deployment": "train/absent"})
     starts = len(world.seen("start"))
     with pytest.raises(PreflightFailed, match="deployment train/absent: not on the Prefect "
@@ -160,6 +168,21 @@ def test_a_failing_preflight_fails_the_night_before_anything_boots(
     assert s["phases"]["compute_down"] == {"status": "skipped", "seconds": 0.0,
                                            "note": "nothing was booted"}
     assert s["error"].startswith("preflight: PreflightFailed: deployment train/absent")
+    # the stale-run check ran on the profile's node deployment: none named train/absent
+    assert s["stale_node_runs"] is None
+    path = profile(tmp_path, world, work_pool="absent-pool")  # train/node, failing preflight
+    with pytest.raises(PreflightFailed, match="work pool absent-pool"):
+        nightly(profile=str(path))
+    s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+    stale = {r["id"]: r for r in s["stale_node_runs"]}
+    assert stale[str(left.id)]["reason"] == ("no nightly run owns it (submitted by hand, or its "
+                                             "nightly run was deleted)")
+    assert (f"Node run {left.name} ({stale[str(left.id)]['was']}) cancelled at start: no "
+            "nightly run owns it") in render_text(s)
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(left.id).state
+    assert state is not None and state.is_cancelled()
+    assert len(world.seen("start")) == starts
 
 
 def test_a_missing_permission_and_a_misbuilt_instance_are_named(
