@@ -18,6 +18,7 @@ import pytest
 from blocks.gce import GceCompute
 from flows.cli import main
 from tasks.compute.preflight import PreflightFailed, PreflightReport, run_preflight
+from tasks.compute.startup_script import WORKER_UNIT
 from tasks.profile import load_profile
 from tasks.summary import render_text
 from tests.conftest import PREFECT, ROOT, toml_profile
@@ -278,7 +279,8 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
         assert "step 1/1" in phases["_out"]  # one step, though the recipe says 50
         inst = node.fake.instance("zone-a", "node")
         assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
-        assert not node.fake.worker_running("zone-a", "node")
+        # the node's worker (started by its rendered startup script) ended with it
+        assert not node.runtime.unit_running("zone-a", "node", WORKER_UNIT)
     # the node trained on the rows pushed to the bucket; the adapter is kept, never promoted
     store = ArtifactStore(tmp_path / "state" / "artifacts", BUCKET_BLOCK)
     (m,) = store.list("smoke")
@@ -305,3 +307,4 @@ def test_node_smoke_stops_the_node_when_a_step_fails(
         assert "serves ['fake'], not 'absent'" in phases["_out"]
         assert node.fake.instance("zone-a", "node").status == "TERMINATED"
         assert len(node.fake.seen("stop", "zone-a", "node")) == 1
+        assert not node.runtime.unit_running("zone-a", "node", WORKER_UNIT)
