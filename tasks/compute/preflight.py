@@ -184,11 +184,11 @@ def _compute_checks(block: GceCompute, email: str | None, creds: Any) -> Iterato
                         "create it (docs/operator-gcp.md, section 4) or fix project/zone/"
                         "instance/zone_instances in the profile")
             continue
-        except gexc.GoogleAPICallError as e:
-            yield _fail(where, f"cannot read {block.where(zone)}: {e.message}",
+        except Exception as e:  # noqa: BLE001 - Forbidden, another API error, the network
+            yield _fail(where, f"cannot read {block.where(zone)}: {_message(e)}",
                         INSTANCE_ADMIN if isinstance(e, gexc.Forbidden) else
-                        "check the project id and the Compute API (gcloud services enable "
-                        "compute.googleapis.com)")
+                        "check the project id, api_endpoint and the Compute API (gcloud "
+                        "services enable compute.googleapis.com)")
             continue
         yield from _shape_checks(where, inst, email)
         try:
@@ -196,8 +196,8 @@ def _compute_checks(block: GceCompute, email: str | None, creds: Any) -> Iterato
                 project=block.project, zone=zone, resource=block.instance_in(zone),
                 test_permissions_request_resource=compute_v1.TestPermissionsRequest(
                     permissions=list(INSTANCE_PERMISSIONS))).permissions)
-        except gexc.GoogleAPICallError as e:
-            yield _fail(f"{where}: IAM", f"testIamPermissions failed: {e.message}",
+        except Exception as e:  # noqa: BLE001
+            yield _fail(f"{where}: IAM", f"testIamPermissions failed: {_message(e)}",
                         INSTANCE_ADMIN)
         else:
             missing = [p for p in INSTANCE_PERMISSIONS if p not in granted]
@@ -205,6 +205,10 @@ def _compute_checks(block: GceCompute, email: str | None, creds: Any) -> Iterato
                          INSTANCE_ADMIN) if missing else
                    _ok(f"{where}: IAM", f"{len(INSTANCE_PERMISSIONS)} instance permissions held"))
         yield _act_as(block, where, inst, creds)
+
+
+def _message(e: Exception) -> str:
+    return f"{type(e).__name__}: {getattr(e, 'message', None) or str(e)[:300]}"
 
 
 def _shape_checks(where: str, inst: Any, email: str | None) -> Iterator[Check]:

@@ -196,11 +196,21 @@ def test_a_missing_permission_and_a_misbuilt_instance_are_named(
         bad = fake.add_instance("zone-b", "node", service_account=None)
         bad.machine_type, bad.accelerators, bad.on_host_maintenance = \
             "n1-standard-4", [], "MIGRATE"
+        fake.add_instance("zone-c", "node")  # no grant at all there
         fake.enforce_iam = True
         fake.grant(orchestrator, "roles/compute.instanceAdmin.v1", own.resource())
         fake.grant(orchestrator, "roles/compute.viewer", bad.resource())  # read-only there
-        report = run_preflight(load_profile(str(profile(tmp_path, fake))))
-    assert failed(report) == {
+        report = run_preflight(load_profile(str(profile(
+            tmp_path, fake, zones=("zone-a", "zone-b", "zone-c")))))
+    f = failed(report)
+    unread = f.pop("instance zone-c/node")  # the client's message names the request's URL
+    assert unread.startswith("cannot read projects/test-project/zones/zone-c/instances/node: "
+                             "Forbidden: GET ")
+    assert unread.endswith("Required 'compute.instances.get' permission for 'projects/test-"
+                           "project/zones/zone-c/instances/node' — fix: grant the "
+                           "orchestrator's account roles/compute.instanceAdmin.v1 on the "
+                           "instance")
+    assert f == {
         "instance zone-a/node: service account":
             f"{orchestrator} is the orchestrator's own account — fix: give the node its own "
             "service account (docs/operator-gcp.md, section 2): the node needs the bucket and "
