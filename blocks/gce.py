@@ -9,7 +9,13 @@ order, and after that — if `on_demand_fallback` — the same zones again on-de
 the weights, startup script): by default the instance has the same name in every zone
 (`instance`); `zone_instances` overrides the name per zone. Instances are never created or
 deleted by the flow. On-demand is reached by changing the stopped instance's provisioning model
-(instances.setScheduling); the next spot run sets it back to SPOT before starting.
+(instances.setScheduling); the next spot run sets it back to SPOT before starting. Quota
+errors, UNSUPPORTED_OPERATION, 5xx/429 on the start call and a preemption during boot also
+move on to the next placement (tasks/compute/gce.py).
+
+Self-stop. Every start sets scheduling.maxRunDuration (`max_run_seconds`, or the night's
+budget the nightly passes) with termination action STOP: Compute stops a node whose
+orchestrator died, whatever the reaper does.
 
 This block holds the fields, the credentials and the client factory
 (`get_compute_clients`); the lifecycle — start, readiness of the engine, stop, cost — is
@@ -53,7 +59,20 @@ class GceCompute(Block):
                                         description="Start call → instance RUNNING with an IP.")
     stop_timeout_seconds: float = Field(default=300.0, gt=0)
     inference_port: int = Field(default=9080, ge=1, le=65535)
-    poll_seconds: float = Field(default=5.0, gt=0, description="Instance status polling interval.")
+    poll_seconds: float = Field(
+        default=30.0, gt=0, description="Instance status polling interval (boot, stop) and how "
+        "often the watch of a node run checks the node; the first boot polls start at 0.5 s "
+        "and back off to it. 30-60 s in production (each poll is an API call).")
+    max_run_seconds: float = Field(
+        default=18000.0, ge=30, le=120 * 86400,
+        description="Compute stops the node after this long RUNNING (scheduling.maxRunDuration, "
+        "action STOP), set on every start: the night's budget (phase 1 + phase 2 + boot) with "
+        "some margin. The nightly passes its own; this is the default for other starts.")
+    api_retries: int = Field(default=6, ge=0, description="Retries of a Compute call that "
+                             "failed transiently (5xx, 429, rate limit, reset, timeout).")
+    retry_base_seconds: float = Field(default=1.0, gt=0, description="First backoff before a "
+                                      "retry; doubles each time, with full jitter.")
+    retry_max_seconds: float = Field(default=30.0, gt=0, description="Longest backoff.")
     progress_seconds: float = Field(default=60.0, gt=0, description="How often the wait for "
                                     "the engine logs where the server is.")
     spot_usd_per_hour: float = Field(

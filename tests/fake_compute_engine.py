@@ -168,13 +168,14 @@ def _jwt_claims(token: str) -> dict[str, Any]:
     return claims if isinstance(claims, dict) else {}
 
 
-def _error(status: int, message: str, reason: str, domain: str = "global",
+def _error(code: int, message: str, reason: str, domain: str = "global",
            **extra: Any) -> tuple[int, dict[str, Any]]:
-    """Compute's error JSON (v1 REST): error.code/message plus errors[] with domain/reason."""
-    body: dict[str, Any] = {"code": status, "message": message,
+    """Compute's error JSON (v1 REST): error.code/message plus errors[] with domain/reason
+    (`extra`: e.g. the gRPC-style status RESOURCE_EXHAUSTED of a 429)."""
+    body: dict[str, Any] = {"code": code, "message": message,
                             "errors": [{"message": message, "domain": domain, "reason": reason}]}
     body.update(extra)
-    return status, {"error": body}
+    return code, {"error": body}
 
 
 @dataclass

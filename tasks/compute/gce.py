@@ -9,6 +9,22 @@ stop_inference sets it to `stopped` and then checks that port 9080 no longer ans
 The node record (<state_dir>/gce-<instance>.json) says which zone this run's node is in, so a
 later call — the teardown hook, the reaper, another process — stops the right one.
 
+Every start sets the scheduling first (instances.setScheduling, all of its fields: Compute
+keeps the fields a body leaves out, so a SPOT instance's preemptible/STOP would survive a switch
+to on-demand and make it invalid): the placement's provisioning model, automaticRestart false,
+onHostMaintenance TERMINATE (an L4 cannot live-migrate), instanceTerminationAction STOP and
+maxRunDuration = the night's budget, so Compute stops a node whose orchestrator died (the
+reaper, flows/reaper.py, is the second layer).
+
+Start errors are sorted (cloud.google.com/compute/docs/troubleshooting/
+troubleshooting-resource-availability, …/quotas): a stockout (ZONE_RESOURCE_POOL_EXHAUSTED*),
+QUOTA_EXCEEDED, UNSUPPORTED_OPERATION, a 5xx/429/rate limit on the start call and a preemption
+during boot move on to the next placement (tasks/compute/placement.py); a refusal that no other
+zone would answer differently (permission, not found, bad request) ends the start at once with
+the fix. Transient errors of the calls that read or wait (5xx, 429, 403 rateLimitExceeded,
+connection resets, timeouts) are retried with exponential backoff and full jitter
+(block: api_retries, retry_base_seconds, retry_max_seconds).
+
 Client calls: the `*_unary` methods plus ZoneOperationsClient.wait (the `.result()` helpers
 poll through a client that ignores a custom api_endpoint).
 """
@@ -17,6 +33,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -26,9 +44,14 @@ from typing import Any
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute import inference_server
-from tasks.compute.cost import UP, timestamp, total_usage, zone_usage
 from tasks.compute.boot_status import startup_failure
-from tasks.compute.placement import is_stockout, placements, provisioning_name
+from tasks.compute.cost import UP, timestamp, total_usage, zone_usage
+from tasks.compute.placement import (
+    placements,
+    provisioning_name,
+    region_of,
+    start_failure,
+)
 from tasks.compute.startup_script import (
     AGENT_KEY,
     ENGINE_UNIT,
@@ -50,6 +73,10 @@ log = logging.getLogger("slm_nightly.gce")
 
 STOPPED = {"TERMINATED", "STOPPED"}
 BOOT_STATUS_SECONDS = 10.0  # how often the wait for the engine reads the startup script's error
+BOOTING = {"PROVISIONING", "STAGING", "RUNNING"}
+MIN_RUN_SECONDS, MAX_RUN_SECONDS = 30, 120 * 86400  # maxRunDuration's range (limit-vm-runtime)
+RATE_LIMIT_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
+SA_USER_ROLE = "roles/iam.serviceAccountUser"
 
 
 @dataclass
@@ -58,6 +85,15 @@ class NodeRecord:
     instance: str
     ip: str
     model: str  # SPOT | STANDARD
+
+
+@dataclass
+class StartFailed:
+    """Why one placement did not come up, when the next one may: kind (stocked out, quota
+    exceeded, unsupported, server error, rate limited, preempted while booting, …) and the
+    text the final error names it with."""
+    kind: str
+    text: str
 
 
 class GceNode:
@@ -99,7 +135,8 @@ class GceNode:
         b = self.block
         inst, _ = self._clients()
         try:
-            return inst.get(project=b.project, zone=zone, instance=b.instance_in(zone))
+            return self._call(f"get {b.where(zone)}", inst.get, project=b.project, zone=zone,
+                              instance=b.instance_in(zone))
         except gexc.NotFound as e:
             raise ConfigError(
                 f"compute (gce): instance {b.where(zone)} not found — create it (g2-standard-4 "
@@ -109,6 +146,25 @@ class GceNode:
             raise ConfigError(
                 f"compute (gce): permission denied on {b.where(zone)} ({e.message}) — grant "
                 "the credentials roles/compute.instanceAdmin.v1 on the project") from e
+
+    def _call(self, what: str, fn: Callable[..., Any], /, **kw: Any) -> Any:
+        """fn(**kw), retried on transient errors (5xx, 429, 403 rate limits, resets, timeouts)
+        with exponential backoff and full jitter (AWS architecture blog, "Exponential Backoff
+        And Jitter"; Compute's guidance for 5xx/429: cloud.google.com/compute/docs/api/
+        how-tos/api-rate-limits). The last error is raised when the retries are spent."""
+        b = self.block
+        for attempt in range(b.api_retries + 1):
+            try:
+                return fn(**kw)
+            except Exception as e:
+                if not _transient(e) or attempt == b.api_retries:
+                    raise
+                pause = random.uniform(0, min(b.retry_max_seconds,
+                                              b.retry_base_seconds * 2 ** attempt))
+                log.warning("compute (gce): %s: %s — retry %d/%d in %.1f s", what,
+                            _brief(e), attempt + 1, b.api_retries, pause)
+                time.sleep(pause)
+        raise AssertionError("unreachable")
 
     def _instances(self, strict: bool = True) -> Iterator[tuple[str, Any]]:
         """(zone, instance) for every configured zone whose instance exists. A missing
@@ -127,14 +183,26 @@ class GceNode:
         from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
+        b = self.block
+        failures = 0
         while op.status != compute_v1.Operation.Status.DONE:
             if time.monotonic() > deadline:
                 return op
             try:  # the server answers within ~2 min even if not DONE; our deadline may be sooner
-                op = ops.wait(project=self.block.project, zone=zone, operation=op.name,
+                op = ops.wait(project=b.project, zone=zone, operation=op.name,
                               timeout=max(1.0, min(130.0, deadline - time.monotonic())))
+                failures = 0
             except (requests.exceptions.Timeout, gexc.DeadlineExceeded):
                 return op  # the caller sees the deadline passed and reports it
+            except Exception as e:  # a transient error of one wait: back off and wait again
+                if not _transient(e) or failures >= b.api_retries:
+                    raise
+                pause = random.uniform(0, min(b.retry_max_seconds,
+                                              b.retry_base_seconds * 2 ** failures))
+                failures += 1
+                log.warning("compute (gce): wait for %s in %s: %s — retry %d/%d in %.1f s",
+                            op.name, zone, _brief(e), failures, b.api_retries, pause)
+                time.sleep(pause)
         return op
 
     @staticmethod
@@ -162,10 +230,13 @@ class GceNode:
         return NodeRecord(**n) if n else None
 
     # ---- lifecycle --------------------------------------------------------------------------
-    def start(self) -> str:
+    def start(self, max_run_seconds: float | None = None) -> str:
         """Start the node (or reuse one already up) and wait until it is RUNNING with an IP.
+        Each start first sets the instance's scheduling (module docstring): Compute stops the
+        node itself after `max_run_seconds` RUNNING (default: the block's max_run_seconds).
         Returns a description: instance, zone, provisioning model, IP."""
         b = self.block
+        run_limit = self._run_limit(max_run_seconds)
         started_at = time.time()
         for zone, inst in self._instances():  # idempotent: a node up in any zone is reused
             if inst.status in UP:
@@ -174,18 +245,40 @@ class GceNode:
                                                                             started_at))
                 return self._describe(node, reused=True)
         attempts: list[str] = []
+        kinds: set[str] = set()
+        no_quota: set[tuple[str, str]] = set()  # (region, model): GPU quota is per region
         for zone, model in placements(b.zones(), b.provisioning, b.on_demand_fallback):
-            outcome = self._try_start(zone, model)
+            if (region_of(zone), model) in no_quota:
+                attempts.append(f"{zone} {provisioning_name(model)}: skipped (quota exceeded "
+                                f"in region {region_of(zone)})")
+                continue
+            try:
+                outcome = self._try_start(zone, model, run_limit)
+            except (ConfigError, ServerError) as e:  # no other placement would do better
+                if attempts:  # name what was tried before (same type: callers sort on it)
+                    raise type(e)(f"{e}{_tried(attempts)}") from e
+                raise
             if isinstance(outcome, NodeRecord):
                 self._write_record(outcome, started_at=started_at, attempts=attempts)
                 return self._describe(outcome, attempts=attempts)
-            attempts.append(f"{zone} {model.lower()}: {outcome}")
-            log.warning("compute (gce): %s %s: %s", b.where(zone), model, outcome)
-        hint = ("" if b.on_demand_fallback or b.provisioning == "on-demand" else
-                " — set on_demand_fallback = true to allow on-demand,")
+            attempts.append(f"{zone} {provisioning_name(model)}: {outcome.text}")
+            kinds.add(outcome.kind)
+            if outcome.kind == "quota exceeded":
+                no_quota.add((region_of(zone), model))
+            log.warning("compute (gce): %s %s: %s", b.where(zone), model, outcome.text)
         raise NodeUnavailable(
             f"compute (gce): could not start {b.instance} in any zone ({'; '.join(attempts)})"
-            f"{hint} add fallback_zones, or retry later")
+            f" — {_unavailable_hint(kinds, b.on_demand_fallback or b.provisioning == 'on-demand')}")
+
+    def _run_limit(self, max_run_seconds: float | None) -> int:
+        """maxRunDuration in whole seconds, within Compute's 30 s … 120 days."""
+        secs = self.block.max_run_seconds if max_run_seconds is None else max_run_seconds
+        whole = math.ceil(secs)
+        if not MIN_RUN_SECONDS <= whole <= MAX_RUN_SECONDS:
+            raise ConfigError(f"compute (gce): max run {secs:.0f} s is outside Compute's "
+                              f"maxRunDuration range ({MIN_RUN_SECONDS} s … 120 days) — fix "
+                              "the block's max_run_seconds or the night's budget")
+        return whole
 
     def _describe(self, node: NodeRecord, reused: bool = False,
                   attempts: list[str] | None = None) -> str:
@@ -197,10 +290,11 @@ class GceNode:
             text += f"; fell back after: {'; '.join(attempts)}"
         return text
 
-    def _try_start(self, zone: str, model: str) -> NodeRecord | str:
-        """Start in one zone with one provisioning model: the node, or why not."""
+    def _try_start(self, zone: str, model: str, run_limit: int) -> NodeRecord | StartFailed:
+        """Start in one zone with one provisioning model: the node, or why not (when another
+        placement may do better); ConfigError/ServerError when none would."""
+        import requests
         from google.api_core import exceptions as gexc
-        from google.cloud import compute_v1
 
         b = self.block
         try:
@@ -208,43 +302,110 @@ class GceNode:
         except ConfigError as e:
             if zone == b.zone:
                 raise
-            return f"skipped ({e})"
+            return StartFailed("skipped", f"skipped ({e})")
         deadline = time.monotonic() + b.boot_timeout_seconds
         if inst.status == "STOPPING":
             self._await_status(zone, STOPPED, deadline)
         elif inst.status not in STOPPED:
-            return f"instance is {inst.status} (cannot start from that state)"
+            return StartFailed("state", f"instance is {inst.status} (cannot start from that "
+                                        "state)")
         client, _ = self._clients()
         if any(i.key == AGENT_KEY and i.value == "stopped" for i in inst.metadata.items):
             # the last run stopped vLLM through metadata: let it start at boot this time
             self._set_metadata(zone, {AGENT_KEY: "running"})
-        current = inst.scheduling.provisioning_model or ("SPOT" if inst.scheduling.preemptible
-                                                         else "STANDARD")
-        if current != model:
-            sched = compute_v1.Scheduling(provisioning_model=model, automatic_restart=False,
-                                          on_host_maintenance="TERMINATE")
-            if model == "SPOT":
-                sched.instance_termination_action = "STOP"
-            op = client.set_scheduling_unary(project=b.project, zone=zone,
-                                             instance=b.instance_in(zone),
-                                             scheduling_resource=sched)
-            op = self._wait(zone, op, deadline)
-            if self._op_errors(op):
-                return f"setScheduling {model} failed: {self._op_errors(op)}"
-        try:
+        failed = self._set_scheduling(zone, model, run_limit, deadline)
+        if failed is not None:
+            return failed
+        try:  # not retried here: a start refused for load moves on to the next placement
             op = client.start_unary(project=b.project, zone=zone, instance=b.instance_in(zone))
-        except gexc.GoogleAPICallError as e:
-            # a refused call carries Compute's error items (code = reason, message) in details
-            if is_stockout([(e.reason or "", e.message or "")] + _details(e)):
-                return f"stocked out ({e.message})"
-            raise
+        except (gexc.GoogleAPICallError, requests.exceptions.RequestException) as e:
+            kind = _http_start_failure(e)
+            if kind is None:
+                raise self._refused(zone, "start", e) from e
+            if kind in ("server error", "connection"):
+                # the start may have reached Compute before the answer was lost: look first,
+                # so that a node coming up here is not left running beside the next one
+                if self._get(zone).status in BOOTING:
+                    return self._boot(zone, deadline)
+            return StartFailed(kind, f"{kind} ({_brief(e)})")
         op = self._wait(zone, op, deadline)
         errors = self._op_errors(op)
         if errors:
-            if is_stockout(errors):
-                return "stocked out (" + "; ".join(c for c, _ in errors) + ")"
-            raise ServerError(f"compute (gce): start of {b.where(zone)} failed: {errors}")
-        return self._await_running(zone, deadline)
+            kind = start_failure(errors)
+            if kind is None:
+                raise ServerError(f"compute (gce): start of {b.where(zone)} failed: {errors}")
+            if kind == "stocked out":
+                return StartFailed(kind, "stocked out (" + "; ".join(c for c, _ in errors) + ")")
+            return StartFailed(kind, f"{kind} (" + "; ".join(f"{c}: {m}" for c, m in errors)
+                               + ")")
+        return self._boot(zone, deadline)
+
+    def _boot(self, zone: str, deadline: float) -> NodeRecord | StartFailed:
+        try:
+            return self._await_running(zone, deadline)
+        except NodePreempted as e:  # spot capacity went while booting: the next placement
+            return StartFailed("preempted while booting", f"preempted while booting ({e})")
+
+    def _set_scheduling(self, zone: str, model: str, run_limit: int,
+                        deadline: float) -> StartFailed | None:
+        """Set every scheduling field a start depends on (module docstring: Compute keeps the
+        fields a setScheduling body leaves out). None when done."""
+        from google.api_core import exceptions as gexc
+        from google.cloud import compute_v1
+
+        b = self.block
+        client, _ = self._clients()
+        sched = compute_v1.Scheduling(
+            provisioning_model=model, preemptible=model == "SPOT", automatic_restart=False,
+            on_host_maintenance="TERMINATE", instance_termination_action="STOP",
+            max_run_duration=compute_v1.Duration(seconds=run_limit))
+        try:
+            op = self._call(f"setScheduling {b.where(zone)}", client.set_scheduling_unary,
+                            project=b.project, zone=zone, instance=b.instance_in(zone),
+                            scheduling_resource=sched)
+        except gexc.GoogleAPICallError as e:
+            raise self._refused(zone, "setScheduling", e) from e
+        op = self._wait(zone, op, deadline)
+        if self._op_errors(op):
+            return StartFailed("scheduling", f"setScheduling {model} failed: "
+                                             f"{self._op_errors(op)}")
+        return None
+
+    def _refused(self, zone: str, verb: str, e: Any) -> ConfigError:
+        """A refusal no other zone would answer differently, as a ConfigError with the fix."""
+        from google.api_core import exceptions as gexc
+
+        b = self.block
+        if isinstance(e, gexc.Forbidden):
+            caller = self._caller()
+            return ConfigError(
+                f"compute (gce): {verb} on {b.where(zone)} refused: {_brief(e)} — grant "
+                f"{caller} roles/compute.instanceAdmin.v1: gcloud projects "
+                f"add-iam-policy-binding {b.project} --member={_member(caller)} "
+                "--role=roles/compute.instanceAdmin.v1")
+        if isinstance(e, gexc.NotFound):
+            return ConfigError(f"compute (gce): {verb} on {b.where(zone)}: not found — create "
+                               "the instance or fix project/zone/instance in the profile")
+        return ConfigError(f"compute (gce): {verb} on {b.where(zone)} refused: {_brief(e)} — "
+                           "check the instance's configuration (machine type, GPU, scheduling) "
+                           "in the console")
+
+    def _caller(self) -> str:
+        """The principal the orchestrator's credentials act as (for messages)."""
+        gc = self.block.gcp_credentials
+        try:
+            if gc is not None and gc.service_account_info is not None:
+                return str(gc.service_account_info.get_secret_value()["client_email"])
+            if gc is not None and gc.service_account_file is not None:
+                return str(json.loads(Path(gc.service_account_file).read_text())["client_email"])
+            client, _ = self._clients()
+            creds = client._transport._credentials  # noqa: SLF001 - only for the message
+            email = getattr(creds, "service_account_email", None)
+            if email and email != "default":
+                return str(email)
+        except Exception:  # noqa: BLE001 - only a name for a message
+            pass
+        return "the orchestrator's credentials (`gcloud auth list`)"
 
     def _await_status(self, zone: str, wanted: set[str], deadline: float) -> Any:
         poll = min(self.block.poll_seconds, 0.5)
@@ -275,8 +436,8 @@ class GceNode:
 
     def _request_stop_in(self, zone: str) -> None:
         client, _ = self._clients()
-        client.stop_unary(project=self.block.project, zone=zone,
-                          instance=self.block.instance_in(zone))
+        self._call(f"stop {self.block.where(zone)}", client.stop_unary,
+                   project=self.block.project, zone=zone, instance=self.block.instance_in(zone))
 
     def request_stop(self) -> list[str]:
         """Ask Compute to stop the node without waiting (seconds, not minutes): the first thing
@@ -290,8 +451,14 @@ class GceNode:
             self._request_stop_in(zone)
         return zones
 
+    @property
+    def watch_seconds(self) -> float:
+        """How often a watch of work on the node (run_on_node) checks it: poll_seconds."""
+        return self.block.poll_seconds
+
     def check_running(self) -> None:
-        """NodePreempted unless the node this run started is RUNNING."""
+        """NodePreempted unless the node this run started is RUNNING (transient API errors
+        are retried: a watch survives them)."""
         self._running_node()
 
     def _running_node(self) -> NodeRecord:
@@ -320,6 +487,12 @@ class GceNode:
                     return f"spot preemption at {op.end_time or op.insert_time}"
         except Exception as e:  # noqa: BLE001 - the status already tells the story
             log.debug("preemption lookup failed: %s", e)
+        limit = inst.scheduling.max_run_duration.seconds if inst.scheduling.max_run_duration \
+            else 0
+        if limit:  # Compute records no operation of its own for this stop that we rely on
+            return (f"stopped outside this run, preempted, or stopped by Compute at its max run "
+                    f"duration ({limit} s RUNNING: raise max_run_seconds if the night needs "
+                    "longer)")
         return "stopped outside this run, or preempted"
 
     def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None,
@@ -404,17 +577,38 @@ class GceNode:
             body = compute_v1.Metadata(fingerprint=md.fingerprint,
                                        items=[compute_v1.Items(**i) for i in items])
             try:
-                op = client.set_metadata_unary(project=b.project, zone=zone,
-                                               instance=b.instance_in(zone),
-                                               metadata_resource=body)
+                op = self._call(f"setMetadata {b.where(zone)}", client.set_metadata_unary,
+                                project=b.project, zone=zone, instance=b.instance_in(zone),
+                                metadata_resource=body)
             except gexc.PreconditionFailed:
                 continue
+            except (gexc.Forbidden, gexc.BadRequest) as e:
+                raise self._metadata_refused(zone, e) from e
             op = self._wait(zone, op, time.monotonic() + 120)
             if self._op_errors(op):
                 raise ServerError(f"compute (gce): setMetadata on {b.where(zone)} failed: "
                                   f"{self._op_errors(op)}")
             return
         raise ServerError(f"compute (gce): metadata of {b.where(zone)} kept changing — retry")
+
+    def _metadata_refused(self, zone: str, e: Any) -> ConfigError:
+        """setMetadata on an instance that runs as a service account also needs
+        iam.serviceAccounts.actAs on that account (instances.setMetadata's IAM permissions in
+        the Compute API reference): name the role, both principals and the command."""
+        b = self.block
+        text = _brief(e)
+        if "actAs" not in text and "serviceAccountUser" not in text:
+            return self._refused(zone, "setMetadata", e)
+        try:
+            node_sa = self._get(zone).service_accounts[0].email
+        except Exception:  # noqa: BLE001 - the message names the role either way
+            node_sa = "the node's service account"
+        caller = self._caller()
+        return ConfigError(
+            f"compute (gce): setMetadata on {b.where(zone)} refused: {text} — the instance runs "
+            f"as {node_sa}, so writing its metadata needs {SA_USER_ROLE} on that account for "
+            f"{caller}: gcloud iam service-accounts add-iam-policy-binding {node_sa} "
+            f"--project={b.project} --member={_member(caller)} --role={SA_USER_ROLE}")
 
     def install_startup_script(self, endpoint: InferenceEndpoint,
                                lora_modules: dict[str, str] | None = None,
@@ -472,7 +666,8 @@ class GceNode:
                 continue
             if inst.status != "STOPPING":
                 client, _ = self._clients()
-                op = client.stop_unary(project=b.project, zone=zone, instance=b.instance_in(zone))
+                op = self._call(f"stop {b.where(zone)}", client.stop_unary,
+                                project=b.project, zone=zone, instance=b.instance_in(zone))
                 self._wait(zone, op, deadline)
             inst = self._await_status(zone, STOPPED, deadline)
             if inst.status not in STOPPED:
@@ -512,6 +707,83 @@ class GceNode:
             if used is not None:
                 zones[zone] = used
         return total_usage(zones)
+
+
+def _reasons(e: Any) -> set[str]:
+    return {r for r, _ in _details(e)} | ({e.reason} if getattr(e, "reason", None) else set())
+
+
+def _transient(e: BaseException) -> bool:
+    """Whether a failed call may succeed when repeated: 5xx, 429, 403 rate limits (Compute
+    answers 403 rateLimitExceeded for its per-minute limits), connection resets, timeouts."""
+    import requests
+    from google.api_core import exceptions as gexc
+    from google.auth.exceptions import TransportError
+
+    if isinstance(e, (gexc.ServerError, gexc.TooManyRequests, gexc.DeadlineExceeded,
+                      gexc.ServiceUnavailable, requests.exceptions.ConnectionError,
+                      requests.exceptions.Timeout, TransportError, ConnectionError)):
+        return True
+    return isinstance(e, gexc.Forbidden) and bool(_reasons(e) & RATE_LIMIT_REASONS)
+
+
+def _http_start_failure(e: BaseException) -> str | None:
+    """A start call refused with an HTTP error: the kind, when another placement may do
+    better; None for a refusal every zone would repeat (permission, not found, bad request)."""
+    import requests
+    from google.api_core import exceptions as gexc
+
+    if isinstance(e, requests.exceptions.RequestException):
+        return "connection"
+    reasons = _reasons(e)
+    items = [(r, m) for r, m in _details(e)] + [("", getattr(e, "message", "") or "")]
+    kind = start_failure(items + [(r, "") for r in reasons])
+    if kind is not None:
+        return kind
+    if isinstance(e, gexc.ServerError):
+        return "server error"
+    if isinstance(e, gexc.TooManyRequests) or reasons & RATE_LIMIT_REASONS:
+        return "rate limited"
+    return None
+
+
+def _brief(e: BaseException) -> str:
+    """An API error in one line: HTTP code, reason, message (no URL, no credentials)."""
+    code = getattr(e, "code", None)
+    reasons = ",".join(sorted(_reasons(e))) if hasattr(e, "errors") else ""
+    message = getattr(e, "message", None) or str(e)
+    message = message.split(": ", 1)[1] if message.startswith(("GET ", "POST ")) else message
+    head = " ".join(str(x) for x in (code, reasons) if x)
+    return f"{head}: {message}" if head else message
+
+
+def _member(principal: str) -> str:
+    """An IAM member for a principal named in a message."""
+    if principal.endswith(".gserviceaccount.com"):
+        return f"serviceAccount:{principal}"
+    return f"user:{principal}" if "@" in principal else "serviceAccount:ORCHESTRATOR_SA_EMAIL"
+
+
+def _tried(attempts: list[str]) -> str:
+    return f" (tried before: {'; '.join(attempts)})" if attempts else ""
+
+
+def _unavailable_hint(kinds: set[str], on_demand_allowed: bool) -> str:
+    """What to do when no placement came up, from why each did not."""
+    hints = []
+    if kinds & {"stocked out", "preempted while booting", "server error", "rate limited",
+                "connection"}:
+        hints.append("add fallback_zones, or retry later")
+        if not on_demand_allowed:
+            hints.append("set on_demand_fallback = true to allow on-demand")
+    if "quota exceeded" in kinds:
+        hints.append("raise the GPU quota named above (console: IAM & Admin → Quotas; "
+                     "PREEMPTIBLE_NVIDIA_L4_GPUS for spot, NVIDIA_L4_GPUS for on-demand, per "
+                     "region) or list zones in another region")
+    if "unsupported" in kinds:
+        hints.append("use zones that offer the L4 with this provisioning model "
+                     "(`gcloud compute accelerator-types list --filter=name=nvidia-l4`)")
+    return "; ".join(hints) or "see each attempt above"
 
 
 def _details(e: Any) -> list[tuple[str, str]]:

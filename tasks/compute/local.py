@@ -36,11 +36,16 @@ class LocalNode:
         return self.block.n_threads
 
     @property
+    def watch_seconds(self) -> float:
+        return 2.0  # the node is this machine: checking it costs nothing
+
+    @property
     def _state_dir(self) -> Path:
         return Path(self.block.state_dir)
 
-    def start(self) -> str:
-        """Boot the node (nothing to do locally). Returns a description for the summary."""
+    def start(self, max_run_seconds: float | None = None) -> str:
+        """Boot the node (nothing to do locally; nothing stops this machine, so
+        `max_run_seconds` is ignored). Returns a description for the summary."""
         self._state_dir.mkdir(parents=True, exist_ok=True)
         return "local machine"
 

@@ -18,9 +18,10 @@ from tasks.records import TrainingResult
 
 
 @task(name="compute-up", cache_policy=NO_CACHE)
-def compute_up(node: Node) -> str:
-    """Boot the node."""
-    where = node.start()
+def compute_up(node: Node, max_run_seconds: float | None = None) -> str:
+    """Boot the node; a node that can stop itself does so after `max_run_seconds` RUNNING
+    (None: the node's default — GceCompute.max_run_seconds)."""
+    where = node.start(max_run_seconds)
     get_run_logger().info("compute up: %s", where)
     return where
 
@@ -74,7 +75,7 @@ NODE_RESULT_KEY = "node-result"  # table artifact a node-side flow publishes its
 
 
 def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
-                timeout_seconds: float, *, label: str, poll_seconds: float = 2.0,
+                timeout_seconds: float, *, label: str, poll_seconds: float | None = None,
                 pickup_seconds: float = 600.0) -> TrainingResult:
     """Run a node-side flow on the GCE node through Prefect: `run_deployment` on the
     deployment that lives on the node's work pool (its worker is started by the node's
@@ -82,7 +83,10 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
 
     Returns the flow's result row as a TrainingResult (from the `node-result` table artifact
     it published: a result that crosses machines through the Prefect API, with no shared
-    result storage), with `node_run` {id, name}.
+    result storage), with `node_run` {id, name}. The run and the node are checked every
+    `poll_seconds` (default: the node's watch_seconds — 30 s in production, each check is a
+    Compute call and a Prefect call); a transient Compute error in a check is retried by the
+    node (GceNode._call), so the watch survives it.
     The node run is cancelled when this run times out, is cancelled, loses the node
     (NodePreempted), or no worker takes the run within `pickup_seconds` (the node's worker
     is not up: better to fail than to pay for an idle GPU until the phase timeout); a node
@@ -100,6 +104,7 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
     from tasks.errors import PhaseFailed
 
     logger = get_run_logger()
+    poll = node.watch_seconds if poll_seconds is None else poll_seconds
     parent = current_run.get_id()
     child: Any = run_deployment(name=deployment, parameters=parameters, timeout=0,
                            idempotency_key=f"{parent}-{label}" if parent else None,
@@ -131,7 +136,7 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
                         f"its API key, the pool name) and `prefect work-pool inspect` for "
                         f"the pool of {deployment}", {})
                 node.check_running()  # NodePreempted when the node went away
-                time.sleep(poll_seconds)
+                time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
         except BaseException as e:
             _end_node_run(client, child.id, logger, label, e)
             raise

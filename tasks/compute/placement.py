@@ -20,6 +20,13 @@ STOCKOUT_CODES = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED",
                             "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
                             "STOCKOUT", "RESOURCE_POOL_EXHAUSTED"})
 STOCKOUT_TEXT = "does not have enough resources"  # the message Compute gives with them
+# Other start errors another placement may not repeat: a GPU quota is per region and per
+# provisioning model (PREEMPTIBLE_NVIDIA_L4_GPUS for spot, NVIDIA_L4_GPUS for on-demand), as an
+# operation error QUOTA_EXCEEDED or a refused call's reason quotaExceeded; UNSUPPORTED_OPERATION
+# when the zone does not offer what the instance asks for (cloud.google.com/compute/docs/
+# troubleshooting/troubleshooting-resource-availability; …/docs/gpus/gpu-regions-zones).
+QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
+UNSUPPORTED_CODES = frozenset({"UNSUPPORTED_OPERATION"})
 
 
 def placements(zones: Sequence[str], provisioning: Provisioning,
@@ -35,6 +42,24 @@ def placements(zones: Sequence[str], provisioning: Provisioning,
 def is_stockout(errors: Iterable[tuple[str, str]]) -> bool:
     """Whether (code, message) errors of a start say the zone has no capacity."""
     return any(code in STOCKOUT_CODES or STOCKOUT_TEXT in message for code, message in errors)
+
+
+def start_failure(errors: Iterable[tuple[str, str]]) -> str | None:
+    """Why a start failed, from its (code, message) errors, when the next placement may do
+    better: "stocked out", "quota exceeded" or "unsupported"; None otherwise."""
+    errors = list(errors)
+    if is_stockout(errors):
+        return "stocked out"
+    if any(code in QUOTA_CODES for code, _ in errors):
+        return "quota exceeded"
+    if any(code in UNSUPPORTED_CODES for code, _ in errors):
+        return "unsupported"
+    return None
+
+
+def region_of(zone: str) -> str:
+    """The region of a zone: us-central1-a → us-central1."""
+    return zone.rsplit("-", 1)[0]
 
 
 def provisioning_name(model: str) -> Provisioning:

@@ -35,8 +35,10 @@ class Node(Protocol):
     def cpu_threads(self) -> int:
         """Threads for CPU work on the node (adapter verification)."""
 
-    def start(self) -> str:
-        """Boot the node (or reuse one up); a description for the summary."""
+    def start(self, max_run_seconds: float | None = None) -> str:
+        """Boot the node (or reuse one up); a description for the summary. A node that can
+        stop itself (GCE: scheduling.maxRunDuration) does so after `max_run_seconds` RUNNING
+        (None: its configured default); a local node ignores it."""
 
     def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None,
                         names: tuple[str, ...] = ()) -> str:
@@ -56,6 +58,10 @@ class Node(Protocol):
 
     def stop(self) -> list[str]:
         """Stop the node and wait until it is down (idempotent); what was stopped."""
+
+    @property
+    def watch_seconds(self) -> float:
+        """How often a watch of work on the node (run_on_node) checks it and its run."""
 
     def check_running(self) -> None:
         """Raise NodePreempted when the node this run started has gone away."""

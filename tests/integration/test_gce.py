@@ -26,7 +26,7 @@ from tasks.compute.startup_script import render_startup_script, vllm_launch_args
 from tasks.errors import ConfigError, NodeBootTimeout, NodePreempted, NodeUnavailable
 from tasks.processes import free_port
 from tests.conftest import ROOT, toml_profile
-from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
+from tests.fake_compute_engine import NODE_SA, FakeComputeEngine, FakeInstance
 from tests.gcs_emulator import service_account
 
 PROJECT = "test-project"
@@ -48,7 +48,8 @@ def gce(fake: FakeComputeEngine, tmp: Path, **kw: Any) -> GceNode:
     fields: dict[str, Any] = dict(project=PROJECT, zone="zone-a", instance="node",
                                   api_endpoint=fake.url, gcp_credentials=creds(fake),
                                   state_dir=str(tmp / "state"), poll_seconds=0.1,
-                                  boot_timeout_seconds=10, stop_timeout_seconds=10)
+                                  boot_timeout_seconds=10, stop_timeout_seconds=10,
+                                  retry_base_seconds=0.01, retry_max_seconds=0.05)
     fields.update(kw)
     return GceNode(GceCompute(**fields))
 
@@ -131,12 +132,15 @@ def test_stockout_everywhere_falls_back_to_on_demand_then_back_to_spot(
     desc = node.start()
     assert desc.startswith("GCE test-project/zone-a/node (on-demand, g2-standard-4)")
     assert "zone-a spot: stocked out" in desc and "zone-b spot: stocked out" in desc
-    assert fake.instance("zone-a", "node").provisioning_model == "STANDARD"
-    assert len(fake.seen("setScheduling", "zone-a")) == 1
+    # every start set the whole scheduling: spot (stocked out), then on-demand with the same
+    # self-stop — nothing of the spot settings left behind (STOP on STANDARD needs a duration)
+    assert [c["body"]["provisioningModel"] for c in fake.seen("setScheduling", "zone-a")] == \
+        ["SPOT", "STANDARD"]
+    assert fake.instance("zone-a", "node").scheduling() == scheduling("STANDARD", 18000)
     node.stop()
     fake.restock("zone-a")
-    assert "(spot," in node.start()  # the next night is spot again
-    assert fake.instance("zone-a", "node").provisioning_model == "SPOT"
+    assert "(spot," in node.start(max_run_seconds=3600.4)  # the next night is spot again
+    assert fake.instance("zone-a", "node").scheduling() == scheduling("SPOT", 3601)
     node.stop()
 
 
@@ -150,7 +154,200 @@ def test_stockout_without_on_demand_fails_clearly(fake: FakeComputeEngine, tmp_p
     msg = str(e.value)
     assert "zone-a spot: stocked out" in msg and "zone-b spot: stocked out" in msg
     assert "on_demand_fallback = true" in msg and "fallback_zones" in msg
-    assert fake.seen("setScheduling") == []
+    assert {c["body"]["provisioningModel"] for c in fake.seen("setScheduling")} == {"SPOT"}
+
+
+def scheduling(model: str, seconds: int) -> dict[str, Any]:
+    """What a start must leave on the instance, as Compute shows it: the placement's model,
+    no restart, no live migration (an L4 cannot), self-stop after `seconds` RUNNING."""
+    return {"provisioningModel": model, "preemptible": model == "SPOT",
+            "automaticRestart": False, "onHostMaintenance": "TERMINATE",
+            "instanceTerminationAction": "STOP", "maxRunDuration": {"seconds": str(seconds)}}
+
+
+# each start error as Compute returns it → what the attempt is called in the description
+START_ERRORS = {
+    "stockout-details": "stocked out (ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS)",
+    "quota": "quota exceeded (QUOTA_EXCEEDED: Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS' exceeded.  "
+             "Limit: 0.0 in region us-central1.)",
+    "unsupported": "unsupported (UNSUPPORTED_OPERATION: ",
+    "503": "server error (503 backendError: Internal error.",
+    "429": "rate limited (429 rateLimitExceeded: Quota exceeded for quota metric 'Queries'",
+    "rate-limit": "rate limited (403 rateLimitExceeded: Rate Limit Exceeded)",
+    "quota-http": "quota exceeded (403 quotaExceeded: Quota 'NVIDIA_L4_GPUS' exceeded.",
+    "preempted": "preempted while booting (compute (gce): projects/test-project/zones/"
+                 "us-central1-a/instances/node went TERMINATED while booting",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(START_ERRORS))
+def test_each_start_error_moves_on_to_the_next_zone(
+        fake: FakeComputeEngine, tmp_path: Path, kind: str) -> None:
+    fake.add_instance("us-central1-a", "node", boot_seconds=0.2)
+    fake.add_instance("us-east4-c", "node", boot_seconds=0.1)
+    fake.fail_start("us-central1-a", "SPOT", kind)
+    node = gce(fake, tmp_path, zone="us-central1-a", fallback_zones=["us-east4-c"])
+    desc = node.start()
+    assert desc.startswith("GCE test-project/us-east4-c/node (spot, g2-standard-4) at 127.0.0.1; "
+                           f"fell back after: us-central1-a spot: {START_ERRORS[kind]}")
+    assert fake.instance("us-central1-a", "node").status == "TERMINATED"
+    assert fake.instance("us-east4-c", "node").status == "RUNNING"
+    node.stop()
+
+
+def test_quota_skips_the_region_then_on_demand_and_failing_everywhere_names_each_attempt(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    for zone in ("us-central1-a", "us-central1-b"):
+        fake.add_instance(zone, "node", boot_seconds=0.1)
+    fake.fail_start("us-central1-a", "SPOT", "quota")  # the spot L4 quota of the region is 0
+    node = gce(fake, tmp_path, zone="us-central1-a", fallback_zones=["us-central1-b"],
+               on_demand_fallback=True)
+    desc = node.start()
+    assert desc.startswith("GCE test-project/us-central1-a/node (on-demand,")
+    assert "us-central1-b spot: skipped (quota exceeded in region us-central1)" in desc
+    assert [c["zone"] for c in fake.seen("start")] == ["us-central1-a", "us-central1-a"]
+    node.stop()
+    fake.fail_start("us-central1-a", "STANDARD", "unsupported")
+    fake.fail_start("us-central1-b", "STANDARD", "503")
+    with pytest.raises(NodeUnavailable) as e:
+        node.start()
+    msg = str(e.value)
+    assert msg.startswith("compute (gce): could not start node in any zone (us-central1-a spot: "
+                          "quota exceeded (QUOTA_EXCEEDED: Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS'")
+    for attempt in ("us-central1-b spot: skipped (quota exceeded in region us-central1)",
+                    "us-central1-a on-demand: unsupported (UNSUPPORTED_OPERATION",
+                    "us-central1-b on-demand: server error (503 backendError"):
+        assert attempt in msg
+    assert "raise the GPU quota" in msg and "accelerator-types list" in msg
+
+
+def test_a_refusal_no_zone_would_change_ends_the_start_at_once_with_the_fix(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")
+    fake.add_instance("zone-b", "node")
+    fake.enforce_iam = True
+    fake.grant("sync@test-project.iam.gserviceaccount.com", "roles/compute.viewer")
+    with pytest.raises(ConfigError) as e:
+        gce(fake, tmp_path, fallback_zones=["zone-b"]).start()
+    assert str(e.value) == (
+        "compute (gce): setScheduling on projects/test-project/zones/zone-a/instances/node "
+        "refused: 403 forbidden: Required 'compute.instances.setScheduling' permission for "
+        "'projects/test-project/zones/zone-a/instances/node' — grant "
+        "sync@test-project.iam.gserviceaccount.com roles/compute.instanceAdmin.v1: gcloud "
+        "projects add-iam-policy-binding test-project "
+        "--member=serviceAccount:sync@test-project.iam.gserviceaccount.com "
+        "--role=roles/compute.instanceAdmin.v1")
+    assert fake.seen("setScheduling", "zone-b") == [] and fake.seen("start") == []
+
+
+def test_transient_errors_while_booting_and_watching_are_retried(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    from google.api_core import exceptions as gexc
+
+    fake.add_instance("zone-a", "node", boot_seconds=0.3)
+    node = gce(fake, tmp_path)
+    fake.fail_next("get", 429, "rateLimitExceeded", kind="instances")
+    fake.fail_next("setScheduling", 0)  # connection reset
+    fake.fail_next("wait", 503, times=2)
+    fake.fail_next("wait", 403, "rateLimitExceeded")
+    assert node.start().startswith("GCE test-project/zone-a/node (spot,")
+    assert fake.faults == []  # every injected error was met, and survived
+    for status, reason in ((0, ""), (503, "backendError"), (429, "rateLimitExceeded"),
+                           (403, "rateLimitExceeded")):  # the watch's check of the node
+        fake.fail_next("get", status, reason, times=2, kind="instances")
+        node.check_running()
+    assert fake.faults == []
+    # an error that outlasts the retries is raised (429: the client itself retries only 503 on
+    # get, for up to 600 s — google-cloud-compute's default retry)
+    fake.fail_next("get", 429, "rateLimitExceeded", times=99, kind="instances")
+    with pytest.raises(gexc.TooManyRequests):
+        node.check_running()
+    fake.faults.clear()
+    node.stop()
+
+
+def test_the_node_stops_itself_at_its_max_run_duration(tmp_path: Path) -> None:
+    """The orchestrator died after the start (no stop call): Compute stops the node after
+    maxRunDuration RUNNING. The fake runs 1 s of the duration as 10 ms."""
+    with FakeComputeEngine(PROJECT, run_duration_scale=0.01) as fake:
+        fake.add_instance("zone-a", "node", boot_seconds=0.1)
+        node = gce(fake, tmp_path)
+        with pytest.raises(ConfigError, match="max run 10 s is outside Compute's maxRunDuration"):
+            node.start(max_run_seconds=10)
+        node.start(max_run_seconds=30)  # 0.3 s here
+        assert fake.instance("zone-a", "node").scheduling()["maxRunDuration"] == {"seconds": "30"}
+        deadline = time.monotonic() + 5
+        while fake.instance("zone-a", "node").status != "TERMINATED":
+            assert time.monotonic() < deadline, "the node did not stop itself"
+            time.sleep(0.05)
+        assert fake.seen("stop") == [] and fake.instance("zone-a", "node").max_run_stops == 1
+        assert 0.3 <= fake.running_seconds("zone-a", "node") < 0.6
+        with pytest.raises(NodePreempted,
+                           match=r"stopped by Compute at its max run duration \(30 s RUNNING"):
+            node.check_running()
+        node.start(max_run_seconds=60)  # a restart gets the whole duration again
+        time.sleep(0.3)
+        assert fake.instance("zone-a", "node").status == "RUNNING"
+        node.stop()
+
+
+def test_set_metadata_without_service_account_user_names_role_accounts_and_command(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    fake.add_instance("zone-a", "node")  # runs as NODE_SA, as the node must (GCS, secrets)
+    fake.enforce_iam = True
+    orchestrator = "sync@test-project.iam.gserviceaccount.com"
+    fake.grant(orchestrator, "roles/compute.instanceAdmin.v1")
+    node = gce(fake, tmp_path)
+    node.start()
+    node_sa = NODE_SA.format(project=PROJECT)
+    with pytest.raises(ConfigError) as e:
+        node.stop_inference()  # inference_down: the 403 that skipped training
+    assert str(e.value) == (
+        "compute (gce): setMetadata on projects/test-project/zones/zone-a/instances/node refused: "
+        "403 forbidden: Required 'iam.serviceAccounts.actAs' permission for "
+        f"'projects/test-project/serviceAccounts/{node_sa}' — the instance runs as {node_sa}, "
+        "so writing its metadata needs roles/iam.serviceAccountUser on that account for "
+        f"{orchestrator}: gcloud iam service-accounts add-iam-policy-binding {node_sa} "
+        f"--project=test-project --member=serviceAccount:{orchestrator} "
+        "--role=roles/iam.serviceAccountUser")
+    fake.grant(orchestrator, "roles/iam.serviceAccountUser",
+               f"projects/{PROJECT}/serviceAccounts/{node_sa}")
+    assert node.stop_inference() is False  # now allowed (no server was up)
+    assert fake.instance("zone-a", "node").metadata["slm-vllm"] == "stopped"
+    node.stop()
+
+
+def test_fake_set_scheduling_keeps_absent_fields_and_refuses_what_compute_refuses(
+        fake: FakeComputeEngine) -> None:
+    """The semantics the start relies on, through the real client: a setScheduling body's
+    absent fields are kept (gcloud set-scheduling sends only the flags given), so the old
+    switch to on-demand — model, restart and maintenance only — was refused."""
+    from google.api_core import exceptions as gexc
+    from google.cloud import compute_v1
+
+    fake.add_instance("zone-a", "node")  # SPOT, preemptible, STOP
+    client, _ = GceCompute(project=PROJECT, zone="zone-a", instance="node",
+                           api_endpoint=fake.url, gcp_credentials=creds(fake)
+                           ).get_compute_clients()
+
+    def set_(**kw: Any) -> None:
+        client.set_scheduling_unary(project=PROJECT, zone="zone-a", instance="node",
+                                    scheduling_resource=compute_v1.Scheduling(**kw))
+
+    with pytest.raises(gexc.BadRequest, match="For preemptible, only allowed provisioning_model "
+                                              "value is SPOT"):
+        set_(provisioning_model="STANDARD", automatic_restart=False,
+             on_host_maintenance="TERMINATE")
+    with pytest.raises(gexc.BadRequest, match="You cannot specify a termination action for a VM "
+                                              "instance that has the standard provisioning"):
+        set_(provisioning_model="STANDARD", preemptible=False, automatic_restart=False)
+    with pytest.raises(gexc.BadRequest, match="do not support live migration"):
+        set_(on_host_maintenance="MIGRATE")
+    set_(max_run_duration=compute_v1.Duration(seconds=600))  # only this field changes
+    assert fake.instance("zone-a", "node").scheduling() == {
+        "provisioningModel": "SPOT", "preemptible": True, "automaticRestart": False,
+        "onHostMaintenance": "TERMINATE", "instanceTerminationAction": "STOP",
+        "maxRunDuration": {"seconds": "600"}}
 
 
 def test_slow_boot_respects_boot_timeout_and_requests_a_stop(

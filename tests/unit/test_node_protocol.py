@@ -16,7 +16,7 @@ from tasks.errors import ConfigError
 
 METHODS = ["start", "start_inference", "stop_inference", "inference_running", "request_stop",
            "stop", "check_running", "running", "signal_stops", "usage"]
-ATTRIBUTES = ["remote_training", "loads_adapters", "base_model", "cpu_threads"]
+ATTRIBUTES = ["remote_training", "loads_adapters", "base_model", "cpu_threads", "watch_seconds"]
 
 
 def gce_block() -> GceCompute:
