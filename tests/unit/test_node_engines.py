@@ -106,3 +106,16 @@ def test_the_worker_runs_from_the_nodes_one_environment() -> None:
     assert ("exec /srv/slm/.venv/bin/python -m llama_cpp.server --model "
             "/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf --model_alias m --host \"$VPC_IP\" --port "
             "9080 --n_ctx 4096 --n_gpu_layers -1 --logits_all False\n") in script
+
+
+def test_a_startup_error_of_an_earlier_boot_is_not_this_boots() -> None:
+    from tasks.compute.boot_status import parse_error
+
+    # guest attributes outlive a stop/start: "<epoch> <message>" older than the last start
+    # (beyond 5 s of clock slack) belongs to an earlier boot
+    assert parse_error("1700000000 reading secret x failed", 1700000100.0) is None
+    assert parse_error("1700000100 reading secret x failed", 1700000096.0) == \
+        "reading secret x failed"
+    assert parse_error("1700000100 boom", None) == "boom"
+    assert parse_error("", 1.0) is None
+    assert parse_error("not ours", 1.0) == "not ours"
