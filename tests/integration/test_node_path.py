@@ -170,8 +170,22 @@ def test_nightly_trains_on_the_node_through_its_deployment(
         gcs.bucket(folder="slm").save("node-path-gcs", overwrite=True)
         profile = node.profile(tmp_path, "node-path", {**base_cache, "falkordb": falkordb}, 2,
                                gcs_block="node-path-gcs")
+        injected = threading.Event()
+
+        def flaky_api_during_the_watch() -> None:  # the first node run exists: the watch is on
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline and not _child_runs(str(profile)):
+                time.sleep(0.2)
+            node.fake.fail_next("get", 429, "rateLimitExceeded", times=2, kind="instances")
+            node.fake.fail_next("get", 0, kind="instances")  # a connection reset
+            injected.set()
+
+        t = threading.Thread(target=flaky_api_during_the_watch, daemon=True)
+        t.start()
         s = nightly(profile=str(profile))
         assert s["status"] == "completed", (s.get("error"), node.log.read_text()[-4000:])
+        # the watch's checks of the node met 429, 429 and a reset, and the phase went on
+        assert injected.is_set() and node.fake.faults == []
         phases = {k: v["status"] for k, v in s["phases"].items()}
         assert phases["inference_down"] == "completed"
         assert phases[f"train:{ENG}"] == phases[f"train:{APPR}"] == "completed"
