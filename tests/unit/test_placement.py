@@ -4,7 +4,13 @@ on_demand_fallback only — every zone again on-demand."""
 
 import pytest
 
-from tasks.compute.placement import is_stockout, placements, provisioning_name
+from tasks.compute.placement import (
+    is_stockout,
+    placements,
+    provisioning_name,
+    region_of,
+    start_failure,
+)
 
 ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
 
@@ -55,3 +61,24 @@ def test_stockout_is_told_from_other_errors(errors: list[tuple[str, str]],
 def test_provisioning_names() -> None:
     assert provisioning_name("SPOT") == "spot"
     assert provisioning_name("STANDARD") == "on-demand"
+
+
+@pytest.mark.parametrize(("errors", "kind"), [
+    ([("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "")], "stocked out"),
+    ([("", "The zone 'projects/p/zones/z' does not have enough resources available")],
+     "stocked out"),
+    ([("QUOTA_EXCEEDED", "Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region "
+                         "us-central1.")], "quota exceeded"),
+    ([("quotaExceeded", "")], "quota exceeded"),  # a refused call's reason
+    ([("UNSUPPORTED_OPERATION", "")], "unsupported"),
+    ([("RESOURCE_NOT_FOUND", "")], None),  # another zone would not change it
+    ([], None),
+])
+def test_start_failures_another_placement_may_not_repeat(
+        errors: list[tuple[str, str]], kind: str | None) -> None:
+    assert start_failure(errors) == kind
+
+
+def test_region_of_a_zone() -> None:
+    assert region_of("us-central1-a") == "us-central1"
+    assert region_of("europe-west4-c") == "europe-west4"
