@@ -230,6 +230,26 @@ def _cancel_stale_node_runs(cfg: Profile, logger: Any) -> list[dict[str, str]] |
         return [{"error": f"{type(e).__name__}: {e}"}]
 
 
+# Besides its timed phases the node stays up for the scorecard, the dataset uploads, publishing
+# and the stop: the margin its own max run duration allows for them.
+NODE_MARGIN_SECONDS = 1800
+
+
+def night_budget(cfg: Profile, phase1_timeout_seconds: float,
+                 phase2_timeout_seconds: float) -> float | None:
+    """How long tonight's node may run before Compute stops it by itself (its max run duration,
+    in case this orchestrator dies): the boot, the engine's readiness, both phase timeouts, the
+    stop and a margin. None for a local node (nothing stops this machine)."""
+    from blocks.gce import GceCompute
+
+    compute = cfg.compute
+    if not isinstance(compute, GceCompute):
+        return None
+    return (compute.boot_timeout_seconds + cfg.inference.readiness_timeout_seconds
+            + phase1_timeout_seconds + phase2_timeout_seconds + compute.stop_timeout_seconds
+            + NODE_MARGIN_SECONDS)
+
+
 def _preflight(cfg: Profile, logger: Any) -> None:
     """tasks/compute/preflight.py for tonight (the orchestrator's own deployments left out):
     a failing check fails the night, naming each failure and its fix, before anything boots."""
@@ -293,7 +313,8 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
             with _phase(summary, "preflight"):
                 _preflight(cfg, logger)
         with _phase(summary, "compute_up"):
-            summary.node = compute_up(cfg.node)
+            summary.node = compute_up(cfg.node, max_run_seconds=night_budget(
+                cfg, phase1_timeout_seconds, phase2_timeout_seconds))
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
         with gpu_slot():
             with _phase(summary, "inference_up"):

@@ -16,6 +16,7 @@ from typing import Any
 
 from prefect import flow
 
+from flows.nightly import night_budget
 from tasks.errors import ConfigError
 from tasks.profile import Profile, load_profile
 
@@ -121,8 +122,8 @@ def node_smoke(profile: str = "gcp", train_timeout_seconds: int = 3600) -> dict[
     smoke = Smoke(lambda m: print(m, flush=True))
     error = None
     try:
-        with smoke.phase("boot") as p:
-            p["detail"] = node.start()
+        with smoke.phase("boot") as p:  # Compute stops it by itself should this process die
+            p["detail"] = node.start(night_budget(cfg, 0, train_timeout_seconds))
         with smoke.phase("engine") as p:
             base_url = node.start_inference(cfg.inference)
             p["detail"] = f"ready at {base_url}"

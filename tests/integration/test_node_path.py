@@ -34,7 +34,7 @@ from tests.fake_compute_engine import FakeComputeEngine
 from tests.fake_node import FakeNode
 from tests.gcs_emulator import GcsEmulator
 from tests.integration.test_gce import PROJECT, creds
-from tests.integration.test_nightly_gce import gce_profile
+from tests.integration.test_nightly_gce import VLLM_NODE, gce_profile
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -119,9 +119,13 @@ class Node:
 
     def profile(self, tmp: Path, block: str, base: dict[str, Any], max_steps: int,
                 gcs_block: str | None = None) -> Path:
+        # the node's checkout is this one (where train/node changes into), its worker talks
+        # to the test server: what the preflight checks before the nightly boots it
         GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=self.fake.url,
                    gcp_credentials=creds(self.fake), poll_seconds=0.2, inference_port=self.port,
-                   state_dir=str(tmp / "state")).save(block, overwrite=True)
+                   state_dir=str(tmp / "state"),
+                   node={**VLLM_NODE, "project_dir": str(ROOT), "prefect_api_url": _api_url()}
+                   ).save(block, overwrite=True)
         recipe = tmp / "recipe.yaml"
         recipe.write_text(textwrap.dedent(f"""
             peft: {{r: 4, lora_alpha: 8, lora_dropout: 0.0}}
@@ -226,9 +230,10 @@ def test_nightly_trains_on_the_node_through_its_deployment(
 def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
     node = Node(tmp_path)
-    with node.fake:
+    with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
+        gcs.bucket(folder="slm").save("node-preempt-gcs", overwrite=True)
         profile = node.profile(tmp_path, "node-preempt", {**base_cache, "falkordb": falkordb},
-                               400)
+                               400, gcs_block="node-preempt-gcs")
         store = ArtifactStore(tmp_path / "state" / "artifacts")
 
         def preempt_when_training() -> None:  # the first adapter manifest says "running"
@@ -263,9 +268,10 @@ def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
 def test_a_phase2_timeout_cancels_the_node_run_and_the_node_worker_ends_it(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
     node = Node(tmp_path)
-    with node.fake:
+    with GcsEmulator(tmp_path) as gcs, node.fake:
+        gcs.bucket(folder="slm").save("node-timeout-gcs", overwrite=True)
         profile = node.profile(tmp_path, "node-timeout", {**base_cache, "falkordb": falkordb},
-                               400)
+                               400, gcs_block="node-timeout-gcs")
         with pytest.raises(Exception, match="training failed"):
             nightly(profile=str(profile), phase2_timeout_seconds=25)
         s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())

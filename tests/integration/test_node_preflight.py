@@ -289,6 +289,8 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
         assert "step 1/1" in phases["_out"]  # one step, though the recipe says 50
         inst = node.fake.instance("zone-a", "node")
         assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
+        # boot 600 + readiness 60 + the training step's 3600 + stop 300 + margin 1800
+        assert inst.max_run_seconds == 6360
         # the node's worker (started by its rendered startup script) ended with it
         assert not node.runtime.unit_running("zone-a", "node", WORKER_UNIT)
     # the node trained on the rows pushed to the bucket; the adapter is kept, never promoted
