@@ -320,3 +320,15 @@ def test_node_smoke_stops_the_node_when_a_step_fails(
         assert node.fake.instance("zone-a", "node").status == "TERMINATED"
         assert len(node.fake.seen("stop", "zone-a", "node")) == 1
         assert not node.runtime.unit_running("zone-a", "node", WORKER_UNIT)
+
+
+def test_a_saved_block_that_does_not_load_is_a_failed_check(
+        tmp_path: Path, world: FakeComputeEngine, capsys: pytest.CaptureFixture[str]) -> None:
+    path = toml_profile(tmp_path / "p.toml", state_dir=tmp_path / "state",
+                        compute={"type": "gce", "block": "no-such-block"})
+    assert main(["preflight", "--profile", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("preflight of profile " + str(path) + ": 1 of 1 checks failed\n"
+                          "FAILED  profile: profile " + str(path) + ": [compute] saved block "
+                          "'slm-gce-compute/no-such-block' could not be loaded")
+    assert out.rstrip().endswith("— fix: fix the profile or save the block")
