@@ -80,6 +80,12 @@ class NodeServeSettings(BaseModel):
                     "node's service account — never put the key itself in instance metadata, "
                     "which anyone with compute.instances.get can read).")
 
+    engine_api_key_secret: str | None = Field(
+        default=None,
+        description="Secret Manager secret holding the engine's API key, when the inference "
+                    "block has an api_key (the node reads it at boot; the key never goes into "
+                    "metadata).")
+
     @model_validator(mode="before")
     @classmethod
     def _removed(cls, data: Any) -> Any:

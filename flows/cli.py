@@ -402,6 +402,13 @@ def build_parser() -> argparse.ArgumentParser:
     n_smoke.add_argument("--train-timeout", type=int, default=3600,
                          help="seconds for the training step on the node (default 3600)")
     nd.set_defaults(func=_node)
+    from tasks.compute import weights
+
+    n_weights = nsub.add_parser("prepare-weights", help="build (or with --check only check) the "
+                                "node image's model folder: the GGUF, its tokenizer, the training "
+                                "base in the HF cache; run when the image is built, never at boot")
+    weights.add_arguments(n_weights)
+    n_weights.set_defaults(func=weights.cli_main)
 
     ad = sub.add_parser("adapters", help="the adapter registry")
     asub = ad.add_subparsers(dest="adapters_command", required=True)

@@ -314,7 +314,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 _preflight(cfg, logger)
         with _phase(summary, "compute_up"):
             summary.node = compute_up(cfg.node, max_run_seconds=night_budget(
-                cfg, phase1_timeout_seconds, phase2_timeout_seconds))
+                cfg, phase1_timeout_seconds, phase2_timeout_seconds), endpoint=cfg.inference)
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
         with gpu_slot():
             with _phase(summary, "inference_up"):

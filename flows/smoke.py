@@ -123,7 +123,9 @@ def node_smoke(profile: str = "gcp", train_timeout_seconds: int = 3600) -> dict[
     error = None
     try:
         with smoke.phase("boot") as p:  # Compute stops it by itself should this process die
-            p["detail"] = node.start(night_budget(cfg, 0, train_timeout_seconds))
+            written = node.prepare(cfg.inference)  # the script the profile renders
+            p["detail"] = node.start(night_budget(cfg, 0, train_timeout_seconds)) + (
+                f"; startup script rewritten in {', '.join(written)}" if written else "")
         with smoke.phase("engine") as p:
             base_url = node.start_inference(cfg.inference)
             p["detail"] = f"ready at {base_url}"

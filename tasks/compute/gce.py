@@ -616,8 +616,9 @@ class GceNode:
         """Write the rendered startup script (engine + watcher + Prefect worker) into every
         zone's instance metadata (`startup-script`, with enable-guest-attributes=TRUE so a
         failed boot can say why); it takes effect at the next boot. Returns the zones written."""
-        script = render_startup_script(endpoint, lora_modules, port=self.block.inference_port,
-                                       settings=self.block.node, api_key_secret=api_key_secret)
+        script = render_startup_script(
+            endpoint, lora_modules, port=self.block.inference_port, settings=self.block.node,
+            api_key_secret=api_key_secret or self.block.node.engine_api_key_secret)
         done = []
         for zone in self.block.zones():
             # guest attributes are off by default on Compute Engine: the script reports a
@@ -626,6 +627,26 @@ class GceNode:
                                       "enable-guest-attributes": "TRUE"})
             done.append(zone)
         return done
+
+    def prepare(self, endpoint: InferenceEndpoint) -> list[str]:
+        """Make what the node boots match the profile: in each zone whose instance metadata
+        holds another `startup-script` (or guest attributes off), write the one rendered from
+        the blocks (install_startup_script). Run before every start, so a changed profile
+        reaches the node at its next boot without a manual step. Returns the zones written."""
+        b = self.block
+        try:
+            script = render_startup_script(endpoint, port=b.inference_port, settings=b.node,
+                                           api_key_secret=b.node.engine_api_key_secret)
+        except ValueError as e:
+            raise ConfigError(f"compute (gce): {e}") from e
+        wanted = {"startup-script": script, "enable-guest-attributes": "TRUE"}
+        written = []
+        for zone, _ in self._instances():
+            current = self._metadata(zone)
+            if any(current.get(k) != v for k, v in wanted.items()):
+                self._set_metadata(zone, wanted)
+                written.append(zone)
+        return written
 
     def stop_inference(self) -> bool:
         """Tell the node's watcher to stop vLLM (metadata slm-vllm=stopped) and wait until the

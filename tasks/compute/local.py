@@ -49,6 +49,10 @@ class LocalNode:
         self._state_dir.mkdir(parents=True, exist_ok=True)
         return "local machine"
 
+    def prepare(self, endpoint: InferenceEndpoint) -> list[str]:
+        """Nothing to install: the local server is started with the profile's settings."""
+        return []
+
     def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None,
                         names: tuple[str, ...] = ()) -> str:
         """Bring the inference server up (with the GGUF LoRA `adapter` when given, checked to

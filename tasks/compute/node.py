@@ -18,11 +18,19 @@ from tasks.records import TrainingResult
 
 
 @task(name="compute-up", cache_policy=NO_CACHE)
-def compute_up(node: Node, max_run_seconds: float | None = None) -> str:
+def compute_up(node: Node, max_run_seconds: float | None = None,
+               endpoint: InferenceEndpoint | None = None) -> str:
     """Boot the node; a node that can stop itself does so after `max_run_seconds` RUNNING
-    (None: the node's default — GceCompute.max_run_seconds)."""
+    (None: the node's default — GceCompute.max_run_seconds). With `endpoint`, what the node
+    boots is first brought in line with the profile (Node.prepare: the GCE startup script)."""
+    logger = get_run_logger()
+    if endpoint is not None:
+        changed = node.prepare(endpoint)
+        if changed:
+            logger.info("startup script rewritten from the profile in %s (takes effect at "
+                        "this boot)", ", ".join(changed))
     where = node.start(max_run_seconds)
-    get_run_logger().info("compute up: %s", where)
+    logger.info("compute up: %s", where)
     return where
 
 

@@ -35,6 +35,10 @@ class Node(Protocol):
     def cpu_threads(self) -> int:
         """Threads for CPU work on the node (adapter verification)."""
 
+    def prepare(self, endpoint: InferenceEndpoint) -> list[str]:
+        """Make what the node boots match the profile before it starts (GCE: the startup script
+        rendered from the blocks, in every zone's metadata); what was changed."""
+
     def start(self, max_run_seconds: float | None = None) -> str:
         """Boot the node (or reuse one up); a description for the summary. A node that can
         stop itself (GCE: scheduling.maxRunDuration) does so after `max_run_seconds` RUNNING

@@ -209,9 +209,9 @@ def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, s
     s = settings or NodeServeSettings()
     serve = _shell(engine_launch_args(endpoint, lora_modules, port=port, settings=s))
     if endpoint.api_key is not None and not api_key_secret:
-        raise ValueError("render_startup_script: the inference endpoint has an api_key — pass "
-                         "api_key_secret (a Secret Manager secret the node can read) so the key "
-                         "never lands in instance metadata")
+        raise ValueError("render_startup_script: the inference endpoint has an api_key — set "
+                         "[compute.node] engine_api_key_secret (a Secret Manager secret the node "
+                         "can read) so the key never lands in instance metadata")
     key_var = "VLLM_API_KEY" if s.engine == "vllm" else "API_KEY"  # what each server reads
     # every secret is read before anything starts: a failed read starts nothing
     key_line = f"secret {shlex.quote(api_key_secret)} ENGINE_API_KEY\n" if api_key_secret else ""

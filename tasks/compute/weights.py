@@ -53,7 +53,7 @@ from tasks.files import write_atomic
 from tasks.training.preflight import Check
 
 MANIFEST = "weights-manifest.json"
-COMMAND = "python -m tasks.compute.weights"  # how the operator runs it (messages name it)
+COMMAND = "slm-nightly node prepare-weights"  # how the operator runs it (messages name it)
 GGUF_MAGIC = b"GGUF"
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 HF_METADATA = ".cache/huggingface/download"  # what `hf download --local-dir` leaves

@@ -473,6 +473,28 @@ def test_startup_script_is_written_into_instance_metadata(
     assert fake.instance("zone-a", "node").metadata["enable-oslogin"] == "TRUE"  # kept
 
 
+def test_prepare_writes_the_profiles_script_only_where_it_differs(
+        fake: FakeComputeEngine, tmp_path: Path) -> None:
+    """Before each start the nightly brings every zone's startup script in line with the
+    profile (no manual install step that can go stale); an unchanged one is not rewritten."""
+    fake.add_instance("zone-a", "node")
+    fake.add_instance("zone-b", "node")
+    kw: dict[str, Any] = dict(fallback_zones=["zone-b"],
+                              node={"prefect_api_url": "https://prefect.internal/api"})
+    endpoint = InferenceEndpoint(model="olmo-3-32b-think", dialect="llama.cpp")
+    assert gce(fake, tmp_path, **kw).prepare(endpoint) == ["zone-a", "zone-b"]
+    writes = len(fake.seen("setMetadata"))
+    assert gce(fake, tmp_path, **kw).prepare(endpoint) == []
+    assert len(fake.seen("setMetadata")) == writes
+    fake.instance("zone-b", "node").metadata["startup-script"] = "#!/bin/bash\nold"
+    kw["node"] = {**kw["node"], "work_pool": "gpu-node"}
+    assert gce(fake, tmp_path, **kw).prepare(endpoint) == ["zone-a", "zone-b"]
+    assert "--pool gpu-node" in fake.instance("zone-b", "node").metadata["startup-script"]
+    keyed = InferenceEndpoint(model="m", dialect="llama.cpp", api_key="k-123")
+    with pytest.raises(ConfigError, match="engine_api_key_secret"):
+        gce(fake, tmp_path, **kw).prepare(keyed)
+
+
 def test_vllm_launch_args() -> None:
     endpoint = InferenceEndpoint(model="olmo-3-32b-think", context_tokens=8192,
                                  max_output_tokens=3072)

@@ -100,22 +100,20 @@ class Node:
         self.fake.add_instance("zone-a", "node", boot_seconds=0.3)
 
     def install(self, profile: Path, base: dict[str, Any]) -> None:
-        """What the operator does once: the startup script rendered from the profile's blocks
-        into the instance's metadata, the node's paths mapped to this machine's (the node's
-        checkout is this repository; vLLM's binary, not installed here, maps to python)."""
-        from tasks.compute.gce import GceNode
+        """The node image, as this test's paths: the node's checkout is this repository, its
+        model and tokenizer the test's (vLLM's binary, not installed here, maps to python).
+        The startup script itself is NOT written here: the nightly (and `node smoke`) render it
+        from the profile's blocks into the instance's metadata before the start
+        (GceNode.prepare), and the runtime boots whatever the metadata holds."""
         from tasks.profile import load_profile
 
         cfg = load_profile(str(profile))
         compute = cfg.compute
         assert isinstance(compute, GceCompute)
         s = compute.node
-        if not s.prefect_api_url:
-            s = s.model_copy(update={"prefect_api_url": _api_url()})
         self.runtime.paths = {s.project_dir: str(ROOT), s.model_path: str(base["gguf"]),
                               s.tokenizer: str(base["hf"]), s.hf_home: str(profile.parent / "hf"),
                               s.venv_bin("vllm"): sys.executable}
-        GceNode(compute.model_copy(update={"node": s})).install_startup_script(cfg.inference)
 
     def profile(self, tmp: Path, block: str, base: dict[str, Any], max_steps: int,
                 gcs_block: str | None = None) -> Path:
@@ -188,6 +186,10 @@ def test_nightly_trains_on_the_node_through_its_deployment(
         t.start()
         s = nightly(profile=str(profile))
         assert s["status"] == "completed", (s.get("error"), node.log.read_text()[-4000:])
+        # the node booted the script the nightly rendered from the profile into its metadata
+        md = node.fake.instance("zone-a", "node").metadata
+        assert md["enable-guest-attributes"] == "TRUE"
+        assert "--pool slm-node --type process" in md["startup-script"]
         # the watch's checks of the node met 429, 429 and a reset, and the phase went on
         assert injected.is_set() and node.fake.faults == []
         phases = {k: v["status"] for k, v in s["phases"].items()}

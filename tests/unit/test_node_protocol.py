@@ -14,7 +14,7 @@ from tasks.compute.local import LocalNode
 from tasks.compute.protocol import Node, node_for
 from tasks.errors import ConfigError
 
-METHODS = ["start", "start_inference", "stop_inference", "inference_running", "request_stop",
+METHODS = ["prepare", "start", "start_inference", "stop_inference", "inference_running", "request_stop",
            "stop", "check_running", "running", "signal_stops", "usage"]
 ATTRIBUTES = ["remote_training", "loads_adapters", "base_model", "cpu_threads", "watch_seconds"]
 
