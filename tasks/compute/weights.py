@@ -456,7 +456,7 @@ def _converter_check(config: dict[str, Any], repo: str) -> Check:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The command's options (`slm-nightly node prepare-weights`, `python -m tasks.compute.weights`)."""
+    """The options of `slm-nightly node prepare-weights` (flows/cli.py)."""
     parser.add_argument("--source", help="local folder or gs://bucket/folder holding the GGUF, "
                         "the tokenizer folder and the base model folder (not with --check)")
     parser.add_argument("--check", action="store_true", help="only check the folder already "
@@ -531,18 +531,3 @@ def cli_main(args: argparse.Namespace) -> int:
         print(json.dumps(manifest, indent=1))
     return 0
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m tasks.compute.weights …`: the same command without the `slm-nightly` CLI."""
-    parser = argparse.ArgumentParser(prog="python -m tasks.compute.weights",
-                                     description="Build and check the node image's model folder.")
-    add_arguments(parser)
-    try:
-        return cli_main(parser.parse_args(argv))
-    except ConfigError as e:
-        print(f"slm-nightly: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
