@@ -70,10 +70,12 @@ def _save_peft(model: Any, out: Path, targets: list[str], **lora: Any) -> Path:
 
 
 def test_install_unpacks_only_the_converters_and_is_idempotent(tmp_path: Path) -> None:
-    """From the pinned sdist (pip's cache): the two converters, conversion/, gguf-py, LICENSE."""
+    """From the pinned sdist (pip's cache): the two converters, conversion/, gguf-py, LICENSE,
+    and llama.cpp's architecture list (src/llama-arch.cpp, read by the engine check)."""
     dest = convert.install(tmp_path / "tools")
     assert sorted(p.name for p in dest.iterdir()) == sorted(
-        [m.rstrip("/") for m in convert.MEMBERS] + ["VERSION"])
+        [m.rstrip("/") for m in convert.MEMBERS] + ["VERSION", "src"])
+    assert [p.name for p in (dest / "src").iterdir()] == ["llama-arch.cpp"]
     assert (dest / "VERSION").read_text() == f"llama-cpp-python {convert.llama_cpp_version()}\n"
     assert (dest / "conversion" / "olmo.py").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
