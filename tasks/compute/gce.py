@@ -159,12 +159,16 @@ class GceNode:
             except Exception as e:
                 if not _transient(e) or attempt == b.api_retries:
                     raise
-                pause = random.uniform(0, min(b.retry_max_seconds,
-                                              b.retry_base_seconds * 2 ** attempt))
+                pause = self._pause(attempt)
                 log.warning("compute (gce): %s: %s — retry %d/%d in %.1f s", what,
                             _brief(e), attempt + 1, b.api_retries, pause)
                 time.sleep(pause)
         raise AssertionError("unreachable")
+
+    def _pause(self, attempt: int) -> float:
+        """Seconds before retry `attempt` (0-based): full jitter on a doubling ceiling."""
+        b = self.block
+        return random.uniform(0, min(b.retry_max_seconds, b.retry_base_seconds * 2 ** attempt))
 
     def _instances(self, strict: bool = True) -> Iterator[tuple[str, Any]]:
         """(zone, instance) for every configured zone whose instance exists. A missing
@@ -197,8 +201,7 @@ class GceNode:
             except Exception as e:  # a transient error of one wait: back off and wait again
                 if not _transient(e) or failures >= b.api_retries:
                     raise
-                pause = random.uniform(0, min(b.retry_max_seconds,
-                                              b.retry_base_seconds * 2 ** failures))
+                pause = self._pause(failures)
                 failures += 1
                 log.warning("compute (gce): wait for %s in %s: %s — retry %d/%d in %.1f s",
                             op.name, zone, _brief(e), failures, b.api_retries, pause)
@@ -616,33 +619,37 @@ class GceNode:
         """Write the rendered startup script (engine + watcher + Prefect worker) into every
         zone's instance metadata (`startup-script`, with enable-guest-attributes=TRUE so a
         failed boot can say why); it takes effect at the next boot. Returns the zones written."""
-        script = render_startup_script(
-            endpoint, lora_modules, port=self.block.inference_port, settings=self.block.node,
-            api_key_secret=api_key_secret or self.block.node.engine_api_key_secret)
+        wanted = self._script_metadata(endpoint, lora_modules, api_key_secret)
         done = []
         for zone in self.block.zones():
-            # guest attributes are off by default on Compute Engine: the script reports a
-            # failed boot through one (slm/startup-error), which start_inference reads
-            self._set_metadata(zone, {"startup-script": script,
-                                      "enable-guest-attributes": "TRUE"})
+            self._set_metadata(zone, wanted)
             done.append(zone)
         return done
+
+    def _script_metadata(self, endpoint: InferenceEndpoint,
+                         lora_modules: dict[str, str] | None = None,
+                         api_key_secret: str | None = None) -> dict[str, str]:
+        """The metadata a node boots from: the startup script rendered from the blocks, and
+        guest attributes on (off by default on Compute Engine: the script reports a failed
+        boot through one, slm/startup-error, which start_inference reads)."""
+        b = self.block
+        try:
+            script = render_startup_script(
+                endpoint, lora_modules, port=b.inference_port, settings=b.node,
+                api_key_secret=api_key_secret or b.node.engine_api_key_secret)
+        except ValueError as e:
+            raise ConfigError(f"compute (gce): {e}") from e
+        return {"startup-script": script, "enable-guest-attributes": "TRUE"}
 
     def prepare(self, endpoint: InferenceEndpoint) -> list[str]:
         """Make what the node boots match the profile: in each zone whose instance metadata
         holds another `startup-script` (or guest attributes off), write the one rendered from
         the blocks (install_startup_script). Run before every start, so a changed profile
         reaches the node at its next boot without a manual step. Returns the zones written."""
-        b = self.block
-        try:
-            script = render_startup_script(endpoint, port=b.inference_port, settings=b.node,
-                                           api_key_secret=b.node.engine_api_key_secret)
-        except ValueError as e:
-            raise ConfigError(f"compute (gce): {e}") from e
-        wanted = {"startup-script": script, "enable-guest-attributes": "TRUE"}
+        wanted = self._script_metadata(endpoint)
         written = []
-        for zone, _ in self._instances():
-            current = self._metadata(zone)
+        for zone, inst in self._instances():
+            current = {i.key: i.value for i in inst.metadata.items}
             if any(current.get(k) != v for k, v in wanted.items()):
                 self._set_metadata(zone, wanted)
                 written.append(zone)
