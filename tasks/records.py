@@ -387,6 +387,23 @@ class CostSummary(_Strict):
     note: str | None = None
 
 
+class CapacityReport(_Strict):
+    """Tonight's phase-1 rates and what the backlog left takes (tasks/capacity.py)."""
+
+    nodes: int  # nodes phase 1 ran on tonight
+    phase1_seconds: float  # the time phase 1 spent extracting: the rates' clock
+    phase1_budget_seconds: float | None  # one night's phase-1 budget (None: none was given)
+    documents_per_hour: float
+    output_tokens_per_hour: int
+    prompt_tokens_per_hour: int
+    backlog_documents: int  # pending after tonight (deferred or never reached)
+    backlog_tokens: int  # their estimated prompt tokens
+    backlog_output_tokens: int | None  # at tonight's output tokens per document
+    nights_to_clear: int | None  # None: no estimate (see note)
+    nodes_to_clear_in_one_night: int | None
+    note: str | None = None
+
+
 class ExtractionReport(_Strict):
     """What phase 1 (flows/extract.py) returns, and carries in PhaseFailed when it fails."""
 
@@ -460,6 +477,7 @@ class RunSummary(Record):
     scorecard: ScorecardSummary | None = None
     training: dict[str, TrainingResult] | None = None
     cost: CostSummary | None = None
+    capacity: CapacityReport | None = None  # phase 1's rates and the backlog (tasks/capacity.py)
     error: str | None = None
 
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.records import CostSummary, RunSummary
+from tasks.records import CapacityReport, CostSummary, RunSummary
 
 
 def new_summary(profile: str) -> RunSummary:
@@ -65,6 +65,35 @@ def _cost_line(c: CostSummary) -> str:
             f"{c.tokens_in} / out {c.tokens_out}" + (f" ({c.note})" if c.note else ""))
 
 
+def _about(tokens: int) -> str:
+    return (f"~{tokens}" if tokens < 1000 else f"~{tokens / 1e3:.1f} k" if tokens < 999_950
+            else f"~{tokens / 1e6:.1f} M")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def capacity_lines(c: CapacityReport) -> list[str]:
+    """Tonight's rates, then the backlog and what clears it (tasks/capacity.py)."""
+    budget = ("" if c.phase1_budget_seconds is None else
+              f" of a {c.phase1_budget_seconds:,.0f} s budget")
+    rates = (f"Capacity: {c.documents_per_hour:,.1f} documents/h, {c.output_tokens_per_hour:,} "
+             f"output tokens/h on {_plural(c.nodes, 'node')} (phase 1 extracting "
+             f"{c.phase1_seconds:,.0f} s{budget})")
+    if not c.backlog_documents:
+        return [rates, "  backlog: none"]
+    out = ("" if c.backlog_output_tokens is None else
+           f", {_about(c.backlog_output_tokens)} out")
+    backlog = (f"  backlog {_plural(c.backlog_documents, 'document')} "
+               f"({_about(c.backlog_tokens)} tokens in{out})")
+    if c.nights_to_clear is None or c.nodes_to_clear_in_one_night is None:
+        return [rates, f"{backlog} · {c.note}"]
+    return [rates, f"{backlog} · {_plural(c.nights_to_clear, 'night')} at tonight's rate, or "
+            f"{_plural(c.nodes_to_clear_in_one_night, 'node')} for one night"
+            + (f" ({c.note})" if c.note else "")]
+
+
 def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local") -> str:
     s = as_summary(summary)
     lines = [f"slm-nightly run — profile {s.profile}: {s.status.upper()}", ""]
@@ -96,6 +125,8 @@ def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local"
     lines += ["", f"LLM calls: {s.llm_calls}  (prompt tokens {s.prompt_tokens}, "
               f"completion tokens {s.completion_tokens})",
               f"Upserted: {s.entities} entities, {s.relationships} relationships"]
+    if s.capacity:
+        lines += capacity_lines(s.capacity)
     if s.cost:
         lines.append(_cost_line(s.cost))
     reaped = s.reaper or {}
@@ -151,6 +182,8 @@ def render_markdown(summary: RunSummary | dict[str, Any]) -> str:
     train = _training_lines(s)
     if train:
         lines += ["", "## Training", ""] + [f"- {x.strip()}" for x in train if x.strip()]
+    if s.capacity:
+        lines += ["", " · ".join(x.strip() for x in capacity_lines(s.capacity))]
     if s.cost:
         lines += ["", _cost_line(s.cost)]
     reaped = s.reaper or {}
