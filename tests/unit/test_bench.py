@@ -45,9 +45,14 @@ def test_run_all_lists_every_bench_but_helpers() -> None:
     assert not [n for n in names if n.startswith("_") or n == "run_all"]
 
 
-def test_scorecard_loop_does_the_cards_work(tmp_path: Path) -> None:
+def test_scorecard_loop_does_the_cards_work(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """On a small generated corpus the loop finds, rule by rule, what the Polars card finds,
     and both find every planted unparseable line, PII row and tie."""
+    # The loop hashes words with Python's hash(), salted per process (PYTHONHASHSEED): at 4,000
+    # rows a near-duplicate pair or two can move with the salt (about 1 run in 10 broke the
+    # 1M-row bench's 2 %), so the small corpus gets 10 %; the exact rules stay exact.
+    monkeypatch.setattr(scorecard_1m, "NEAR_TOLERANCE", 0.1)
     made = scorecard_1m.generate(tmp_path, 4000)
     assert made["vocabulary_words"] == 5000
     card, loop = scorecard_1m.run_polars(tmp_path), scorecard_1m.run_loop(tmp_path)
