@@ -8,10 +8,12 @@ order, and after that — if `on_demand_fallback` — the same zones again on-de
 (tasks/compute/placement.py). Each zone has its own pre-built instance (same image, disk with
 the weights, startup script): by default the instance has the same name in every zone
 (`instance`); `zone_instances` overrides the name per zone. Instances are never created or
-deleted by the flow. On-demand is reached by changing the stopped instance's provisioning model
-(instances.setScheduling); the next spot run sets it back to SPOT before starting. Quota
-errors, UNSUPPORTED_OPERATION, 5xx/429 on the start call and a preemption during boot also
-move on to the next placement (tasks/compute/gce.py).
+deleted by the flow. With `nodes` = N > 1 the nightly boots N such nodes: node i ≥ 2 is the
+instance `{name}-{i}` of each zone (`node_blocks`), pre-built like the first. On-demand is
+reached by changing the stopped instance's provisioning model (instances.setScheduling); the
+next spot run sets it back to SPOT before starting. Quota errors, UNSUPPORTED_OPERATION,
+5xx/429 on the start call and a preemption during boot also move on to the next placement
+(tasks/compute/gce.py).
 
 Self-stop. Every start sets scheduling.maxRunDuration (`max_run_seconds`, or the night's
 budget the nightly passes) with termination action STOP: Compute stops a node whose
@@ -19,7 +21,7 @@ orchestrator died, whatever the reaper does.
 
 This block holds the fields, the credentials and the client factory
 (`get_compute_clients`); the lifecycle — start, readiness of the engine, stop, cost — is
-tasks/compute/gce.py (GceNode), built from this block by tasks/compute/protocol.py:node_for.
+tasks/compute/gce.py (GceNode), built from this block by tasks/compute/protocol.py (node_for, nodes_for).
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ class GceCompute(Block):
                                       description="Zones tried in order when a zone is stocked out.")
     zone_instances: dict[str, str] = Field(default_factory=dict,
                                            description="Per-zone instance name overrides.")
+    nodes: int = Field(
+        default=1, ge=1, le=16,
+        description="How many nodes the nightly boots and spreads phase 1 across (training "
+        "runs on the first). Node i ≥ 2 is the instance `{instance}-{i}` in each zone (each "
+        "zone_instances name likewise suffixed), built like the first and started with the "
+        "same zones and fallbacks.")
     provisioning: Literal["spot", "on-demand"] = Field(default="spot")
     on_demand_fallback: bool = Field(default=False, description="After every zone is stocked out "
                                      "for spot, try the zones again on-demand (~2.5x the price).")
@@ -112,6 +120,15 @@ class GceCompute(Block):
         if extra:
             raise ValueError(f"zone_instances names zones not in zone/fallback_zones: {extra}")
         return self
+
+    def node_blocks(self) -> list[GceCompute]:
+        """One block per node, the primary (this one) first: node i ≥ 2 is a copy whose
+        instance — in every zone — carries the suffix `-{i}`. Its node record is its own
+        (<state_dir>/gce-<instance>.json)."""
+        return [self] + [self.model_copy(update={
+            "nodes": 1, "instance": f"{self.instance}-{i}",
+            "zone_instances": {z: f"{name}-{i}" for z, name in self.zone_instances.items()},
+        }) for i in range(2, self.nodes + 1)]
 
     def zones(self) -> list[str]:
         """The primary zone, then the fallback zones, in the order a start tries them."""

@@ -36,11 +36,18 @@ NIGHTLY_SLOT_WAIT_SECONDS = 3 * LEASE_SECONDS  # > a dead run's lease + the repo
 
 
 def _stop_node_hook(flow: Any, flow_run: Any, state: Any) -> None:
-    """Backstop for cancellation and crashes: the `finally` below may not have run."""
+    """Backstop for cancellation and crashes: the `finally` below may not have run. Every
+    node of the profile is stopped, each on its own (one that fails leaves no other up)."""
     try:
-        load_profile(flow_run.parameters.get("profile", "local")).node.stop()
+        nodes = load_profile(flow_run.parameters.get("profile", "local")).nodes
     except Exception as e:  # noqa: BLE001 - a hook must not raise
-        print(f"nightly teardown hook could not stop the node: {e}")
+        print(f"nightly teardown hook could not load the profile to stop its nodes: {e}")
+        return
+    for i, node in enumerate(nodes, 1):
+        try:
+            node.stop()
+        except Exception as e:  # noqa: BLE001 - a hook must not raise
+            print(f"nightly teardown hook could not stop node {i}: {e}")
 
 
 def _take_nightly_slot(stack: ExitStack) -> None:

@@ -1,5 +1,6 @@
-"""The reaper: stops a node that a nightly run left up (a worker killed with SIGKILL, a crash
-after the `finally` lost its 30 s of grace, a run started by hand and forgotten).
+"""The reaper: stops the nodes (each of GceCompute.nodes) a nightly run left up (a worker
+killed with SIGKILL, a crash after the `finally` lost its 30 s of grace, a run started by hand
+and forgotten).
 
 Who may be using the node: only the holder of the `nightly` concurrency slot (tasks/compute/gpu.py). A
 nightly run holds that slot, as a lease it keeps renewing, from its start until its node is
@@ -70,7 +71,7 @@ def active_nightly_runs(exclude: str | None = None, flow_name: str = "nightly",
 def reap(cfg: Profile, *, exclude: str | None = None, holding_slot: bool = False,
          max_run_hours: float = 12.0, startup_grace_seconds: float = 300.0,
          logger: Any = None) -> dict[str, Any]:
-    """Stop the profile's node if it is up and no live nightly run owns it (module docstring).
+    """Stop the profile's nodes that are up if no live nightly run owns them (module docstring).
     `holding_slot`: the caller is a nightly run holding the `nightly` slot. Returns a record of
     what was found and done (`action`: skipped | none | stopped)."""
     import logging
@@ -98,17 +99,32 @@ def reap(cfg: Profile, *, exclude: str | None = None, holding_slot: bool = False
     if result["orphaned_runs"]:
         log.warning("reaper: nightly run(s) with no live process: %s", ", ".join(
             f"{r['name']} ({r['id']})" for r in result["orphaned_runs"]))
-    node = cfg.node
-    up = node.running()
-    result["found"] = up
-    if not up:
+    # Every node of the profile (GceCompute.nodes): a dead run leaves all it booted up. A
+    # node past the first is named "(node i)" beside its zones; each node is read and stopped
+    # on its own, so one that cannot be stopped does not leave the others up.
+    result["found"], result["stopped_zones"] = {}, []
+    errors: list[BaseException] = []
+    for i, node in enumerate(cfg.nodes, 1):
+        tag = "" if i == 1 else f" (node {i})"
+        try:
+            up = node.running()
+            result["found"].update({f"{where}{tag}": status for where, status in up.items()})
+            if up:
+                result["stopped_zones"] += [f"{where}{tag}" for where in node.stop()]
+        except Exception as e:  # noqa: BLE001 - the next node is stopped all the same
+            log.error("reaper: node %d of profile %s: %s: %s", i, cfg.name, type(e).__name__, e)
+            errors.append(e)
+    if errors:
+        raise errors[0]
+    if not result["found"]:
+        del result["stopped_zones"]
         result["action"] = "none"
-        log.info("reaper: node is stopped; nothing to do")
+        log.info("reaper: %s stopped; nothing to do",
+                 "node is" if len(cfg.nodes) == 1 else f"all {len(cfg.nodes)} nodes are")
         return result
-    result["stopped_zones"] = node.stop()
     result["action"] = "stopped"
-    log.warning("reaper: stopped the node of profile %s left up (%s) with no nightly run "
-                "using it", cfg.name, up)
+    log.warning("reaper: stopped the node(s) of profile %s left up (%s) with no nightly run "
+                "using them", cfg.name, result["found"])
     return result
 
 

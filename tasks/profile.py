@@ -33,7 +33,7 @@ from blocks.graph import FalkorDBGraph, Neo4jGraph
 from blocks.inference import InferenceEndpoint
 from blocks.serving import ServingEndpoint
 from blocks.sources import DocumentSources
-from tasks.compute.protocol import Node, node_for
+from tasks.compute.protocol import Node, nodes_for
 from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
 from tasks.gcs_sync import env_bucket, parse_bucket_url
@@ -175,9 +175,16 @@ class Profile:
     serving: ServingEndpoint | None = None  # no [serving] section: no endpoint to publish to
 
     @cached_property
+    def nodes(self) -> list[Node]:
+        """Every node the compute block describes, the primary first (tasks/compute/protocol.py
+        nodes_for): what boots, serves phase 1 and stops."""
+        return nodes_for(self.compute)
+
+    @property
     def node(self) -> Node:
-        """The node the compute block describes (tasks/compute/protocol.py): what flows call."""
-        return node_for(self.compute)
+        """The primary node (nodes[0]): where training runs, and the only one of a local
+        profile."""
+        return self.nodes[0]
 
     def snapshot_root(self) -> Path:
         """The artifact store that keeps graph snapshots (graph-snapshots/<name>/)."""
@@ -226,6 +233,11 @@ def _build(path: Path, section: str, table: dict[str, Any]) -> Any:
         raise ConfigError(f"profile {path}: [compute.vllm] is now [compute.node] (the node's "
                           "engine is a choice: llama.cpp or vLLM) — rename the table, and "
                           "drop prefect_bin/vllm_bin if set (set project_dir instead)")
+    if cls is LocalCompute and "nodes" in table:  # symmetry with GceCompute.nodes
+        if table.pop("nodes") != 1:
+            raise ConfigError(f"profile {path}: [compute] nodes > 1 needs GCE nodes: the local "
+                              "compute is this one machine — use a GCE profile ([compute] "
+                              "type = \"gce\") or drop `nodes`")
     unknown = sorted(set(table) - set(cls.model_fields))
     if unknown:
         raise ConfigError(f"profile {path}: [{section}] unknown field(s) {unknown}; "

@@ -55,8 +55,12 @@ Simulated behaviour, on the wall clock (durations are attributes, in seconds):
     node worker      optional `node_worker` argv: launched when an instance reaches RUNNING
                      and killed (with everything it started) on stop/preemption only — the
                      node's Prefect worker on its own pool, as the startup script starts it.
-The instance's networkInterfaces[0].networkIP is 127.0.0.1, so whatever `on_start` launches is
-reachable at the node's "VPC IP". The server binds 127.0.0.1 only.
+Internal IP: each VM has its own internal IP from its VPC subnet ([ref] networkInterfaces[].
+networkIP; "IP addresses", cloud.google.com/vpc/docs/ip-addresses), so N nodes serve on the
+same port side by side. The fake's networkIP is a loopback address: 127.0.0.1 unless
+add_instance gives another (`network_ip="127.0.0.2"`, …: Linux routes all of 127.0.0.0/8 to
+`lo`, so a server bound there is reachable at it), so whatever `on_start` launches on the
+instance's address is reachable at the node's "VPC IP". The API server binds 127.0.0.1 only.
 
 Sources the behaviour follows (read 2026-12; where a source is silent the fake takes the reading
 that is harder on the code, and says so):
@@ -210,6 +214,7 @@ class FakeInstance:
     # with its L4 attached); a test changes them to model a misbuilt instance
     machine_type: str = "g2-standard-4"
     accelerators: list[tuple[str, int]] = field(default_factory=lambda: [("nvidia-l4", 1)])
+    network_ip: str = "127.0.0.1"  # its own "VPC IP" (module docstring: Internal IP)
 
     def link(self, base: str) -> str:
         return f"{base}/compute/v1/projects/{self.project}/zones/{self.zone}/instances/{self.name}"
@@ -324,10 +329,15 @@ class FakeComputeEngine:
     def add_instance(self, zone: str, name: str, *, status: str = "TERMINATED",
                      provisioning_model: str = "SPOT", boot_seconds: float = 0.3,
                      service_account: str | None = "",
-                     metadata: dict[str, str] | None = None) -> FakeInstance:
+                     metadata: dict[str, str] | None = None,
+                     network_ip: str = "127.0.0.1") -> FakeInstance:
         """An instance as `gcloud compute instances create` leaves it: SPOT with STOP, or
         STANDARD with Compute's defaults for a GPU VM (automaticRestart true, TERMINATE).
-        `service_account` "" → NODE_SA; None → an instance without a service account."""
+        `service_account` "" → NODE_SA; None → an instance without a service account.
+        `network_ip`: its internal IP, a loopback address of its own when several nodes serve
+        on one port (module docstring)."""
+        if not network_ip.startswith("127."):
+            raise ValueError(f"network_ip {network_ip!r}: a loopback address (127.x.y.z)")
         with self._lock:
             spot = provisioning_model == "SPOT"
             inst = FakeInstance(
@@ -337,7 +347,7 @@ class FakeComputeEngine:
                 termination_action="STOP" if spot else None,
                 service_account=(NODE_SA.format(project=self.project)
                                  if service_account == "" else service_account),
-                metadata=dict(metadata or {}))
+                metadata=dict(metadata or {}), network_ip=network_ip)
             self.instances[(zone, name)] = inst
             if status == "RUNNING":
                 self._enter_running(inst)
@@ -667,7 +677,7 @@ class FakeComputeEngine:
                 {"acceleratorType": f"{self.url}/compute/v1/projects/{self.project}/zones/"
                                     f"{inst.zone}/acceleratorTypes/{kind}",
                  "acceleratorCount": count} for kind, count in inst.accelerators],
-            "networkInterfaces": [{"name": "nic0", "networkIP": "127.0.0.1",
+            "networkInterfaces": [{"name": "nic0", "networkIP": inst.network_ip,
                                    "network": "global/networks/default"}],
             "metadata": {"kind": "compute#metadata", "fingerprint": inst.metadata_fingerprint,
                          "items": [{"key": k, "value": v} for k, v in inst.metadata.items()]},

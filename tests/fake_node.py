@@ -209,7 +209,7 @@ class FakeNode:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length).decode() if length else ""
                 if method == "GET" and rest == "network-interfaces/0/ip":
-                    return self._answer(200, "127.0.0.1")  # the fake's networkIP
+                    return self._answer(200, inst.network_ip)  # the fake's networkIP
                 if method == "GET" and rest.startswith("attributes/"):
                     value = dict(inst.metadata).get(rest.removeprefix("attributes/"))
                     return self._answer(404, "not found") if value is None else \

@@ -68,7 +68,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeOpenAI:
-    def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0, port: int = 0) -> None:
+    def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0, port: int = 0,
+                 host: str = "127.0.0.1") -> None:
         self.latency = latency
         self.slow_seconds = slow_seconds
         self.model_id = "fake"  # what /v1/models lists
@@ -77,8 +78,12 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self.server = _Server(("127.0.0.1", port), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        # host: a loopback address (127.x.y.z) — a fake node's own "VPC IP" when several
+        # serve on one port (tests/fake_compute_engine.py)
+        if not host.startswith("127."):
+            raise ValueError(f"host {host!r}: the fake serves on loopback only (127.x.y.z)")
+        self.server = _Server((host, port), self._handler())
+        self.url = f"http://{host}:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> FakeOpenAI:
@@ -219,12 +224,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", type=float, default=0.0)
     ap.add_argument("--port", type=int, default=0, help="0 = any free port")
+    ap.add_argument("--host", default="127.0.0.1", help="a loopback address to bind")
     ap.add_argument("--model", default="fake", help="the model id /v1/models lists")
     ap.add_argument("--load-seconds", type=float, default=0.0,
                     help="wait this long before listening, as vLLM does while loading weights")
     args = ap.parse_args()
     time.sleep(args.load_seconds)
-    fake = FakeOpenAI(latency=args.latency, port=args.port)
+    fake = FakeOpenAI(latency=args.latency, port=args.port, host=args.host)
     fake.model_id = args.model
     print(fake.url, flush=True)
     fake.server.serve_forever()

@@ -233,17 +233,32 @@ class GceNode:
         return NodeRecord(**n) if n else None
 
     # ---- lifecycle --------------------------------------------------------------------------
-    def start(self, max_run_seconds: float | None = None) -> str:
+    def start(self, max_run_seconds: float | None = None,
+              timeout_seconds: float | None = None) -> str:
         """Start the node (or reuse one already up) and wait until it is RUNNING with an IP.
         Each start first sets the instance's scheduling (module docstring): Compute stops the
         node itself after `max_run_seconds` RUNNING (default: the block's max_run_seconds).
+        Each placement tried waits up to boot_timeout_seconds; `timeout_seconds` caps the
+        whole start besides (the nightly: what is left of the night's budget), and when it is
+        spent no further placement is tried (NodeBootTimeout, naming what was).
         Returns a description: instance, zone, provisioning model, IP."""
         b = self.block
         run_limit = self._run_limit(max_run_seconds)
         started_at = time.time()
+        if timeout_seconds is not None and timeout_seconds <= 0:
+            raise NodeBootTimeout(f"compute (gce): no time left to boot {b.instance} "
+                                  f"({timeout_seconds:.0f} s) — nothing was started")
+        until = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+
+        def deadline() -> tuple[float, float]:  # (deadline, seconds) of the next boot wait
+            limit = b.boot_timeout_seconds
+            if until is not None:
+                limit = min(limit, until - time.monotonic())
+            return time.monotonic() + limit, limit
+
         for zone, inst in self._instances():  # idempotent: a node up in any zone is reused
             if inst.status in UP:
-                node = self._await_running(zone, time.monotonic() + b.boot_timeout_seconds)
+                node = self._await_running(zone, *deadline())
                 self._write_record(node, started_at=self._read_record().get("started_at",
                                                                             started_at))
                 return self._describe(node, reused=True)
@@ -255,8 +270,13 @@ class GceNode:
                 attempts.append(f"{zone} {provisioning_name(model)}: skipped (quota exceeded "
                                 f"in region {region_of(zone)})")
                 continue
+            if until is not None and time.monotonic() >= until:
+                raise NodeBootTimeout(
+                    f"compute (gce): {b.instance} not started within {timeout_seconds:.0f} s "
+                    f"(the night's budget left for the boot){_tried(attempts)} — no further "
+                    "zone was tried; raise the night's budget or add capacity")
             try:
-                outcome = self._try_start(zone, model, run_limit)
+                outcome = self._try_start(zone, model, run_limit, *deadline())
             except (ConfigError, ServerError) as e:  # no other placement would do better
                 if attempts:  # name what was tried before (same type: callers sort on it)
                     raise type(e)(f"{e}{_tried(attempts)}") from e
@@ -293,9 +313,11 @@ class GceNode:
             text += f"; fell back after: {'; '.join(attempts)}"
         return text
 
-    def _try_start(self, zone: str, model: str, run_limit: int) -> NodeRecord | StartFailed:
-        """Start in one zone with one provisioning model: the node, or why not (when another
-        placement may do better); ConfigError/ServerError when none would."""
+    def _try_start(self, zone: str, model: str, run_limit: int, deadline: float,
+                   limit: float) -> NodeRecord | StartFailed:
+        """Start in one zone with one provisioning model, waiting until `deadline` (`limit`
+        seconds from now): the node, or why not (when another placement may do better);
+        ConfigError/ServerError when none would."""
         import requests
         from google.api_core import exceptions as gexc
 
@@ -306,7 +328,6 @@ class GceNode:
             if zone == b.zone:
                 raise
             return StartFailed("skipped", f"skipped ({e})")
-        deadline = time.monotonic() + b.boot_timeout_seconds
         if inst.status == "STOPPING":
             self._await_status(zone, STOPPED, deadline)
         elif inst.status not in STOPPED:
@@ -329,7 +350,7 @@ class GceNode:
                 # the start may have reached Compute before the answer was lost: look first,
                 # so that a node coming up here is not left running beside the next one
                 if self._get(zone).status in BOOTING:
-                    return self._boot(zone, deadline)
+                    return self._boot(zone, deadline, limit)
             return StartFailed(kind, f"{kind} ({_brief(e)})")
         op = self._wait(zone, op, deadline)
         errors = self._op_errors(op)
@@ -341,11 +362,11 @@ class GceNode:
                 return StartFailed(kind, "stocked out (" + "; ".join(c for c, _ in errors) + ")")
             return StartFailed(kind, f"{kind} (" + "; ".join(f"{c}: {m}" for c, m in errors)
                                + ")")
-        return self._boot(zone, deadline)
+        return self._boot(zone, deadline, limit)
 
-    def _boot(self, zone: str, deadline: float) -> NodeRecord | StartFailed:
+    def _boot(self, zone: str, deadline: float, limit: float) -> NodeRecord | StartFailed:
         try:
-            return self._await_running(zone, deadline)
+            return self._await_running(zone, deadline, limit)
         except NodePreempted as e:  # spot capacity went while booting: the next placement
             return StartFailed("preempted while booting", f"preempted while booting ({e})")
 
@@ -421,7 +442,7 @@ class GceNode:
             time.sleep(poll)
             poll = min(poll * 1.5, self.block.poll_seconds)
 
-    def _await_running(self, zone: str, deadline: float) -> NodeRecord:
+    def _await_running(self, zone: str, deadline: float, limit: float) -> NodeRecord:
         b = self.block
         inst = self._await_status(zone, {"RUNNING", *STOPPED}, deadline)
         if inst.status == "RUNNING" and inst.network_interfaces and \
@@ -432,10 +453,12 @@ class GceNode:
             raise NodePreempted(f"compute (gce): {b.where(zone)} went {inst.status} while "
                                 "booting (spot preemption?) — rerun the flow")
         self._request_stop_in(zone)  # do not pay for a node this run gives up on
+        capped = limit < b.boot_timeout_seconds  # the night's budget, not the block, ended it
         raise NodeBootTimeout(
-            f"compute (gce): {b.where(zone)} not RUNNING after {b.boot_timeout_seconds:.0f} s "
-            f"(status {inst.status}); a stop was requested — raise boot_timeout_seconds if the "
-            "image is slow to boot")
+            f"compute (gce): {b.where(zone)} not RUNNING after {limit:.0f} s (status "
+            f"{inst.status}); a stop was requested — " + (
+                "the night's budget left no more time for the boot" if capped else
+                "raise boot_timeout_seconds if the image is slow to boot"))
 
     def _request_stop_in(self, zone: str) -> None:
         client, _ = self._clients()

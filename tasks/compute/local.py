@@ -43,9 +43,11 @@ class LocalNode:
     def _state_dir(self) -> Path:
         return Path(self.block.state_dir)
 
-    def start(self, max_run_seconds: float | None = None) -> str:
+    def start(self, max_run_seconds: float | None = None,
+              timeout_seconds: float | None = None) -> str:
         """Boot the node (nothing to do locally; nothing stops this machine, so
-        `max_run_seconds` is ignored). Returns a description for the summary."""
+        `max_run_seconds` is ignored, and nothing boots, so `timeout_seconds` is too). Returns
+        a description for the summary."""
         self._state_dir.mkdir(parents=True, exist_ok=True)
         return "local machine"
 

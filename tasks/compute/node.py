@@ -19,17 +19,19 @@ from tasks.records import TrainingResult
 
 @task(name="compute-up", cache_policy=NO_CACHE)
 def compute_up(node: Node, max_run_seconds: float | None = None,
-               endpoint: InferenceEndpoint | None = None) -> str:
+               endpoint: InferenceEndpoint | None = None,
+               timeout_seconds: float | None = None) -> str:
     """Boot the node; a node that can stop itself does so after `max_run_seconds` RUNNING
-    (None: the node's default — GceCompute.max_run_seconds). With `endpoint`, what the node
-    boots is first brought in line with the profile (Node.prepare: the GCE startup script)."""
+    (None: the node's default — GceCompute.max_run_seconds); `timeout_seconds` caps the wait
+    for the boot (Node.start). With `endpoint`, what the node boots is first brought in line
+    with the profile (Node.prepare: the GCE startup script)."""
     logger = get_run_logger()
     if endpoint is not None:
         changed = node.prepare(endpoint)
         if changed:
             logger.info("startup script rewritten from the profile in %s (takes effect at "
                         "this boot)", ", ".join(changed))
-    where = node.start(max_run_seconds)
+    where = node.start(max_run_seconds, timeout_seconds)
     logger.info("compute up: %s", where)
     return where
 

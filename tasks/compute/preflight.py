@@ -7,8 +7,9 @@ GPU hour, each failure with its fix.
   `testIamPermissions`); `iam.serviceAccounts.actAs` on the node's service account through the
   IAM API where the Compute API is Google's own (a custom api_endpoint — a private endpoint or
   the test fake — skips it: the fake does not model the IAM API);
-- each zone's instance: it exists, is a g2-standard-4 with one nvidia-l4, terminates on host
-  maintenance, and runs as a service account that is not the orchestrator's;
+- each node's instance in each zone (GceCompute.nodes: node i ≥ 2 is `{instance}-{i}`): it
+  exists, is a g2-standard-4 with one nvidia-l4, terminates on host maintenance, and runs as a
+  service account that is not the orchestrator's;
 - each bucket the profile names exists and takes a write;
 - Secret-typed fields of the loaded blocks are not empty (the profile load already failed on
   a saved block that does not load);
@@ -175,17 +176,20 @@ def _compute_checks(block: GceCompute, email: str | None, creds: Any) -> Iterato
     from google.cloud import compute_v1
 
     client, _ = block.get_compute_clients()
-    for zone in block.zones():
-        where = f"instance {zone}/{block.instance_in(zone)}"
+    for node, zone in ((n, z) for n in block.node_blocks() for z in n.zones()):
+        where = f"instance {zone}/{node.instance_in(zone)}"
         try:
-            inst = client.get(project=block.project, zone=zone, instance=block.instance_in(zone))
+            inst = client.get(project=block.project, zone=zone, instance=node.instance_in(zone))
         except gexc.NotFound:
-            yield _fail(where, f"{block.where(zone)} not found",
+            yield _fail(where, f"{node.where(zone)} not found",
                         "create it (docs/operator-gcp.md, section 4) or fix project/zone/"
-                        "instance/zone_instances in the profile")
+                        "instance/zone_instances in the profile" + (
+                            f" (nodes = {block.nodes}: node i ≥ 2 is the instance "
+                            f"{block.instance}-i, built like the first)" if block.nodes > 1
+                            else ""))
             continue
         except Exception as e:  # noqa: BLE001 - Forbidden, another API error, the network
-            yield _fail(where, f"cannot read {block.where(zone)}: {_message(e)}",
+            yield _fail(where, f"cannot read {node.where(zone)}: {_message(e)}",
                         INSTANCE_ADMIN if isinstance(e, gexc.Forbidden) else
                         "check the project id, api_endpoint and the Compute API (gcloud "
                         "services enable compute.googleapis.com)")
@@ -193,7 +197,7 @@ def _compute_checks(block: GceCompute, email: str | None, creds: Any) -> Iterato
         yield from _shape_checks(where, inst, email)
         try:
             granted = set(client.test_iam_permissions(
-                project=block.project, zone=zone, resource=block.instance_in(zone),
+                project=block.project, zone=zone, resource=node.instance_in(zone),
                 test_permissions_request_resource=compute_v1.TestPermissionsRequest(
                     permissions=list(INSTANCE_PERMISSIONS))).permissions)
         except Exception as e:  # noqa: BLE001

@@ -1,6 +1,7 @@
 """One interface for the node, whatever it is: flows and tasks call these methods and never
 ask which kind of node they hold. `node_for(block)` builds the node for a profile's compute
-block (LocalCompute → LocalNode, GceCompute → GceNode)."""
+block (LocalCompute → LocalNode, GceCompute → GceNode); `nodes_for(block)` every node it
+describes (GceCompute.nodes), the primary first."""
 
 from __future__ import annotations
 
@@ -39,10 +40,14 @@ class Node(Protocol):
         """Make what the node boots match the profile before it starts (GCE: the startup script
         rendered from the blocks, in every zone's metadata); what was changed."""
 
-    def start(self, max_run_seconds: float | None = None) -> str:
+    def start(self, max_run_seconds: float | None = None,
+              timeout_seconds: float | None = None) -> str:
         """Boot the node (or reuse one up); a description for the summary. A node that can
         stop itself (GCE: scheduling.maxRunDuration) does so after `max_run_seconds` RUNNING
-        (None: its configured default); a local node ignores it."""
+        (None: its configured default); a local node ignores it. `timeout_seconds` caps the
+        whole wait for the boot, fallbacks included (None: the block's boot_timeout_seconds
+        for each placement tried; the nightly passes the smaller of that and what is left of
+        the night's budget); a node with nothing to wait for ignores it."""
 
     def start_inference(self, endpoint: InferenceEndpoint, adapter: Path | None = None,
                         names: tuple[str, ...] = ()) -> str:
@@ -85,10 +90,19 @@ class Node(Protocol):
 
 
 def node_for(block: LocalCompute | GceCompute) -> Node:
-    """The node a profile's compute block describes."""
+    """The node a profile's compute block describes (its primary, when it describes more)."""
     if isinstance(block, GceCompute):
         return GceNode(block)
     if isinstance(block, LocalCompute):
         return LocalNode(block)
     raise ConfigError(f"compute: no node for a {type(block).__name__} block — use a "
                       "LocalCompute or GceCompute block")
+
+
+def nodes_for(block: LocalCompute | GceCompute) -> list[Node]:
+    """Every node a profile's compute block describes, the primary (node_for's) first: a
+    GceCompute's `nodes` instances (GceCompute.node_blocks); a LocalCompute is this one
+    machine (the profile loader refuses `nodes` > 1 on it)."""
+    if isinstance(block, GceCompute):
+        return [GceNode(b) for b in block.node_blocks()]
+    return [node_for(block)]

@@ -593,3 +593,20 @@ def test_readiness_reports_progress_and_checks_the_served_model(
                                           "'olmo-3-32b-think' — set the inference block's model"):
         node.start_inference(endpoint)
     node.stop()
+
+
+def test_start_timeout_caps_the_boot_wait_below_the_blocks(fake: FakeComputeEngine,
+                                                           tmp_path: Path) -> None:
+    """The nightly passes what is left of the night's budget: a node slower to boot than that
+    is given up on then (and a stop requested), not after boot_timeout_seconds (10 s here)."""
+    fake.add_instance("zone-a", "node", boot_seconds=5)
+    node = gce(fake, tmp_path)
+    began = time.monotonic()
+    with pytest.raises(NodeBootTimeout, match=r"not RUNNING after 1 s .*the night's budget "
+                       "left no more time for the boot"):
+        node.start(timeout_seconds=1)
+    assert 1 <= time.monotonic() - began < 4
+    assert len(fake.seen("stop", "zone-a", "node")) == 1  # the stop was requested
+    with pytest.raises(NodeBootTimeout, match="no time left to boot node"):
+        node.start(timeout_seconds=0)
+    assert len(fake.seen("start")) == 1  # nothing started without time

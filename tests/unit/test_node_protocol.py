@@ -64,3 +64,39 @@ def test_on_a_signal_the_cli_stops_the_local_server_and_nothing_of_a_gce_node(tm
     assert what == "the inference server (llama.cpp)"
     assert (server.name, server.state_dir) == ("inference", tmp_path)  # inference.pid.json
     assert node_for(gce_block()).signal_stops() == []
+
+
+def test_nodes_for_names_node_i_after_the_first_in_every_zone() -> None:
+    from tasks.compute.protocol import nodes_for
+
+    block = GceCompute(project="p", zone="z1", instance="n", fallback_zones=["z2", "z3"],
+                       zone_instances={"z2": "n-west"}, nodes=3, state_dir="/nonexistent")
+    nodes = nodes_for(block)
+    assert [type(n) for n in nodes] == [GceNode] * 3
+    assert nodes[0].block is block  # type: ignore[attr-defined]
+    assert [[n.block.instance_in(z) for z in ("z1", "z2", "z3")]  # type: ignore[attr-defined]
+            for n in nodes] == [["n", "n-west", "n"], ["n-2", "n-west-2", "n-2"],
+                                ["n-3", "n-west-3", "n-3"]]
+    # the same zones, fallbacks and provisioning; a node record of its own
+    assert {(tuple(n.block.zones()), n.block.provisioning, n.block.nodes)  # type: ignore[attr-defined]
+            for n in nodes[1:]} == {(("z1", "z2", "z3"), "spot", 1)}
+    assert [n._record_path().name for n in nodes] == [  # type: ignore[attr-defined]
+        "gce-n.json", "gce-n-2.json", "gce-n-3.json"]
+    assert len(nodes_for(gce_block())) == 1
+
+
+def test_a_local_profile_has_one_node_and_refuses_more(tmp_path: Path) -> None:
+    from tasks.compute.protocol import nodes_for
+    from tasks.profile import load_profile
+    from tests.conftest import toml_profile
+
+    [local] = nodes_for(LocalCompute(state_dir=str(tmp_path)))
+    assert type(local) is LocalNode
+    one = load_profile(str(toml_profile(tmp_path / "one.toml", state_dir=tmp_path,
+                                        compute={"type": "local", "nodes": 1})))
+    assert [type(n) for n in one.nodes] == [LocalNode] and one.node is one.nodes[0]
+    with pytest.raises(ConfigError, match=r"nodes > 1 needs GCE nodes.*use a GCE profile"):
+        load_profile(str(toml_profile(tmp_path / "two.toml", state_dir=tmp_path,
+                                      compute={"type": "local", "nodes": 2})))
+    with pytest.raises(ValueError, match="less than or equal to 16"):
+        GceCompute(project="p", zone="z", instance="n", nodes=17)
