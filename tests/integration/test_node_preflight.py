@@ -65,13 +65,13 @@ def world(tmp_path_factory: pytest.TempPathFactory, deployed: None
 
 def profile(tmp: Path, fake: FakeComputeEngine, *, zones: tuple[str, ...] = ("zone-a", "zone-b"),
             training: dict[str, Any] | None = None, gcs: bool = True, dialect: str = "llama.cpp",
-            **node: Any) -> Path:
+            nodes: int = 1, **node: Any) -> Path:
     """A GCE profile that trains (a corpus root), on a saved GceCompute block whose node runs
     its worker from this checkout (where the test deployment changes into)."""
     block = "preflight-" + tmp.name[-20:].replace("_", "-").lower()
     GceCompute(project=PROJECT, zone=zones[0], instance="node", fallback_zones=list(zones[1:]),
                api_endpoint=fake.url, gcp_credentials=creds(fake), poll_seconds=0.1,
-               state_dir=str(tmp / "state"),
+               state_dir=str(tmp / "state"), nodes=nodes,
                node={"work_pool": "slm-node", "project_dir": str(ROOT),
                      "prefect_api_url": _api_url(), **node}).save(block, overwrite=True)
     return toml_profile(
@@ -332,3 +332,23 @@ def test_a_saved_block_that_does_not_load_is_a_failed_check(
                           "FAILED  profile: profile " + str(path) + ": [compute] saved block "
                           "'slm-gce-compute/no-such-block' could not be loaded")
     assert out.rstrip().endswith("— fix: fix the profile or save the block")
+
+
+def test_every_node_of_a_two_node_profile_is_checked_in_every_zone(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    """nodes = 2: node 2 is the instance node-2 of each zone; missing, or misbuilt, it fails
+    the preflight (the night would boot one node fewer, or a wrong one)."""
+    path = str(profile(tmp_path, world, nodes=2))
+    missing = failed(run_preflight(load_profile(path)))
+    assert missing == {f"instance {z}/node-2": f"projects/test-project/zones/{z}/instances/"
+                       "node-2 not found — fix: create it (docs/operator-gcp.md, section 4) or "
+                       "fix project/zone/instance/zone_instances in the profile (nodes = 2: "
+                       "node i ≥ 2 is the instance node-i, built like the first)"
+                       for z in ("zone-a", "zone-b")}
+    world.add_instance("zone-a", "node-2")
+    world.add_instance("zone-b", "node-2").machine_type = "n1-standard-4"
+    report = run_preflight(load_profile(path))
+    assert list(failed(report)) == ["instance zone-b/node-2: machine type"]
+    s = statuses(report)
+    assert s["instance zone-a/node-2: GPU"] == s["instance zone-a/node-2: IAM"] == "ok"
+    assert s["instance zone-a/node: GPU"] == "ok"
