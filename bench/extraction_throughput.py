@@ -25,7 +25,10 @@ def docs(n: int) -> list[Document]:
 
 
 def rate(url: str, slots: int, n: int) -> float:
-    client = LLMClient(url, "fake", "vllm", max_concurrency=slots, timeout_seconds=30)
+    # adaptive=False: this measures the client's own overhead at a fixed number of slots
+    # (bench/adaptive_concurrency.py measures how well the adaptive limit finds them)
+    client = LLMClient(url, "fake", "vllm", max_concurrency=slots, timeout_seconds=30,
+                       adaptive=False)
     t = time.perf_counter()
     out = run_sync(extract_documents(client, docs(n), 1000, 0, json_schema(12, 12)))
     elapsed = time.perf_counter() - t

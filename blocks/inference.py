@@ -33,9 +33,16 @@ class InferenceEndpoint(Block):
         default="vllm", description="Structured-output request shape the server understands."
     )
     max_concurrent_requests: int = Field(
-        default=8, ge=1, le=1024, description="In-flight requests at once (vLLM batches them)."
+        default=8, ge=1, le=1024,
+        description="Ceiling on in-flight requests per endpoint (node). The client finds the "
+        "best number under it by measuring throughput and latency, and backs off on 429/503, "
+        "timeouts and refused connections.",
     )
-    request_timeout_seconds: float = Field(default=300.0, gt=0, description="Per request.")
+    request_timeout_seconds: float = Field(
+        default=300.0, gt=0,
+        description="Per request until answers are measured; then 2 x max_output_tokens / the "
+        "measured per-request decode rate, at least 30 s (or this value, if lower).",
+    )
     readiness_timeout_seconds: float = Field(
         default=5400.0, gt=0, description="How long to wait for /v1/models to answer."
     )

@@ -42,6 +42,11 @@ class ChunkTooLong(LLMError):
     """The model ran out of tokens or context: retry on a smaller chunk."""
 
 
+class Deferred(SlmNightlyError):
+    """The deadline cannot cover this request: not a failure; the document waits for the next
+    run (neither extracted nor failed, not held). No HTTP call was made for it."""
+
+
 class GraphError(SlmNightlyError):
     """The graph store rejected a statement or could not be reached."""
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import ChunkTooLong, GraphError, LLMError
+from tasks.errors import ChunkTooLong, Deferred, GraphError, LLMError
 from tasks.extraction.chunking import chunk_text, estimate_tokens, halve
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.llm import LLMClient, Usage
@@ -82,12 +82,16 @@ class DocOutcome:
     error_type: str | None = None
     attempts: int = 0
     endpoint_down: bool = False  # failed because the endpoint was unreachable: not held
+    # the deadline could not cover one of its requests: neither extracted nor failed, it
+    # waits for the next run (what its other chunks returned is dropped)
+    deferred: bool = False
 
 
 @dataclass
 class BatchReport:
     extracted: Counter[str] = field(default_factory=Counter)  # per stream
     failed: list[dict[str, Any]] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)  # ids: not marked, not dead-lettered
     usage: Usage = field(default_factory=Usage)
     entities: int = 0
     relationships: int = 0
@@ -120,19 +124,28 @@ async def _extract_chunk(client: LLMClient, doc: Document, chunk: str, schema: d
 
 async def extract_document(client: LLMClient, doc: Document, chunk_tokens: int,
                            overlap_tokens: int, schema: dict[str, Any]) -> DocOutcome:
-    """Run the document's free text through the LLM, chunk by chunk (concurrently)."""
+    """Run the document's free text through the LLM, chunk by chunk (concurrently). Every
+    chunk ends before the outcome is decided (no request outlives its document): a failed
+    chunk fails the document, else a deferred one defers it."""
     outcome = DocOutcome(doc)
     if not doc.text.strip():
         return outcome
     chunks = chunk_text(doc.text, chunk_tokens, overlap_tokens)
-    try:
-        results = await asyncio.gather(*(
-            _extract_chunk(client, doc, c, schema, 0, i + 1, len(chunks))
-            for i, c in enumerate(chunks)))
-        outcome.extraction = [x for r in results for x in r]
-    except LLMError as e:
+    results = await asyncio.gather(*(
+        _extract_chunk(client, doc, c, schema, 0, i + 1, len(chunks))
+        for i, c in enumerate(chunks)), return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException) and not isinstance(r, LLMError | Deferred):
+            raise r
+    errors = [r for r in results if isinstance(r, LLMError)]
+    if errors:
+        e = errors[0]
         outcome.error, outcome.error_type, outcome.attempts = str(e), type(e).__name__, e.attempts
         outcome.endpoint_down = e.endpoint_down
+    elif any(isinstance(r, Deferred) for r in results):
+        outcome.deferred = True
+    else:
+        outcome.extraction = [x for r in results if isinstance(r, list) for x in r]
     return outcome
 
 
@@ -221,7 +234,7 @@ def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, st
     batch = GraphBatch()
     now = now_iso()
     for o in outcomes:
-        if o.error:
+        if o.error or o.deferred:
             continue
         d = o.doc
         batch.documents.append({"id": d.id, "stream": d.stream, "path": d.path, "hash": d.hash,
@@ -267,12 +280,15 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
 
     Order makes a crash harmless: retract what changed documents contributed before, upsert
     (idempotent MERGEs), and only then mark the documents extracted. A crash anywhere leaves
-    them unmarked, so the next run does them again and reaches the same graph."""
+    them unmarked, so the next run does them again and reaches the same graph. Documents the
+    client's deadline deferred are listed in `deferred` and left alone: not written, not
+    marked, not failed."""
     report = BatchReport()
     client = replace(client, usage=Usage())
     outcomes = run_sync(extract_documents(client, docs, chunk_tokens, overlap_tokens, schema,
                                           on_done))
     report.usage = client.usage
+    report.deferred = [o.doc.id for o in outcomes if o.deferred]
     for o in outcomes:
         if o.error:
             d = o.doc
@@ -282,7 +298,8 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
                                                 o.error_type or "Error", msg, o.attempts,
                                                 model=model, prompt_version=PROMPT_VERSION,
                                                 held=not o.endpoint_down))
-    emails = [e for o in outcomes if not o.error for r in o.doc.records for e in r["emails"]]
+    emails = [e for o in outcomes if not (o.error or o.deferred)
+              for r in o.doc.records for e in r["emails"]]
 
     def write() -> tuple[GraphBatch, BatchReport]:
         labels = BatchReport()  # label counts of this attempt only

@@ -49,14 +49,18 @@ def response_schema(endpoint: InferenceEndpoint) -> dict[str, Any]:
                        max_description=endpoint.max_description_chars)
 
 
-def llm_client(endpoint: InferenceEndpoint, base_url: str | None = None) -> LLMClient:
-    """A client for this endpoint (at `base_url` when the compute node provides it)."""
-    url = base_url or endpoint.base_url
-    if not url:
+def llm_client(endpoint: InferenceEndpoint, base_url: str | None = None,
+               base_urls: list[str] | None = None, deadline: float | None = None) -> LLMClient:
+    """A client for this endpoint (at `base_url`, or at every URL of `base_urls` — one per
+    node — when the compute nodes provide them), its ceiling max_concurrent_requests per URL.
+    `deadline` (time.time() seconds): requests that cannot end by then are Deferred."""
+    urls = list(base_urls or []) or [base_url or endpoint.base_url or ""]
+    if not urls[0]:
         raise ConfigError("inference: no endpoint — pass base_url, or set base_url in the "
                           "profile's [inference] (the nightly flow's node starts one)")
     return LLMClient(
-        base_url=url, model=endpoint.model, dialect=endpoint.dialect,
+        base_url=urls[0], more_urls=tuple(urls[1:]), deadline=deadline,
+        model=endpoint.model, dialect=endpoint.dialect,
         api_key=endpoint.api_key.get_secret_value() if endpoint.api_key else None,
         max_concurrency=endpoint.max_concurrent_requests,
         timeout_seconds=endpoint.request_timeout_seconds, max_retries=endpoint.max_retries,

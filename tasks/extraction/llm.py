@@ -1,7 +1,9 @@
 """OpenAI-compatible chat client for structured extraction.
 
-Async with bounded concurrency (the endpoint's limit), one structured-output request shape per
-dialect, reasoning stripped, retries with exponential backoff and jitter on transient errors.
+Async, paced per endpoint (tasks/extraction/pacing.py: a concurrency limit found by measuring,
+under the block's ceiling; timeouts sized from the measured decode rate; a deadline gate), one
+structured-output request shape per dialect, reasoning stripped, retries with exponential
+backoff and jitter on transient errors, each retry free to go to another endpoint.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import json
 import random
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -19,7 +22,8 @@ import httpx
 from pydantic import ValidationError
 
 from blocks.inference import server_root
-from tasks.errors import ChunkTooLong, LLMError
+from tasks.errors import ChunkTooLong, Deferred, LLMError
+from tasks.extraction.pacing import Outcome, Pacing
 from tasks.extraction.schema import Extraction, SchemaViolation, parse_answer
 
 Dialect = Literal["vllm", "llama.cpp", "openai"]
@@ -66,6 +70,14 @@ def _retry_after_seconds(value: str) -> float | None:
     return (when - datetime.now(UTC)).total_seconds() if when.tzinfo else None
 
 
+def _completion_tokens(resp: httpx.Response) -> int:
+    """usage.completion_tokens of a 200 answer, 0 when absent or unreadable."""
+    try:
+        return int((resp.json().get("usage") or {}).get("completion_tokens") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
 # The server is not there (refused, or the connection dropped mid-answer): a node going away,
 # not a document the model cannot handle. A timeout is not on the list: a slow answer can be
 # the document's own doing.
@@ -107,24 +119,45 @@ class LLMClient:
     max_output_tokens: int = 1024
     temperature: float = 0.0
     usage: Usage = field(default_factory=Usage)
+    # extra endpoints (one per node): each request goes to the one with the most free room
+    more_urls: tuple[str, ...] = ()
+    # False: a fixed limit of max_concurrency per endpoint (the bench's sweep); True: found
+    adaptive: bool = True
+    # time.time() by which every request must have ended: Deferred instead of a request
+    # whose estimated latency does not fit (no HTTP call)
+    deadline: float | None = None
+    # limits and measurements, shared by copies (replace(client, usage=Usage())): built once
+    pacing: Pacing | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._sem: asyncio.Semaphore | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._clients: dict[str, httpx.AsyncClient] = {}
+        if self.pacing is None:
+            self.pacing = Pacing(self.base_urls, self.max_concurrency, self.adaptive)
+
+    @property
+    def base_urls(self) -> tuple[str, ...]:
+        return (self.base_url, *self.more_urls)
+
+    def stats(self) -> dict[str, dict[str, float | int | None]]:
+        """Per endpoint URL: requests sent, completion_tokens, limit (now), peak_limit,
+        decode_tokens_per_s (one request's measured rate; None before any usage), timeouts,
+        busy (429/503) and refused (connection failures) — over the client's lifetime."""
+        assert self.pacing is not None
+        return self.pacing.stats()
 
     async def __aenter__(self) -> LLMClient:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         limits = httpx.Limits(max_connections=self.max_concurrency,
                               max_keepalive_connections=self.max_concurrency)
-        self._client = httpx.AsyncClient(base_url=server_root(self.base_url), headers=headers,
-                                         timeout=self.timeout_seconds, limits=limits)
-        self._sem = asyncio.Semaphore(self.max_concurrency)
+        self._clients = {u: httpx.AsyncClient(base_url=server_root(u), headers=headers,
+                                              timeout=self.timeout_seconds, limits=limits)
+                         for u in self.base_urls}
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._client:
-            await self._client.aclose()
-        self._client = None
+        for c in self._clients.values():
+            await c.aclose()
+        self._clients = {}
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         """Seconds to wait before the next attempt: what a Retry-After header says (seconds or
@@ -144,15 +177,20 @@ class LLMClient:
         return {"temperature": min(1.0, self.temperature + RETRY_TEMPERATURE_STEP * resend),
                 "seed": resend}
 
-    def _transport_error(self, e: Exception) -> str:
+    def _transport_error(self, e: Exception, base_url: str | None = None,
+                         timeout: tuple[float, str] | None = None) -> str:
         """What went wrong on the wire, naming the URL and the limit (httpx's own message is
         often empty: 'ReadTimeout: ')."""
-        url = f"{server_root(self.base_url)}/v1/chat/completions"
-        within = f"within {self.timeout_seconds:g} s (request_timeout_seconds)"
+        url = f"{server_root(base_url or self.base_url)}/v1/chat/completions"
+        seconds, why = timeout or (self.timeout_seconds, "request_timeout_seconds")
+        within = f"within {seconds:.3g} s ({why})"
+        fix = ("raise the inference block's request_timeout_seconds, or lower max_output_tokens"
+               if why == "request_timeout_seconds" else
+               "the server slowed down (another tenant, longer prompts?): lower "
+               "max_output_tokens or max_concurrent_requests")
         timeouts: dict[type[Exception], str] = {
             httpx.ConnectTimeout: f"could not connect to {url} {within} — is the server up?",
-            httpx.ReadTimeout: f"no answer from {url} {within} — raise the inference block's "
-                               "request_timeout_seconds, or lower max_output_tokens",
+            httpx.ReadTimeout: f"no answer from {url} {within} — {fix}",
             httpx.WriteTimeout: f"could not send the request to {url} {within}",
             httpx.PoolTimeout: f"no free connection to {url} {within}",
         }
@@ -170,8 +208,9 @@ class LLMClient:
     async def extract(self, system: str, user: str, schema: dict[str, Any]) -> Extraction:
         """One chunk in, an answer held to every bound of `schema` out. Raises ChunkTooLong
         when the model ran out of tokens or context (split and retry), LLMError when retries
-        are exhausted (an unusable answer is retried with other sampling)."""
-        assert self._client is not None and self._sem is not None, "use 'async with LLMClient'"
+        are exhausted (an unusable answer is retried with other sampling), Deferred when the
+        deadline cannot cover the next attempt (before sending it, or before a backoff)."""
+        assert self._clients and self.pacing is not None, "use 'async with LLMClient'"
         body = {
             "model": self.model,
             "messages": [{"role": "system", "content": system},
@@ -183,19 +222,32 @@ class LLMClient:
         down = False
         resend = 0  # unusable answers so far: each one changes the next request's sampling
         for attempt in range(self.max_retries + 1):
+            retry_after = None
+            ep, ticket = await self.pacing.acquire(self.deadline, self.max_output_tokens,
+                                                   self.timeout_seconds)
             if attempt:
                 self.usage.retries += 1
-            retry_after = None
             self.usage.calls += 1
+            timeout = ep.timeout(self.max_output_tokens, self.timeout_seconds)
+            outcome: Outcome = "other"
+            tokens = 0
             try:
-                async with self._sem:
-                    resp = await self._client.post("/v1/chat/completions",
-                                                   json={**body, **self.sampling(resend)})
+                resp = await self._clients[ep.url].post(
+                    "/v1/chat/completions", json={**body, **self.sampling(resend)},
+                    timeout=timeout[0])
             except (httpx.TransportError, httpx.TimeoutException) as e:
-                last_error = self._transport_error(e)
+                last_error = self._transport_error(e, ep.url, timeout)
                 down = isinstance(e, _DOWN)
+                outcome = ("down" if down or isinstance(e, httpx.ConnectTimeout)
+                           else "timeout" if isinstance(e, httpx.TimeoutException) else "other")
+                await self.pacing.release(ep, ticket, outcome)
             else:
                 down = False
+                if resp.status_code == 200:
+                    outcome, tokens = "ok", _completion_tokens(resp)
+                elif resp.status_code in (429, 503):
+                    outcome = "busy"  # the server says it is full: a signal for its limit
+                await self.pacing.release(ep, ticket, outcome, tokens)
                 if resp.status_code == 200:
                     try:
                         return self._parse(resp.json(), schema)
@@ -228,11 +280,16 @@ class LLMClient:
                     last_error = f"HTTP {resp.status_code}: {resp.text[:200] or '(empty body)'}"
                     retry_after = resp.headers.get("retry-after")
                 else:
-                    raise LLMError(f"HTTP {resp.status_code} from {self.base_url}: "
+                    raise LLMError(f"HTTP {resp.status_code} from {ep.url}: "
                                    f"{resp.text[:300] or '(empty body)'} — check the inference "
                                    "block's model and dialect", attempt + 1)
             if attempt < self.max_retries:
-                await asyncio.sleep(self._backoff(attempt, retry_after))
+                wait = self._backoff(attempt, retry_after)
+                if self.deadline is not None and time.time() + wait + self.pacing.min_estimate(
+                        self.max_output_tokens, self.timeout_seconds) > self.deadline:
+                    raise Deferred(f"a retry after {wait:.1f} s would end past the deadline "
+                                   f"(last attempt: {last_error})")
+                await asyncio.sleep(wait)
         raise LLMError(f"gave up after {self.max_retries + 1} attempts: {last_error}",
                        self.max_retries + 1, endpoint_down=down)
 

@@ -1,0 +1,261 @@
+"""Client pacing (tasks/extraction/pacing.py): the adaptive limit against a simulated server
+in virtual time, timeout sizing, the deadline gate and endpoint choice through the real client.
+
+The simulated server models how vLLM and llama.cpp's server treat requests beyond their
+capacity (vLLM docs, "Scheduler"/`max_num_seqs`; llama.cpp tools/server README, `--parallel`
+slots): up to `slots` are decoded at once, each at `rate` tokens/s, and the rest wait in a FIFO
+queue — no 429. Its best concurrency is therefore exactly `slots`, its throughput there
+`slots x rate`; more in flight only adds queueing latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import random
+import time
+from collections import Counter
+from dataclasses import replace
+
+import httpx
+import pytest
+
+from tasks.errors import Deferred
+from tasks.extraction.llm import LLMClient, Usage
+from tasks.extraction.pacing import Endpoint, Pacing, Ticket
+from tasks.extraction.schema import json_schema
+from tests.fake_openai import FakeOpenAI
+
+SCHEMA = json_schema(4, 4)
+
+
+class SlotServer:
+    """`slots` requests decode at `rate` tokens/s each; the rest queue (virtual time)."""
+
+    def __init__(self, slots: int, rate: float, now: list[float]) -> None:
+        self.slots, self.rate, self.now = slots, rate, now
+        self.active, self.seq = 0, 0
+        self.queue: list[tuple] = []
+        self.events: list[tuple] = []
+
+    def submit(self, req: tuple) -> None:
+        if self.active < self.slots:
+            self._serve(req)
+        else:
+            self.queue.append(req)
+
+    def _serve(self, req: tuple) -> None:
+        self.active += 1
+        self.seq += 1
+        heapq.heappush(self.events, (self.now[0] + req[2] / self.rate, self.seq, req))
+
+    def done(self) -> None:
+        self.active -= 1
+        while self.queue and self.active < self.slots:
+            self._serve(self.queue.pop(0))
+
+
+def simulate(servers: list[SlotServer], now: list[float], until: float, ceiling: int = 32,
+             change: tuple[float, int, int] | None = None
+             ) -> tuple[Pacing, list[tuple[float, str, int, int]]]:
+    """Endless demand through one Pacing over `servers`: fill every free slot, advance to the
+    next completion. `change` = (time, server index, new slots). Returns the pacing and one
+    (time, url, limit, tokens) per completion."""
+    pacing = Pacing(tuple(f"s{i}" for i in range(len(servers))), ceiling, True,
+                    clock=lambda: now[0])
+    by_url = dict(zip((e.url for e in pacing.endpoints), servers, strict=True))
+    rng = random.Random(7)
+    log: list[tuple[float, str, int, int]] = []
+    while now[0] < until:
+        if change and now[0] >= change[0]:
+            servers[change[1]].slots, change = change[2], None
+        while (ep := pacing.pick()) is not None:
+            by_url[ep.url].submit((ep, ep.start(), rng.randint(50, 150)))
+        srv = min((s for s in servers if s.events), key=lambda s: s.events[0][0])
+        now[0], _, (ep, ticket, tokens) = heapq.heappop(srv.events)
+        srv.done()
+        ep.finish(ticket, "ok", tokens)
+        log.append((now[0], ep.url, ep.limit, tokens))
+    return pacing, log
+
+
+def throughput(log: list[tuple[float, str, int, int]], start: float, end: float,
+               url: str | None = None) -> float:
+    return sum(n for t, u, _, n in log if start < t <= end and url in (None, u)) / (end - start)
+
+
+@pytest.mark.parametrize("slots", [4, 8, 16])
+def test_the_limit_settles_on_the_servers_slots(slots: int) -> None:
+    now = [0.0]
+    pacing, log = simulate([SlotServer(slots, 20.0, now)], now, until=3000.0)
+    late = Counter(limit for t, _, limit, _ in log if t > 1500)
+    assert late.most_common(1)[0][0] == slots
+    assert sum(n for k, n in late.items() if slots - 1 <= k <= slots + 1) >= 0.9 * late.total()
+    assert throughput(log, 1500, 3000) >= 0.95 * slots * 20.0  # the best any limit gets
+    assert pacing.endpoints[0].peak_limit <= 2 * slots  # slow start overshoots once at most
+
+
+def test_the_limit_follows_the_capacity_when_it_halves() -> None:
+    now = [0.0]
+    _, log = simulate([SlotServer(8, 20.0, now)], now, until=4000.0, change=(1500.0, 0, 4))
+    late = Counter(limit for t, _, limit, _ in log if t > 2500)
+    assert late.most_common(1)[0][0] == 4
+    assert sum(n for k, n in late.items() if 3 <= k <= 5) >= 0.9 * late.total()
+    assert throughput(log, 2500, 4000) >= 0.95 * 4 * 20.0
+
+
+def test_two_endpoints_share_the_work_by_capacity() -> None:
+    now = [0.0]
+    pacing, log = simulate([SlotServer(12, 20.0, now), SlotServer(4, 20.0, now)], now,
+                           until=3000.0)
+    big, small = (throughput(log, 1500, 3000, u) for u in ("s0", "s1"))
+    assert big >= 0.95 * 12 * 20.0 and small >= 0.95 * 4 * 20.0
+    assert 2.7 <= big / small <= 3.3  # 12 slots against 4
+    limits = pacing.stats()
+    assert (limits["s0"]["limit"], limits["s1"]["limit"]) in {
+        (a, b) for a in (11, 12, 13) for b in (3, 4, 5)}
+
+
+def test_fixed_concurrency_stays_at_the_ceiling() -> None:
+    ep = Endpoint("u", 8, adaptive=False, clock=lambda: 0.0)
+    ep.finish(ep.start(), "busy")
+    assert ep.limit == 8
+
+
+def test_busy_timeout_and_refusal_cut_the_limit_once_per_limit() -> None:
+    now = [0.0]
+    ep = Endpoint("u", 32, clock=lambda: now[0])
+    ep.limit = 10
+    a, b = ep.start(), ep.start()
+    now[0] = 1.0
+    ep.finish(a, "busy")  # 429/503
+    assert ep.limit == 7  # floor(10 x 0.7)
+    ep.finish(b, "busy")  # sent under the old limit: the cut already answered it
+    assert ep.limit == 7
+    ep.finish(ep.start(), "timeout")
+    assert ep.limit == 4
+    ep.finish(ep.start(), "down")
+    assert (ep.limit, ep.down_until) == (2, 6.0)  # and no new request for 5 s if others can
+    ep.finish(ep.start(), "down")
+    ep.finish(ep.start(), "down")
+    assert ep.limit == 1  # never under one
+    ep.finish(ep.start(), "other")  # a 500: no signal about load
+    assert (ep.limit, ep.busy, ep.timeouts, ep.refused) == (1, 2, 1, 3)
+
+
+def test_timeouts_are_sized_from_max_tokens_and_the_measured_rate() -> None:
+    ep = Endpoint("u", 8, clock=lambda: 0.0)
+    assert ep.timeout(1024, 300.0) == (300.0, "request_timeout_seconds")  # nothing measured
+    ep.recent.extend([(10.0, 200), (30.0, 600), (5.0, 0)])  # 800 tokens in 40 s; no usage
+    assert ep.decode_rate() == 20.0
+    seconds, why = ep.timeout(1024, 300.0)
+    assert seconds == pytest.approx(102.4)  # 2 x 1024 / 20
+    assert why == "2 x max_tokens 1024 at the measured 20 tokens/s per request, at least 30 s"
+    assert ep.timeout(100, 300.0)[0] == 30.0  # 10 s sized, the floor is 30 s
+    assert ep.timeout(100, 4.0)[0] == 10.0  # a configured timeout under 30 s is the floor
+    c = LLMClient("http://h:1", "m")
+    msg = c._transport_error(httpx.ReadTimeout(""), "http://h:1", (seconds, why))
+    assert msg == ("ReadTimeout: no answer from http://h:1/v1/chat/completions within 102 s "
+                   f"({why}) — the server slowed down (another tenant, longer prompts?): lower "
+                   "max_output_tokens or max_concurrent_requests")
+
+
+def test_the_gate_estimate_is_a_high_quantile_of_recent_latencies() -> None:
+    ep = Endpoint("u", 8, clock=lambda: 0.0)
+    assert ep.latency_estimate(256, 40.0) == 40.0  # the timeout bounds it before any answer
+    ep.recent.extend((float(s), 100) for s in range(1, 21))  # 1 … 20 s
+    assert ep.latency_estimate(256, 40.0) == 19.0  # 95th percentile by nearest rank
+    ep.recent.append((500.0, 100))
+    assert ep.latency_estimate(256, 40.0) == 20.0  # one outlier moves it by one rank
+
+
+def call(c: LLMClient, user: str = "Ann Lee met Bob Stone.") -> object:
+    async def go() -> object:
+        async with c:
+            return await c.extract("system", user, SCHEMA)
+    return asyncio.run(go())
+
+
+def test_a_request_the_deadline_cannot_cover_is_deferred_without_a_call() -> None:
+    with FakeOpenAI(latency=0.3) as fake:
+        # nothing measured: the estimate is the 5 s timeout, 2 s are left
+        c = LLMClient(fake.url, "fake", timeout_seconds=5.0, deadline=time.time() + 2.0)
+        with pytest.raises(Deferred, match=r"leaves 2.0 s.*~5.0 s \(its timeout"):
+            call(c)
+        assert fake.calls == 0
+        c = LLMClient(fake.url, "fake", timeout_seconds=5.0)
+        call(c)  # measured: ~0.3 s
+        c.deadline = time.time() + 0.1
+        with pytest.raises(Deferred, match=r"95% of its last 1 requests"):
+            call(c)
+        c.deadline = time.time() + 60  # closed once, closed for good: no document starts late
+        with pytest.raises(Deferred, match="gate is closed"):
+            call(c)
+        assert fake.calls == 1
+
+
+def test_a_retry_whose_backoff_would_overrun_the_deadline_is_deferred() -> None:
+    with FakeOpenAI() as fake:
+        c = LLMClient(fake.url, "fake", timeout_seconds=1.0, retry_base_seconds=5.0,
+                      deadline=time.time() + 3.0)
+        t = time.monotonic()
+        with pytest.raises(Deferred, match="a retry after"):
+            call(c, "Ann Lee FAULT:500x1")
+        assert fake.calls == 1 and time.monotonic() - t < 2.0  # did not sleep 2.5 s or more
+
+
+def test_a_refused_endpoint_sends_the_retry_to_the_other() -> None:
+    from tasks.processes import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    with FakeOpenAI() as fake:
+        c = LLMClient(dead, "fake", more_urls=(fake.url,), retry_base_seconds=0.01,
+                      max_concurrency=4)
+        assert c.base_urls == (dead, fake.url)
+        call(c)
+        call(c)
+        stats = c.stats()
+    assert stats[dead]["refused"] == 1 and stats[dead]["limit"] == 2  # floor(4 x 0.7)
+    assert stats[fake.url]["requests"] == 2 and fake.calls == 2  # the second avoided the dead one
+    assert stats[fake.url]["completion_tokens"] == 40  # the fake reports 20 per answer
+    assert set(stats[fake.url]) >= {"requests", "completion_tokens", "limit", "peak_limit",
+                                    "decode_tokens_per_s"}
+
+
+def test_copies_of_a_client_share_its_pacing() -> None:
+    c = LLMClient("http://h:1", "m", more_urls=("http://h:2",), max_concurrency=16)
+    c.pacing.endpoints[0].limit = 9  # type: ignore[union-attr]
+    batch = replace(c, usage=Usage())
+    assert batch.pacing is c.pacing and batch.stats()["http://h:1"]["limit"] == 9
+    assert [e.limit for e in LLMClient("http://h:1", "m", max_concurrency=2).pacing.endpoints
+            ] == [2]  # type: ignore[union-attr]
+
+
+def test_tickets_record_the_limit_they_were_sent_under() -> None:
+    ep = Endpoint("u", 8, clock=lambda: 0.0)
+    t = ep.start()
+    assert t == Ticket(0.0, 0.0, 0) and ep.in_flight == 1
+
+
+def test_a_deferred_chunk_defers_its_document_and_nothing_is_marked() -> None:
+    from tasks.extraction.documents import Document
+    from tasks.extraction.extract import BatchReport, build_batch, extract_documents
+
+    def doc(name: str, text: str) -> Document:
+        return Document(f"transcripts/{name}", "transcripts", f"/x/{name}", "h", text,
+                        {"title": name})
+
+    long = "\n".join(f"Line {i}: Ann Lee spoke to Bob Stone." for i in range(60))
+    with FakeOpenAI(latency=0.3) as fake:
+        c = LLMClient(fake.url, "fake", timeout_seconds=5.0, max_concurrency=2)
+        first = asyncio.run(extract_documents(c, [doc("a.md", "Ann Lee met Bob Stone.")], 1000,
+                                              0, SCHEMA))
+        # measured ~0.3 s; a second batch whose deadline covers none of its requests
+        c.deadline = time.time() + 0.05
+        outcomes = asyncio.run(extract_documents(c, [doc("b.md", long), doc("c.md", "Cy Young")],
+                                                 64, 0, SCHEMA))
+        assert fake.calls == 1
+    assert not first[0].deferred and first[0].error is None
+    assert [(o.deferred, o.error, o.extraction) for o in outcomes] == [(True, None, [])] * 2
+    batch = build_batch(first + outcomes, "fake", {}, BatchReport())
+    assert [d["id"] for d in batch.documents] == ["transcripts/a.md"]  # only it gets marked
