@@ -151,3 +151,50 @@ transcripts = "{tmp / 'docs' / 'transcripts'}"
 batch_documents = {batch_documents}
 """)
     return p
+
+
+# The endpoint simulator's benches (adaptive_concurrency, scale_out, deadline) send transcripts
+# of a real chunk's size: ~5,400 characters ≈ 1,350 tokens, ~1,750 with the system prompt.
+_SIM_WORDS = "the plan budget quarter review hiring roadmap vendor contract launch risk".split()
+
+
+def sim_documents(n: int, tag: str, words: int = 900) -> list:
+    """n distinct transcripts of `words` words each naming two people (distinct text, so the
+    simulator draws each answer's length afresh)."""
+    from tasks.extraction.documents import Document
+
+    out = []
+    for i in range(n):
+        body = " ".join(_SIM_WORDS[(i * 7 + k) % len(_SIM_WORDS)] for k in range(words))
+        out.append(Document(f"transcripts/{tag}{i}.md", "transcripts", f"/{tag}{i}", f"{tag}{i}",
+                            f"Ann Lee met Bob Stone. {body} ({tag} {i})", {"title": f"{tag}{i}"}))
+    return out
+
+
+def timed_extraction(client, docs: list, on_done=None) -> dict:
+    """Extract `docs` through `client` (one request a document): the seconds from the start at
+    which each document ended, the errors, and the wall time."""
+    from tasks.extraction.extract import extract_documents, run_sync
+    from tasks.extraction.schema import json_schema
+
+    t0 = time.perf_counter()
+    done_at: list[float] = []
+
+    def record(outcome) -> None:
+        done_at.append(time.perf_counter() - t0)
+        if on_done:
+            on_done(outcome, len(done_at))
+
+    out = run_sync(extract_documents(client, docs, 4000, 0, json_schema(12, 12), record))
+    return {"seconds": time.perf_counter() - t0, "done_at": sorted(done_at),
+            "errors": [o.error for o in out if o.error],
+            "deferred": sum(1 for o in out if getattr(o, "deferred", False))}
+
+
+def goodput(done_at: list[float], share: float = 0.9, since: float = 0.0,
+            first: int = 0) -> float:
+    """Documents a second up to the moment `share` of them had ended (the drain at the end,
+    where any client's concurrency must fall, left out alike for every run); `since`/`first`:
+    counted from that moment and that many documents already done."""
+    k = max(first + 1, int(len(done_at) * share))
+    return (k - first) / (done_at[k - 1] - since)

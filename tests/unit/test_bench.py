@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,8 @@ def test_run_all_outcome(tmp_path: Path, script: str, outcome: str, why: str) ->
 def test_run_all_lists_every_bench_but_helpers() -> None:
     names = [p.stem for p in run_all.benches([])]
     assert "scorecard_1m" in names and "qlora_7b_shape" in names
-    assert not [n for n in names if n.startswith("_") or n == "run_all"]
+    assert {"adaptive_concurrency", "scale_out", "deadline"} <= set(names)
+    assert not [n for n in names if n.startswith("_") or n in ("run_all", "endpoint_sim")]
 
 
 def test_scorecard_loop_does_the_cards_work(tmp_path: Path,
@@ -71,3 +73,46 @@ def test_scorecard_agreement_tolerates_only_near_duplicates() -> None:
     assert scorecard_1m.agrees(card, {"b": {"exact_duplicate": 10, "near_duplicate": 98}})
     assert not scorecard_1m.agrees(card, {"b": {"exact_duplicate": 10, "near_duplicate": 97}})
     assert not scorecard_1m.agrees(card, {"b": {"exact_duplicate": 11, "near_duplicate": 100}})
+
+
+def _engine(kv_tokens: int, budget: int) -> tuple[Any, Any]:
+    import asyncio
+
+    import endpoint_sim
+
+    preset = endpoint_sim.Preset("m", step_base_s=0.1, step_per_seq_s=0.0,
+                                 kv_read_s_per_token=0.0, prefill_tokens_per_s=100.0,
+                                 kv_tokens=kv_tokens, max_num_seqs=8, max_batched_tokens=budget,
+                                 max_model_len=4096, output_tokens=(1, 1))
+    loop = asyncio.new_event_loop()
+    return endpoint_sim.Engine(preset), lambda prompt, target: endpoint_sim.Request(
+        prompt, target, 0.0, loop.create_future())
+
+
+def test_simulator_prefills_in_chunks_then_writes_a_token_a_step() -> None:
+    """A 40-token prompt under a 32-token step budget: 0.1 + 32/100 s, then 0.1 + 8/100 s (the
+    last chunk writes the first token), then two decode steps of 0.1 s: done at 0.80 s."""
+    engine, request = _engine(kv_tokens=1024, budget=32)
+    req = request(40, 3)
+    engine.add(req)
+    engine.advance(0.79)
+    assert not req.done.done() and req.generated == 2
+    engine.advance(10.0)
+    assert req.done.result() == pytest.approx(0.80)
+    assert (engine.stats.steps, engine.stats.completion_tokens, engine.used_blocks) == (4, 3, 0)
+
+
+def test_simulator_preempts_the_newest_request_when_the_cache_is_full() -> None:
+    """Two 16-token prompts fill a 32-token cache (two blocks of 16); the first one's 17th token
+    needs a block, so the newer one is preempted (vLLM V1, FCFS), recomputed after, and both end."""
+    engine, request = _engine(kv_tokens=32, budget=64)
+    a, b = request(16, 10), request(16, 10)
+    engine.add(a)
+    engine.add(b)
+    engine.advance(0.3)  # step 1 (0.42 s) not yet over
+    assert engine.stats.steps == 0
+    engine.advance(0.42 + 0.1)  # step 1, then step 2 preempts b
+    assert engine.stats.preemptions == 1 and list(engine.waiting) == [b] and b.computed == 0
+    engine.advance(100.0)
+    assert a.done.done() and b.done.done() and a.done.result() < b.done.result()
+    assert engine.stats.recomputed_tokens == 16 and engine.used_blocks == 0

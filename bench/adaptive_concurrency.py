@@ -1,0 +1,129 @@
+"""Adaptive concurrency against the endpoint simulator (bench/endpoint_sim.py, preset l4-32b-q3:
+an L4 serving a 32B Q3 model, run SPEED times faster than real time).
+
+1. A sweep of fixed concurrencies (LLMClient adaptive=False, max_concurrency=c) finds the best
+   fixed goodput; then the adaptive client (adaptive=True, max_concurrency=CEILING as a mere
+   ceiling) over more documents must reach ≥ 90 % of it, with no timeouts (counted by the
+   simulator: a request whose client gave up is aborted there) and no errors.
+2. The same when the simulator's capacity halves mid-run (a second tenant takes half the KV
+   cache and half the compute, POST /sim/capacity): a sweep on the halved simulator finds the
+   best fixed goodput there; the adaptive client's goodput from the halving on must reach
+   ≥ 90 % of it.
+Goodput: documents a second, counted to the moment 90 % of the run's documents had ended (the
+final drain, where every client's concurrency must fall, left out alike for every run). Each
+run starts on a reset simulator (fresh engine and stats).
+
+    python bench/adaptive_concurrency.py [--speed 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+from _common import goodput, report, sim_documents, timed_extraction
+from endpoint_sim import reset, set_capacity, simulator, stats
+
+from tasks.extraction.llm import LLMClient
+
+PRESET, MODEL = "l4-32b-q3", "olmo-3-32b-think"
+CEILING = 64
+FULL_SWEEP, HALF_SWEEP = (4, 6, 8, 10, 12, 16), (2, 3, 4, 5, 6, 8)
+SWEEP_DOCS, HALF_SWEEP_DOCS = 64, 40
+ADAPTIVE_DOCS = 320
+HALVING_DOCS, HALVE_AFTER = 300, 100  # halve once this many documents have ended
+TARGET = 0.9
+
+
+def client(url: str, limit: int, adaptive: bool) -> LLMClient:
+    # timeout_seconds: the fixed client's timeout, and the adaptive one's until it has measured
+    # latencies; generous (= 12,000 simulated seconds at speed 200) so the sweep never times out.
+    return LLMClient(url, MODEL, "vllm", max_concurrency=limit, adaptive=adaptive,
+                     timeout_seconds=60, max_output_tokens=3072)
+
+
+def run(url: str, limit: int, adaptive: bool, n: int, tag: str, factor: float = 1.0,
+        halve_after: int | None = None) -> dict:
+    reset(url)
+    if factor != 1.0:
+        set_capacity(url, factor)
+    c = client(url, limit, adaptive)
+    halved: dict = {}
+
+    def on_done(_outcome: object, done: int) -> None:
+        if halve_after is not None and done == halve_after:
+            halved.update(at=time.perf_counter(), done=done)
+            threading.Thread(target=set_capacity, args=(url, factor * 0.5)).start()
+
+    t0 = time.perf_counter()
+    got = timed_extraction(c, sim_documents(n, tag), on_done)
+    sim = stats(url)
+    out = {"docs_per_s": round(goodput(got["done_at"]), 3),
+           "output_tokens_per_s": round(sim["completion_tokens"] / got["seconds"], 1),
+           "seconds": round(got["seconds"], 1), "errors": len(got["errors"]),
+           "timeouts": sim["requests_aborted"], "preemptions": sim["preemptions"],
+           "max_running": sim["max_running"], "max_in_flight": sim["max_in_flight"]}
+    if got["errors"]:
+        out["first_error"] = got["errors"][0][:300]
+    if adaptive:
+        s = c.stats()[url]
+        out.update(limit=s.get("limit"), peak_limit=s.get("peak_limit"))
+    if halved:
+        since = halved["at"] - t0
+        out["after_halving_docs_per_s"] = round(goodput(got["done_at"], since=since,
+                                                        first=halved["done"]), 3)
+        out["halved_at_s"] = round(since, 1)
+    return out
+
+
+def sweep(url: str, limits: tuple[int, ...], n: int, factor: float) -> dict[int, dict]:
+    found = {}
+    for c in limits:
+        found[c] = run(url, c, False, n, f"f{factor}c{c}-", factor)
+        print(f"fixed {c:>2} at capacity {factor}: {found[c]}", flush=True)
+    return found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--speed", type=float, default=200.0,
+                    help="simulated seconds per real second")
+    args = ap.parse_args()
+    with simulator(PRESET, args.speed) as url:
+        full = sweep(url, FULL_SWEEP, SWEEP_DOCS, 1.0)
+        adaptive = run(url, CEILING, True, ADAPTIVE_DOCS, "adaptive-")
+        print(f"adaptive at capacity 1.0: {adaptive}", flush=True)
+        half = sweep(url, HALF_SWEEP, HALF_SWEEP_DOCS, 0.5)
+        halving = run(url, CEILING, True, HALVING_DOCS, "halving-", halve_after=HALVE_AFTER)
+        print(f"adaptive, capacity halved after {HALVE_AFTER} documents: {halving}", flush=True)
+    best_full = max(full, key=lambda c: full[c]["docs_per_s"])
+    best_half = max(half, key=lambda c: half[c]["docs_per_s"])
+    ratio = adaptive["docs_per_s"] / full[best_full]["docs_per_s"]
+    ratio_half = halving["after_halving_docs_per_s"] / half[best_half]["docs_per_s"]
+    timeouts = adaptive["timeouts"] + halving["timeouts"]
+    errors = adaptive["errors"] + halving["errors"]
+    report({"bench": "adaptive_concurrency", "preset": PRESET, "speed": args.speed,
+            "ceiling": CEILING,
+            "sweep": {c: r["docs_per_s"] for c, r in full.items()},
+            "best_fixed": {"concurrency": best_full, **full[best_full]},
+            "adaptive": adaptive, "ratio_adaptive_over_best_fixed": round(ratio, 3),
+            "sweep_halved": {c: r["docs_per_s"] for c, r in half.items()},
+            "best_fixed_halved": {"concurrency": best_half, **half[best_half]},
+            "adaptive_halving": halving,
+            "ratio_after_halving_over_best_fixed_halved": round(ratio_half, 3),
+            "timeouts": timeouts, "errors": errors,
+            "targets": {"ratio_adaptive_over_best_fixed": f">= {TARGET}",
+                        "ratio_after_halving_over_best_fixed_halved": f">= {TARGET}",
+                        "timeouts": "== 0", "errors": "== 0"}})
+    missed = [name for name, ok in (("goodput", ratio >= TARGET),
+                                    ("goodput after halving", ratio_half >= TARGET),
+                                    ("no timeouts", timeouts == 0), ("no errors", errors == 0))
+              if not ok]
+    if missed:
+        sys.exit(f"adaptive_concurrency: missed {', '.join(missed)}")
+
+
+if __name__ == "__main__":
+    main()
