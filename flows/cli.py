@@ -53,7 +53,9 @@ def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
             from flows.nightly import nightly
 
             state = nightly(profile=args.profile, full=args.full, retry_failed=args.retry_failed,
-                            phase1_timeout_seconds=args.phase1_timeout, return_state=True)
+                            phase1_timeout_seconds=args.phase1_timeout,
+                            phase2_timeout_seconds=args.phase2_timeout,
+                            night_budget_seconds=args.night_budget, return_state=True)
     except (KeyboardInterrupt, TerminationSignal):
         if stopper.signum is None:
             raise
@@ -325,7 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--full", action="store_true", help="re-extract unchanged documents too")
     run.add_argument("--retry-failed", action="store_true",
                      help="retry unchanged documents that failed before")
-    run.add_argument("--phase1-timeout", type=int, default=7200, help="seconds (default 7200)")
+    run.add_argument("--phase1-timeout", type=int, default=7200,
+                     help="phase 1's own limit, seconds (default 7200): it ends `partial` on "
+                     "time, the documents it did not reach go first on the next run")
+    run.add_argument("--phase2-timeout", type=int, default=7200,
+                     help="phase 2's own limit, seconds (default 7200)")
+    run.add_argument("--night-budget", type=int, default=None,
+                     help="one deadline for boot, readiness, phase 1 and phase 2, seconds "
+                     "(default: the sum of their limits); each gets the smaller of its own "
+                     "limit and what is left")
     run.add_argument("--verbose", action="store_true",
                      help="show library output on the terminal too (llama.cpp logs, progress "
                      "bars, warnings, Prefect's engine lines); without it they go to the run's "

@@ -6,8 +6,10 @@ Runs inside the nightly flow, or on its own against a running endpoint:
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any, cast
 from uuid import UUID
 
@@ -16,6 +18,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run as current_run
 
 from tasks.errors import PhaseFailed
+from tasks.extraction.chunking import estimate_tokens
 from tasks.extraction.extract import (
     append_dead_letters,
     failure_record,
@@ -33,29 +36,71 @@ from tasks.extraction.phase1 import (
     retract_deleted,
     scan_documents,
 )
+from tasks.files import write_atomic
 from tasks.graph.open import embedded_port, open_graph
 from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
 from tasks.graph.store import batched
 from tasks.profile import load_profile
 from tasks.records import DocumentCounts, ExtractionReport, GraphSummary
 
+PENDING_FILE = "phase1-pending.json"  # <state_dir>/…: documents a budget left, first next run
+# Kept back from the budget for what follows the last requests: that batch's graph writes, the
+# orphan prune, the stats and the snapshot. Grows to 1.5× the slowest batch write measured.
+FINISH_RESERVE_SECONDS = 2.0
+
+
+def _pending_first(state_dir: Any, docs: list[Any]) -> tuple[list[Any], int]:
+    """The documents a budget left pending last time go first (in their order), then the rest;
+    and how many of them are still to do."""
+    path = state_dir / PENDING_FILE
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8")).get("ids", [])
+    except (OSError, ValueError, AttributeError):
+        return docs, 0
+    rank = {i: n for n, i in enumerate(ids)}
+    first = sorted((d for d in docs if d.id in rank), key=lambda d: rank[d.id])
+    return first + [d for d in docs if d.id not in rank], len(first)
+
+
+def _save_pending(state_dir: Any, ids: list[str]) -> None:
+    path = state_dir / PENDING_FILE
+    if not ids:
+        path.unlink(missing_ok=True)
+        return
+    write_atomic(path, json.dumps({"ids": ids, "written_at": datetime.now(UTC).isoformat(
+        timespec="seconds")}, indent=1))
+
 
 @flow(name="extract", log_prints=True)
 def extract(profile: str = "local", base_url: str | None = None, full: bool = False,
-            retry_failed: bool = False, max_failed_share: float | None = None
-            ) -> dict[str, Any]:
+            retry_failed: bool = False, max_failed_share: float | None = None,
+            base_urls: list[str] | None = None, deadline: float | None = None,
+            budget_seconds: float | None = None) -> dict[str, Any]:
     """Extract entities and relationships from every new or changed document into the graph.
 
     Unchanged documents (same content hash, model and prompt version) are skipped, and so are
     unchanged ones that failed before unless `retry_failed`; deleted ones lose their
-    provenance; failures go to the dead-letter file with their reasons."""
+    provenance; failures go to the dead-letter file with their reasons.
+
+    `base_urls`: several endpoints (one per node) sharing the work, each under its own
+    adaptive limit. `deadline` (epoch seconds) or `budget_seconds` (from now): phase 1 stops
+    dispatching when what is left cannot cover the next request, lets the requests in flight
+    finish, and ends `partial`: the documents it did not reach stay pending (not failed, not
+    held) and go first on the next run."""
     logger = get_run_logger()
     started = time.monotonic()
+    began = time.time()
+    if budget_seconds is not None:
+        own = began + max(0.0, budget_seconds)
+        deadline = own if deadline is None else min(deadline, own)
     cfg = load_profile(profile)
     endpoint = cfg.inference
     share = cfg.extraction.max_failed_share if max_failed_share is None else max_failed_share
     roots = source_roots(cfg.sources)
-    client = llm_client(endpoint, base_url)
+    urls = [u for u in (base_urls or []) if u] or None
+    reserve = FINISH_RESERVE_SECONDS
+    client = llm_client(endpoint, base_url, base_urls=urls,
+                        deadline=None if deadline is None else deadline - reserve)
     schema = response_schema(endpoint)
     chunk_tokens = chunk_size(endpoint)
 
@@ -88,14 +133,31 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
                     len(load_failures))
         if work.deleted:
             retract_deleted(store, work.deleted)
+        todo, first = _pending_first(cfg.state_dir, work.extract)
+        if first:
+            logger.info("%d documents left pending by the last run's budget go first", first)
+        if deadline is not None:
+            logger.info("phase-1 budget: %.0f s (until %s)", deadline - began,
+                        datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds"))
         progress = cast(UUID, create_progress_artifact(
             0.0, key="extraction-progress", description="Phase 1: documents extracted (%)"))
-        batches = list(batched(work.extract, cfg.extraction.batch_documents))
+        batches = list(batched(todo, cfg.extraction.batch_documents))
         done = 0
         changed = set(work.changed)
+        deferred: list[str] = []
+        extract_started = time.monotonic()
         for i, batch in enumerate(batches, 1):
+            if deferred:  # the budget closed the gate: the rest waits, no request is sent
+                deferred.extend(d.id for d in batch)
+                continue
             rep = extract_batch(list(batch), store, client, endpoint.model, chunk_tokens,
                                 endpoint.chunk_overlap_tokens, schema, changed)
+            deferred.extend(rep.deferred)
+            if deadline is not None:  # the slowest write so far sets what is kept back
+                wrote_s = rep.write_seconds
+                if 1.5 * wrote_s > reserve:
+                    reserve = 1.5 * wrote_s
+                    client.deadline = deadline - reserve
             usage.add(rep.usage)
             extracted.update(rep.extracted)
             failed.extend(rep.failed)
@@ -105,10 +167,20 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
             dangling += rep.dangling_relationships
             entities += rep.entities
             relationships += rep.relationships
-            done += len(batch)
+            done += len(batch) - len(rep.deferred)
             update_progress_artifact(progress, 100.0 * done / max(len(work.extract), 1))
-            logger.info("batch %d/%d: %d/%d documents, %d LLM calls so far, %d failed",
-                        i, len(batches), done, len(work.extract), usage.calls, len(failed))
+            logger.info("batch %d/%d: %d/%d documents, %d LLM calls so far, %d failed%s",
+                        i, len(batches), done, len(work.extract), usage.calls, len(failed),
+                        f", {len(rep.deferred)} pending (out of budget)" if rep.deferred else "")
+        extract_seconds = time.monotonic() - extract_started
+        _save_pending(cfg.state_dir, deferred)
+        by_id = {d.id: d for d in todo}
+        pending = Counter(by_id[i].stream for i in deferred)
+        pending_tokens = sum(estimate_tokens(by_id[i].text) for i in deferred)
+        if deferred:
+            logger.warning("phase 1 PARTIAL: the budget ended it with %d documents pending "
+                           "(~%d tokens); they go first on the next run", len(deferred),
+                           pending_tokens)
         pruned = prune_orphans(store) if (work.deleted or work.changed) else 0
         graph_stats = store.stats()
         ledger.record(graph_stats, run_id)
@@ -152,9 +224,15 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         graph=GraphSummary(location=location, description=cfg.graph.describe(), **graph_stats,
                            check=check, snapshot=snapshot),
         seconds=round(time.monotonic() - started, 2),
+        status="partial" if deferred else "completed",
+        pending=dict(pending),
+        pending_tokens=pending_tokens,
+        budget_seconds=None if deadline is None else round(deadline - began, 2),
+        extract_seconds=round(extract_seconds, 2),
+        endpoints=client.stats(),
     ).model_dump(mode="json")  # the record checks the keys; the flow returns its JSON form
     publish_report(summary, top)
-    attempted = len(work.extract) + len(load_failures)
+    attempted = len(work.extract) - len(deferred) + len(load_failures)
     if attempted and len(load_failed + failed) / attempted > share:
         raise PhaseFailed(f"{len(load_failed + failed)} of {attempted} documents failed (more than "
                           f"{share:.0%}); reasons in {dead_letter} — fix them or raise "

@@ -152,7 +152,7 @@ def _mirror_records(cfg: Profile, logger: Any) -> None:
 
 
 def _train_passing_buckets(summary: RunSummary, cfg: Profile, profile: str,
-                           timeout_seconds: int) -> None:
+                           timeout_seconds: float) -> None:
     """Phase 2b: one training run per passing bucket, one after the other (each holds the
     `gpu` slot). A failed run fails the night after the others have had their turn."""
     logger = get_run_logger()
@@ -172,9 +172,10 @@ def _train_passing_buckets(summary: RunSummary, cfg: Profile, profile: str,
         marker_path = cfg.state_dir / "training-pending" / f"{bucket}.json"
         marker = TrainingMarker.load(marker_path)
         if time.monotonic() >= deadline:
-            training[bucket] = TrainingResult(state="not run", message="the phase-2 timeout "
-                                              f"({timeout_seconds} s) was spent before this "
-                                              "bucket's turn")
+            training[bucket] = TrainingResult(state="not run", message="phase 2's time "
+                                              f"({timeout_seconds:.0f} s: its timeout, or what "
+                                              "was left of the night's budget) was spent "
+                                              "before this bucket's turn")
             failed.append(bucket)
             continue
         if preempted is not None:  # no node left to train on tonight
@@ -242,19 +243,78 @@ def _cancel_stale_node_runs(cfg: Profile, logger: Any) -> list[dict[str, str]] |
 NODE_MARGIN_SECONDS = 1800
 
 
+def night_seconds(cfg: Profile, phase1_timeout_seconds: float,
+                  phase2_timeout_seconds: float) -> float:
+    """The night's budget when none is given: the boot timeout (a GCE node), the engine's
+    readiness timeout and both phase timeouts — each phase can have all of its own."""
+    from blocks.gce import GceCompute
+
+    boot = cfg.compute.boot_timeout_seconds if isinstance(cfg.compute, GceCompute) else 0.0
+    return (boot + cfg.inference.readiness_timeout_seconds + phase1_timeout_seconds
+            + phase2_timeout_seconds)
+
+
 def night_budget(cfg: Profile, phase1_timeout_seconds: float,
-                 phase2_timeout_seconds: float) -> float | None:
+                 phase2_timeout_seconds: float, night: float | None = None) -> float | None:
     """How long tonight's node may run before Compute stops it by itself (its max run duration,
-    in case this orchestrator dies): the boot, the engine's readiness, both phase timeouts, the
-    stop and a margin. None for a local node (nothing stops this machine)."""
+    in case this orchestrator dies): the night's budget (`night`, or night_seconds), the stop
+    and a margin. None for a local node (nothing stops this machine)."""
     from blocks.gce import GceCompute
 
     compute = cfg.compute
     if not isinstance(compute, GceCompute):
         return None
-    return (compute.boot_timeout_seconds + cfg.inference.readiness_timeout_seconds
-            + phase1_timeout_seconds + phase2_timeout_seconds + compute.stop_timeout_seconds
-            + NODE_MARGIN_SECONDS)
+    if night is None:
+        night = night_seconds(cfg, phase1_timeout_seconds, phase2_timeout_seconds)
+    return night + compute.stop_timeout_seconds + NODE_MARGIN_SECONDS
+
+
+class NightClock:
+    """One deadline for the whole night: boot, readiness, phase 1 and phase 2 each get the
+    smaller of their own timeout and what is left. Phase 1 (which can end `partial` on time)
+    first sets aside phase 2's share: its timeout, at most half of what is left."""
+
+    def __init__(self, budget_seconds: float) -> None:
+        self.budget = budget_seconds
+        self.deadline = time.time() + budget_seconds
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.time())
+
+    def give(self, own_seconds: float) -> float:
+        return min(own_seconds, self.left())
+
+    def phase1(self, own_seconds: float, phase2_seconds: float) -> float:
+        left = self.left()
+        return max(0.0, min(own_seconds, left - min(phase2_seconds, left / 2)))
+
+
+def _merge_usage(usages: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Every node's usage as one: RUNNING seconds, GPU-hours and cost add up; each node's zones
+    kept (a node after the first is named in its keys)."""
+    got = [(i, u) for i, u in enumerate(usages, 1) if u]
+    if not got:
+        return None
+    if len(usages) == 1:
+        return got[0][1]
+    zones: dict[str, Any] = {}
+    for i, u in got:
+        for zone, z in u.get("zones", {}).items():
+            zones[zone if i == 1 else f"{zone} (node {i})"] = z
+    notes = [f"node {i}: {u['note']}" for i, u in got if u.get("note")]
+    missing = [str(i) for i, u in enumerate(usages, 1) if not u]
+    if missing:
+        notes.append(f"usage unavailable for node {', '.join(missing)}")
+    return {"running_seconds": sum(u["running_seconds"] for _, u in got),
+            "gpu_hours": sum(u["gpu_hours"] for _, u in got),
+            "estimated_usd": sum(u["estimated_usd"] for _, u in got),
+            "zones": zones, "note": "; ".join(notes)}
+
+
+def _profile_nodes(cfg: Profile) -> list[Node]:
+    """Every node of the profile, the primary (phase 2's) first."""
+    nodes = getattr(cfg, "nodes", None)
+    return list(nodes) if nodes else [cfg.node]
 
 
 def _preflight(cfg: Profile, logger: Any) -> None:
@@ -300,15 +360,102 @@ def _publish(summary: RunSummary, cfg: Profile) -> None:
         summary.phases["publish"].note = f"not served by name: {', '.join(failed)}"
 
 
+def _each(task: Any, nodes: list[Node], **kwargs: Any) -> list[Any]:
+    """`task(node, **kwargs)` on every node — at once when there are several — and each one's
+    result or the exception it raised (the caller decides what a failure costs)."""
+    if len(nodes) == 1:
+        try:
+            return [task(nodes[0], **kwargs)]
+        except Exception as e:  # noqa: BLE001 - returned to the caller, who re-raises
+            return [e]
+    futures = [task.submit(n, **kwargs) for n in nodes]
+    out: list[Any] = []
+    for f in futures:
+        try:
+            out.append(f.result())
+        except Exception as e:  # noqa: BLE001 - returned to the caller, who re-raises
+            out.append(e)
+    return out
+
+
+def _drop_failed(nodes: list[Node], results: list[Any], what: str, logger: Any
+                 ) -> tuple[list[Node], list[Any]]:
+    """The primary node failing fails the step; another node failing is left out of tonight's
+    phase 1 (it is stopped with the rest at the end) with a warning."""
+    if isinstance(results[0], BaseException):
+        raise results[0]
+    kept = [(n, r) for n, r in zip(nodes, results, strict=True)
+            if not isinstance(r, BaseException)]
+    for i, r in enumerate(results[1:], 2):
+        if isinstance(r, BaseException):
+            logger.warning("node %d left out of tonight's phase 1 (%s failed): %s: %s", i, what,
+                           type(r).__name__, r)
+    return [n for n, _ in kept], [r for _, r in kept]
+
+
+def _stop_directly(nodes: list[Node], index: list[int],
+                   usages: dict[int, dict[str, Any] | None], logger: Any) -> None:
+    """Each node stopped without Prefect tasks (a cancelled run may not start new ones), each
+    in its own try: one that cannot be stopped does not leave the others up."""
+    for i, n in zip(index, nodes, strict=True):
+        try:
+            n.stop()
+        except Exception as e:  # noqa: BLE001 - the next node still gets its stop
+            logger.error("node %d could not be stopped: %s: %s", i + 1, type(e).__name__, e)
+        usages[i] = node_usage(n, logger)
+
+
+def _mark_partial(summary: RunSummary, phase1: dict[str, Any]) -> None:
+    """Phase 1 ended on its budget: the phase is `partial`, and says how much is pending."""
+    if phase1.get("status") != "partial":
+        return
+    record = summary.phases["extract"]
+    record.status = "partial"
+    record.note = (f"{sum(phase1.get('pending', {}).values())} documents pending: the budget "
+                   f"({phase1.get('budget_seconds') or 0:.0f} s) ended phase 1; they go first "
+                   "on the next run")
+
+
+def _capacity(phase1: dict[str, Any], nodes: int) -> Any:
+    """Tonight's phase-1 rate and the backlog it leaves (tasks/capacity.py)."""
+    from tasks.capacity import capacity_report
+
+    return capacity_report(
+        extracted_documents=sum(c["extracted"] for c in phase1["documents"].values()),
+        completion_tokens=phase1["completion_tokens"], prompt_tokens=phase1["prompt_tokens"],
+        phase1_seconds=phase1.get("extract_seconds") or 0.0,
+        phase1_budget_seconds=phase1.get("budget_seconds"),
+        backlog_documents=sum(phase1.get("pending", {}).values()),
+        backlog_tokens=phase1.get("pending_tokens", 0), nodes=nodes)
+
+
+def _phase1_timeout(budget: float) -> float:
+    """Prefect's hard limit on phase 1, a backstop only: the phase ends itself at its budget
+    (in-flight requests finish, then the last writes) — a margin past it, never the clock."""
+    return budget + max(120.0, 0.1 * budget)
+
+
 @flow(name="nightly", on_cancellation=[_stop_node_hook], on_crashed=[_stop_node_hook])
 def nightly(profile: str = "local", full: bool = False, retry_failed: bool = False,
             phase1_timeout_seconds: int = 7200, phase2_timeout_seconds: int = 7200,
-            max_failed_share: float | None = None) -> dict[str, Any]:
-    """Run the nightly pipeline on the profile's blocks and return the run summary."""
+            max_failed_share: float | None = None,
+            night_budget_seconds: int | None = None) -> dict[str, Any]:
+    """Run the nightly pipeline on the profile's blocks and return the run summary.
+
+    `night_budget_seconds`: one deadline for the boot, the engine's readiness, phase 1 and
+    phase 2 (default: the sum of their timeouts); each gets the smaller of its own timeout and
+    what is left (NightClock)."""
     logger = get_run_logger()
     cfg = load_profile(profile)
     summary = new_summary(cfg.name)
     summary.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    night = float(night_budget_seconds or night_seconds(cfg, phase1_timeout_seconds,
+                                                        phase2_timeout_seconds))
+    clock = NightClock(night)
+    summary.night_budget_seconds = night
+    nodes = _profile_nodes(cfg)
+    up: list[Node] = []  # booted (or asked to boot): every one is stopped in `finally`
+    usages: dict[int, dict[str, Any] | None] = {}  # node's index → its usage, once stopped
     alive = ExitStack()
     _take_nightly_slot(alive)
     summary.reaper = _reap_at_start(cfg, logger)
@@ -320,8 +467,18 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
             with _phase(summary, "preflight"):
                 _preflight(cfg, logger)
         with _phase(summary, "compute_up"):
-            summary.node = compute_up(cfg.node, max_run_seconds=night_budget(
-                cfg, phase1_timeout_seconds, phase2_timeout_seconds), endpoint=cfg.inference)
+            up = list(nodes)
+            boot = cfg.compute.boot_timeout_seconds if hasattr(cfg.compute,
+                                                               "boot_timeout_seconds") else None
+            booted = _each(compute_up, nodes, max_run_seconds=night_budget(
+                cfg, phase1_timeout_seconds, phase2_timeout_seconds, night),
+                endpoint=cfg.inference,
+                timeout_seconds=None if boot is None else clock.give(boot))
+            serving_nodes, where = _drop_failed(nodes, booted, "boot", logger)
+            summary.node = where[0] if len(nodes) == 1 else " | ".join(
+                f"node {i}: {w}" for i, w in enumerate(where, 1)) + (
+                f" ({len(nodes) - len(where)} of {len(nodes)} did not boot)"
+                if len(where) < len(nodes) else "")
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
         with gpu_slot():
             with _phase(summary, "inference_up"):
@@ -333,12 +490,19 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 elif serving.adapter and serving.names:
                     summary.serving_note = (f"served as {cfg.inference.model} and "
                                             f"{', '.join(serving.names)}")
-                base_url = inference_up(cfg.node, cfg.inference, serving.adapter, serving.names)
+                endpoint = cfg.inference.model_copy(update={
+                    "readiness_timeout_seconds":
+                        clock.give(cfg.inference.readiness_timeout_seconds)})
+                ready = _each(inference_up, serving_nodes, endpoint=endpoint,
+                              adapter=serving.adapter, names=serving.names)
+                serving_nodes, urls = _drop_failed(serving_nodes, ready, "inference", logger)
             with _phase(summary, "extract"):
+                budget1 = clock.phase1(phase1_timeout_seconds, phase2_timeout_seconds)
                 try:
-                    phase1 = extract.with_options(timeout_seconds=phase1_timeout_seconds)(
-                        profile=profile, base_url=base_url, full=full,
-                        retry_failed=retry_failed, max_failed_share=max_failed_share)
+                    phase1 = extract.with_options(timeout_seconds=_phase1_timeout(budget1))(
+                        profile=profile, base_url=urls[0], full=full,
+                        retry_failed=retry_failed, max_failed_share=max_failed_share,
+                        base_urls=urls, budget_seconds=budget1)
                 except Exception as e:
                     lost = _node_lost(cfg.node)
                     if lost is None:
@@ -350,20 +514,36 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 lost = _node_lost(cfg.node)  # documents failed with it: done next run
                 if lost is not None:
                     raise lost
+            _mark_partial(summary, phase1)
+            if phase1.get("extract_seconds") or phase1.get("pending"):  # something to measure
+                summary.capacity = _capacity(phase1, len(serving_nodes))
             with _phase(summary, "inference_down"):
-                inference_down(cfg.node)
+                for result in _each(inference_down, serving_nodes):
+                    if isinstance(result, BaseException):
+                        raise result
+        if len(up) > 1:  # only the primary's worker may take phase 2's node runs
+            with _phase(summary, "extra_nodes_down"):
+                results = _each(compute_down, up[1:])
+                for i, r in enumerate(results, 1):
+                    if not isinstance(r, BaseException):
+                        usages[i] = r
+                for r in results:
+                    if isinstance(r, BaseException):
+                        raise r
         if cfg.corpus.root:
             with _phase(summary, "scorecard"):
                 summary.scorecard = ScorecardSummary.model_validate(scorecard(profile=profile))
         else:
             summary.set_phase("scorecard", "skipped", note="no [corpus] root in the profile")
         try:
-            _train_passing_buckets(summary, cfg, profile, phase2_timeout_seconds)
+            _train_passing_buckets(summary, cfg, profile,
+                                   clock.give(phase2_timeout_seconds))
         except Exception:
             _publish(summary, cfg)  # what was promoted is served though another bucket failed
             raise
         _publish(summary, cfg)
-        summary.status = "completed"
+        summary.status = "partial" if summary.phases["extract"].status == "partial" \
+            else "completed"
     except BaseException as e:
         summary.status = _final_status(e)
         raise
@@ -373,17 +553,24 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 summary.set_phase("compute_down", "skipped", note="nothing was booted")
             else:
                 with _phase(summary, "compute_down"):
-                    usage = None
-                    _request_stop(cfg.node, logger)
+                    left = [i for i in range(len(up or [cfg.node])) if i not in usages]
+                    todo = [(up or [cfg.node])[i] for i in left]
+                    for n in todo:
+                        _request_stop(n, logger)
                     try:
-                        usage = compute_down(cfg.node)
+                        results = _each(compute_down, todo)
+                        usages.update((i, None if isinstance(r, BaseException) else r)
+                                      for i, r in zip(left, results, strict=True))
+                        for r in results:
+                            if isinstance(r, BaseException):
+                                raise r
                     except BaseException:
-                        # Cancellation can refuse new task runs: stop the node directly.
-                        cfg.node.stop()
-                        usage = node_usage(cfg.node, logger)
+                        # Cancellation can refuse new task runs: stop the nodes directly.
+                        _stop_directly(todo, left, usages, logger)
                         raise
                     finally:
-                        summary.cost = cost_summary(usage, summary)
+                        summary.cost = cost_summary(_merge_usage(
+                            [usages.get(i) for i in range(len(up or [cfg.node]))]), summary)
         except Exception:
             summary.status = "failed"
             raise

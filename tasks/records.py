@@ -332,9 +332,11 @@ class TrainingMarker(Record):
 
 # --- the run summary -----------------------------------------------------------------------
 
-PhaseStatus = Literal["running", "completed", "failed", "cancelled", "preempted", "timed_out",
-                      "skipped"]
-RunStatus = Literal["running", "completed", "failed", "cancelled", "preempted"]
+# "partial": phase 1 ended on its budget with documents left pending for the next run (not a
+# failure: phase 2 still runs); a night whose phase 1 was partial and nothing failed is partial.
+PhaseStatus = Literal["running", "completed", "partial", "failed", "cancelled", "preempted",
+                      "timed_out", "skipped"]
+RunStatus = Literal["running", "completed", "partial", "failed", "cancelled", "preempted"]
 
 
 class PhaseRecord(_Strict):
@@ -426,6 +428,14 @@ class ExtractionReport(_Strict):
     dead_letter: str | None
     graph: GraphSummary
     seconds: float
+    # "partial": the budget ended phase 1 before every document was reached; the rest are
+    # pending (not failed, not held) and go first on the next run.
+    status: Literal["completed", "partial"] = "completed"
+    pending: dict[str, int] = {}  # stream → documents left pending (deferred by the budget)
+    pending_tokens: int = 0  # their estimated prompt tokens (the backlog's size)
+    budget_seconds: float | None = None  # what phase 1 was given (None: no deadline)
+    extract_seconds: float = 0.0  # spent on batches (LLM + graph writes): the rate's clock
+    endpoints: dict[str, dict[str, Any]] = {}  # base URL → the client's stats (LLMClient.stats)
 
 
 # The extraction fields the run summary takes over from phase 1.
@@ -433,7 +443,7 @@ MERGED_FROM_EXTRACTION = ("documents", "llm_calls", "prompt_tokens", "completion
                           "entities", "relationships", "failures", "graph", "dead_letter",
                           "deleted", "pruned", "rejected_entity_types",
                           "remapped_relationship_types", "unusable_answers", "dropped_fields",
-                          "bad_records")
+                          "bad_records", "pending")
 
 
 class RunSummary(Record):
@@ -463,6 +473,7 @@ class RunSummary(Record):
     unusable_answers: dict[str, int] | None = None
     dropped_fields: dict[str, int] | None = None
     bad_records: dict[str, int] | None = None
+    pending: dict[str, int] | None = None  # phase 1's documents left for the next run, by stream
     reaper: dict[str, Any] | None = None  # flows/reaper.py reap's record
     # Training manifests found unfinished for a run that is gone, marked at the start
     # (tasks/training/reconcile.py): {name, was, now, reason}.
@@ -471,6 +482,7 @@ class RunSummary(Record):
     # {id, name, was, reason}; {error} when the check failed.
     stale_node_runs: list[dict[str, str]] | None = None
     node: str | None = None
+    night_budget_seconds: float | None = None  # one deadline for boot, readiness, both phases
     serving_adapter: str | None = None  # unset: the server was not started; None: base model
     serving_note: str | None = None  # why tonight's server serves the base model, or the names
     published: dict[str, PublishResult] | None = None  # bucket → the serving endpoint's answer

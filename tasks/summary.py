@@ -122,6 +122,8 @@ def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local"
         lines += ["", "Documents      seen  extracted  skipped  failed"]
         for stream, c in s.documents.items():
             lines.append(f"  {stream:<12}{c.seen:>5}{c.extracted:>11}{c.skipped:>9}{c.failed:>8}")
+    if s.pending:
+        lines.append(f"  pending: {_pending(s.pending)}")
     lines += ["", f"LLM calls: {s.llm_calls}  (prompt tokens {s.prompt_tokens}, "
               f"completion tokens {s.completion_tokens})",
               f"Upserted: {s.entities} entities, {s.relationships} relationships"]
@@ -156,6 +158,12 @@ def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local"
     return "\n".join(lines)
 
 
+def _pending(pending: dict[str, int]) -> str:
+    by = ", ".join(f"{n} {stream}" for stream, n in pending.items())
+    return (f"{sum(pending.values())} documents ({by}) the phase-1 budget did not reach; "
+            "not failed, first on the next run")
+
+
 def _snapshot_lines(snap: dict[str, Any] | None, profile_ref: str) -> list[str]:
     if not snap:
         return []
@@ -179,6 +187,8 @@ def render_markdown(summary: RunSummary | dict[str, Any]) -> str:
     lines += ["", f"LLM calls {s.llm_calls}, tokens in {s.prompt_tokens} / out "
               f"{s.completion_tokens}; entities {s.entities}, relationships "
               f"{s.relationships}; failed documents {len(s.failures)}."]
+    if s.pending:
+        lines += ["", f"Pending: {_pending(s.pending)}."]
     train = _training_lines(s)
     if train:
         lines += ["", "## Training", ""] + [f"- {x.strip()}" for x in train if x.strip()]

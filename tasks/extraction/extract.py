@@ -99,6 +99,7 @@ class BatchReport:
     remapped_relationship_types: Counter[str] = field(default_factory=Counter)
     dropped_fields: Counter[str] = field(default_factory=Counter)  # unknown fields, by name
     dangling_relationships: int = 0
+    write_seconds: float = 0.0  # the graph writes' time (phase 1 keeps it back from its budget)
 
 
 def user_prompt(doc: Document, chunk: str, part: int, parts: int) -> str:
@@ -316,6 +317,7 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
 
     # The LLM work is done and paid for: a graph hiccup retries the writes, not the calls.
     # (All writes are idempotent MERGEs, and the extraction mark comes last.)
+    wrote = time.monotonic()
     for attempt in range(GRAPH_ATTEMPTS):
         try:
             batch, labels = write()
@@ -324,6 +326,7 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
             if attempt == GRAPH_ATTEMPTS - 1:
                 raise
             time.sleep(GRAPH_RETRY_SECONDS * 2**attempt)
+    report.write_seconds = time.monotonic() - wrote
     report.rejected_entity_types = labels.rejected_entity_types
     report.remapped_relationship_types = labels.remapped_relationship_types
     report.dropped_fields = labels.dropped_fields
