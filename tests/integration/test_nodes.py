@@ -33,8 +33,9 @@ class Engines:
     address and the block's inference port, up while the instance is RUNNING and its metadata
     does not say slm-vllm=stopped — as the node's startup script and watcher run vLLM."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, latency: float = 0.0) -> None:
         self.port = port
+        self.latency = latency
         self.up: dict[str, FakeOpenAI] = {}
         self.served: dict[str, int] = {}  # instance → requests its engine answered, all boots
 
@@ -52,7 +53,7 @@ class Engines:
             self._start(inst)
 
     def _start(self, inst: FakeInstance) -> None:
-        engine = FakeOpenAI(port=self.port, host=inst.network_ip)
+        engine = FakeOpenAI(latency=self.latency, port=self.port, host=inst.network_ip)
         threading.Thread(target=engine.server.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()
         self.up[inst.name] = engine
@@ -191,3 +192,34 @@ def test_the_reaper_stops_a_second_node_left_running(
     assert fake.instance("zone-b", "node-2").status == "TERMINATED"
     assert [c["instance"] for c in fake.seen("stop")] == ["node-2"]
     assert reaper(profile=str(profile))["action"] == "none"
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_two_node_night_spreads_phase_1_over_both_and_stops_both(
+        tmp_path: Path, falkordb: int) -> None:
+    """The nightly on nodes = 2: both nodes boot and serve, phase 1's requests go to both
+    endpoints, and both nodes end TERMINATED, each after one stop."""
+    from flows.nightly import nightly
+    from tests.integration.test_nightly_gce import VLLM_NODE, gce_profile
+
+    port = free_port()
+    engines = Engines(port, latency=0.2)  # answers overlap: the client has two to choose from
+    profile = gce_profile(tmp_path, "nodes-nightly", falkordb, "nodes_nightly",
+                          inference="max_concurrent_requests = 2")
+    for i in range(6):
+        (tmp_path / "docs" / "transcripts" / f"t{i}.md").write_text(
+            f"Ann Lee met Bob Stone on day {i}.")
+    with FakeComputeEngine(PROJECT, node_runtime=engines) as fake:
+        add_nodes(fake)
+        block(fake, tmp_path, port, node=VLLM_NODE).save("nodes-nightly", overwrite=True)
+        s = nightly(profile=str(profile))
+        assert s["status"] == "completed", s.get("error")
+        assert s["documents"]["transcripts"]["seen"] == 6
+        assert "127.0.0.2" in s["node"] and "127.0.0.3" in s["node"]
+        served = {name: engines.requests(name) for name in IPS}
+        assert all(n > 0 for n in served.values()), served
+        assert sum(served.values()) == 6  # one request a document (each is one chunk)
+        for name in IPS:
+            assert fake.instance("zone-a", name).status == "TERMINATED"
+            assert len(fake.seen("stop", "zone-a", name)) == 1
+        assert fake.seen("start", "zone-b") == []

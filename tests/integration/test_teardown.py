@@ -2,7 +2,8 @@
 Engine, in a separate process against a real `prefect server start`, with the fake vLLM made
 slow so phase 1 is in progress when the run is
 
-- cancelled through the Prefect API (`prefect flow-run cancel`) while a process worker runs it,
+- cancelled through the Prefect API (`prefect flow-run cancel`) while a process worker runs it
+  (on a two-node profile: both nodes are stopped),
 - timed out (phase1_timeout_seconds),
 - killed with -9, and the next nightly's start-up reaper stops the node it left up.
 
@@ -48,13 +49,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 
 
 class Node:
-    """The fake Compute Engine with one instance whose 'vLLM' is tests/fake_openai.py."""
+    """The fake Compute Engine with one instance whose 'vLLM' is tests/fake_openai.py (with
+    `nodes` > 1, as many: node i ≥ 2 is the instance node-i, each VM on its own address)."""
 
-    def __init__(self, tmp: Path, falkordb: int, graph: str, docs: int) -> None:
+    def __init__(self, tmp: Path, falkordb: int, graph: str, docs: int, nodes: int = 1) -> None:
         self.port = free_port()
         self.latency = LATENCY
         self.fake = FakeComputeEngine(PROJECT, on_start=self._vllm, agent_log=tmp / "agent.log")
-        self.fake.add_instance("zone-a", "node", boot_seconds=0.5)
+        self.names = ["node", *(f"node-{i}" for i in range(2, nodes + 1))]
+        for i, name in enumerate(self.names, 1):
+            self.fake.add_instance("zone-a", name, boot_seconds=0.5,
+                                   network_ip="127.0.0.1" if nodes == 1 else f"127.0.0.{i + 1}")
         sa = tmp / "sa.json"
         sa.write_text(json.dumps({**SA, "token_uri": self.fake.token_uri}))
         self.env = {"GOOGLE_APPLICATION_CREDENTIALS": str(sa)}
@@ -69,7 +74,7 @@ class Node:
         toml_profile(
             self.profile, state_dir=self.state,
             compute={"type": "gce", "project": PROJECT, "zone": "zone-a", "instance": "node",
-                     "api_endpoint": self.fake.url, "poll_seconds": 0.1,
+                     "api_endpoint": self.fake.url, "poll_seconds": 0.1, "nodes": nodes,
                      "boot_timeout_seconds": 30, "stop_timeout_seconds": 30,
                      "inference_port": self.port,
                      "node": VLLM_NODE},  # what the preflight's engine check accepts
@@ -83,7 +88,7 @@ class Node:
 
     def _vllm(self, inst: FakeInstance) -> list[str]:
         return [sys.executable, "-m", "tests.fake_openai", "--port", str(self.port),
-                "--latency", str(self.latency)]
+                "--host", inst.network_ip, "--latency", str(self.latency)]
 
     def __enter__(self) -> Node:
         self.fake.__enter__()
@@ -92,8 +97,8 @@ class Node:
     def __exit__(self, *exc: object) -> None:
         self.fake.__exit__(*exc)
 
-    def stops(self) -> list[dict[str, Any]]:
-        return self.fake.seen("stop", "zone-a", "node")
+    def stops(self, name: str = "node") -> list[dict[str, Any]]:
+        return self.fake.seen("stop", "zone-a", name)
 
     def summary(self) -> dict[str, Any]:
         return json.loads((self.state / "runs" / "last-run.json").read_text())
@@ -161,10 +166,11 @@ def tail(path: Path) -> str:
     return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
-def test_cancel_mid_phase_1_stops_the_node(server: dict[str, str], tmp_path: Path,
-                                           falkordb: int) -> None:
+def test_cancel_mid_phase_1_stops_both_nodes(server: dict[str, str], tmp_path: Path,
+                                             falkordb: int) -> None:
+    """With nodes = 2 (the one-node case is the timeout's and kill -9's below)."""
     env = server
-    with Node(tmp_path, falkordb, "teardown_cancel", docs=8) as node:
+    with Node(tmp_path, falkordb, "teardown_cancel", docs=8, nodes=2) as node:
         env = {**env, **node.env}
         prefect(env, "work-pool", "create", "local-process", "--type", "process")
         prefect(env, "--no-prompt", "deploy", "--name", "nightly/local")
@@ -180,14 +186,18 @@ def test_cancel_mid_phase_1_stops_the_node(server: dict[str, str], tmp_path: Pat
         try:
             wait_for("phase 1 of the deployed run", lambda: extract_running(env, rid), 90,
                      worker)
-            assert node.fake.instance("zone-a", "node").status == "RUNNING"
-            assert gpu_slots(env) == 1 and node.stops() == []
+            for name in node.names:
+                assert node.fake.instance("zone-a", name).status == "RUNNING"
+                assert node.stops(name) == []
+            assert gpu_slots(env) == 1
             cancelled_at = time.time()
             prefect(env, "flow-run", "cancel", rid)
             wait_for("state Cancelled", lambda: run_state(env, rid) == "CANCELLED", 60)
-            # the stop was requested within the 30 s grace, by the run's own `finally`
-            assert node.stops() and node.stops()[0]["at"] - cancelled_at < 30, tail(log)
-            assert node.fake.instance("zone-a", "node").status == "TERMINATED"
+            # each stop was requested within the 30 s grace, by the run's own `finally`
+            for name in node.names:
+                assert node.stops(name) and node.stops(name)[0]["at"] - cancelled_at < 30, \
+                    tail(log)
+                assert node.fake.instance("zone-a", name).status == "TERMINATED"
             assert gpu_slots(env) == 0 and gpu_slots(env, "nightly") == 0
             s = node.summary()
             assert s["status"] == "cancelled", s.get("error")
