@@ -13,7 +13,7 @@ Goodput: documents a second, counted to the moment 90 % of the run's documents h
 final drain, where every client's concurrency must fall, left out alike for every run). Each
 run starts on a reset simulator (fresh engine and stats).
 
-    python bench/adaptive_concurrency.py [--speed 200]
+    python bench/adaptive_concurrency.py [--speed 400]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tasks.extraction.llm import LLMClient
 PRESET, MODEL = "l4-32b-q3", "olmo-3-32b-think"
 CEILING = 64
 FULL_SWEEP, HALF_SWEEP = (4, 6, 8, 10, 12, 16), (2, 3, 4, 5, 6, 8)
-SWEEP_DOCS, HALF_SWEEP_DOCS = 64, 40
+SWEEP_DOCS, HALF_SWEEP_DOCS = 96, 64
 ADAPTIVE_DOCS = 320
 HALVING_DOCS, HALVE_AFTER = 300, 100  # halve once this many documents have ended
 TARGET = 0.9
@@ -39,26 +39,31 @@ TARGET = 0.9
 
 def client(url: str, limit: int, adaptive: bool) -> LLMClient:
     # timeout_seconds: the fixed client's timeout, and the adaptive one's until it has measured
-    # latencies; generous (= 12,000 simulated seconds at speed 200) so the sweep never times out.
+    # latencies; generous (= 24,000 simulated seconds at speed 400) so the sweep never times out.
     return LLMClient(url, MODEL, "vllm", max_concurrency=limit, adaptive=adaptive,
                      timeout_seconds=60, max_output_tokens=3072)
 
 
-def run(url: str, limit: int, adaptive: bool, n: int, tag: str, factor: float = 1.0,
+def run(url: str, limit: int, adaptive: bool, n: int, factor: float = 1.0,
         halve_after: int | None = None) -> dict:
+    """One run over the first n of the same documents every run sends (so every run meets the
+    same answer lengths)."""
     reset(url)
     if factor != 1.0:
         set_capacity(url, factor)
     c = client(url, limit, adaptive)
     halved: dict = {}
+    trace: list[tuple[int, int]] = []  # (documents ended, the adaptive limit then)
 
     def on_done(_outcome: object, done: int) -> None:
+        if adaptive and done % 20 == 0:
+            trace.append((done, c.stats()[url]["limit"]))
         if halve_after is not None and done == halve_after:
             halved.update(at=time.perf_counter(), done=done)
             threading.Thread(target=set_capacity, args=(url, factor * 0.5)).start()
 
     t0 = time.perf_counter()
-    got = timed_extraction(c, sim_documents(n, tag), on_done)
+    got = timed_extraction(c, sim_documents(n, "doc-"), on_done)
     sim = stats(url)
     out = {"docs_per_s": round(goodput(got["done_at"]), 3),
            "output_tokens_per_s": round(sim["completion_tokens"] / got["seconds"], 1),
@@ -69,7 +74,7 @@ def run(url: str, limit: int, adaptive: bool, n: int, tag: str, factor: float = 
         out["first_error"] = got["errors"][0][:300]
     if adaptive:
         s = c.stats()[url]
-        out.update(limit=s.get("limit"), peak_limit=s.get("peak_limit"))
+        out.update(limit=s.get("limit"), peak_limit=s.get("peak_limit"), limit_trace=trace)
     if halved:
         since = halved["at"] - t0
         out["after_halving_docs_per_s"] = round(goodput(got["done_at"], since=since,
@@ -81,22 +86,22 @@ def run(url: str, limit: int, adaptive: bool, n: int, tag: str, factor: float = 
 def sweep(url: str, limits: tuple[int, ...], n: int, factor: float) -> dict[int, dict]:
     found = {}
     for c in limits:
-        found[c] = run(url, c, False, n, f"f{factor}c{c}-", factor)
+        found[c] = run(url, c, False, n, factor)
         print(f"fixed {c:>2} at capacity {factor}: {found[c]}", flush=True)
     return found
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--speed", type=float, default=200.0,
+    ap.add_argument("--speed", type=float, default=400.0,
                     help="simulated seconds per real second")
     args = ap.parse_args()
     with simulator(PRESET, args.speed) as url:
         full = sweep(url, FULL_SWEEP, SWEEP_DOCS, 1.0)
-        adaptive = run(url, CEILING, True, ADAPTIVE_DOCS, "adaptive-")
+        adaptive = run(url, CEILING, True, ADAPTIVE_DOCS)
         print(f"adaptive at capacity 1.0: {adaptive}", flush=True)
         half = sweep(url, HALF_SWEEP, HALF_SWEEP_DOCS, 0.5)
-        halving = run(url, CEILING, True, HALVING_DOCS, "halving-", halve_after=HALVE_AFTER)
+        halving = run(url, CEILING, True, HALVING_DOCS, halve_after=HALVE_AFTER)
         print(f"adaptive, capacity halved after {HALVE_AFTER} documents: {halving}", flush=True)
     best_full = max(full, key=lambda c: full[c]["docs_per_s"])
     best_half = max(half, key=lambda c: half[c]["docs_per_s"])

@@ -45,7 +45,10 @@ def write_corpus(root: Path, n: int) -> None:
             f"---\nmeeting_id: {d.hash}\n---\n# Meeting {d.hash}\n\n{d.text}\n")
 
 
-def write_profile(path: Path, tmp: Path, url: str, port: int, graph: str, docs: Path) -> str:
+def write_profile(path: Path, tmp: Path, url: str, port: int, graph: str, docs: Path,
+                  speed: float) -> str:
+    # The shipped request_timeout_seconds (300 s) in simulated time: the timeout until latencies
+    # are measured, and the deadline gate's estimate of a request's latency until then.
     path.write_text(f"""
 state_dir = "{tmp / ('state-' + graph)}"
 [inference]
@@ -53,7 +56,7 @@ base_url = "{url}"
 dialect = "vllm"
 model = "{MODEL}"
 max_concurrent_requests = {CEILING}
-request_timeout_seconds = 60
+request_timeout_seconds = {300 / speed:.3f}
 context_tokens = 8192
 max_output_tokens = 3072
 [graph]
@@ -104,9 +107,10 @@ def main() -> None:
             write_corpus(tmp / "night", n)
             reset(url)
             extract(profile=write_profile(tmp / "warm.toml", tmp, url, rec.port, "warm",
-                                          tmp / "warm"))  # Prefect's server, imports: untimed
+                                          tmp / "warm", args.speed))  # Prefect's server, imports: untimed
             reset(url)
-            prof = write_profile(tmp / "night.toml", tmp, url, rec.port, "night", tmp / "night")
+            prof = write_profile(tmp / "night.toml", tmp, url, rec.port, "night", tmp / "night",
+                                 args.speed)
             t = time.perf_counter()
             summary = extract(profile=prof, budget_seconds=args.budget)
             wall = time.perf_counter() - t

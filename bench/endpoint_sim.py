@@ -162,10 +162,10 @@ class Stats:
 class Engine:
     """The scheduler and the model in simulated seconds (see the module docstring)."""
 
-    def __init__(self, preset: Preset, factor: float = 1.0) -> None:
+    def __init__(self, preset: Preset, factor: float = 1.0, clock: float = 0.0) -> None:
         self.preset = preset
         self.factor = factor
-        self.clock = 0.0          # simulated time the engine has reached
+        self.clock = self.started = clock  # simulated time the engine has reached
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.used_blocks = 0
@@ -400,8 +400,7 @@ class Simulator:
         if method == "POST" and path == "/sim/reset":
             if self.engine.in_flight:
                 return 409, {"message": f"{self.engine.in_flight} requests in flight"}
-            self.engine = Engine(self.preset)
-            self.engine.clock = self.now()
+            self.engine = Engine(self.preset, clock=self.now())
             return 200, self.stats()
         if method == "POST" and path == "/v1/chat/completions":
             return await self.chat(json.loads(body), reader)
@@ -451,7 +450,7 @@ class Simulator:
         e, s = self.engine, self.engine.stats
         return {**{k: (round(v, 3) if isinstance(v, float) else v) for k, v in vars(s).items()},
                 "queue_wait_mean": round(s.queue_wait_total / s.admitted, 3) if s.admitted else 0.0,
-                "sim_seconds": round(e.clock, 3), "speed": self.speed, "factor": e.factor,
+                "sim_seconds": round(e.clock - e.started, 3), "speed": self.speed, "factor": e.factor,
                 "in_flight": e.in_flight, "running": len(e.running), "waiting": len(e.waiting),
                 "kv_capacity_tokens": e.capacity_blocks * BLOCK_TOKENS,
                 "kv_used_tokens": e.used_blocks * BLOCK_TOKENS, "model": self.preset.model}
