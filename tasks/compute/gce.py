@@ -273,8 +273,9 @@ class GceNode:
             if until is not None and time.monotonic() >= until:
                 raise NodeBootTimeout(
                     f"compute (gce): {b.instance} not started within {timeout_seconds:.0f} s "
-                    f"(the night's budget left for the boot){_tried(attempts)} — no further "
-                    "zone was tried; raise the night's budget or add capacity")
+                    f"(the night's budget left for the boot){_tried(attempts)} — no "
+                    f"{'further ' if attempts else ''}zone was tried; raise the night's "
+                    "budget, or add fallback zones that have capacity")
             try:
                 outcome = self._try_start(zone, model, run_limit, *deadline())
             except (ConfigError, ServerError) as e:  # no other placement would do better
