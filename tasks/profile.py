@@ -293,12 +293,20 @@ def load_profile(ref: str) -> Profile:
     compute_table = dict(data.get("compute", {}))
     if "block" not in compute_table:
         compute_table.setdefault("state_dir", state_dir)
+    compute = _build(path, "compute", compute_table)
+    inference = _build(path, "inference", data.get("inference", {}))
+    if getattr(compute, "nodes", 1) > 1 and inference.base_url:
+        # each node serves phase 1 at its own address; one fixed URL would send all N's work
+        # to a single server
+        raise ConfigError(f"profile {path}: [compute] nodes = {compute.nodes} with [inference] "
+                          f"base_url {inference.base_url!r} — drop base_url (each node's own "
+                          "address is used) or set nodes = 1")
     return Profile(
         name=path.stem,
         path=path,
         state_dir=Path(state_dir),
-        compute=_build(path, "compute", compute_table),
-        inference=_build(path, "inference", data.get("inference", {})),
+        compute=compute,
+        inference=inference,
         graph=_build(path, "graph", data.get("graph", {})),
         sources=_build(path, "sources", data.get("sources", {})),
         extraction=extraction,

@@ -210,20 +210,23 @@ def test_cancel_mid_phase_1_stops_both_nodes(server: dict[str, str], tmp_path: P
                 worker.wait(30)
 
 
-def test_phase_1_timeout_stops_the_node(server: dict[str, str], tmp_path: Path,
-                                        falkordb: int) -> None:
+def test_phase_1_out_of_budget_ends_partial_and_stops_the_node(
+        server: dict[str, str], tmp_path: Path, falkordb: int) -> None:
+    """Phase 1's budget (6 s) covers about two 3 s answers of 8: it ends `partial` on time —
+    the night goes on, no longer failed by a timeout — and the node is stopped."""
     with Node(tmp_path, falkordb, "teardown_timeout", docs=8) as node:
         log = tmp_path / "nightly.log"
         proc = start_nightly(server, node, log, phase1_timeout_seconds=6)
         try:
-            assert proc.wait(120) != 0, tail(log)
+            assert proc.wait(120) == 0, tail(log)
         finally:
             if proc.poll() is None:
                 proc.kill()
         s = node.summary()
-        assert s["status"] == "failed"
-        assert s["phases"]["extract"]["status"] == "timed_out", s.get("error")
-        assert s["phases"]["extract"]["seconds"] < 15
+        assert s["status"] == "partial", s.get("error")
+        assert s["phases"]["extract"]["status"] == "partial", s.get("error")
+        assert s["phases"]["extract"]["seconds"] < 9
+        assert 0 < sum(s["pending"].values()) < 8
         assert s["phases"]["compute_down"]["status"] == "completed"
         assert len(node.stops()) == 1
         assert node.fake.instance("zone-a", "node").status == "TERMINATED"

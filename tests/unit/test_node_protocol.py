@@ -100,3 +100,18 @@ def test_a_local_profile_has_one_node_and_refuses_more(tmp_path: Path) -> None:
                                       compute={"type": "local", "nodes": 2})))
     with pytest.raises(ValueError, match="less than or equal to 16"):
         GceCompute(project="p", zone="z", instance="n", nodes=17)
+
+
+def test_several_nodes_refuse_one_fixed_inference_url(tmp_path: Path) -> None:
+    """Each node serves phase 1 at its own address: a fixed base_url would send every node's
+    share to one server while the others idle (and are paid for)."""
+    from tasks.profile import load_profile
+    from tests.conftest import toml_profile
+
+    gce = {"type": "gce", "project": "p", "zone": "z", "instance": "n", "nodes": 2}
+    with pytest.raises(ConfigError, match=r"nodes = 2 with \[inference\] base_url "
+                                          r"'http://10.0.0.5:9080' — drop base_url"):
+        load_profile(str(toml_profile(tmp_path / "p.toml", state_dir=tmp_path, compute=gce,
+                                      inference={"base_url": "http://10.0.0.5:9080"})))
+    two = load_profile(str(toml_profile(tmp_path / "q.toml", state_dir=tmp_path, compute=gce)))
+    assert len(two.nodes) == 2
