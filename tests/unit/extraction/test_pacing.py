@@ -133,14 +133,34 @@ def test_busy_timeout_and_refusal_cut_the_limit_once_per_limit() -> None:
     ep.finish(b, "busy")  # sent under the old limit: the cut already answered it
     assert ep.limit == 7
     ep.finish(ep.start(), "timeout")
-    assert ep.limit == 4
+    assert ep.limit == 5  # round(7 x 0.7)
     ep.finish(ep.start(), "down")
-    assert (ep.limit, ep.down_until) == (2, 6.0)  # and no new request for 5 s if others can
-    ep.finish(ep.start(), "down")
-    ep.finish(ep.start(), "down")
-    assert ep.limit == 1  # never under one
+    assert (ep.limit, ep.down_until) == (4, 6.0)  # and no new request for 5 s if others can
+    for expected in (3, 2, 1, 1):  # at least one step down while it can; never under one
+        ep.finish(ep.start(), "down")
+        assert ep.limit == expected
     ep.finish(ep.start(), "other")  # a 500: no signal about load
-    assert (ep.limit, ep.busy, ep.timeouts, ep.refused) == (1, 2, 1, 3)
+    assert (ep.limit, ep.busy, ep.timeouts, ep.refused) == (1, 2, 1, 5)
+
+
+def test_a_request_overdue_in_flight_cuts_before_the_window_ends() -> None:
+    """vLLM preempts and recomputes when its KV cache runs out: a request in flight for twice
+    the recent 95th-percentile latency means the server thrashes now."""
+    now = [0.0]
+    ep = Endpoint("u", 32, clock=lambda: now[0])
+    ep.slow_start, ep.limit = False, 8
+    ep.recent.extend([(1.0, 100)] * 8)  # measured: 1 s a request
+    stuck = ep.start()
+    for sent in (0.9, 1.1):  # answers of 1 s each, while the first is still in flight
+        now[0] = sent
+        quick = ep.start()
+        now[0] = sent + 1.0
+        if sent == 0.9:
+            ep.finish(quick, "ok", 100)
+            assert ep.limit == 8  # 1.9 s: not yet overdue
+    ep.finish(quick, "ok", 100)
+    assert ep.limit == 6  # the oldest has been in flight 2.1 s > 2 x 1 s: round(8 x 0.7)
+    assert ep.stats()["limit"] == 6 and stuck.epoch == 0
 
 
 def test_timeouts_are_sized_from_max_tokens_and_the_measured_rate() -> None:
@@ -215,7 +235,7 @@ def test_a_refused_endpoint_sends_the_retry_to_the_other() -> None:
         call(c)
         call(c)
         stats = c.stats()
-    assert stats[dead]["refused"] == 1 and stats[dead]["limit"] == 2  # floor(4 x 0.7)
+    assert stats[dead]["refused"] == 1 and stats[dead]["limit"] == 3  # round(4 x 0.7)
     assert stats[fake.url]["requests"] == 2 and fake.calls == 2  # the second avoided the dead one
     assert stats[fake.url]["completion_tokens"] == 40  # the fake reports 20 per answer
     assert set(stats[fake.url]) >= {"requests", "completion_tokens", "limit", "peak_limit",
