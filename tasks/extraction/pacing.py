@@ -48,7 +48,8 @@ OVERDUE = 2.0            # a request in flight this many x the recent 95th-perce
                          # cache runs out), cut now rather than after the window
 MIN_BUSY = 0.75          # a window counts when mean concurrency reached this share of the limit
 RECENT = 64              # answered requests the latency and decode-rate estimates look at
-GATE_QUANTILE = 0.95     # the deadline gate's estimate of a request's latency
+GATE_QUANTILE = 0.9      # the deadline gate's estimate of a request's latency, over the
+GATE_RECENT = 16         # last max(GATE_RECENT, 2 x limit) answers: the load of now
 TIMEOUT_MARGIN = 2.0     # timeout = margin x max_tokens / measured per-stream decode rate
 TIMEOUT_FLOOR_SECONDS = 30.0  # ... but never under this (or the configured one, if lower)
 DOWN_SECONDS = 5.0       # a refused endpoint gets no new request for this long (if others can)
@@ -143,7 +144,7 @@ class Endpoint:
             return False
         oldest = next((t for t in self._active.values() if t.epoch == self.epoch), None)
         return oldest is not None and now - oldest.start > OVERDUE * quantile(
-            [lat for lat, _ in self.recent], GATE_QUANTILE)
+            [lat for lat, _ in self.recent], 0.95)
 
     # ---- the controller ----
     def _set(self, limit: int) -> None:
@@ -229,13 +230,19 @@ class Endpoint:
                f"tokens/s per request, at least {floor:g} s")
         return max(floor, sized), why
 
+    def gate_sample(self) -> list[float]:
+        """The latencies the gate looks at: the last max(GATE_RECENT, 2 x limit) answers."""
+        return [lat for lat, _ in self.recent][-max(GATE_RECENT, 2 * self.limit):]
+
     def latency_estimate(self, max_tokens: int, configured: float) -> float:
-        """What the deadline gate expects a request to take: GATE_QUANTILE of the recent
-        latencies, never more than its timeout (it ends by then); the timeout before any."""
-        limit = self.timeout(max_tokens, configured)[0]
+        """What the deadline gate expects a request to take: GATE_QUANTILE of the latest
+        latencies, never more than its timeout (it ends by then). 0 before any answer: the
+        only way to measure is to send, so an endpoint with nothing measured gets requests
+        while any time is left (each ends by its timeout, request_timeout_seconds)."""
         if not self.recent:
-            return limit
-        return min(limit, quantile([lat for lat, _ in self.recent], GATE_QUANTILE))
+            return 0.0
+        limit = self.timeout(max_tokens, configured)[0]
+        return min(limit, quantile(self.gate_sample(), GATE_QUANTILE))
 
     def stats(self) -> dict[str, float | int | None]:
         rate = self.decode_rate()
@@ -317,8 +324,8 @@ class Pacing:
              wall: Callable[[], float]) -> str:
         left = (deadline or 0) - wall()
         parts = [f"{e.url}: ~{e.latency_estimate(max_tokens, configured):.1f} s "
-                 + (f"({GATE_QUANTILE:.0%} of its last {len(e.recent)} requests)" if e.recent
-                    else "(its timeout: nothing measured yet)") for e in self.endpoints]
+                 + f"({GATE_QUANTILE:.0%} of its last {len(e.gate_sample())} requests)"
+                 for e in self.endpoints]
         return (f"the deadline leaves {left:.1f} s, less than a request takes — "
                 + "; ".join(parts) + " — the document waits for the next run")
 

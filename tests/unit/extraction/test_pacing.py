@@ -180,13 +180,19 @@ def test_timeouts_are_sized_from_max_tokens_and_the_measured_rate() -> None:
                    "max_output_tokens or max_concurrent_requests")
 
 
-def test_the_gate_estimate_is_a_high_quantile_of_recent_latencies() -> None:
+def test_the_gate_estimate_is_a_high_quantile_of_the_latest_latencies() -> None:
     ep = Endpoint("u", 8, clock=lambda: 0.0)
-    assert ep.latency_estimate(256, 40.0) == 40.0  # the timeout bounds it before any answer
+    assert ep.latency_estimate(256, 40.0) == 0.0  # nothing measured: send while time is left
     ep.recent.extend((float(s), 100) for s in range(1, 21))  # 1 … 20 s
-    assert ep.latency_estimate(256, 40.0) == 19.0  # 95th percentile by nearest rank
+    # the last max(16, 2 x limit 8) = 16 answers, 5 … 20 s: the 90th percentile by nearest rank
+    assert ep.gate_sample() == [float(s) for s in range(5, 21)]
+    assert ep.latency_estimate(256, 40.0) == 19.0
     ep.recent.append((500.0, 100))
     assert ep.latency_estimate(256, 40.0) == 20.0  # one outlier moves it by one rank
+    ep.recent.extend([(500.0, 100)] * 3)
+    # 500 s is the 90th percentile now, but a request ends by its timeout: 2 x 256 tokens at
+    # the measured 2,400 tokens / 2,210 s
+    assert ep.latency_estimate(256, 40.0) == pytest.approx(2 * 256 * 2210 / 2400)
 
 
 def call(c: LLMClient, user: str = "Ann Lee met Bob Stone.") -> object:
@@ -198,15 +204,17 @@ def call(c: LLMClient, user: str = "Ann Lee met Bob Stone.") -> object:
 
 def test_a_request_the_deadline_cannot_cover_is_deferred_without_a_call() -> None:
     with FakeOpenAI(latency=0.3) as fake:
-        # nothing measured: the estimate is the 5 s timeout, 2 s are left
-        c = LLMClient(fake.url, "fake", timeout_seconds=5.0, deadline=time.time() + 2.0)
-        with pytest.raises(Deferred, match=r"leaves 2.0 s.*~5.0 s \(its timeout"):
-            call(c)
+        c = LLMClient(fake.url, "fake", timeout_seconds=5.0, deadline=time.time() - 0.01)
+        with pytest.raises(Deferred, match=r"leaves -0.0 s"):
+            call(c)  # past the deadline: nothing goes, measured or not
         assert fake.calls == 0
-        c = LLMClient(fake.url, "fake", timeout_seconds=5.0)
-        call(c)  # measured: ~0.3 s
+        # nothing measured, 2 s left, a 5 s timeout: sent all the same (sending is the only
+        # way to measure; the request ends by its timeout) — and now measured: ~0.3 s
+        c = LLMClient(fake.url, "fake", timeout_seconds=5.0, deadline=time.time() + 2.0)
+        call(c)
+        assert fake.calls == 1
         c.deadline = time.time() + 0.1
-        with pytest.raises(Deferred, match=r"95% of its last 1 requests"):
+        with pytest.raises(Deferred, match=r"leaves 0.1 s.*~0.3 s \(90% of its last 1 requests"):
             call(c)
         c.deadline = time.time() + 60  # closed once, closed for good: no document starts late
         with pytest.raises(Deferred, match="gate is closed"):
