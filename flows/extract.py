@@ -45,8 +45,11 @@ from tasks.records import DocumentCounts, ExtractionReport, GraphSummary
 
 PENDING_FILE = "phase1-pending.json"  # <state_dir>/…: documents a budget left, first next run
 # Kept back from the budget for what follows the last requests: that batch's graph writes, the
-# orphan prune, the stats and the snapshot. Grows to 1.5× the slowest batch write measured.
+# orphan prune, the stats and the snapshot. FINISH_RESERVE_SECONDS until a batch write is
+# measured; then FINISH_FLOOR_SECONDS + 1.5 × the slowest write measured (bench/deadline.py: a
+# 0.2 s write, 0.2 s of finishing — a fixed 2 s ended a 40 s budget 5.9 % early).
 FINISH_RESERVE_SECONDS = 2.0
+FINISH_FLOOR_SECONDS = 0.25
 
 
 def _pending_first(state_dir: Any, docs: list[Any]) -> tuple[list[Any], int]:
@@ -99,6 +102,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     roots = source_roots(cfg.sources)
     urls = [u for u in (base_urls or []) if u] or None
     reserve = FINISH_RESERVE_SECONDS
+    slowest = 0.0
     client = llm_client(endpoint, base_url, base_urls=urls,
                         deadline=None if deadline is None else deadline - reserve)
     schema = response_schema(endpoint)
@@ -154,10 +158,9 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
                                 endpoint.chunk_overlap_tokens, schema, changed)
             deferred.extend(rep.deferred)
             if deadline is not None:  # the slowest write so far sets what is kept back
-                wrote_s = rep.write_seconds
-                if 1.5 * wrote_s > reserve:
-                    reserve = 1.5 * wrote_s
-                    client.deadline = deadline - reserve
+                slowest = max(slowest, rep.write_seconds)
+                reserve = FINISH_FLOOR_SECONDS + 1.5 * slowest
+                client.deadline = deadline - reserve
             usage.add(rep.usage)
             extracted.update(rep.extracted)
             failed.extend(rep.failed)
