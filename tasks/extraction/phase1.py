@@ -45,7 +45,8 @@ def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
     def progress(outcome: DocOutcome) -> None:
         done[0] += 1
         if done[0] % step == 0 or done[0] == len(docs) or outcome.error:
-            status = f"FAILED: {outcome.error}" if outcome.error else "ok"
+            status = f"FAILED: {outcome.error}" if outcome.error else \
+                "pending (out of budget: first on the next run)" if outcome.deferred else "ok"
             logger.info("  %d/%d %s — %s", done[0], len(docs), outcome.doc.id, status)
 
     return process_batch(docs, store, client, model, chunk_tokens, overlap_tokens, schema,
