@@ -227,10 +227,9 @@ class Engine:
             n = min(max(req.to_compute - req.computed, 1), budget)
             need = self._blocks_for(req, n)
             while need > free:
+                # the newest: after req in admission order (not yet scheduled), or req itself
                 victim = self.running.pop()
                 preempted = True
-                if victim in plan:  # its tokens go back to the budget
-                    budget += plan.pop(id(victim))[1]
                 free += victim.blocks
                 self._preempt(victim)
                 if victim is req:
