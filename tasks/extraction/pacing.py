@@ -64,6 +64,7 @@ class Ticket:
     start: float
     area: float
     epoch: int
+    clean: bool = True  # sent with no request of a higher, earlier limit still in flight
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -90,6 +91,8 @@ class Endpoint:
         self.windows = 0
         self._area, self._t = 0.0, clock()  # integral of in-flight over time
         self._active: dict[int, Ticket] = {}  # in flight, oldest first
+        self._settling = False  # a decrease left requests of the higher limit in flight
+        self._cut_epoch = 0  # the first epoch after the last cut
         self._window: list[tuple[float, int, float]] = []  # (latency, tokens, concurrency)
         self._levels: dict[int, tuple[float, float, int]] = {}  # limit: (tok/s, conc, window)
 
@@ -105,6 +108,9 @@ class Endpoint:
         self.in_flight += 1
         self.requests += 1
         ticket = Ticket(now, self._area, self.epoch)
+        if self._settling:  # after a decrease: what the old limit left in flight still weighs
+            self._settling = any(t.epoch != self.epoch for t in self._active.values())
+            ticket.clean = not self._settling
         self._active[id(ticket)] = ticket
         return ticket
 
@@ -121,7 +127,7 @@ class Endpoint:
             self.recent.append((latency, tokens))
             if self.adaptive and self._overdue(now):
                 self._cut()
-            elif self.adaptive and ticket.epoch == self.epoch and latency > 0:
+            elif self.adaptive and ticket.epoch == self.epoch and ticket.clean and latency > 0:
                 conc = (self._area - ticket.area) / latency
                 self._window.append((latency, tokens, conc))
                 if len(self._window) >= max(4 if self.slow_start else MIN_WINDOW, self.limit):
@@ -137,19 +143,34 @@ class Endpoint:
         if outcome != "other" and self.adaptive and ticket.epoch == self.epoch:
             self._cut()  # once per epoch: the other requests of that limit add nothing
 
+    def check(self) -> None:
+        """Cut now if a request is overdue: called while requests wait for a slot, because a
+        thrashing server may answer nothing for a long time (no completion to look from)."""
+        if self.adaptive and self._overdue(self.clock()):
+            self._cut()
+
+    def overdue_after(self) -> float | None:
+        """Seconds after which the oldest request counts as overdue, if known."""
+        if len(self.recent) < MIN_WINDOW:
+            return None
+        return OVERDUE * quantile(self.gate_sample(), 0.95)
+
     def _overdue(self, now: float) -> bool:
-        """Is the oldest request sent under the current limit in flight for OVERDUE x the
-        recent 95th-percentile latency (given enough answers to know it)?"""
+        """Is the oldest request sent since the last cut in flight for OVERDUE x the
+        95th-percentile latency of the latest answers (given enough answers to know it)?"""
         if len(self.recent) < MIN_WINDOW:
             return False
-        oldest = next((t for t in self._active.values() if t.epoch == self.epoch), None)
+        oldest = next((t for t in self._active.values() if t.epoch >= self._cut_epoch), None)
         return oldest is not None and now - oldest.start > OVERDUE * quantile(
-            [lat for lat, _ in self.recent], 0.95)
+            self.gate_sample(), 0.95)
 
     # ---- the controller ----
     def _set(self, limit: int) -> None:
         limit = max(1, min(self.ceiling, limit))
         if limit != self.limit:
+            # a lower limit is measured only once the higher one's requests have drained (a
+            # thrashing server's leftovers would make it look worse than it is)
+            self._settling = limit < self.limit
             self.limit, self.epoch = limit, self.epoch + 1
             self.peak_limit = max(self.peak_limit, limit)
         self._window = []
@@ -163,6 +184,7 @@ class Endpoint:
         # rounded, and at least one step: x0.7 of a small limit is a large cut
         self._set(min(self.limit - 1, round(self.limit * DECREASE)))
         self.epoch += 1  # even at 1: answers of requests sent before the cut are ignored
+        self._cut_epoch = self.epoch
 
     def _fresh(self, level: int) -> bool:
         return level in self._levels and self.windows - self._levels[level][2] <= STALE_WINDOWS
@@ -308,7 +330,15 @@ class Pacing:
                                              wall)) from None
                 if ep is not None:
                     return ep, ep.start()
-                await cond.wait()
+                try:  # wake now and then to look for overdue requests
+                    await asyncio.wait_for(cond.wait(), self._tick())
+                except TimeoutError:
+                    for e in self.endpoints:
+                        e.check()
+
+    def _tick(self) -> float:
+        known = [t for e in self.endpoints if (t := e.overdue_after()) is not None]
+        return max(0.05, min(known) / 4) if known else 1.0
 
     async def release(self, ep: Endpoint, ticket: Ticket, outcome: Outcome,
                       tokens: int = 0) -> None:

@@ -205,7 +205,7 @@ def call(c: LLMClient, user: str = "Ann Lee met Bob Stone.") -> object:
 def test_a_request_the_deadline_cannot_cover_is_deferred_without_a_call() -> None:
     with FakeOpenAI(latency=0.3) as fake:
         c = LLMClient(fake.url, "fake", timeout_seconds=5.0, deadline=time.time() - 0.01)
-        with pytest.raises(Deferred, match=r"leaves -0.0 s"):
+        with pytest.raises(Deferred, match=r"leaves -\d+\.\d s"):
             call(c)  # past the deadline: nothing goes, measured or not
         assert fake.calls == 0
         # nothing measured, 2 s left, a 5 s timeout: sent all the same (sending is the only
@@ -214,7 +214,7 @@ def test_a_request_the_deadline_cannot_cover_is_deferred_without_a_call() -> Non
         call(c)
         assert fake.calls == 1
         c.deadline = time.time() + 0.1
-        with pytest.raises(Deferred, match=r"leaves 0.1 s.*~0.3 s \(90% of its last 1 requests"):
+        with pytest.raises(Deferred, match=r"leaves 0\.\d s.*~0\.[3-9] s \(90% of its last 1 "):
             call(c)
         c.deadline = time.time() + 60  # closed once, closed for good: no document starts late
         with pytest.raises(Deferred, match="gate is closed"):
@@ -287,3 +287,18 @@ def test_a_deferred_chunk_defers_its_document_and_nothing_is_marked() -> None:
     assert [(o.deferred, o.error, o.extraction) for o in outcomes] == [(True, None, [])] * 2
     batch = build_batch(first + outcomes, "fake", {}, BatchReport())
     assert [d["id"] for d in batch.documents] == ["transcripts/a.md"]  # only it gets marked
+
+
+def test_a_server_that_answers_nothing_is_cut_while_requests_wait() -> None:
+    """A thrashing server may finish nothing for a long while: the waiting requests look for
+    overdue ones themselves (there is no completion to look from)."""
+    async def go() -> int:
+        pacing = Pacing(("u",), 8)
+        ep = pacing.endpoints[0]
+        ep.slow_start, ep.limit = False, 2
+        ep.recent.extend([(0.05, 100)] * 8)  # measured: 0.05 s a request
+        ep.start(), ep.start()  # both stuck: never answered
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(pacing.acquire(None, 256, 5.0), 1.0)
+        return ep.limit
+    assert asyncio.run(go()) == 1  # overdue after 2 x 0.05 s: cut from 2 to 1
