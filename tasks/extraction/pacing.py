@@ -21,8 +21,10 @@ cache runs out) cut the limit by DECREASE at once, and so does a throughput drop
 unchanged limit (capacity went away); a cut forgets what was measured and keeps the climb under
 the limit it cut from for a while.
 
-Tuned against bench/endpoint_sim.py (l4-32b-q3, speed 200): 0.99 of the best fixed limit at
-full capacity; through a mid-run halving, 0.89-0.98 of a fixed client at the halved optimum.
+Measured with bench/adaptive_concurrency.py (endpoint_sim l4-32b-q3, speed 400): 0.99 of the
+best fixed limit at full capacity; through a mid-run halving, 0.97 of the best fixed client
+taken through the same halving (0.77 of a fixed client started on the already-halved server:
+the thrash of what was in flight at the halving is not recovered).
 """
 
 from __future__ import annotations
