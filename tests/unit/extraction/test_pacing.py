@@ -225,7 +225,7 @@ def test_a_request_the_deadline_cannot_cover_is_deferred_without_a_call() -> Non
 def test_a_retry_whose_backoff_would_overrun_the_deadline_is_deferred() -> None:
     with FakeOpenAI() as fake:
         c = LLMClient(fake.url, "fake", timeout_seconds=1.0, retry_base_seconds=5.0,
-                      deadline=time.time() + 3.0)
+                      deadline=time.time() + 2.0)  # the backoff: 2.5 to 7.5 s
         t = time.monotonic()
         with pytest.raises(Deferred, match="a retry after"):
             call(c, "Ann Lee FAULT:500x1")
