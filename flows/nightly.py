@@ -311,12 +311,6 @@ def _merge_usage(usages: list[dict[str, Any] | None]) -> dict[str, Any] | None:
             "zones": zones, "note": "; ".join(notes)}
 
 
-def _profile_nodes(cfg: Profile) -> list[Node]:
-    """Every node of the profile, the primary (phase 2's) first."""
-    nodes = getattr(cfg, "nodes", None)
-    return list(nodes) if nodes else [cfg.node]
-
-
 def _preflight(cfg: Profile, logger: Any) -> None:
     """tasks/compute/preflight.py for tonight (the orchestrator's own deployments left out):
     a failing check fails the night, naming each failure and its fix, before anything boots."""
@@ -453,8 +447,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                                                         phase2_timeout_seconds))
     clock = NightClock(night)
     summary.night_budget_seconds = night
-    nodes = _profile_nodes(cfg)
-    up: list[Node] = []  # booted (or asked to boot): every one is stopped in `finally`
+    nodes = cfg.nodes  # the primary (phase 2's) first; once booting, every one is stopped
     usages: dict[int, dict[str, Any] | None] = {}  # node's index → its usage, once stopped
     alive = ExitStack()
     _take_nightly_slot(alive)
@@ -467,7 +460,6 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
             with _phase(summary, "preflight"):
                 _preflight(cfg, logger)
         with _phase(summary, "compute_up"):
-            up = list(nodes)
             boot = cfg.compute.boot_timeout_seconds if hasattr(cfg.compute,
                                                                "boot_timeout_seconds") else None
             booted = _each(compute_up, nodes, max_run_seconds=night_budget(
@@ -521,9 +513,9 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 for result in _each(inference_down, serving_nodes):
                     if isinstance(result, BaseException):
                         raise result
-        if len(up) > 1:  # only the primary's worker may take phase 2's node runs
+        if len(nodes) > 1:  # only the primary's worker may take phase 2's node runs
             with _phase(summary, "extra_nodes_down"):
-                results = _each(compute_down, up[1:])
+                results = _each(compute_down, nodes[1:])
                 for i, r in enumerate(results, 1):
                     if not isinstance(r, BaseException):
                         usages[i] = r
@@ -553,8 +545,8 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 summary.set_phase("compute_down", "skipped", note="nothing was booted")
             else:
                 with _phase(summary, "compute_down"):
-                    left = [i for i in range(len(up or [cfg.node])) if i not in usages]
-                    todo = [(up or [cfg.node])[i] for i in left]
+                    left = [i for i in range(len(nodes)) if i not in usages]
+                    todo = [nodes[i] for i in left]
                     for n in todo:
                         _request_stop(n, logger)
                     try:
@@ -570,7 +562,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                         raise
                     finally:
                         summary.cost = cost_summary(_merge_usage(
-                            [usages.get(i) for i in range(len(up or [cfg.node]))]), summary)
+                            [usages.get(i) for i in range(len(nodes))]), summary)
         except Exception:
             summary.status = "failed"
             raise
