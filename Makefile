@@ -3,24 +3,28 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-# llama-cpp-python has no Linux wheel: pip compiles llama.cpp once (~15 min on 2 cores) and
-# caches the wheel. These flags skip the parts we never use.
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
-export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
 .PHONY: run test test-fast mutation lint bench clean-state docs
 
-# convert.py: its install step runs in existing environments too.
-$(STAMP): pyproject.toml tasks/training/convert.py
+# convert.py and llama_build.py: their install steps run in existing environments too.
+$(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned here (pyproject has a lower bound only: the GPU node trains on its
 	# engine's torch): pip then takes the local CPU build instead of a CUDA download.
 	$(PY) -m pip install --quiet torch==2.13.0
+	# llama.cpp before the project, so pip never compiles it with -march=native nor takes an
+	# old wheel from its cache: tasks/llama_build.py holds the flags (the x86-64 baseline,
+	# AVX2/FMA/F16C) and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags
+	# (~10 min once per machine; seconds after that, fresh clones included).
+	$(PY) -m tasks.llama_build install
 	$(PY) -m pip install --quiet -e '.[dev]' torch==2.13.0
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
 	# llama-cpp-python's source distribution, into $(VENV)/share/slm-nightly (a few seconds).
 	$(PY) -m tasks.training.convert install
+	# The installed library evaluates a prompt of a few hundred tokens in a child process: a
+	# build this CPU cannot run fails here, with the signal, the library and its flags.
+	$(PY) -m tasks.llama_build check
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -5,7 +5,8 @@ which model is tasks/compute/engines.py.
 
 One environment on the node. `project_dir` is the node's checkout of this project with ONE
 virtual environment, `.venv`, holding the project, its GPU build of torch and the engine:
-llama-cpp-python built for CUDA (`CMAKE_ARGS=-DGGML_CUDA=on pip install -e .`), plus vLLM
+llama-cpp-python built for CUDA (`python -m tasks.llama_build install --variant cuda`, then
+`pip install -e .`), plus vLLM
 for the vllm engine (`pip install -e '.[gpu]'`). The worker is `{project_dir}/.venv/bin/prefect`
 because Prefect's process worker starts each flow run with its own interpreter
 (`sys.executable -m prefect.engine`): a worker from any other environment runs `train/node`

@@ -10,6 +10,8 @@ import json
 import time
 from collections import Counter
 from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
 from typing import Any, cast
 from uuid import UUID
 
@@ -17,7 +19,9 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run as current_run
 
-from tasks.errors import PhaseFailed
+from blocks.compute import LocalCompute
+from tasks.compute.inference_server import server_exit
+from tasks.errors import PhaseFailed, ServerDied
 from tasks.extraction.chunking import estimate_tokens
 from tasks.extraction.extract import (
     append_dead_letters,
@@ -103,8 +107,12 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     urls = [u for u in (base_urls or []) if u] or None
     reserve = FINISH_RESERVE_SECONDS
     slowest = 0.0
+    # A local server is this run's own: when it dies, phase 1 says how and stops asking it.
+    watch = partial(server_exit, Path(cfg.compute.state_dir)) \
+        if isinstance(cfg.compute, LocalCompute) else None
     client = llm_client(endpoint, base_url, base_urls=urls,
-                        deadline=None if deadline is None else deadline - reserve)
+                        deadline=None if deadline is None else deadline - reserve,
+                        server_exit=watch)
     schema = response_schema(endpoint)
     chunk_tokens = chunk_size(endpoint)
 
@@ -149,13 +157,22 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         done = 0
         changed = set(work.changed)
         deferred: list[str] = []
+        died: str | None = None  # the inference server died: how (ServerDied)
         extract_started = time.monotonic()
         for i, batch in enumerate(batches, 1):
             if deferred:  # the budget closed the gate: the rest waits, no request is sent
                 deferred.extend(d.id for d in batch)
                 continue
-            rep = extract_batch(list(batch), store, client, endpoint.model, chunk_tokens,
-                                endpoint.chunk_overlap_tokens, schema, changed)
+            try:
+                rep = extract_batch(list(batch), store, client, endpoint.model, chunk_tokens,
+                                    endpoint.chunk_overlap_tokens, schema, changed)
+            except ServerDied as e:
+                # Nothing of this batch was written or marked: it and the rest stay pending
+                # (first on the next run), none is failed for the server's death.
+                died = str(e)
+                logger.error("phase 1 stopped: %s", died)
+                deferred.extend(d.id for d in batch)
+                continue
             deferred.extend(rep.deferred)
             if deadline is not None:  # the slowest write so far sets what is kept back
                 slowest = max(slowest, rep.write_seconds)
@@ -180,7 +197,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         by_id = {d.id: d for d in todo}
         pending = Counter(by_id[i].stream for i in deferred)
         pending_tokens = sum(estimate_tokens(by_id[i].text) for i in deferred)
-        if deferred:
+        if deferred and not died:
             logger.warning("phase 1 PARTIAL: the budget ended it with %d documents pending "
                            "(~%d tokens); they go first on the next run", len(deferred),
                            pending_tokens)
@@ -235,6 +252,10 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         endpoints=client.stats(),
     ).model_dump(mode="json")  # the record checks the keys; the flow returns its JSON form
     publish_report(summary, top)
+    if died:
+        raise PhaseFailed(f"{died}\n{len(deferred)} documents were not extracted: they go "
+                          f"first on the next run (listed in {cfg.state_dir / PENDING_FILE})",
+                          summary)
     attempted = len(work.extract) - len(deferred) + len(load_failures)
     if attempted and len(load_failed + failed) / attempted > share:
         raise PhaseFailed(f"{len(load_failed + failed)} of {attempted} documents failed (more than "

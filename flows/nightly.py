@@ -429,6 +429,62 @@ def _phase1_timeout(budget: float) -> float:
     return budget + max(120.0, 0.1 * budget)
 
 
+def _phase1(summary: RunSummary, cfg: Profile, profile: str, clock: NightClock,
+            nodes: list[Node], logger: Any, full: bool, retry_failed: bool,
+            max_failed_share: float | None, phase1_timeout_seconds: float,
+            phase2_timeout_seconds: float) -> tuple[list[Node], Exception | None]:
+    """Serve and extract on `nodes`: the nodes that served, and phase 1's failure, if any. The
+    corpus does not depend on tonight's graph, so a failed phase 1 is returned, not raised:
+    the caller releases the GPU and runs phase 2, then fails the night with this reason
+    (`summary.error` holds it already). A node that is gone (NodePreempted) and a cancelled
+    run (BaseException) are raised: there is nothing left to train on."""
+    serving_nodes = nodes
+    try:
+        with _phase(summary, "inference_up"):
+            serving = _served_adapter(cfg)
+            summary.serving_adapter = str(serving.adapter) if serving.adapter else None
+            if serving.note:
+                summary.serving_note = serving.note
+                logger.warning("%s", serving.note)
+            elif serving.adapter and serving.names:
+                summary.serving_note = (f"served as {cfg.inference.model} and "
+                                        f"{', '.join(serving.names)}")
+            endpoint = cfg.inference.model_copy(update={
+                "readiness_timeout_seconds":
+                    clock.give(cfg.inference.readiness_timeout_seconds)})
+            ready = _each(inference_up, serving_nodes, endpoint=endpoint,
+                          adapter=serving.adapter, names=serving.names)
+            serving_nodes, urls = _drop_failed(serving_nodes, ready, "inference", logger)
+        with _phase(summary, "extract"):
+            budget1 = clock.phase1(phase1_timeout_seconds, phase2_timeout_seconds)
+            try:
+                phase1 = extract.with_options(timeout_seconds=_phase1_timeout(budget1))(
+                    profile=profile, base_url=urls[0], full=full,
+                    retry_failed=retry_failed, max_failed_share=max_failed_share,
+                    base_urls=urls, budget_seconds=budget1)
+            except Exception as e:
+                lost = _node_lost(cfg.node)
+                if lost is None:
+                    raise
+                if isinstance(e, PhaseFailed):
+                    summary.merge_extraction(e.summary)
+                raise lost from e
+            summary.merge_extraction(phase1)
+            lost = _node_lost(cfg.node)  # documents failed with it: done next run
+            if lost is not None:
+                raise lost
+        _mark_partial(summary, phase1)
+        if phase1.get("extract_seconds") or phase1.get("pending"):  # something to measure
+            summary.capacity = _capacity(phase1, len(serving_nodes))
+    except NodePreempted:
+        raise
+    except Exception as e:
+        logger.error("phase 1 failed (%s); the inference server is stopped and phase 2 runs",
+                     summary.error or f"{type(e).__name__}: {e}")
+        return serving_nodes, e
+    return serving_nodes, None
+
+
 @flow(name="nightly", on_cancellation=[_stop_node_hook], on_crashed=[_stop_node_hook])
 def nightly(profile: str = "local", full: bool = False, retry_failed: bool = False,
             phase1_timeout_seconds: int = 7200, phase2_timeout_seconds: int = 7200,
@@ -473,42 +529,9 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 if len(where) < len(nodes) else "")
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
         with gpu_slot():
-            with _phase(summary, "inference_up"):
-                serving = _served_adapter(cfg)
-                summary.serving_adapter = str(serving.adapter) if serving.adapter else None
-                if serving.note:
-                    summary.serving_note = serving.note
-                    logger.warning("%s", serving.note)
-                elif serving.adapter and serving.names:
-                    summary.serving_note = (f"served as {cfg.inference.model} and "
-                                            f"{', '.join(serving.names)}")
-                endpoint = cfg.inference.model_copy(update={
-                    "readiness_timeout_seconds":
-                        clock.give(cfg.inference.readiness_timeout_seconds)})
-                ready = _each(inference_up, serving_nodes, endpoint=endpoint,
-                              adapter=serving.adapter, names=serving.names)
-                serving_nodes, urls = _drop_failed(serving_nodes, ready, "inference", logger)
-            with _phase(summary, "extract"):
-                budget1 = clock.phase1(phase1_timeout_seconds, phase2_timeout_seconds)
-                try:
-                    phase1 = extract.with_options(timeout_seconds=_phase1_timeout(budget1))(
-                        profile=profile, base_url=urls[0], full=full,
-                        retry_failed=retry_failed, max_failed_share=max_failed_share,
-                        base_urls=urls, budget_seconds=budget1)
-                except Exception as e:
-                    lost = _node_lost(cfg.node)
-                    if lost is None:
-                        raise
-                    if isinstance(e, PhaseFailed):
-                        summary.merge_extraction(e.summary)
-                    raise lost from e
-                summary.merge_extraction(phase1)
-                lost = _node_lost(cfg.node)  # documents failed with it: done next run
-                if lost is not None:
-                    raise lost
-            _mark_partial(summary, phase1)
-            if phase1.get("extract_seconds") or phase1.get("pending"):  # something to measure
-                summary.capacity = _capacity(phase1, len(serving_nodes))
+            serving_nodes, phase1_error = _phase1(
+                summary, cfg, profile, clock, serving_nodes, logger, full, retry_failed,
+                max_failed_share, phase1_timeout_seconds, phase2_timeout_seconds)
             with _phase(summary, "inference_down"):
                 for result in _each(inference_down, serving_nodes):
                     if isinstance(result, BaseException):
@@ -534,6 +557,8 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
             _publish(summary, cfg)  # what was promoted is served though another bucket failed
             raise
         _publish(summary, cfg)
+        if phase1_error is not None:
+            raise phase1_error
         summary.status = "partial" if summary.phases["extract"].status == "partial" \
             else "completed"
     except BaseException as e:

@@ -55,6 +55,11 @@ class ServerError(SlmNightlyError):
     """A process the project manages (inference server, FalkorDB) failed to start or stop."""
 
 
+class ServerDied(ServerError):
+    """The inference server this run started died under it (the message says how and where its
+    log is): asking it again per document is pointless, phase 1 stops."""
+
+
 class NodeUnavailable(SlmNightlyError):
     """No zone/provisioning combination could start the GCE node (stockouts)."""
 

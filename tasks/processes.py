@@ -20,6 +20,10 @@ from pathlib import Path
 
 from tasks.errors import ServerError
 
+# The servers this process started, by PID. Holding their Popen objects keeps their exit
+# status ours: CPython reaps the children of dropped Popen objects at the next Popen
+# (subprocess._cleanup), and with them how they ended (a signal, an exit code).
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -116,6 +120,7 @@ class ManagedServer:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     env={**os.environ, **(env or {})})
+        _STARTED[proc.pid] = proc
         rec = ServerRecord(self.name, proc.pid, port, marker, str(log), time.time(),
                            os.getpid(), start_ticks(os.getpid()))
         try:
@@ -126,7 +131,8 @@ class ManagedServer:
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
                     self.pid_file.unlink(missing_ok=True)
-                    raise ServerError(f"{self.name} exited with code {proc.returncode} while "
+                    _STARTED.pop(proc.pid, None)
+                    raise ServerError(f"{self.name} {exit_description(proc.returncode)} while "
                                       f"starting; last log lines:\n{tail(log)}")
                 try:
                     if ready():
@@ -144,14 +150,30 @@ class ManagedServer:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            _STARTED.pop(proc.pid, None)
             self.pid_file.unlink(missing_ok=True)
             raise
+
+    def exited(self) -> str | None:
+        """How the recorded server ended when nobody stopped it (its PID file is still there,
+        its process is not): "exited with signal 4 (SIGILL)", "exited with code 1", or just
+        "exited" when another process started it (then only its log may say why). None while
+        it runs, or when no server is recorded."""
+        rec = self.record()
+        if rec is None or self.running() is not None:
+            return None
+        proc = _STARTED.get(rec.pid)
+        code = proc.poll() if proc is not None else None
+        return "exited" if code is None else exit_description(code)
 
     def stop(self, grace: float = 10.0) -> bool:
         """Stop the recorded process (SIGTERM, then SIGKILL after `grace`) and verify it is
         gone. Returns True if a process was stopped."""
         rec = self.running()
         if rec is None:
+            dead = self.record()
+            if dead is not None:
+                _STARTED.pop(dead.pid, None)
             self.pid_file.unlink(missing_ok=True)
             return False
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
@@ -168,8 +190,21 @@ class ManagedServer:
         _reap(rec.pid)
         if alive(rec.pid):
             raise ServerError(f"{self.name} (pid {rec.pid}) survived SIGKILL")
+        proc = _STARTED.pop(rec.pid, None)
+        if proc is not None:
+            proc.poll()
         self.pid_file.unlink(missing_ok=True)
         return True
+
+
+def exit_description(code: int) -> str:
+    """A Popen returncode in words: "exited with code 1", "exited with signal 4 (SIGILL)"."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"exited with signal {-code} ({signal.Signals(-code).name})"
+    except ValueError:
+        return f"exited with signal {-code}"
 
 
 def _reap(pid: int) -> None:

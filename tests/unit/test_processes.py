@@ -1,0 +1,62 @@
+"""How a managed server ended, read from its own exit status: the signal that killed it (SIGILL
+from an illegal instruction), its exit code, or nothing while it runs or once it was stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tasks.compute.inference_server import server_exit
+from tasks.processes import ManagedServer, exit_description
+
+IDLE = [sys.executable, "-c", "import time; time.sleep(60)", "--marker-for-test"]
+
+
+def _wait_gone(server: ManagedServer) -> None:
+    deadline = time.monotonic() + 10
+    while server.running() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_server_killed_by_sigill_says_so(tmp_path: Path) -> None:
+    server = ManagedServer("inference", tmp_path)
+    rec = server.start(IDLE, 0, marker="--marker-for-test", ready=lambda: True, timeout=10)
+    assert server.exited() is None  # running
+    assert server_exit(tmp_path, settle_seconds=0.0) is None
+    os.kill(rec.pid, signal.SIGILL)
+    _wait_gone(server)
+    assert server.exited() == "exited with signal 4 (SIGILL)"
+    (tmp_path / "inference.log").write_text("Fatal Python error: Illegal instruction\n")
+    why = server_exit(tmp_path)
+    assert why is not None and why.startswith(
+        f"the inference server exited with signal 4 (SIGILL), see its log {tmp_path}/inference.log")
+    assert why.endswith("Fatal Python error: Illegal instruction")
+    assert server.stop() is False  # nothing left to stop: the record goes
+    assert server.exited() is None and server_exit(tmp_path) is None
+
+
+def test_an_exit_code_and_a_server_of_another_process(tmp_path: Path) -> None:
+    server = ManagedServer("inference", tmp_path)
+    code = [sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit(3)", "--m3"]
+    server.start(code, 0, marker="--m3", ready=lambda: True, timeout=10)
+    _wait_gone(server)
+    assert server.exited() == "exited with code 3"
+    # a record of a process another one started (and reaped): its status is not ours to read
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    other = ManagedServer("other", tmp_path)
+    other.pid_file.write_text(json.dumps({**json.loads(server.pid_file.read_text()),
+                                          "name": "other", "pid": int(gone.stdout)}))
+    assert other.exited() == "exited"
+
+
+def test_exit_descriptions() -> None:
+    assert exit_description(0) == "exited with code 0"
+    assert exit_description(-9) == "exited with signal 9 (SIGKILL)"
+    assert exit_description(-11) == "exited with signal 11 (SIGSEGV)"
+    assert exit_description(-200) == "exited with signal 200"
