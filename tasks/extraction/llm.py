@@ -244,7 +244,9 @@ class LLMClient:
             except (httpx.TransportError, httpx.TimeoutException) as e:
                 last_error = self._transport_error(e, ep.url, timeout)
                 down = isinstance(e, _DOWN)
-                died = self.server_exit() if down and self.server_exit else None
+                # (in a thread: it may wait a moment for a server that is still exiting)
+                died = await asyncio.to_thread(self.server_exit) \
+                    if down and self.server_exit else None
                 if died:
                     await self.pacing.release(ep, ticket, "down")
                     raise ServerDied(f"{died}\n(the request to {ep.url} failed: "
