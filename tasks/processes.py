@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -117,6 +118,10 @@ class ManagedServer:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = self.state_dir / f"{self.name}.log"
         with open(log, "ab") as out:
+            # the command first: the log then says what ran (threads, ports, model) and since when
+            out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {self.name}: "
+                      f"{shlex.join(argv)}\n".encode())
+            out.flush()
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     env={**os.environ, **(env or {})})

@@ -11,6 +11,7 @@ from typing import Any
 from blocks.compute import LocalCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute import inference_server
+from tasks.compute.threads import auto_threads
 from tasks.processes import ManagedServer
 
 
@@ -22,6 +23,7 @@ class LocalNode:
 
     def __init__(self, block: LocalCompute) -> None:
         self.block = block
+        self._threads: int | None = None
 
     def __repr__(self) -> str:
         return f"LocalNode({self.block!r})"
@@ -33,7 +35,11 @@ class LocalNode:
 
     @property
     def cpu_threads(self) -> int:
-        return self.block.n_threads
+        """The block's n_threads, else auto_threads(), chosen once for this node (the server
+        and verification use the same count)."""
+        if self._threads is None:
+            self._threads = self.block.n_threads or auto_threads()
+        return self._threads
 
     @property
     def watch_seconds(self) -> float:
@@ -68,7 +74,7 @@ class LocalNode:
             else inference_server.default_model_path()
         return inference_server.start_llama_server(
             self._state_dir, model, endpoint.model, endpoint.context_tokens,
-            self.block.n_threads, endpoint.readiness_timeout_seconds, adapter, names,
+            self.cpu_threads, endpoint.readiness_timeout_seconds, adapter, names,
         )
 
     def stop_inference(self) -> bool:

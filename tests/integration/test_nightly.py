@@ -3,6 +3,8 @@ embedded FalkorDB started by the project, Prefect."""
 
 import json
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 
 from flows.nightly import nightly
+from tasks.compute.threads import auto_threads, usable_cores
 from tasks.processes import ManagedServer, alive, free_port
 from tests.conftest import ROOT, toml_profile
 from tests.fake_openai import FakeOpenAI
@@ -318,3 +321,23 @@ def test_a_phase_1_over_max_failed_share_still_scores_and_trains(
     assert sorted(f["id"] for f in s["failures"]) == ["transcripts/a.md", "transcripts/b.md"]
     assert s["scorecard"]["training_pending"] == ["engineering-pointsav"]
     assert s["training"]["engineering-pointsav"]["state"] == "done"
+
+
+@pytest.mark.slow
+def test_a_night_with_one_core_held_busy_completes_with_no_document_failed(
+        tmp_path: Path) -> None:
+    """Another process holds a core with a plain busy loop for the whole night: the server is
+    started with the cores left (1 of 2 here) and the night completes, nothing failed."""
+    profile = local_profile(tmp_path)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        s = nightly(profile=str(profile))
+    finally:
+        busy.kill()
+        busy.wait()
+    assert s["status"] == "completed", s.get("error")
+    assert s["failures"] == []
+    assert sum(v["extracted"] for v in s["documents"].values()) == 3
+    expected = auto_threads(usable_cores(), usable_cores() - 1.0)
+    log = (tmp_path / "state" / "inference.log").read_text()
+    assert f" --n_threads {expected} " in log.splitlines()[0], log[:2000]
