@@ -165,11 +165,13 @@ class ManagedServer:
         "exited" when another process started it (then only its log may say why). None while
         it runs, or when no server is recorded."""
         rec = self.record()
-        if rec is None or self.running() is not None:
+        if rec is None:
             return None
         proc = _STARTED.get(rec.pid)
-        code = proc.poll() if proc is not None else None
-        return "exited" if code is None else exit_description(code)
+        if proc is not None:  # ours: its exit status is the truth (an exiting process's
+            code = proc.poll()  # /proc cmdline empties before it is a zombie)
+            return None if code is None else exit_description(code)
+        return None if self.running() is not None else "exited"
 
     def stop(self, grace: float = 10.0) -> bool:
         """Stop the recorded process (SIGTERM, then SIGKILL after `grace`) and verify it is
