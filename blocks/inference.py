@@ -16,6 +16,10 @@ def server_root(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
+# Output tokens a reasoning budget must leave for the JSON answer after the thinking.
+REASONING_ANSWER_ROOM = 256
+
+
 class InferenceEndpoint(Block):
     """Where phase 1 sends `/v1/chat/completions`, and how hard it may push."""
 
@@ -36,7 +40,8 @@ class InferenceEndpoint(Block):
         default=8, ge=1, le=1024,
         description="Ceiling on in-flight requests per endpoint (node). The client finds the "
         "best number under it by measuring throughput and latency, and backs off on 429/503, "
-        "timeouts and refused connections.",
+        "timeouts and refused connections. A llama-server this project starts (locally, on "
+        "the node) gets this many slots (-np), each of context_tokens.",
     )
     request_timeout_seconds: float = Field(
         default=300.0, gt=0,
@@ -46,12 +51,20 @@ class InferenceEndpoint(Block):
     readiness_timeout_seconds: float = Field(
         default=5400.0, gt=0, description="How long to wait for /v1/models to answer."
     )
-    context_tokens: int = Field(default=4096, ge=512, description="The server's context window.")
+    context_tokens: int = Field(default=4096, ge=512, description="The context window of one "
+                                "request (one llama-server slot).")
     max_output_tokens: int = Field(default=1024, ge=64, description="max_tokens per request.")
     chunk_overlap_tokens: int = Field(default=64, ge=0, description="Overlap between chunks.")
     max_entities: int = Field(default=24, ge=1, le=200, description="Schema bound per chunk.")
     max_relationships: int = Field(default=24, ge=0, le=200, description="Schema bound per chunk.")
     max_description_chars: int = Field(default=160, ge=16, le=2000, description="Schema bound.")
+    reasoning_budget_tokens: int | None = Field(
+        default=None, ge=0,
+        description="Reasoning mode for a Think model on llama-server. Empty: off — the JSON "
+        "grammar holds from the first token (the model cannot think). N: the model thinks up to "
+        "N tokens into reasoning_content (never read, never in the graph), then answers under "
+        "the schema; max_output_tokens must leave room for the answer after them. Needs a chat "
+        "template that marks reasoning (GET /props: chat_template_caps).")
     max_retries: int = Field(default=4, ge=0, le=20, description="Retries on transient errors.")
     retry_base_seconds: float = Field(default=1.0, ge=0, description="First backoff delay.")
 
@@ -69,4 +82,11 @@ class InferenceEndpoint(Block):
                 f"max_output_tokens ({self.max_output_tokens}) must be under half of "
                 f"context_tokens ({self.context_tokens}) to leave room for the document"
             )
+        budget = self.reasoning_budget_tokens
+        if budget is not None and self.max_output_tokens - budget < REASONING_ANSWER_ROOM:
+            raise ValueError(
+                f"reasoning_budget_tokens ({budget}) leaves {self.max_output_tokens - budget} of "
+                f"max_output_tokens ({self.max_output_tokens}) for the answer: thinking counts "
+                f"against max_tokens — leave at least {REASONING_ANSWER_ROOM} (raise "
+                f"max_output_tokens to {budget + REASONING_ANSWER_ROOM}, or lower the budget)")
         return self

@@ -5,8 +5,8 @@ which model is tasks/compute/engines.py.
 
 One environment on the node. `project_dir` is the node's checkout of this project with ONE
 virtual environment, `.venv`, holding the project, its GPU build of torch and the engine:
-llama-cpp-python built for CUDA (`python -m tasks.llama_build install --variant cuda`, then
-`pip install -e .`), plus vLLM
+llama-server and llama-cpp-python built for CUDA (`python -m tasks.llama_build install
+--variant cuda`, then `pip install -e .`), plus vLLM
 for the vllm engine (`pip install -e '.[gpu]'`). The worker is `{project_dir}/.venv/bin/prefect`
 because Prefect's process worker starts each flow run with its own interpreter
 (`sys.executable -m prefect.engine`): a worker from any other environment runs `train/node`
@@ -34,8 +34,9 @@ class NodeServeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     engine: Literal["llama.cpp", "vllm"] = Field(
         default="llama.cpp",
-        description="Inference engine on the node. llama.cpp (llama-cpp-python's server built "
-                    "for CUDA) loads the OLMo 3 GGUF; vLLM does not (its GGUF loader has no "
+        description="Inference engine on the node. llama.cpp (llama-server, built for CUDA by "
+                    "`python -m tasks.llama_build install --variant cuda`) loads the OLMo 3 "
+                    "GGUF; vLLM does not (its GGUF loader has no "
                     "olmo2: vllm-project/vllm#30691). Needs the inference block's dialect to "
                     "match (llama.cpp → \"llama.cpp\", vllm → \"vllm\").")
     project_dir: str = Field(
@@ -69,7 +70,31 @@ class NodeServeSettings(BaseModel):
     max_num_seqs: int | None = Field(default=None, ge=1, description="vLLM only; empty = "
                                      "vLLM's default.")
     n_gpu_layers: int = Field(default=-1, ge=-1, description="llama.cpp only: layers offloaded "
-                              "to the GPU (-1 = all; the 32B Q3_K_M fits an L4).")
+                              "to the GPU (-1 = all, `-ngl all --fit off`; the 32B Q3_K_M fits "
+                              "an L4).")
+    kv_cache_type: Literal["f16", "q8_0"] = Field(
+        default="f16", description="llama.cpp only: the KV cache type (-ctk/-ctv; q8_0 turns "
+        "flash attention on, which a quantized V cache needs): q8_0 holds about twice the "
+        "slots of f16 on the same card.")
+    engine_threads: int = Field(
+        default=2, ge=1, le=64, description="llama.cpp only: CPU threads of the engine (-t). "
+        "With every layer on the L4 the CPU only samples and runs the grammar; the "
+        "g2-standard-4's other vCPUs stay with the Prefect worker and its flow runs.")
+    cache_ram_mib: int = Field(
+        default=2048, ge=0, description="llama.cpp only: host RAM for the prompt cache "
+        "(--cache-ram; llama-server's default is 8 GiB, half of a g2-standard-4).")
+    # The model's shape, for the estimate of what fits on the card (tasks/compute/kv_budget.py);
+    # the defaults are OLMo 3 32B's (its model card) at Q3_K_M.
+    model_layers: int = Field(default=64, ge=1, description="Transformer layers of the model.")
+    model_kv_heads: int = Field(default=8, ge=1, description="KV heads per layer.")
+    model_head_dim: int = Field(default=128, ge=1, description="Head dimension.")
+    model_sliding_layers: int = Field(default=48, ge=0, description="Layers with sliding-window "
+                                      "attention (their KV cache holds the window only).")
+    model_sliding_window: int = Field(default=4096, ge=0, description="Sliding window, tokens.")
+    model_weights_gib: float = Field(default=15.0, gt=0, description="The GGUF's size in GiB "
+                                     "(the weights on the card).")
+    gpu_memory_gib: float = Field(default=22.5, gt=0, description="Memory of the node's GPU "
+                                  "that llama.cpp can use (an L4 reports 23034 MiB).")
     extra_args: list[str] = Field(default_factory=list, description="Appended to the engine's "
                                   "command line as they are.")
     work_pool: str = Field(default="slm-node", description="Pool the node's Prefect worker serves.")

@@ -30,12 +30,17 @@ class DocumentError(SlmNightlyError):
 class LLMError(SlmNightlyError):
     """The inference endpoint failed after retries or returned unusable output."""
 
-    def __init__(self, message: str, attempts: int = 1, endpoint_down: bool = False) -> None:
+    def __init__(self, message: str, attempts: int = 1, endpoint_down: bool = False,
+                 unanswered: bool = False) -> None:
         super().__init__(message)
         self.attempts = attempts
         # the last attempt could not reach the server (refused, connection dropped): the
         # endpoint is down, not this document's fault — it is retried on the next run
         self.endpoint_down = endpoint_down
+        # no attempt got an answer from the model: every one timed out, found the server
+        # down or busy (429/5xx) — a slow or absent server, not a document the model cannot
+        # do: retried on the next run, never held
+        self.unanswered = unanswered or endpoint_down
 
 
 class ChunkTooLong(LLMError):

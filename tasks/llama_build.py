@@ -17,8 +17,15 @@ Why each part exists:
 - A build that cannot evaluate a prompt must fail the install with the signal, the library
   and its flags, never later as "endpoint unreachable" on every document.
 
-The pin is pyproject.toml's (`llama-cpp-python[server]==…`); the flags are `flags()`'s. This
-module needs only the standard library: it runs before the project's dependencies are in.
+The same baseline builds the project's inference engine, llama.cpp's own C++ server
+(`llama-server`: continuous batching over slots, cancel on disconnect), from the llama.cpp the
+pinned sdist vendors: statically linked, one binary per (pin, variant, flags, machine) in the
+same cache, copied into `<venv>/bin/llama-server` by `install`. llama-cpp-python stays for
+what runs in-process (the check, adapter verification, quantize) and for the converters.
+
+The pin is pyproject.toml's (`llama-cpp-python[server]==…`); the flags are `flags()`'s and
+`server_flags()`'s. This module needs only the standard library: it runs before the project's
+dependencies are in.
 
     python -m tasks.llama_build install [--variant cpu|cuda] [--rebuild]
     python -m tasks.llama_build check [--model GGUF]
@@ -40,6 +47,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import tomllib
@@ -67,6 +75,19 @@ BASELINE = (
 TRIM = ("-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF")
 # The GPU node's build: CUDA on top of the same CPU baseline (its CPU part follows the rule).
 VARIANTS: dict[str, tuple[str, ...]] = {"cpu": (), "cuda": ("-DGGML_CUDA=on",)}
+# llama-server from the vendored tree (its CMakeLists.txt options): static, so the binary needs
+# only libgomp; no TLS (it binds 127.0.0.1); no web UI — without LLAMA_USE_PREBUILT_UI=OFF the
+# configure step downloads UI assets.
+SERVER = "llama-server"
+SERVER_TRIM = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
+               "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
+               "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF",
+               "-DLLAMA_USE_PREBUILT_UI=OFF")
+# The L4 is Ada (compute capability 8.9): one architecture, not CUDA's whole default list.
+SERVER_VARIANTS: dict[str, tuple[str, ...]] = {
+    "cpu": (), "cuda": ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89")}
+SERVER_ENV = "SLM_LLAMA_SERVER"  # a llama-server binary elsewhere (overrides <venv>/bin)
+SDIST_VENDOR = "vendor/llama.cpp"
 # What `llama_print_system_info()` lists for the CPU backend of a baseline build: the features
 # compiled in (ggml-cpu.cpp ggml_backend_cpu_get_features), besides the SSE levels x86-64 has.
 BASELINE_FEATURES = frozenset({"AVX", "AVX2", "F16C", "FMA", "BMI2"})
@@ -106,9 +127,25 @@ def flags(variant: str = "cpu") -> list[str]:
     return [*BASELINE, *TRIM, *VARIANTS[variant]]
 
 
+def server_flags(variant: str = "cpu") -> list[str]:
+    """The CMake flags of the llama-server build: the CPU baseline, the server's trim, the
+    variant's own (CUDA for the L4)."""
+    if variant not in SERVER_VARIANTS:
+        raise ConfigError(f"unknown llama.cpp build variant {variant!r} — use one of "
+                          f"{', '.join(SERVER_VARIANTS)}")
+    return [*BASELINE, *SERVER_TRIM, *SERVER_VARIANTS[variant]]
+
+
 def build_key(version: str, variant: str = "cpu", machine: str | None = None) -> str:
     """What a built wheel depends on, hashed: the pin, the flags, the CPU architecture."""
     spec = {"dist": DIST, "version": version, "flags": flags(variant),
+            "machine": machine or platform.machine()}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def server_key(version: str, variant: str = "cpu", machine: str | None = None) -> str:
+    """What a built llama-server depends on, hashed (never equal to a wheel's key)."""
+    spec = {"dist": DIST, "target": SERVER, "version": version, "flags": server_flags(variant),
             "machine": machine or platform.machine()}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -124,6 +161,16 @@ def cache_root() -> Path:
 
 def entry_dir(version: str, variant: str = "cpu") -> Path:
     return cache_root() / DIST / f"{version}-{variant}-{build_key(version, variant)}"
+
+
+def server_entry(version: str, variant: str = "cpu") -> Path:
+    return cache_root() / SERVER / f"{version}-{variant}-{server_key(version, variant)}"
+
+
+def cached_server(entry: Path) -> Path | None:
+    """The entry's llama-server, if its build finished (build.json is written last)."""
+    binary = entry / SERVER
+    return binary if (entry / "build.json").is_file() and binary.is_file() else None
 
 
 def cached_wheel(entry: Path) -> Path | None:
@@ -221,6 +268,114 @@ def build(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
         wheel = cached_wheel(entry)
         assert wheel is not None
         return wheel
+
+
+def _sdist(version: str, dest: Path) -> Path:
+    """The pinned sdist, downloaded into dest (or taken from pip's cache)."""
+    cmd = [sys.executable, "-m", "pip", "download", f"{DIST}=={version}", "--no-binary", ":all:",
+           "--no-deps", "--quiet", "-d", str(dest)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    sdists = sorted(dest.glob("*.tar.gz"))
+    if r.returncode != 0 or not sdists:
+        raise BuildError(f"could not download the {DIST} {version} source distribution "
+                         f"({' '.join(cmd)}): {r.stderr.strip()[-800:]} — check pip can reach "
+                         "its index or has the file cached")
+    return sdists[0]
+
+
+def _unpack_vendor(sdist: Path, dest: Path) -> Path:
+    """vendor/llama.cpp of the sdist, unpacked under dest; returns its folder."""
+    with tarfile.open(sdist) as tar:
+        root = tar.getnames()[0].split("/")[0]
+        prefix = f"{root}/{SDIST_VENDOR}/"
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+        if not members:
+            raise BuildError(f"{sdist} has no {SDIST_VENDOR} — is it {DIST}'s source "
+                             "distribution?")
+        tar.extractall(dest, members=members, filter="data")
+    return dest / root / SDIST_VENDOR
+
+
+def build_server(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
+    """llama-server for (version, variant): from the cache, else compiled once into it from
+    the llama.cpp the pinned sdist vendors."""
+    entry = server_entry(version, variant)
+    with _locked(entry.parent / f"{entry.name}.lock"):
+        binary = cached_server(entry)
+        if binary and not rebuild:
+            return binary
+        shutil.rmtree(entry, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+        staging.chmod(0o755)
+        log = staging / "build.log"
+        cmake_args = server_flags(variant)
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+        print(f"llama.cpp: building {SERVER} from {DIST} {version}'s vendored llama.cpp "
+              f"({variant}) for the x86-64 baseline — once per machine and flags, ~10 min on "
+              f"2 cores; log: {log}", flush=True)
+        started = time.monotonic()
+        try:
+            src = _unpack_vendor(_sdist(version, staging), staging / "src")
+            generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+            build_dir = staging / "build"
+            _run_logged(["cmake", "-S", str(src), "-B", str(build_dir), *generator,
+                         *cmake_args], log, dict(os.environ), f"configuring {SERVER}")
+            _run_logged(["cmake", "--build", str(build_dir), "--target", SERVER, "-j", jobs],
+                        log, dict(os.environ), f"compiling {SERVER}")
+            shutil.copy2(build_dir / "bin" / SERVER, staging / SERVER)
+            record = {"dist": DIST, "target": SERVER, "version": version, "variant": variant,
+                      "key": server_key(version, variant), "machine": platform.machine(),
+                      "cmake_args": " ".join(cmake_args),
+                      "sha256": file_sha256(staging / SERVER),
+                      "seconds": round(time.monotonic() - started, 1),
+                      "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            shutil.rmtree(staging / "src")
+            shutil.rmtree(build_dir)
+            for sdist in staging.glob("*.tar.gz"):
+                sdist.unlink()
+            (staging / "build.json").write_text(json.dumps(record, indent=1) + "\n")
+            staging.replace(entry)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        print(f"llama.cpp: built {SERVER} in {record['seconds']:.0f} s → {entry}", flush=True)
+        binary = cached_server(entry)
+        assert binary is not None
+        return binary
+
+
+def server_path(prefix: str | Path = sys.prefix) -> Path:
+    """The llama-server the project runs: $SLM_LLAMA_SERVER, else <venv>/bin/llama-server."""
+    if os.environ.get(SERVER_ENV):
+        return Path(os.environ[SERVER_ENV])
+    return Path(prefix) / "bin" / SERVER
+
+
+def require_server(prefix: str | Path = sys.prefix) -> Path:
+    """The llama-server binary, or a ConfigError naming the command that installs it."""
+    path = server_path(prefix)
+    if not os.access(path, os.X_OK):
+        how = (f"${SERVER_ENV} points at {path}, which is not an executable file"
+               if os.environ.get(SERVER_ENV) else f"{path} is not installed")
+        raise ConfigError(f"{SERVER}: {how} — run `make` (or `python -m tasks.llama_build "
+                          "install`; `--variant cuda` on a GPU node)")
+    return path
+
+
+def install_server(variant: str = "cpu", rebuild: bool = False,
+                   prefix: str | Path = sys.prefix) -> dict:
+    """Copy the (variant) llama-server into <prefix>/bin, unless the same build is there."""
+    version = pin()
+    binary = build_server(version, variant, rebuild)
+    record = json.loads((binary.parent / "build.json").read_text())
+    dest = Path(prefix) / "bin" / SERVER
+    if not (dest.is_file() and file_sha256(dest) == record["sha256"]):
+        print(f"llama.cpp: installing {SERVER} ({variant}, key {record['key']}) → {dest}",
+              flush=True)
+        tmp = dest.with_name(f".{SERVER}.tmp")
+        shutil.copy2(binary, tmp)
+        tmp.replace(dest)
+    return {**record, "path": str(dest)}
 
 
 def record_path(prefix: str | Path = sys.prefix) -> Path:
@@ -375,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "install":
             install(args.variant, args.rebuild)
+            install_server(args.variant, args.rebuild)
         elif args.cmd == "check":
             res = check(args.model, args.threads)
             print(f"llama.cpp check: evaluated {res['tokens']} prompt tokens in "
@@ -387,7 +543,10 @@ def main(argv: list[str] | None = None) -> int:
                               "cmake_args": " ".join(flags(args.variant)),
                               "key": build_key(version, args.variant),
                               "cache": str(entry_dir(version, args.variant)),
-                              "installed": installed_record()}, indent=1))
+                              "installed": installed_record(),
+                              "server_cmake_args": " ".join(server_flags(args.variant)),
+                              "server_cache": str(server_entry(version, args.variant)),
+                              "server": str(server_path())}, indent=1))
     except SlmNightlyError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

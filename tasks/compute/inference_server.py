@@ -1,9 +1,8 @@
-"""The local inference server (llama.cpp's OpenAI-compatible server) and readiness polling."""
+"""The local inference server (llama.cpp's own `llama-server`, built by tasks/llama_build.py),
+its command line (the GPU node's too) and readiness polling."""
 
 from __future__ import annotations
 
-import json
-import re
 import subprocess
 import sys
 import time
@@ -14,14 +13,11 @@ import httpx
 
 from blocks.inference import server_root
 from tasks.errors import ServerError
-from tasks.files import write_atomic
 from tasks.llama_build import default_model_path as default_model_path  # its public home here
+from tasks.llama_build import require_server
 from tasks.processes import ManagedServer, free_port, tail
 
 SERVER_NAME = "inference"
-# faulthandler: a server killed by a fatal signal (SIGILL, SIGSEGV) writes "Fatal Python error:
-# Illegal instruction" and its stack to its log before it dies, so the log says why.
-SERVER_PYTHON = (sys.executable, "-X", "faulthandler")
 
 
 def models_ready(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> bool:
@@ -86,68 +82,99 @@ def check_adapter_loads(model_path: Path, adapter: Path, timeout: float = 120.0)
                           "(slm-nightly adapters rollback BUCKET) or re-export it")
 
 
-def models_config(model_path: Path, models: dict[str, Path | None], n_ctx: int,
-                  n_threads: int, port: int) -> dict[str, Any]:
-    """llama-cpp-python's server config file (llama_cpp/server/settings.py ConfigFileSettings):
-    the base under each alias in `models`, with that alias's GGUF LoRA adapter (None: none).
-    The first alias is the default model, loaded at start; asking for another swaps it in."""
-    return {"host": "127.0.0.1", "port": port, "models": [
-        {"model": str(model_path), "model_alias": alias, "n_ctx": n_ctx, "n_threads": n_threads,
-         # Defaults to True: computes logits for every prompt token (3.5x slower, 4x memory).
-         "logits_all": False, **({"lora_path": str(lora)} if lora else {})}
-        for alias, lora in models.items()]}
+def llama_server_args(binary: str | Path, model: str | Path, aliases: list[str], *,
+                      host: str, port: int, slots: int, context_tokens: int, threads: int,
+                      gpu_layers: str | None = None, adapter: str | Path | None = None,
+                      cache_ram_mib: int | None = None,
+                      extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """llama.cpp's own server (`llama-server`, tools/server of the llama.cpp the pinned
+    llama-cpp-python vendors; flags from its common/arg.cpp):
+
+    - `-np slots -c slots x context_tokens`: `-c` is the whole KV cache, split evenly across
+      the slots, so every slot gets the context the client sizes its chunks for; requests
+      beyond the slots wait in the server's queue (never a 429). One alias list (`-a`): the
+      model name the client asks for first, then the names an adapter is served under.
+    - `-ngl`: "all" on the GPU, with `--fit off` (`-ngl -1` means "auto" here, and the fitter
+      may move layers off the card); None on the CPU build (no flag: it would only warn).
+    - `--lora` applies the adapter at scale 1 to every request that names it (the client
+      sends an explicit `lora` list: a request without one can reuse a prompt cache computed
+      under another adapter setting, upstream #26207).
+    - `--cache-ram`: the host-RAM prompt cache, 8 GiB unless capped.
+    - `--metrics` exposes /metrics (tokens/s per server, for the benches); the API key, if
+      any, comes from LLAMA_API_KEY in its environment, never argv.
+    """
+    if host in {"0.0.0.0", "::", ""}:
+        raise ValueError(f"llama_server_args: host {host!r} would listen on every interface")
+    if not aliases or any("," in a or not a.strip() for a in aliases):
+        raise ValueError(f"llama_server_args: aliases {aliases!r} must be non-empty names "
+                         "without commas")
+    argv = [str(binary), "-m", str(model), "-a", ",".join(dict.fromkeys(aliases)),
+            "--host", host, "--port", str(port),
+            "-np", str(slots), "-c", str(slots * context_tokens),
+            "-t", str(threads), "-tb", str(threads), "--metrics", "--no-webui"]
+    if gpu_layers is not None:
+        argv += ["-ngl", gpu_layers, "--fit", "off"]
+    if adapter is not None:
+        argv += ["--lora", str(adapter)]
+    if cache_ram_mib is not None:
+        argv += ["--cache-ram", str(cache_ram_mib)]
+    return argv + list(extra)
+
+
+def server_ready(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> bool:
+    """llama-server is up when /health answers 200 (503 while the model loads) and /v1/models
+    lists the model."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        if httpx.get(f"{server_root(base_url)}/health", headers=headers,
+                     timeout=timeout).status_code != 200:
+            return False
+    except httpx.HTTPError:
+        return False
+    return models_ready(base_url, api_key, timeout)
+
+
+def loaded_adapters(base_url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+    """llama-server's GET /lora-adapters: [{"id", "path", "scale", …}] (404 on other servers:
+    an empty list)."""
+    r = httpx.get(f"{server_root(base_url)}/lora-adapters", timeout=timeout)
+    return list(r.json()) if r.status_code == 200 else []
+
+
+# The local server's host-RAM prompt cache: the CPU model's prompts are small; 8 GiB (the
+# default) is a third of a 24 GiB machine.
+LOCAL_CACHE_RAM_MIB = 1024
 
 
 def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int,
                        n_threads: int, readiness_timeout: float,
-                       adapter: Path | None = None, names: tuple[str, ...] = ()) -> str:
-    """Start `python -m llama_cpp.server` on a free loopback port; return its base URL.
-    With `adapter`, the GGUF LoRA adapter is checked to load, then served on the base — under
-    `alias` and under each of `names` (the bucket's name it is published as), through the
-    server's config file."""
+                       adapter: Path | None = None, names: tuple[str, ...] = (),
+                       slots: int = 1) -> str:
+    """Start llama-server on a free loopback port with `slots` slots of `n_ctx` tokens each;
+    return its base URL. With `adapter`, the GGUF LoRA adapter is checked to load, then served
+    on the base — under `alias` and under each of `names` (the bucket's name it is published
+    as) — and the server's /lora-adapters must list it."""
+    binary = require_server()
     server = ManagedServer(SERVER_NAME, state_dir)
     server.stop()  # a leftover from a crashed run would hold the CPU
     if adapter is not None:
         check_adapter_loads(model_path, adapter)
     port = free_port()
-    argv = [
-        *SERVER_PYTHON, "-m", "llama_cpp.server",
-        "--model", str(model_path),
-        "--model_alias", alias,
-        "--n_ctx", str(n_ctx),
-        "--n_threads", str(n_threads),
-        # Defaults to True: computes logits for every prompt token (3.5x slower, 4x memory).
-        "--logits_all", "False",
-        "--host", "127.0.0.1",
-        "--port", str(port),
-    ]
-    if adapter is not None:
-        argv += ["--lora_path", str(adapter)]
-    marker = f"--port {port}"
-    if adapter is not None and names:  # several aliases: only the config file can say so
-        for stale in state_dir.glob(f"{SERVER_NAME}-*.json"):  # of servers stopped above
-            stale.unlink(missing_ok=True)
-        config = state_dir / f"{SERVER_NAME}-{port}.json"
-        write_atomic(config, json.dumps(models_config(
-            model_path, {alias: adapter, **dict.fromkeys(names, adapter)}, n_ctx, n_threads,
-            port), indent=1))
-        argv = [*SERVER_PYTHON, "-m", "llama_cpp.server", "--config_file", str(config)]
-        marker = str(config)
+    argv = llama_server_args(binary, model_path, [alias, *(names if adapter else ())],
+                             host="127.0.0.1", port=port, slots=slots, context_tokens=n_ctx,
+                             threads=n_threads, adapter=adapter,
+                             cache_ram_mib=LOCAL_CACHE_RAM_MIB)
     base_url = f"http://127.0.0.1:{port}"
-    log = state_dir / f"{SERVER_NAME}.log"
-    offset = log.stat().st_size if log.exists() else 0
-    server.start(argv, port, marker=marker, ready=lambda: models_ready(base_url),
+    server.start(argv, port, marker=f"--port {port}", ready=lambda: server_ready(base_url),
                  timeout=readiness_timeout)
-    if adapter is not None:  # the server's own log says whether the adapter attached
-        with open(log, "rb") as f:
-            f.seek(offset)
-            text = f.read().decode("utf-8", "replace")
-        loaded = re.search(r"loaded (\d+) tensors from lora file", text)
-        if not loaded or int(loaded.group(1)) == 0:
+    if adapter is not None:
+        paths = [a.get("path") for a in loaded_adapters(base_url)]
+        if str(adapter) not in paths:
             server.stop()
-            raise ServerError(f"inference server started without adapter {adapter} (no "
-                              f"'loaded N tensors from lora file' in {log}) — roll the adapter "
-                              "back (slm-nightly adapters rollback BUCKET)")
+            raise ServerError(f"inference server started without adapter {adapter} (GET "
+                              f"/lora-adapters lists {paths}; see {server.state_dir / SERVER_NAME}"
+                              ".log) — roll the adapter back (slm-nightly adapters rollback "
+                              "BUCKET)")
     return base_url
 
 

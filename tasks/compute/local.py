@@ -1,6 +1,6 @@
 """The local node (the node protocol of tasks/compute/protocol.py on a LocalCompute block):
-this machine is the node and llama.cpp's OpenAI-compatible server on 127.0.0.1 stands in for
-vLLM, started and stopped by PID. Nothing to boot, nothing to pay."""
+this machine is the node and llama.cpp's own server (llama-server) on 127.0.0.1 stands in for
+the GPU node's engine, started and stopped by PID. Nothing to boot, nothing to pay."""
 
 from __future__ import annotations
 
@@ -72,9 +72,11 @@ class LocalNode:
             return endpoint.base_url
         model = Path(self.block.model_path) if self.block.model_path \
             else inference_server.default_model_path()
+        # one slot per request the client may have in flight, each of the full context
         return inference_server.start_llama_server(
             self._state_dir, model, endpoint.model, endpoint.context_tokens,
             self.cpu_threads, endpoint.readiness_timeout_seconds, adapter, names,
+            slots=endpoint.max_concurrent_requests,
         )
 
     def stop_inference(self) -> bool:

@@ -443,6 +443,9 @@ def _node_checks(cfg: Profile, block: GceCompute, training: bool) -> Iterator[Ch
         yield _fail("engine", detail or problem, fix or "see the detail")
     if not problems:
         yield _ok("engine", f"{s.engine} loads {s.model_architecture} ({s.model_path})")
+    if s.engine == "llama.cpp":
+        yield slots_check(s, cfg.inference.max_concurrent_requests,
+                          cfg.inference.context_tokens)
     if not s.prefect_api_url:
         yield (_fail("node worker", "no prefect_api_url in [compute.node]: the node starts no "
                      "Prefect worker, and its training runs would wait for one",
@@ -457,6 +460,29 @@ def _node_checks(cfg: Profile, block: GceCompute, training: bool) -> Iterator[Ch
            _fail("node worker", f"the startup script starts {argv[0]}, not the project's "
                  f"{want}: its flow runs would lack torch, peft and prefect-gcp",
                  "start the worker from the node's checkout (tasks/compute/engines.py)"))
+
+
+def slots_check(s: Any, slots: int, context_tokens: int) -> Check:
+    """llama-server's slots (max_concurrent_requests x context_tokens) beside the weights on
+    the node's card, by the estimate of tasks/compute/kv_budget.py: refused when they do not
+    fit, with both numbers and the largest setting that does."""
+    from tasks.compute.kv_budget import kv_fit, largest_fit
+
+    shape = dict(layers=s.model_layers, kv_heads=s.model_kv_heads, head_dim=s.model_head_dim,
+                 weights_gib=s.model_weights_gib, card_gib=s.gpu_memory_gib,
+                 cache_type=s.kv_cache_type, sliding_layers=s.model_sliding_layers,
+                 sliding_window=s.model_sliding_window)
+    fit = kv_fit(slots, context_tokens, **shape)
+    if fit.fits:
+        return _ok("engine slots", fit.text())
+    most = largest_fit(context_tokens, **shape)
+    other = "q8_0" if s.kv_cache_type == "f16" else None
+    more = (f"; kv_cache_type = \"{other}\" fits "
+            f"{largest_fit(context_tokens, **{**shape, 'cache_type': other})}" if other else "")
+    return _fail("engine slots", f"{fit.text()}: does not fit",
+                 f"set [inference] max_concurrent_requests to {most} or less (the most slots "
+                 f"of {context_tokens} tokens that fit){more}, or lower context_tokens"
+                 if most else "lower context_tokens, or serve a smaller model")
 
 
 # --- the training recipe ------------------------------------------------------------------------

@@ -21,7 +21,8 @@ the cause. Guest attributes must be enabled on the instance (metadata
 `enable-guest-attributes=TRUE`, which install_startup_script sets).
 
 vLLM flags are those of vLLM ≥ 0.11 (`--structured-outputs-config`, `--reasoning-parser
-olmo3`); llama-cpp-python's server flags are those of 0.3.36 (llama_cpp/server/settings.py).
+olmo3`); llama-server's are those of the llama.cpp that llama-cpp-python 0.3.36 vendors
+(common/arg.cpp; tasks/compute/inference_server.py llama_server_args).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 from blocks.inference import InferenceEndpoint
 from blocks.node_serve import NodeServeSettings
 from tasks.compute.engines import worker_command
+from tasks.compute.inference_server import llama_server_args
 
 VPC_IP = "$VPC_IP"  # placeholder in argv: the startup script expands it on the node
 # Instance metadata key the node's watcher obeys: running | stopped. The name predates the
@@ -93,23 +95,22 @@ def vllm_launch_args(endpoint: InferenceEndpoint, lora_modules: dict[str, str] |
 
 def llama_cpp_launch_args(endpoint: InferenceEndpoint, *, host: str = VPC_IP, port: int = 9080,
                           settings: NodeServeSettings | None = None) -> list[str]:
-    """llama-cpp-python's OpenAI-compatible server on the node, from its one environment. It
-    serves the model under the endpoint's name (`--model_alias`), uses the GGUF's own
-    tokenizer and chat template, and takes JSON-schema structured output as
-    `response_format: {"type": "json_object", "schema": …}` (the "llama.cpp" dialect). The
-    API key, if any, comes from its environment (API_KEY), never argv."""
+    """llama.cpp's own server on the node (`{project_dir}/.venv/bin/llama-server`, built for
+    CUDA by `python -m tasks.llama_build install --variant cuda`): the endpoint's
+    max_concurrent_requests slots of context_tokens each, every layer on the L4, the GGUF's own
+    tokenizer and chat template, exactly one alias (the model name the client asks for). The
+    API key, if any, comes from its environment (LLAMA_API_KEY), never argv."""
     s = settings or NodeServeSettings()
     _check_host(host, "llama_cpp_launch_args")
-    return [s.venv_bin("python"), "-m", "llama_cpp.server",
-            "--model", s.model_path,
-            "--model_alias", endpoint.model,
-            "--host", host,
-            "--port", str(port),
-            "--n_ctx", str(endpoint.context_tokens),
-            "--n_gpu_layers", str(s.n_gpu_layers),
-            # True (the default) keeps logits for every prompt token: several times slower
-            "--logits_all", "False",
-            *s.extra_args]
+    kv = ["-ctk", s.kv_cache_type, "-ctv", s.kv_cache_type]
+    if s.kv_cache_type != "f16":
+        kv += ["-fa", "on"]  # a quantized V cache needs flash attention
+    return llama_server_args(
+        s.venv_bin("llama-server"), s.model_path, [endpoint.model], host=host, port=port,
+        slots=endpoint.max_concurrent_requests, context_tokens=endpoint.context_tokens,
+        threads=s.engine_threads,
+        gpu_layers="all" if s.n_gpu_layers == -1 else str(s.n_gpu_layers),
+        cache_ram_mib=s.cache_ram_mib, extra=[*kv, *s.extra_args])
 
 
 def engine_launch_args(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,
@@ -153,7 +154,7 @@ def _image_checks(s: NodeServeSettings) -> str:
     """Fail early, naming the fix, when the image lacks what the units need."""
     q = shlex.quote
     fix = "build the node image as docs/operator-gcp.md (section 3) says"
-    engine_bin = s.venv_bin("vllm" if s.engine == "vllm" else "python")
+    engine_bin = s.venv_bin("vllm" if s.engine == "vllm" else "llama-server")
     checks = [
         (f"[ -x {q(engine_bin)} ]", f"{engine_bin} is missing — {fix}"),
         (f"[ -f {q(s.model_path)} ]", f"model {s.model_path} is missing — run the "
@@ -212,7 +213,7 @@ def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, s
         raise ValueError("render_startup_script: the inference endpoint has an api_key — set "
                          "[compute.node] engine_api_key_secret (a Secret Manager secret the node "
                          "can read) so the key never lands in instance metadata")
-    key_var = "VLLM_API_KEY" if s.engine == "vllm" else "API_KEY"  # what each server reads
+    key_var = "VLLM_API_KEY" if s.engine == "vllm" else "LLAMA_API_KEY"  # what each reads
     # every secret is read before anything starts: a failed read starts nothing
     key_line = f"secret {shlex.quote(api_key_secret)} ENGINE_API_KEY\n" if api_key_secret else ""
     if s.prefect_api_url:

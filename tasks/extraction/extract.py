@@ -82,6 +82,7 @@ class DocOutcome:
     error_type: str | None = None
     attempts: int = 0
     endpoint_down: bool = False  # failed because the endpoint was unreachable: not held
+    unanswered: bool = False  # no attempt got an answer (timeouts, server down): not held
     # the deadline could not cover one of its requests: neither extracted nor failed, it
     # waits for the next run (what its other chunks returned is dropped)
     deferred: bool = False
@@ -143,6 +144,7 @@ async def extract_document(client: LLMClient, doc: Document, chunk_tokens: int,
         e = errors[0]
         outcome.error, outcome.error_type, outcome.attempts = str(e), type(e).__name__, e.attempts
         outcome.endpoint_down = e.endpoint_down
+        outcome.unanswered = all(x.unanswered for x in errors)
     elif any(isinstance(r, Deferred) for r in results):
         outcome.deferred = True
     else:
@@ -294,11 +296,13 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
         if o.error:
             d = o.doc
             msg = o.error + (" — the endpoint was unreachable (node down or preempted?): "
-                             "retried on the next run" if o.endpoint_down else "")
+                             "retried on the next run" if o.endpoint_down else
+                             " — the server never answered (timeouts): retried on the next run"
+                             if o.unanswered else "")
             report.failed.append(failure_record(d.id, d.stream, d.path, d.hash,
                                                 o.error_type or "Error", msg, o.attempts,
                                                 model=model, prompt_version=PROMPT_VERSION,
-                                                held=not o.endpoint_down))
+                                                held=not o.unanswered))
     emails = [e for o in outcomes if not (o.error or o.deferred)
               for r in o.doc.records for e in r["emails"]]
 

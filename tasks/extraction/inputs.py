@@ -68,4 +68,5 @@ def llm_client(endpoint: InferenceEndpoint, base_url: str | None = None,
         max_concurrency=endpoint.max_concurrent_requests,
         timeout_seconds=endpoint.request_timeout_seconds, max_retries=endpoint.max_retries,
         retry_base_seconds=endpoint.retry_base_seconds,
-        max_output_tokens=endpoint.max_output_tokens, server_exit=server_exit)
+        max_output_tokens=endpoint.max_output_tokens, server_exit=server_exit,
+        reasoning_budget=endpoint.reasoning_budget_tokens)

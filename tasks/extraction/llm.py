@@ -29,6 +29,9 @@ from tasks.extraction.schema import Extraction, SchemaViolation, parse_answer
 
 Dialect = Literal["vllm", "llama.cpp", "openai"]
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+# Statuses that say the server (or a proxy) had no room or time for the request: the model
+# never saw it. (A 500 may be the document's doing: it counts as an answer.)
+_NOT_ANSWERED = {408, 429, 502, 503, 504}
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _CONTEXT_ERROR = re.compile(r"context|too long|maximum.*tokens|exceed", re.I)
 # A resend of an unusable answer at temperature 0 gets the same answer back (greedy decoding
@@ -77,6 +80,17 @@ def _completion_tokens(resp: httpx.Response) -> int:
         return int((resp.json().get("usage") or {}).get("completion_tokens") or 0)
     except (ValueError, TypeError, AttributeError):
         return 0
+
+
+async def _adapter_setting(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    """llama-server's loaded adapters as a request's `lora` list ([{"id", "scale"}], [] when
+    none); [] too when the server has no /lora-adapters (another engine) or is not up yet."""
+    try:
+        r = await client.get("/lora-adapters", timeout=10.0)
+        items = r.json() if r.status_code == 200 else []
+        return [{"id": int(a["id"]), "scale": float(a.get("scale", 1.0))} for a in items]
+    except (httpx.HTTPError, ValueError, TypeError, KeyError):
+        return []
 
 
 # The server is not there (refused, or the connection dropped mid-answer): a node going away,
@@ -134,9 +148,17 @@ class LLMClient:
     # instead of retrying a dead port for every document.
     server_exit: Callable[[], str | None] | None = field(default=None, repr=False,
                                                          compare=False)
+    # llama-server's per-request reasoning budget (`reasoning_budget_tokens`): a Think model
+    # thinks up to this many tokens into `reasoning_content`, then answers in `content` under
+    # the schema. None: no reasoning (the grammar holds from the first token).
+    reasoning_budget: int | None = None
 
     def __post_init__(self) -> None:
         self._clients: dict[str, httpx.AsyncClient] = {}
+        # per endpoint, the `lora` list every request names (llama-server only): the adapters
+        # the server has loaded, at the scales it holds — explicit, so no request reuses a
+        # prompt cache computed under another adapter setting (upstream #26207)
+        self._lora: dict[str, list[dict[str, Any]]] = {}
         if self.pacing is None:
             self.pacing = Pacing(self.base_urls, self.max_concurrency, self.adaptive)
 
@@ -158,6 +180,9 @@ class LLMClient:
         self._clients = {u: httpx.AsyncClient(base_url=server_root(u), headers=headers,
                                               timeout=self.timeout_seconds, limits=limits)
                          for u in self.base_urls}
+        if self.dialect == "llama.cpp":
+            for url, c in self._clients.items():
+                self._lora[url] = await _adapter_setting(c)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -224,8 +249,11 @@ class LLMClient:
             "max_tokens": self.max_output_tokens,
             "response_format": response_format(self.dialect, schema),
         }
+        if self.reasoning_budget is not None:
+            body["reasoning_budget_tokens"] = self.reasoning_budget
         last_error = "no attempt made"
         down = False
+        answered = False  # some attempt got an answer from the model (usable or not)
         resend = 0  # unusable answers so far: each one changes the next request's sampling
         for attempt in range(self.max_retries + 1):
             retry_after = None
@@ -237,10 +265,14 @@ class LLMClient:
             timeout = ep.timeout(self.max_output_tokens, self.timeout_seconds)
             outcome: Outcome = "other"
             tokens = 0
+            lora = self._lora.get(ep.url)
             try:
+                # A timeout closes the connection, and llama-server cancels a task whose
+                # client disconnected: the retry does not queue behind the abandoned request.
                 resp = await self._clients[ep.url].post(
-                    "/v1/chat/completions", json={**body, **self.sampling(resend)},
-                    timeout=timeout[0])
+                    "/v1/chat/completions", timeout=timeout[0],
+                    json={**body, **self.sampling(resend),
+                          **({"lora": lora} if lora is not None else {})})
             except (httpx.TransportError, httpx.TimeoutException) as e:
                 last_error = self._transport_error(e, ep.url, timeout)
                 down = isinstance(e, _DOWN)
@@ -256,6 +288,8 @@ class LLMClient:
                 await self.pacing.release(ep, ticket, outcome)
             else:
                 down = False
+                if resp.status_code not in _NOT_ANSWERED:
+                    answered = True
                 if resp.status_code == 200:
                     outcome, tokens = "ok", _completion_tokens(resp)
                 elif resp.status_code in (429, 503):
@@ -304,7 +338,7 @@ class LLMClient:
                                    f"(last attempt: {last_error})")
                 await asyncio.sleep(wait)
         raise LLMError(f"gave up after {self.max_retries + 1} attempts: {last_error}",
-                       self.max_retries + 1, endpoint_down=down)
+                       self.max_retries + 1, endpoint_down=down, unanswered=not answered)
 
     def _parse(self, payload: dict[str, Any], schema: dict[str, Any]) -> Extraction:
         choice = payload["choices"][0]

@@ -103,9 +103,12 @@ def test_the_worker_runs_from_the_nodes_one_environment() -> None:
             in worker_unit)
     assert "WorkingDirectory=/srv/slm\n" in worker_unit and "User=slm\n" in worker_unit
     assert "Environment=HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=/srv/hf\n" in worker_unit
-    assert ("exec /srv/slm/.venv/bin/python -m llama_cpp.server --model "
-            "/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf --model_alias m --host \"$VPC_IP\" --port "
-            "9080 --n_ctx 4096 --n_gpu_layers -1 --logits_all False\n") in script
+    # llama-server of the node's environment: 8 slots (the endpoint's default ceiling) of 4096
+    # tokens, every layer on the card, one alias, the prompt cache capped at 2 GiB
+    assert ("exec /srv/slm/.venv/bin/llama-server -m /opt/models/Olmo-3-32B-Think-Q3_K_M.gguf "
+            "-a m --host \"$VPC_IP\" --port 9080 -np 8 -c 32768 -t 2 -tb 2 --metrics "
+            "--no-webui -ngl all --fit off --cache-ram 2048 -ctk f16 -ctv f16\n") in script
+    assert "[ -x /srv/slm/.venv/bin/llama-server ] || fail" in script
 
 
 def test_a_startup_error_of_an_earlier_boot_is_not_this_boots() -> None:

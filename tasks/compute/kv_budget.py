@@ -1,0 +1,84 @@
+"""Will the node's slots fit the card? An estimate, from the model's shape and the KV cache
+type, of what llama-server allocates on the GPU: the weights, the KV cache of every slot, and
+the compute buffers. Preflight refuses a slot setting that does not fit, naming both numbers;
+nothing falls back to fewer slots or a smaller context silently.
+
+How llama.cpp sizes the KV cache (the vendored src/llama-kv-cache.cpp and
+llama-kv-cache-iswa.cpp): per layer and token, K and V of n_kv_heads x head_dim elements each,
+at the cache type's size (f16: 2 bytes; q8_0: 34 bytes per block of 32). `-c` is the whole
+cache, `-np` slots share it evenly. A model with sliding-window layers gets a second, small
+cache for them: the window plus one micro-batch per slot, not the whole context (unless
+--swa-full). OLMo 3 32B (its model card): 64 layers, 8 KV heads of 128, 48 of them
+sliding-window at 4096 — 256 KiB of f16 KV per token, ~1.4 GiB per 8192-token slot with the
+sliding-window cache (~0.7 GiB at q8_0).
+
+The compute buffers and the CUDA context are a fixed allowance (OVERHEAD_GIB), not measured:
+the figure is an estimate, and says so. The first night on a GPU confirms it
+(bench/gpu_node_check.py prints what the server reports).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1024**3
+# bytes per KV element by cache type (ggml type sizes: q8_0 = 34-byte blocks of 32, q4_0 = 18)
+KV_BYTES = {"f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+UBATCH = 512  # llama-server's default micro-batch: the sliding-window cache holds one extra
+OVERHEAD_GIB = 1.2  # CUDA context + compute buffers of a 32B model at ubatch 512 (estimate)
+
+
+@dataclass(frozen=True)
+class KvFit:
+    slots: int
+    context_tokens: int
+    kv_gib: float  # the KV cache of all slots
+    weights_gib: float
+    overhead_gib: float
+    card_gib: float
+
+    @property
+    def needed_gib(self) -> float:
+        return self.weights_gib + self.kv_gib + self.overhead_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_gib <= self.card_gib
+
+    def text(self) -> str:
+        return (f"{self.slots} slots x {self.context_tokens} tokens: KV {self.kv_gib:.2f} GiB + "
+                f"weights {self.weights_gib:.2f} GiB + {self.overhead_gib:.1f} GiB buffers = "
+                f"{self.needed_gib:.2f} GiB of the card's {self.card_gib:.1f} GiB (estimate)")
+
+
+def kv_bytes_per_slot(context_tokens: int, layers: int, kv_heads: int, head_dim: int,
+                      cache_type: str = "f16", sliding_layers: int = 0,
+                      sliding_window: int = 0, swa_full: bool = False) -> float:
+    """KV cache bytes of one slot of `context_tokens`."""
+    if cache_type not in KV_BYTES:
+        raise ValueError(f"KV cache type {cache_type!r}: use one of {', '.join(KV_BYTES)}")
+    per_layer_token = 2 * kv_heads * head_dim * KV_BYTES[cache_type]
+    full = layers - sliding_layers
+    swa_tokens = context_tokens if swa_full or not sliding_window else \
+        min(context_tokens, sliding_window + UBATCH)
+    return per_layer_token * (full * context_tokens + sliding_layers * swa_tokens)
+
+
+def kv_fit(slots: int, context_tokens: int, *, layers: int, kv_heads: int, head_dim: int,
+           weights_gib: float, card_gib: float, cache_type: str = "f16",
+           sliding_layers: int = 0, sliding_window: int = 0,
+           overhead_gib: float = OVERHEAD_GIB) -> KvFit:
+    per_slot = kv_bytes_per_slot(context_tokens, layers, kv_heads, head_dim, cache_type,
+                                 sliding_layers, sliding_window)
+    return KvFit(slots, context_tokens, slots * per_slot / GIB, weights_gib, overhead_gib,
+                 card_gib)
+
+
+def largest_fit(context_tokens: int, **shape: float | int | str) -> int:
+    """The most slots of `context_tokens` that fit (0: not even one)."""
+    n = 0
+    while kv_fit(n + 1, context_tokens, **shape).fits:  # type: ignore[arg-type]
+        n += 1
+        if n >= 1024:
+            break
+    return n
