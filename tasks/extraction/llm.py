@@ -272,7 +272,7 @@ class LLMClient:
                 resp = await self._clients[ep.url].post(
                     "/v1/chat/completions", timeout=timeout[0],
                     json={**body, **self.sampling(resend),
-                          **({"lora": lora} if lora is not None else {})})
+                          **({"lora": lora} if lora else {})})
             except (httpx.TransportError, httpx.TimeoutException) as e:
                 last_error = self._transport_error(e, ep.url, timeout)
                 down = isinstance(e, _DOWN)

@@ -120,7 +120,14 @@ class _Client:
         r = self.request("GET", "/v1/models")
         if r.status_code != 200:
             raise ServingError(f"GET {self.url}/v1/models: HTTP {r.status_code}: {_why(r)[1]}")
-        return {m.get("id", ""): m for m in r.json().get("data") or []}
+        # llama-server lists one card per model, its other names under "aliases"
+        return {name: m for m in r.json().get("data") or []
+                for name in dict.fromkeys([m.get("id", ""), *(m.get("aliases") or [])])}
+
+    def adapters(self) -> list[dict[str, Any]]:
+        """llama-server's GET /lora-adapters ([] when the server has no such route)."""
+        r = self.request("GET", "/lora-adapters")
+        return list(r.json()) if r.status_code == 200 else []
 
     def lora(self, action: str, body: dict[str, Any]) -> None:
         route = f"/v1/{action}_lora_adapter"
@@ -137,10 +144,10 @@ class _Client:
         raise ServingError(f"POST {self.url}{route} {body}: HTTP {r.status_code} {kind}: "
                            f"{message}{hint}")
 
-    def answer(self, name: str, prompt: str) -> str:
+    def answer(self, name: str, prompt: str, lora: list[dict[str, Any]] | None = None) -> str:
         r = self.request("POST", "/v1/chat/completions", {
             "model": name, "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": 8, "temperature": 0})
+            "max_tokens": 8, "temperature": 0, **({"lora": lora} if lora is not None else {})})
         if r.status_code != 200:
             kind, message = _why(r)
             raise ServingError(f"a chat completion with model={name!r} failed: HTTP "
@@ -222,14 +229,23 @@ def publish(endpoint: ServingEndpoint, store: ArtifactStore, bucket: str) -> Pub
                 if card is None or card.get("root") != path:
                     raise ServingError(f"the endpoint accepted the load but lists {bucket!r} "
                                        f"as {card}")
-        elif bucket not in models:
-            # llama-cpp-python answers an unknown model name with its default model: ask
+        lora = None
+        if endpoint.kind != "vllm":
+            restart = (f"llama.cpp loads adapters when it starts — restart llama-server with "
+                       f"--alias including {bucket!r} and --lora {path}")
+            # llama-server answers a name it does not serve with its model (HTTP 200): ask
             # only once the name is listed, or the check would pass on the base.
-            raise ServingError(
-                f"the endpoint does not list {bucket!r} (it lists {sorted(models)}): llama.cpp "
-                f"loads adapters when it starts — restart it with model_alias {bucket!r}, "
-                f"lora_path {path} in its config file")
-        answer = client.answer(bucket, endpoint.check_prompt)
+            if bucket not in models:
+                raise ServingError(f"the endpoint does not list {bucket!r} (it lists "
+                                   f"{sorted(models)}): {restart}")
+            ids = [a["id"] for a in client.adapters() if a.get("path") == path]
+            if not ids:
+                raise ServingError(f"the endpoint serves {bucket!r} without adapter {path} "
+                                   f"(GET /lora-adapters does not list it): {restart}")
+            # named explicitly: a request without `lora` can reuse a prompt cache computed
+            # under another adapter setting (upstream #26207)
+            lora = [{"id": ids[0], "scale": 1.0}]
+        answer = client.answer(bucket, endpoint.check_prompt, lora)
         res.answered, res.state = True, "served"
         res.message = f"answers by name {bucket!r} ({answer.strip()[:60]!r})"
     except ServingError as e:

@@ -1,6 +1,6 @@
-"""The llama.cpp path for real: llama-cpp-python's server serves SmolLM2-135M and a promoted
-GGUF LoRA adapter under the bucket's name (its config file: one model_alias per name), and
-asking by the name answers with the adapter applied."""
+"""The llama.cpp path for real: llama-server serves SmolLM2-135M and a promoted GGUF LoRA adapter
+under the bucket's name (one more alias), every request names its `lora` list, and asking by
+the name answers with the adapter applied."""
 
 from __future__ import annotations
 
@@ -49,9 +49,10 @@ def promoted(base_cache: dict[str, Any], tmp_path_factory: pytest.TempPathFactor
     return store
 
 
-def _ask(url: str, model: str) -> str:
+def _ask(url: str, model: str, scale: float | None = 1.0) -> str:
+    lora = {} if scale is None else {"lora": [{"id": 0, "scale": scale}]}
     r = httpx.post(f"{url}/v1/chat/completions", json={"model": model, "messages": PROMPT,
-                                                       **GREEDY}, timeout=120)
+                                                       **GREEDY, **lora}, timeout=120)
     r.raise_for_status()
     return str(r.json()["choices"][0]["message"]["content"])
 
@@ -60,7 +61,10 @@ def _in_process(gguf: Path, lora: Path | None) -> str:
     import llama_cpp
 
     llm = llama_cpp.Llama(model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=512,
-                          n_threads=THREADS, verbose=False)
+                          n_threads=THREADS, n_threads_batch=THREADS, verbose=False,
+                          # llama-server's `-fa auto` turns flash attention on for the CPU:
+                          # greedy output differs without it
+                          flash_attn=True)
     try:
         out: Any = llm.create_chat_completion(messages=PROMPT, **GREEDY)  # type: ignore[arg-type]
         return str(out["choices"][0]["message"]["content"])
@@ -80,17 +84,24 @@ def test_the_promoted_adapter_answers_by_the_bucket_name(promoted: ArtifactStore
     url = start_llama_server(state, gguf, ALIAS, 512, THREADS, 60, serving.adapter,
                              serving.names)
     try:
-        listed = {m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]}
-        assert listed == {ALIAS, BUCKET}
-        config = json.loads(next(state.glob("inference-*.json")).read_text())
-        assert [(m["model_alias"], m["lora_path"]) for m in config["models"]] == \
-            [(ALIAS, str(serving.adapter)), (BUCKET, str(serving.adapter))]
+        cards = httpx.get(f"{url}/v1/models").json()["data"]
+        assert len(cards) == 1 and set(cards[0]["aliases"]) == {ALIAS, BUCKET}
+        adapters = httpx.get(f"{url}/lora-adapters").json()
+        assert [(a["id"], a["path"], a["scale"]) for a in adapters] == \
+            [(0, str(serving.adapter), 1.0)]
+        argv = (state / "inference.log").read_text().splitlines()[0]
+        assert f" -a {ALIAS},{BUCKET} " in argv and f" --lora {serving.adapter} " in argv + " "
 
-        # (in this order: the server holds one model at a time, and a new name reloads it)
         as_before = _ask(url, ALIAS)  # phase 1's name serves the adapter, as before
         by_name = _ask(url, BUCKET)
-        assert by_name == as_before == _in_process(gguf, serving.adapter)  # applied exactly
-        assert by_name != _in_process(gguf, None)  # and not the base model's answer
+        with_adapter = _in_process(gguf, serving.adapter)
+        base = _in_process(gguf, None)
+        assert by_name == as_before == with_adapter  # applied exactly
+        assert by_name != base  # and not the base model's answer
+        # The lora list decides per request, whatever the previous request cached: scale 0
+        # is the base model, and naming scale 1 again gives the adapter's answer back exactly.
+        assert _ask(url, BUCKET, scale=0.0) == base
+        assert _ask(url, BUCKET) == with_adapter
 
         # The nightly's check, on this server as a configured llama.cpp endpoint.
         endpoint = ServingEndpoint(kind="llama.cpp", base_url=url, base_model=str(gguf),
@@ -99,8 +110,8 @@ def test_the_promoted_adapter_answers_by_the_bucket_name(promoted: ArtifactStore
         assert res.state == "served" and res.answered and not res.loaded, res.message
         assert res.lora_path == str(serving.adapter)
 
-        # llama-cpp-python answers a name it does not serve with its default model (HTTP 200)
-        # — so the check asks only for a name the server lists.
+        # llama-server answers a name it does not serve with its model (HTTP 200) — so the
+        # check asks only for a name the server lists.
         assert _ask(url, "apprenticeship-pointsav") == by_name
         other = ServingEndpoint(kind="llama.cpp", base_url=url, base_model=str(gguf),
                                 buckets=["apprenticeship-pointsav"])
@@ -111,7 +122,7 @@ def test_the_promoted_adapter_answers_by_the_bucket_name(promoted: ArtifactStore
         res = publish(other, promoted, "apprenticeship-pointsav")
         assert res.state == "failed" and not res.answered
         assert "does not list 'apprenticeship-pointsav'" in res.message
-        assert "llama.cpp loads adapters when it starts" in res.message
+        assert "llama.cpp loads adapters when it starts — restart llama-server" in res.message
     finally:
         stop_llama_server(state)
 
