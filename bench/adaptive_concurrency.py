@@ -99,10 +99,12 @@ def sweep(url: str, limits: tuple[int, ...], n: int, factor: float,
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default=PRESET, choices=["l4-32b-q3", "l4-32b-q3-llama-server"],
+                    help="the simulated server: vLLM's paged cache, or llama-server's slots")
     ap.add_argument("--speed", type=float, default=400.0,
                     help="simulated seconds per real second")
     args = ap.parse_args()
-    with simulator(PRESET, args.speed) as url:
+    with simulator(args.preset, args.speed) as url:
         full = sweep(url, FULL_SWEEP, SWEEP_DOCS, 1.0)
         adaptive = run(url, CEILING, True, ADAPTIVE_DOCS)
         print(f"adaptive at capacity 1.0: {adaptive}", flush=True)
@@ -116,7 +118,7 @@ def main() -> None:
     ratio_half = halving["after_halving_docs_per_s"] / after[best_after]
     timeouts = adaptive["timeouts"] + halving["timeouts"]
     errors = adaptive["errors"] + halving["errors"]
-    report({"bench": "adaptive_concurrency", "preset": PRESET, "speed": args.speed,
+    report({"bench": "adaptive_concurrency", "preset": args.preset, "speed": args.speed,
             "ceiling": CEILING,
             "sweep": {c: r["docs_per_s"] for c, r in full.items()},
             "best_fixed": {"concurrency": best_full, **full[best_full]},

@@ -89,6 +89,8 @@ def capacity(url: str) -> tuple[int, float, dict[int, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default=PRESET, choices=["l4-32b-q3", "l4-32b-q3-llama-server"],
+                    help="the simulated server: vLLM's paged cache, or llama-server's slots")
     ap.add_argument("--speed", type=float, default=200.0,
                     help="simulated seconds per real second")
     ap.add_argument("--budget", type=float, default=40.0, help="phase 1's budget, seconds")
@@ -99,7 +101,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-deadline-"))
     rec, _ = falkordb_server.start(tmp / "graph")
     try:
-        with simulator(PRESET, args.speed) as url:
+        with simulator(args.preset, args.speed) as url:
             best, rate, sweep = capacity(url)
             allowed = rate * args.budget
             n = int(2 * allowed)
@@ -125,7 +127,7 @@ def main() -> None:
     ok = {"partial": summary["status"] == "partial", "on time": abs(late) <= ON_TIME,
           "share of capacity": share >= SHARE,
           "no failures": docs["failed"] == 0 and sim["requests_aborted"] == 0}
-    report({"bench": "deadline", "preset": PRESET, "speed": args.speed,
+    report({"bench": "deadline", "preset": args.preset, "speed": args.speed,
             "budget_s": args.budget, "documents": n, "sweep": sweep,
             "best_fixed": {"concurrency": best, "docs_per_s": rate},
             "capacity_in_budget_docs": round(allowed, 1),

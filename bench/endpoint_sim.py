@@ -26,10 +26,11 @@ What it models, and after which document:
   llama.cpp's server queue what they cannot run.
 - A prompt longer than the context (prompt + max_tokens > max_model_len) is refused with
   HTTP 400 and vLLM's message ("This model's maximum context length is …").
+- Preset l4-32b-q3-llama-server is llama-server as profiles/gcp.toml starts it: fixed slots,
+  each with its share of the cache (no paging, no preemption), the rest queued (no 429), its
+  own context error (see the preset's comment).
 What it does not model: prefix caching, speculative decoding, sampling cost, the HTTP server's
-own CPU. The shipped profile's engine (llama-cpp-python's server) answers one request at a time;
-this simulator is the batching server (vLLM, or llama.cpp's llama-server with --parallel and a
-unified KV cache) that adaptive concurrency is for.
+own CPU.
 
 The answer: its length in output tokens is drawn per prompt (seeded by a hash of the messages
 and the request's seed) in the preset's [lo, hi]; capped by max_tokens with finish_reason
@@ -83,6 +84,9 @@ class Preset:
     max_batched_tokens: int     # per step (chunked prefill budget)
     max_model_len: int
     output_tokens: tuple[int, int]  # an answer's length: lo, hi
+    # llama-server: a fixed share of the KV cache per slot (-np slots -c slots x slot_tokens),
+    # no paging and no preemption; None: vLLM's paged cache
+    slot_tokens: int | None = None
 
 
 # l4-32b-q3: one NVIDIA L4 (24 GB GDDR6, ~300 GB/s) serving OLMo 3 32B Think at Q3_K_M.
@@ -103,9 +107,18 @@ class Preset:
 # cpu-small: a 135M-360M model (SmolLM2-class) on 2 CPU cores: ~30 tokens/s writing one stream,
 # ~200 tokens/s reading; the cores are already busy with one sequence, so a batch barely helps
 # (per-sequence compute dominates the step); answers without reasoning, 80-300 tokens.
+# l4-32b-q3-llama-server: the same card and model under llama-server as profiles/gcp.toml runs
+# it (tools/server of the vendored llama.cpp): 8 slots of 8192 tokens (-np 8 -c 65536, q8_0 KV);
+# each slot owns its share of the cache from the start (no paging, never preempted); requests
+# beyond the 8 slots wait in its queue, never a 429; a prompt + max_tokens over the slot's
+# share is refused with HTTP 400 exceed_context_size_error; a disconnect cancels the task
+# and frees the slot. Batch of micro-batch 512 (-ub): the prefill budget per step.
 PRESETS: dict[str, Preset] = {
     "l4-32b-q3": Preset("olmo-3-32b-think", 0.0517, 0.0025, 262_144 / 300e9, 800.0, 24_000, 256,
                         2048, 8192, (700, 2000)),
+    "l4-32b-q3-llama-server": Preset("olmo-3-32b-think", 0.0517, 0.0025, 139_264 / 300e9,
+                                     800.0, 65_536, 8, 512, 8192, (700, 2000),
+                                     slot_tokens=8192),
     "cpu-small": Preset("smollm2-360m", 0.008, 0.025, 0.0, 200.0, 16_384, 8, 512, 8192,
                         (80, 300)),
 }
@@ -203,6 +216,8 @@ class Engine:
         req.blocks = 0
 
     def _blocks_for(self, req: Request, n: int) -> int:
+        if self.preset.slot_tokens:  # a slot's cache is its own from admission: never short
+            return 0
         return math.ceil((req.computed + n) / BLOCK_TOKENS) - req.blocks
 
     def _preempt(self, victim: Request) -> None:
@@ -412,7 +427,15 @@ class Simulator:
         n_prompt = prompt_tokens(messages)
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens")
                          or p.max_model_len - n_prompt)
-        if n_prompt + max_tokens > p.max_model_len:
+        if p.slot_tokens and n_prompt >= p.slot_tokens:
+            # llama-server's wording (tools/server/server-context.cpp: a prompt that fills
+            # the slot's context is refused; max_tokens is only capped by it)
+            return 400, {"error": {"code": 400, "type": "exceed_context_size_error",
+                                   "n_prompt_tokens": n_prompt, "n_ctx": p.slot_tokens,
+                                   "message": (f"request ({n_prompt} tokens) exceeds the "
+                                               f"available context size ({p.slot_tokens} "
+                                               "tokens), try increasing it")}}
+        if not p.slot_tokens and n_prompt + max_tokens > p.max_model_len:
             # vLLM's wording (vllm/entrypoints/openai/serving_engine.py, _validate_input)
             return 400, {"object": "error", "type": "BadRequestError", "code": 400, "message": (
                 f"This model's maximum context length is {p.max_model_len} tokens. However, you "

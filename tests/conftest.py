@@ -228,6 +228,38 @@ int ggml_backend_sched_graph_compute_async(void *sched, void *graph) {
 """
 
 
+# The same failure for llama-server, which links ggml statically (nothing of it to interpose):
+# it reads each request with libc's recv() (vendor/cpp-httplib/httplib.cpp read_socket), so
+# the stand-in takes recv and executes ud2 once a chat completion arrives. Loading, warm-up,
+# /health and /v1/models work; the first prompt kills the server with SIGILL. Every other
+# process that inherits LD_PRELOAD gets the real recv (dlsym RTLD_NEXT) for its own traffic.
+SERVER_SIGILL_STUB = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+ssize_t recv(int fd, void *buf, size_t n, int flags) {
+    static ssize_t (*real)(int, void *, size_t, int);
+    if (!real) real = (ssize_t (*)(int, void *, size_t, int))dlsym(RTLD_NEXT, "recv");
+    ssize_t got = real(fd, buf, n, flags);
+    if (got > 0 && memmem(buf, (size_t)got, "POST /v1/chat/completions", 25))
+        __asm__ volatile("ud2");
+    return got;
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def server_sigill_preload(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The llama-server stand-in, compiled: a path for LD_PRELOAD."""
+    out = tmp_path_factory.mktemp("server-sigill")
+    (out / "stub.c").write_text(SERVER_SIGILL_STUB)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-o", str(out / "libsigill-recv.so"),
+                    str(out / "stub.c"), "-ldl"], check=True)
+    return str(out / "libsigill-recv.so")
+
+
 @pytest.fixture(scope="session")
 def sigill_preload(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The stand-in, compiled: a path for LD_PRELOAD."""

@@ -33,8 +33,9 @@ LLAMA_ARCH_FILE = "src/llama-arch.cpp"
 # modeling_gguf_pytorch_utils.py): a GGUF is accepted when either name is in the list.
 _TRANSFORMERS_RENAMES = {"qwen2moe": "qwen2_moe", "gpt-oss": "gpt_oss", "gpt_oss": "gpt_oss",
                          "qwen3moe": "qwen3_moe", "minimax-m2": "minimax_m2"}
-# The dialect each engine's server understands (tasks/extraction/llm.py response_format):
-# llama-cpp-python answers HTTP 500 to OpenAI's json_schema form and wants json_object+schema.
+# The dialect each engine's server understands (tasks/extraction/llm.py structured_output):
+# for llama-server, a compact GBNF grammar of the schema (or json_object + schema with a
+# reasoning budget); for vLLM, OpenAI's json_schema form.
 DIALECTS = {"llama.cpp": "llama.cpp", "vllm": "vllm"}
 
 

@@ -144,6 +144,10 @@ def loaded_adapters(base_url: str, timeout: float = 5.0) -> list[dict[str, Any]]
 # The local server's host-RAM prompt cache: the CPU model's prompts are small; 8 GiB (the
 # default) is a third of a 24 GiB machine.
 LOCAL_CACHE_RAM_MIB = 1024
+# Flash attention off on the CPU: llama-server's `-fa auto` turns it on, and it decoded 1.6x
+# slower here (SmolLM2, 1 thread, ~700-token context: 42-50 against 75 tokens/s). The GPU
+# node keeps it (a quantized V cache needs it).
+LOCAL_EXTRA = ("-fa", "off")
 
 
 def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int,
@@ -163,7 +167,7 @@ def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int
     argv = llama_server_args(binary, model_path, [alias, *(names if adapter else ())],
                              host="127.0.0.1", port=port, slots=slots, context_tokens=n_ctx,
                              threads=n_threads, adapter=adapter,
-                             cache_ram_mib=LOCAL_CACHE_RAM_MIB)
+                             cache_ram_mib=LOCAL_CACHE_RAM_MIB, extra=LOCAL_EXTRA)
     base_url = f"http://127.0.0.1:{port}"
     server.start(argv, port, marker=f"--port {port}", ready=lambda: server_ready(base_url),
                  timeout=readiness_timeout)

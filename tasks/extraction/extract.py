@@ -115,10 +115,15 @@ async def _extract_chunk(client: LLMClient, doc: Document, chunk: str, schema: d
                          depth: int, part: int, parts: int) -> list[Extraction]:
     try:
         return [await client.extract(SYSTEM_PROMPT, user_prompt(doc, chunk, part, parts), schema)]
-    except ChunkTooLong:
+    except ChunkTooLong as e:
         halves = halve(chunk)
         if depth >= MAX_SPLIT_DEPTH or len(halves) < 2:
-            raise
+            if "max_tokens" not in str(e):
+                raise  # the prompt itself does not fit
+            # Nothing left to split: the answer, not the chunk, is too long (greedy decoding
+            # that loops) — other samples of the same chunk.
+            return [await client.extract(SYSTEM_PROMPT, user_prompt(doc, chunk, part, parts),
+                                         schema, resample_cut=True)]
         results = await asyncio.gather(*(
             _extract_chunk(client, doc, h, schema, depth + 1, part, parts) for h in halves))
         return [x for r in results for x in r]

@@ -69,4 +69,5 @@ def llm_client(endpoint: InferenceEndpoint, base_url: str | None = None,
         timeout_seconds=endpoint.request_timeout_seconds, max_retries=endpoint.max_retries,
         retry_base_seconds=endpoint.retry_base_seconds,
         max_output_tokens=endpoint.max_output_tokens, server_exit=server_exit,
-        reasoning_budget=endpoint.reasoning_budget_tokens)
+        reasoning_budget=endpoint.reasoning_budget_tokens,
+        repeat_penalty=endpoint.repeat_penalty)

@@ -52,7 +52,9 @@ MIN_BUSY = 0.75          # a window counts when mean concurrency reached this sh
 RECENT = 64              # answered requests the latency and decode-rate estimates look at
 GATE_QUANTILE = 0.9      # the deadline gate's estimate of a request's latency, over the
 GATE_RECENT = 16         # last max(GATE_RECENT, 2 x limit) answers: the load of now
-TIMEOUT_MARGIN = 2.0     # timeout = margin x max_tokens / measured per-stream decode rate
+TIMEOUT_MARGIN = 3.0     # timeout = margin x max_tokens / measured per-stream decode rate:
+                         # at half the measured speed (a busy core, a second tenant) an answer
+                         # of max_tokens still ends in 2/3 of it
 TIMEOUT_FLOOR_SECONDS = 30.0  # ... but never under this (or the configured one, if lower)
 DOWN_SECONDS = 5.0       # a refused endpoint gets no new request for this long (if others can)
 

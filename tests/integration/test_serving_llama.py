@@ -4,7 +4,6 @@ the name answers with the adapter applied."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +60,10 @@ def _in_process(gguf: Path, lora: Path | None) -> str:
     import llama_cpp
 
     llm = llama_cpp.Llama(model_path=str(gguf), lora_path=str(lora) if lora else None, n_ctx=512,
-                          n_threads=THREADS, n_threads_batch=THREADS, verbose=False,
-                          # llama-server's `-fa auto` turns flash attention on for the CPU:
-                          # greedy output differs without it
-                          flash_attn=True)
+                          # both at the server's settings: one thread for the prompt too, no
+                          # flash attention (LOCAL_EXTRA) — greedy output differs otherwise
+                          n_threads=THREADS, n_threads_batch=THREADS, flash_attn=False,
+                          verbose=False)
     try:
         out: Any = llm.create_chat_completion(messages=PROMPT, **GREEDY)  # type: ignore[arg-type]
         return str(out["choices"][0]["message"]["content"])

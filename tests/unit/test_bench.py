@@ -75,15 +75,17 @@ def test_scorecard_agreement_tolerates_only_near_duplicates() -> None:
     assert not scorecard_1m.agrees(card, {"b": {"exact_duplicate": 11, "near_duplicate": 100}})
 
 
-def _engine(kv_tokens: int, budget: int) -> tuple[Any, Any]:
+def _engine(kv_tokens: int, budget: int, slots: int = 8, slot_tokens: int | None = None
+            ) -> tuple[Any, Any]:
     import asyncio
 
     import endpoint_sim
 
     preset = endpoint_sim.Preset("m", step_base_s=0.1, step_per_seq_s=0.0,
                                  kv_read_s_per_token=0.0, prefill_tokens_per_s=100.0,
-                                 kv_tokens=kv_tokens, max_num_seqs=8, max_batched_tokens=budget,
-                                 max_model_len=4096, output_tokens=(1, 1))
+                                 kv_tokens=kv_tokens, max_num_seqs=slots,
+                                 max_batched_tokens=budget, max_model_len=4096,
+                                 output_tokens=(1, 1), slot_tokens=slot_tokens)
     loop = asyncio.new_event_loop()
     return endpoint_sim.Engine(preset), lambda prompt, target: endpoint_sim.Request(
         prompt, target, 0.0, loop.create_future())
@@ -116,3 +118,18 @@ def test_simulator_preempts_the_newest_request_when_the_cache_is_full() -> None:
     engine.advance(100.0)
     assert a.done.done() and b.done.done() and a.done.result() < b.done.result()
     assert engine.stats.recomputed_tokens == 16 and engine.used_blocks == 0
+
+
+def test_llama_server_slots_queue_the_third_request_and_never_preempt() -> None:
+    """Two slots of 32 tokens (llama-server -np 2 -c 64): the same two prompts that overflow a
+    paged 32-token cache run side by side without a preemption; a third waits for a slot
+    (no 429) and starts when the first ends."""
+    engine, request = _engine(kv_tokens=64, budget=64, slots=2, slot_tokens=32)
+    a, b, c = request(16, 10), request(16, 10), request(16, 10)
+    for r in (a, b, c):
+        engine.add(r)
+    engine.advance(0.42 + 0.1)
+    assert engine.stats.preemptions == 0 and list(engine.waiting) == [c]
+    engine.advance(100.0)
+    assert a.done.result() == b.done.result() < c.done.result()
+    assert engine.stats.preemptions == 0 and engine.stats.queue_wait_max == a.done.result()

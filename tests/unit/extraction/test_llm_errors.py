@@ -179,6 +179,7 @@ def test_busy_to_the_end_gives_up_with_the_last_status_and_body() -> None:
         with pytest.raises(LLMError) as e:
             call(c)
     assert len(srv.requests) == 4 and e.value.attempts == 4 and not e.value.endpoint_down
+    assert e.value.unanswered  # the model never saw it: retried next run, not held
     assert str(e.value) == "gave up after 4 attempts: HTTP 429: slow down"
     assert (c.usage.calls, c.usage.retries) == (4, 3)
 
@@ -239,3 +240,59 @@ def test_a_refusal_while_our_server_lives_is_retried_as_before() -> None:
     with pytest.raises(LLMError, match="gave up after 3 attempts: ConnectError") as e:
         asyncio.run(run())
     assert e.value.endpoint_down and c.usage.calls == 3
+
+
+def test_a_document_the_model_answered_is_not_unanswered() -> None:
+    """Off-schema JSON, then a gateway timeout: the model did answer once, so the failure
+    is the document's (held), unlike one that only ever met 502/504s."""
+    bad = (200, {}, json.dumps({"choices": [{"message": {"content": '{"entities": 3}'},
+                                             "finish_reason": "stop"}]}))
+    with Scripted([bad, (504, {}, "gateway timeout")]) as srv:
+        with pytest.raises(LLMError) as e:
+            call(client(srv.url, max_retries=1))
+    assert not e.value.unanswered and not e.value.endpoint_down
+    with Scripted([(502, {}, "bad gateway"), (504, {}, "gateway timeout")]) as srv:
+        with pytest.raises(LLMError) as e:
+            call(client(srv.url, max_retries=1))
+    assert e.value.unanswered and not e.value.endpoint_down
+    with Scripted([(500, {}, "grammar failed")]) as srv:  # a 500 may be the document's doing
+        with pytest.raises(LLMError) as e:
+            call(client(srv.url, max_retries=1))
+    assert not e.value.unanswered
+
+
+def test_a_document_that_only_timed_out_is_failed_but_not_held() -> None:
+    """Every attempt times out: the document fails tonight and the next run retries it (a slow
+    server is not the document's fault); only answers the model cannot produce hold one."""
+    from tasks.extraction.extract import process_batch
+
+    def slow(user: str) -> tuple[int, dict[str, str], str]:
+        time.sleep(1.0)
+        return answer("Ada Lovelace")
+
+    class Store:
+        failed: list[dict[str, Any]] = []
+        extracted: list[Any] = []
+
+        def keys_by_email(self, emails: Any) -> dict[str, str]:
+            return {}
+
+        def retract(self, ids: Any) -> None: ...
+
+        def upsert(self, batch: Any) -> None: ...
+
+        def mark_extracted(self, docs: Any) -> None:
+            self.extracted.extend(docs)
+
+        def mark_failed(self, records: list[dict[str, Any]]) -> None:
+            self.failed.extend(records)
+
+    doc = Document("transcripts/a.md", "transcripts", "/x/a.md", "h1", "Ada met Charles.", {})
+    store = Store()
+    with Scripted(route=slow) as srv:
+        report = process_batch([doc], store, client(srv.url, max_retries=1, timeout_seconds=0.2),  # type: ignore[arg-type]
+                               "m", 1000, 0, SCHEMA, set())
+    assert [f["id"] for f in report.failed] == ["transcripts/a.md"]
+    assert report.failed[0]["held"] is False and store.failed == []
+    assert report.failed[0]["message"].endswith(
+        "— the server never answered (timeouts): retried on the next run")

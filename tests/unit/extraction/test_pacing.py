@@ -169,10 +169,10 @@ def test_timeouts_are_sized_from_max_tokens_and_the_measured_rate() -> None:
     ep.recent.extend([(10.0, 200), (30.0, 600), (5.0, 0)])  # 800 tokens in 40 s; no usage
     assert ep.decode_rate() == 20.0
     seconds, why = ep.timeout(1024, 300.0)
-    assert seconds == pytest.approx(102.4)  # 2 x 1024 / 20
-    assert why == "2 x max_tokens 1024 at the measured 20 tokens/s per request, at least 30 s"
-    assert ep.timeout(100, 300.0)[0] == 30.0  # 10 s sized, the floor is 30 s
-    assert ep.timeout(100, 4.0)[0] == 10.0  # a configured timeout under 30 s is the floor
+    assert seconds == pytest.approx(153.6)  # 3 x 1024 / 20
+    assert why == "3 x max_tokens 1024 at the measured 20 tokens/s per request, at least 30 s"
+    assert ep.timeout(100, 300.0)[0] == 30.0  # 15 s sized, the floor is 30 s
+    assert ep.timeout(100, 4.0)[0] == 15.0  # a configured timeout under 30 s is the floor
     c = LLMClient("http://h:1", "m")
     msg = c._transport_error(httpx.ReadTimeout(""), "http://h:1", (seconds, why))
     assert msg == ("ReadTimeout: no answer from http://h:1/v1/chat/completions within 102 s "

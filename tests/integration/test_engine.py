@@ -1,0 +1,58 @@
+"""llama-server as phase 1 relies on it, for real (SmolLM2-135M on the CPU): a request the
+client gives up on is cancelled by the disconnect (its slot is free again at once, so the retry
+does not queue behind it), and requests beyond the slots wait in its queue instead of a 429."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tasks.compute.inference_server import (
+    default_model_path,
+    start_llama_server,
+    stop_llama_server,
+)
+
+LONG = {"messages": [{"role": "user", "content": "Count from one to ten thousand."}],
+        "max_tokens": 3000, "temperature": 0.0, "ignore_eos": True}
+SHORT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4,
+         "temperature": 0.0}
+
+
+@pytest.fixture
+def one_slot(tmp_path: Path) -> Iterator[str]:
+    url = start_llama_server(tmp_path, default_model_path(), "m", 4096, 1, 60, slots=1)
+    yield url
+    stop_llama_server(tmp_path)
+
+
+def _processing(url: str) -> bool:
+    return any(s["is_processing"] for s in httpx.get(f"{url}/slots").json())
+
+
+@pytest.mark.slow
+def test_a_request_the_client_gives_up_on_frees_its_slot(one_slot: str) -> None:
+    url = one_slot
+    with pytest.raises(httpx.ReadTimeout):  # 3,000 tokens take ~30 s here; we wait 1.5
+        httpx.post(f"{url}/v1/chat/completions", json=LONG, timeout=1.5)
+    deadline = time.monotonic() + 5
+    while _processing(url) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _processing(url)  # cancelled by the disconnect, not run to its 3,000 tokens
+    t0 = time.monotonic()
+    r = httpx.post(f"{url}/v1/chat/completions", json=SHORT, timeout=60)
+    assert r.status_code == 200 and time.monotonic() - t0 < 5  # the retry is not queued
+
+
+@pytest.mark.slow
+def test_requests_beyond_the_slots_wait_instead_of_429(one_slot: str) -> None:
+    url = one_slot
+    with ThreadPoolExecutor(3) as pool:
+        codes = list(pool.map(lambda _: httpx.post(f"{url}/v1/chat/completions", json=SHORT,
+                                                   timeout=60).status_code, range(3)))
+    assert codes == [200, 200, 200]

@@ -1,0 +1,50 @@
+"""The slot estimate against figures computed by hand from OLMo 3 32B's model card (64 layers,
+8 KV heads of 128, 48 sliding-window layers at 4096) and ggml's type sizes, and the preflight
+check built on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from blocks.node_serve import NodeServeSettings
+from tasks.compute.kv_budget import GIB, kv_bytes_per_slot, kv_fit, largest_fit
+from tasks.compute.preflight import slots_check
+
+OLMO3 = dict(layers=64, kv_heads=8, head_dim=128, sliding_layers=48, sliding_window=4096)
+CARD = dict(weights_gib=15.0, card_gib=22.5)
+
+
+def test_kv_per_token_and_per_slot() -> None:
+    # one token on every layer: 2 (K, V) x 64 x 8 x 128 x 2 bytes = 256 KiB; q8_0 34/32 bytes
+    full = dict(layers=64, kv_heads=8, head_dim=128)
+    assert kv_bytes_per_slot(1, **full) == 256 * 1024
+    assert kv_bytes_per_slot(1, **full, cache_type="q8_0") == 136 * 1024
+    # 8192 tokens: 16 full layers keep 8192, 48 sliding ones 4096 + 512 (window + ubatch)
+    slot = kv_bytes_per_slot(8192, **OLMO3)
+    assert slot == 4096 * (16 * 8192 + 48 * 4608)
+    assert round(slot / GIB, 3) == 1.344
+    assert round(kv_bytes_per_slot(8192, **OLMO3, cache_type="q8_0") / GIB, 3) == 0.714
+    # a context inside the window: the sliding layers keep all of it
+    assert kv_bytes_per_slot(2048, **OLMO3) == 4096 * 64 * 2048
+    assert kv_bytes_per_slot(8192, **OLMO3, swa_full=True) == 4096 * 64 * 8192
+
+
+def test_what_fits_beside_the_weights_on_an_l4() -> None:
+    assert largest_fit(8192, **OLMO3, **CARD) == 4
+    assert largest_fit(8192, **OLMO3, **CARD, cache_type="q8_0") == 8
+    fit = kv_fit(8, 8192, **OLMO3, **CARD, cache_type="q8_0")
+    assert fit.fits and fit.needed_gib == pytest.approx(15.0 + 1.2 + 8 * 0.7139, abs=1e-3)
+    assert not kv_fit(9, 8192, **OLMO3, **CARD, cache_type="q8_0").fits
+    assert largest_fit(8192, **OLMO3, weights_gib=22.0, card_gib=22.5) == 0
+
+
+def test_preflight_refuses_slots_that_do_not_fit_with_both_numbers() -> None:
+    check = slots_check(NodeServeSettings(kv_cache_type="f16"), 8, 8192)
+    assert not check.ok
+    assert check.detail == ("8 slots x 8192 tokens: KV 10.75 GiB + weights 15.00 GiB + 1.2 GiB "
+                            "buffers = 26.95 GiB of the card's 22.5 GiB (estimate): does not fit")
+    assert check.fix == ("set [inference] max_concurrent_requests to 4 or less (the most slots "
+                         "of 8192 tokens that fit); kv_cache_type = \"q8_0\" fits 8, or lower "
+                         "context_tokens")
+    ok = slots_check(NodeServeSettings(kv_cache_type="q8_0"), 8, 8192)
+    assert ok.ok and ok.detail.startswith("8 slots x 8192 tokens: KV 5.71 GiB")
