@@ -42,12 +42,15 @@ RETRY_TEMPERATURE_STEP = 0.3
 
 def strip_reasoning(content: str) -> str:
     """Drop <think>…</think>; if only the closing tag is present (the chat template opened the
-    block), keep what follows it. `reasoning_content` is a separate field and never read."""
+    block), keep what follows it; an opening tag alone is dropped. `reasoning_content` is a
+    separate field and never read."""
     content = _THINK.sub("", content)
     low = content.lower()
     if "</think>" in low:
         content = content[low.rfind("</think>") + len("</think>"):]
-    content = content.strip()
+    # an opening tag only: the template opened the block and a grammar held the model to JSON
+    # from its first token (llama-server with reasoning_format none gives the tag back)
+    content = re.sub(r"^\s*<think>", "", content, flags=re.I).strip()
     if content.startswith("```"):  # some models fence JSON even under a JSON grammar
         content = re.sub(r"^```[a-zA-Z]*\s*|\s*```$", "", content)
     return content
@@ -82,7 +85,11 @@ def structured_output(dialect: Dialect, schema: dict[str, Any], reasoning: bool 
     compact. With a reasoning budget the server's own conversion is needed: it lets the
     grammar start after the thinking. Elsewhere: the dialect's response_format."""
     if dialect == "llama.cpp" and not reasoning:
-        return {"grammar": _compact_grammar(json.dumps(schema, sort_keys=True))}
+        # reasoning_format none: with a template that opens <think> for the model, the
+        # server's reasoning parser would take the whole (grammar-held) answer for thinking
+        # and return an empty content (measured with the tiny OLMo 3)
+        return {"grammar": _compact_grammar(json.dumps(schema, sort_keys=True)),
+                "reasoning_format": "none"}
     return {"response_format": response_format(dialect, schema)}
 
 

@@ -40,6 +40,8 @@ def test_dialects_shape_the_request() -> None:
 def test_reasoning_is_stripped() -> None:
     assert strip_reasoning("<think>a {b}</think>\n{\"x\": 1}") == '{"x": 1}'
     assert strip_reasoning("partial reasoning</think>{}") == "{}"
+    assert strip_reasoning("<think>{\"x\": 1}") == "{\"x\": 1}"  # the template opened it
+    assert strip_reasoning("a <think> b") == "a <think> b"  # only a leading tag
     assert strip_reasoning("```json\n{}\n```") == "{}"
 
 
