@@ -175,7 +175,7 @@ def test_timeouts_are_sized_from_max_tokens_and_the_measured_rate() -> None:
     assert ep.timeout(100, 4.0)[0] == 15.0  # a configured timeout under 30 s is the floor
     c = LLMClient("http://h:1", "m")
     msg = c._transport_error(httpx.ReadTimeout(""), "http://h:1", (seconds, why))
-    assert msg == ("ReadTimeout: no answer from http://h:1/v1/chat/completions within 102 s "
+    assert msg == ("ReadTimeout: no answer from http://h:1/v1/chat/completions within 154 s "
                    f"({why}) — the server slowed down (another tenant, longer prompts?): lower "
                    "max_output_tokens or max_concurrent_requests")
 
@@ -189,10 +189,10 @@ def test_the_gate_estimate_is_a_high_quantile_of_the_latest_latencies() -> None:
     assert ep.latency_estimate(256, 40.0) == 19.0
     ep.recent.append((500.0, 100))
     assert ep.latency_estimate(256, 40.0) == 20.0  # one outlier moves it by one rank
-    ep.recent.extend([(500.0, 100)] * 3)
-    # 500 s is the 90th percentile now, but a request ends by its timeout: 2 x 256 tokens at
-    # the measured 2,400 tokens / 2,210 s
-    assert ep.latency_estimate(256, 40.0) == pytest.approx(2 * 256 * 2210 / 2400)
+    ep.recent.extend([(10_000.0, 100)] * 3)
+    # 10,000 s is the 90th percentile now, but a request ends by its timeout: 3 x 256 tokens
+    # at the measured 2,400 tokens / 30,710 s (9,827 s)
+    assert ep.latency_estimate(256, 40.0) == pytest.approx(3 * 256 * 30_710 / 2400)
 
 
 def call(c: LLMClient, user: str = "Ann Lee met Bob Stone.") -> object:
