@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py
 	$(PY) -m pip install --quiet torch==2.13.0
 	# llama.cpp before the project, so pip never compiles it with -march=native nor takes an
 	# old wheel from its cache: tasks/llama_build.py holds the flags (the x86-64 baseline,
-	# AVX2/FMA/F16C) and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags
-	# (~10 min once per machine; seconds after that, fresh clones included).
+	# AVX2/FMA/F16C) and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags; then
+	# llama-server, the engine, from the llama.cpp the same sdist vendors, into .venv/bin
+	# (~8 min for both once per machine on 2 cores; seconds after that, fresh clones included).
 	$(PY) -m tasks.llama_build install
 	$(PY) -m pip install --quiet -e '.[dev]' torch==2.13.0
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
@@ -57,7 +58,9 @@ MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* 
 	tasks.compute.placement.* tasks.llama_build.x_pin__* tasks.llama_build.x_flags__* \
 	tasks.llama_build.x_build_key__* tasks.llama_build.x_cache_root__* \
 	tasks.llama_build.x_entry_dir__* tasks.llama_build.x_cached_wheel__* \
-	tasks.llama_build.x_features__*
+	tasks.llama_build.x_features__* tasks.llama_build.x_server_flags__* \
+	tasks.llama_build.x_server_key__* tasks.llama_build.x_server_entry__* \
+	tasks.llama_build.x_cached_server__* tasks.compute.kv_budget.*
 mutation: $(STAMP)
 	rm -rf mutants
 	nice $(VENV)/bin/mutmut run --max-children 2 $(MUTATE) > /dev/null

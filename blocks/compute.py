@@ -1,5 +1,5 @@
-"""The local compute node, as configuration: this machine is the node and llama.cpp stands in
-for vLLM. What it does (start the server, stop it) is tasks/compute/local.py; the GCE node's
+"""The local compute node, as configuration: this machine is the node and llama.cpp's
+llama-server stands in for the GPU node's engine. What it does (start the server, stop it) is tasks/compute/local.py; the GCE node's
 block is blocks/gce.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pydantic import Field
 
 class LocalCompute(Block):
     """This machine as the node: nothing to boot; the inference server is llama.cpp's
-    OpenAI-compatible server on 127.0.0.1, started and stopped by PID."""
+    llama-server on 127.0.0.1, started and stopped by PID."""
 
     _block_type_name = "SLM Local Compute"
 

@@ -514,6 +514,61 @@ def check(model: Path | None = None, threads: int | None = None,
     return result
 
 
+def check_server(model: Path | None = None, threads: int | None = None,
+                 timeout: float = CHECK_TIMEOUT) -> dict:
+    """The installed llama-server evaluates the same prompt: started on a free loopback port,
+    one chat completion of CHECK_TEXT (max_tokens 1); BuildError with the signal when it
+    dies, or when it never answers."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    binary = require_server()
+    model = model or default_model_path()
+    threads = threads or 1
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    body = json.dumps({"messages": [{"role": "user", "content": CHECK_TEXT}],
+                       "max_tokens": 1, "temperature": 0.0}).encode()
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen([str(binary), "-m", str(model), "--host", "127.0.0.1",
+                                 "--port", str(port), "-c", "1024", "-t", str(threads),
+                                 "-fa", "off"], stdout=log, stderr=subprocess.STDOUT)
+        started = time.monotonic()
+        try:
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace").splitlines()[-8:]
+                    how = (f"signal {-proc.returncode} ({signal.Signals(-proc.returncode).name})"
+                           if proc.returncode < 0 else f"exit {proc.returncode}")
+                    raise BuildError(f"{binary} died ({how}) evaluating a prompt of a few "
+                                     f"hundred tokens with {model.name}\n  last lines: "
+                                     + "\n  ".join(tail) + "\n  fix: `python -m "
+                                     "tasks.llama_build install --rebuild`")
+                if time.monotonic() - started > timeout:
+                    raise BuildError(f"{binary} did not answer within {timeout:.0f} s")
+                try:
+                    req = urllib.request.Request(f"{url}/v1/chat/completions", data=body,
+                                                 headers={"Content-Type": "application/json"})
+                    with urllib.request.urlopen(req, timeout=timeout) as r:
+                        answer = json.loads(r.read())
+                    break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    time.sleep(0.2)  # loading (503) or not listening yet
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)
+    tokens = int(answer["usage"]["prompt_tokens"])
+    if tokens < 200:
+        raise BuildError(f"{binary} evaluated {tokens} prompt tokens, expected a few hundred")
+    return {"server": str(binary), "prompt_tokens": tokens,
+            "seconds": round(time.monotonic() - started, 2)}
+
+
 # --- command line -----------------------------------------------------------------------------
 
 
@@ -540,6 +595,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{res['seconds']:.2f} s ({res['tokens'] / max(res['seconds'], 1e-9):.0f} "
                   f"tokens/s, {res['threads']} threads); CPU features: "
                   f"{' '.join(sorted(features(res['system_info'])))}", flush=True)
+            srv = check_server(args.model, args.threads)
+            print(f"llama.cpp check: {SERVER} answered a {srv['prompt_tokens']}-token prompt "
+                  f"({srv['seconds']:.1f} s with its start)", flush=True)
         else:
             version = pin()
             print(json.dumps({"version": version, "variant": args.variant,

@@ -39,7 +39,7 @@ def test_local_nightly_deployment_runs_on_a_process_worker(tmp_path: Path,
                  inference={"dialect": "llama.cpp", "max_concurrent_requests": 1,
                             "max_output_tokens": 384, "max_entities": 6, "max_relationships": 4,
                             "max_description_chars": 48, "max_retries": 1,
-                            "readiness_timeout_seconds": 120},
+                            "repeat_penalty": 1.1, "readiness_timeout_seconds": 120},
                  graph={"data_dir": tmp_path / "graph"},
                  sources={"transcripts": src / "transcripts"},
                  extraction={"max_failed_share": 1.0})

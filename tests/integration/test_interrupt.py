@@ -62,6 +62,7 @@ def write_profile(tmp: Path) -> Path:
                  # two OpenMP threads crawl when anything else takes one of the 2 cores
                  compute={"type": "local", "n_threads": 1},
                  inference={"dialect": "llama.cpp", "model": "SmolLM2-135M-Instruct",
+                            "repeat_penalty": 1.1,  # as profiles/local.toml: SmolLM2 loops
                             "max_concurrent_requests": 1, "max_output_tokens": 256,
                             "max_entities": 4, "max_relationships": 3,
                             "max_description_chars": 32, "readiness_timeout_seconds": 120,

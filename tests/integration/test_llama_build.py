@@ -101,3 +101,17 @@ def test_the_make_step_fails_at_once_with_the_reason(sigill_preload: str) -> Non
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("llama.cpp check: evaluated ")
+    assert "\nllama.cpp check: llama-server answered a 359-token prompt (" in ok.stdout
+
+
+def test_a_server_that_dies_with_sigill_fails_the_check(server_sigill_preload: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine binary is checked too: a llama-server that dies on its first prompt fails
+    `make` with the signal (the recv stand-in of tests/conftest.py)."""
+    monkeypatch.setenv("LD_PRELOAD", server_sigill_preload)
+    with pytest.raises(lb.BuildError) as e:
+        lb.check_server()
+    assert str(e.value).startswith(f"{lb.server_path()} died (signal 4 (SIGILL)) evaluating a "
+                                   "prompt of a few hundred tokens with "
+                                   "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert str(e.value).endswith("fix: `python -m tasks.llama_build install --rebuild`")

@@ -112,3 +112,47 @@ def test_features_are_the_ones_compiled_in() -> None:
     assert lb.features(info) == {"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2",
                                  "LLAMAFILE", "OPENMP", "REPACK"}
     assert lb.features("CPU : AVX512 = 1 | AMX_INT8 = 1 |") == {"AVX512", "AMX_INT8"}
+
+
+def test_the_server_build_is_the_same_baseline_static_and_without_the_web_ui() -> None:
+    f = lb.server_flags("cpu")
+    assert f[:len(lb.BASELINE)] == list(lb.BASELINE)
+    assert {"-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_OPENSSL=OFF",
+            "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"} <= set(f)
+    assert lb.server_flags("cuda") == [*f, "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89"]
+    with pytest.raises(ConfigError, match="unknown llama.cpp build variant 'rocm'"):
+        lb.server_flags("rocm")
+    # The key of the llama-server every development machine has cached (built 2026-12-01):
+    # when it changes every machine compiles the server again — on purpose only.
+    key = lb.server_key("0.3.36", "cpu", "x86_64")
+    assert key == "9dab24fd3b97e31f"
+    assert key != lb.build_key("0.3.36", "cpu", "x86_64")
+    assert len({key, lb.server_key("0.3.37", "cpu", "x86_64"),
+                lb.server_key("0.3.36", "cuda", "x86_64")}) == 3
+
+
+def test_a_finished_server_entry_is_reused_and_the_binary_found(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(lb.CACHE_ENV, str(tmp_path / "cache"))
+    entry = lb.server_entry("9.9.9")
+    assert entry == tmp_path / "cache" / "llama-server" / \
+        f"9.9.9-cpu-{lb.server_key('9.9.9')}"
+    entry.mkdir(parents=True)
+    (entry / "llama-server").write_bytes(b"\x7fELF")
+    assert lb.cached_server(entry) is None  # no build.json: an interrupted build
+    (entry / "build.json").write_text("{}")
+    assert lb.cached_server(entry) == entry / "llama-server"
+    monkeypatch.setattr(lb, "_run_logged", lambda *a, **k: pytest.fail("built again"))
+    assert lb.build_server("9.9.9") == entry / "llama-server"
+
+    monkeypatch.delenv(lb.SERVER_ENV, raising=False)
+    assert lb.server_path(tmp_path / "venv") == tmp_path / "venv" / "bin" / "llama-server"
+    with pytest.raises(ConfigError) as e:
+        lb.require_server(tmp_path / "venv")
+    assert str(e.value) == (f"llama-server: {tmp_path}/venv/bin/llama-server is not installed — "
+                            "run `make` (or `python -m tasks.llama_build install`; `--variant "
+                            "cuda` on a GPU node)")
+    monkeypatch.setenv(lb.SERVER_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match=r"\$SLM_LLAMA_SERVER points at .*/nowhere, which is "
+                                          "not an executable file"):
+        lb.require_server()
