@@ -112,7 +112,11 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
     assert again["serving_note"] == "served as SmolLM2-135M-Instruct and engineering-pointsav"
     with open(log, "rb") as f:
         f.seek(before)
-        assert b"loaded 420 tensors from lora file" in f.read()
+        argv = f.read().decode().splitlines()[0]
+    # llama-server started with the adapter under both names (its /lora-adapters listing the
+    # file is what start_llama_server checked before it counted the server ready)
+    assert " -a SmolLM2-135M-Instruct,engineering-pointsav " in argv
+    assert f" --lora {served} " in argv
     assert again["training"]["engineering-pointsav"]["reused"]  # same data: not retrained
     assert again["llm_calls"] == 0
     assert sum(v["skipped"] for v in again["documents"].values()) == \
