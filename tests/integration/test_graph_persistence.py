@@ -40,16 +40,16 @@ def grow(store: FalkorDBStore, n: int = ENTITIES, start: int = 0) -> None:
     store.upsert(batch)
 
 
-def uncompacted_graph(data: Path) -> int:
-    """A data folder whose append-only file holds ENTITIES entities as replayable queries
-    (what every run left before compaction)."""
+def uncompacted_graph(data: Path, n: int = ENTITIES) -> int:
+    """A data folder whose append-only file holds n entities as replayable queries (what every
+    run left before compaction)."""
     rec, _ = falkordb_server.start(data)
     store = FalkorDBStore("127.0.0.1", rec.port, "slm", batch_size=200)
     store.ensure_schema()
-    grow(store)
+    grow(store, n)
     store.close()
     falkordb_server.stop(data)  # SIGTERM: no rewrite, the queries stay in the incr file
-    return ENTITIES
+    return n
 
 
 def incr_bytes(data: Path) -> int:
@@ -71,7 +71,9 @@ def test_a_graph_that_is_still_loading_is_waited_for_with_progress(
 
 def test_a_load_timeout_names_the_cause_and_the_setting(tmp_path: Path) -> None:
     data = tmp_path / "graph"
-    uncompacted_graph(data)
+    # three times the history: 6,000 entities replayed before the first PING on a quiet
+    # machine now and then (the test then saw no load to time out)
+    uncompacted_graph(data, 3 * ENTITIES)
     with pytest.raises(GraphError, match=r"still loading its data.*load_timeout_seconds"):
         with open_graph(FalkorDBGraph(data_dir=str(data), load_timeout_seconds=0.001)):
             pass
