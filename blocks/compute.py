@@ -1,6 +1,6 @@
 """The local compute node, as configuration: this machine is the node and llama.cpp's
-llama-server stands in for the GPU node's engine. What it does (start the server, stop it) is tasks/compute/local.py; the GCE node's
-block is blocks/gce.py."""
+llama-server stands in for the GPU node's engine. What it does (start the server, stop it) is
+tasks/compute/local.py; the GCE node's block is blocks/gce.py."""
 
 from __future__ import annotations
 

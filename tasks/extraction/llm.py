@@ -125,6 +125,44 @@ async def _adapter_setting(client: httpx.AsyncClient) -> list[dict[str, Any]]:
         return []
 
 
+async def _streamed(client: httpx.AsyncClient, payload: dict[str, Any],
+                    seconds: float) -> httpx.Response:
+    """A chat completion from llama-server, streamed, reassembled into the plain answer's shape.
+
+    Streamed because llama-server cancels a task whose client went away only while it streams
+    (measured on this build: a non-streamed request kept its slot for all of its 3,000 tokens
+    after the socket closed; a streamed one freed it at once). So a request that times out
+    here ends on the server too, and its retry does not queue behind it. `seconds` bounds the
+    whole answer (httpx's own read timeout would only bound the gap between two chunks)."""
+    content: list[str] = []
+    finish, usage = None, None
+    try:
+        async with asyncio.timeout(seconds):
+            async with client.stream("POST", "/v1/chat/completions", timeout=seconds,
+                                     json={**payload, "stream": True,
+                                           "stream_options": {"include_usage": True}}) as r:
+                if r.status_code != 200:
+                    await r.aread()
+                    return r
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line[len("data: "):].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    usage = chunk.get("usage") or usage
+                    for choice in chunk.get("choices") or []:
+                        content.append((choice.get("delta") or {}).get("content") or "")
+                        finish = choice.get("finish_reason") or finish
+    except TimeoutError as e:
+        raise httpx.ReadTimeout(f"no complete answer within {seconds:.3g} s") from e
+    body = {"choices": [{"index": 0, "finish_reason": finish,
+                         "message": {"role": "assistant", "content": "".join(content)}}],
+            "usage": usage or {}}
+    return httpx.Response(200, json=body, request=r.request)
+
+
 # The server is not there (refused, or the connection dropped mid-answer): a node going away,
 # not a document the model cannot handle. A timeout is not on the list: a slow answer can be
 # the document's own doing.
@@ -305,13 +343,13 @@ class LLMClient:
             outcome: Outcome = "other"
             tokens = 0
             lora = self._lora.get(ep.url)
+            payload = {**body, **self.sampling(resend), **({"lora": lora} if lora else {})}
             try:
-                # A timeout closes the connection, and llama-server cancels a task whose
-                # client disconnected: the retry does not queue behind the abandoned request.
-                resp = await self._clients[ep.url].post(
-                    "/v1/chat/completions", timeout=timeout[0],
-                    json={**body, **self.sampling(resend),
-                          **({"lora": lora} if lora else {})})
+                if self.dialect == "llama.cpp":
+                    resp = await _streamed(self._clients[ep.url], payload, timeout[0])
+                else:
+                    resp = await self._clients[ep.url].post(
+                        "/v1/chat/completions", timeout=timeout[0], json=payload)
             except (httpx.TransportError, httpx.TimeoutException) as e:
                 last_error = self._transport_error(e, ep.url, timeout)
                 down = isinstance(e, _DOWN)

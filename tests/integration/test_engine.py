@@ -1,6 +1,7 @@
-"""llama-server as phase 1 relies on it, for real (SmolLM2-135M on the CPU): a request the
-client gives up on is cancelled by the disconnect (its slot is free again at once, so the retry
-does not queue behind it), and requests beyond the slots wait in its queue instead of a 429."""
+"""llama-server as phase 1 relies on it, for real (SmolLM2-135M on the CPU): a streamed request
+the client gives up on is cancelled by the disconnect (its slot is free again at once, so the
+retry does not queue behind it), and requests beyond the slots wait in its queue instead of a
+429."""
 
 from __future__ import annotations
 
@@ -37,9 +38,20 @@ def _processing(url: str) -> bool:
 
 @pytest.mark.slow
 def test_a_request_the_client_gives_up_on_frees_its_slot(one_slot: str) -> None:
+    """As the client sends it (streamed: llama-server cancels only a streaming task whose
+    client went away — a plain request measured here kept its slot for all 3,000 tokens)."""
+    import asyncio
+
+    from tasks.extraction.llm import _streamed
+
     url = one_slot
+
+    async def give_up() -> None:
+        async with httpx.AsyncClient(base_url=url) as c:
+            await _streamed(c, LONG, 1.5)
+
     with pytest.raises(httpx.ReadTimeout):  # 3,000 tokens take ~30 s here; we wait 1.5
-        httpx.post(f"{url}/v1/chat/completions", json=LONG, timeout=1.5)
+        asyncio.run(give_up())
     deadline = time.monotonic() + 5
     while _processing(url) and time.monotonic() < deadline:
         time.sleep(0.1)
