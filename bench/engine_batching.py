@@ -22,6 +22,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -63,11 +64,18 @@ def wave(url: str, n: int, max_tokens: int, first: int) -> dict[str, float | int
             "req_per_s": round(n / wall, 4), "output_tok_per_s": round(tokens / wall, 2)}
 
 
-def serve(state: Path, name: str, argv: list[str], port: int) -> str:
+def measured(state: Path, name: str, argv: Callable[[int], list[str]], n: int,
+             max_tokens: int, first: int) -> dict[str, float | int]:
+    """One wave of n requests on a fresh server started from argv(port), stopped after."""
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    ManagedServer(name, state).start(argv, port, marker=f"--port {port}",
-                                     ready=lambda: models_ready(url), timeout=120)
-    return url
+    server = ManagedServer(name, state)
+    server.start(argv(port), port, marker=f"--port {port}", ready=lambda: models_ready(url),
+                 timeout=120)
+    try:
+        return wave(url, n, max_tokens, first)
+    finally:
+        server.stop()
 
 
 def main() -> None:
@@ -82,27 +90,18 @@ def main() -> None:
         state = Path(tmp)
         first = 0
         for n in args.n:
-            port = free_port()
-            url = serve(state, f"ls{n}", llama_server_args(
-                require_server(), model, ["m"], host="127.0.0.1", port=port, slots=n,
-                context_tokens=CONTEXT, threads=args.threads, extra=LOCAL_EXTRA), port)
-            try:
-                rows["llama-server"][n] = wave(url, n, args.max_tokens, first)
-            finally:
-                ManagedServer(f"ls{n}", state).stop()
-            print(json.dumps({"engine": "llama-server", **rows["llama-server"][n]}),
-                  file=sys.stderr, flush=True)
-            port = free_port()
-            url = serve(state, f"py{n}", [
-                sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-                "--n_ctx", str(CONTEXT), "--n_threads", str(args.threads),
-                "--logits_all", "False", "--host", "127.0.0.1", "--port", str(port)], port)
-            try:
-                rows["llama-cpp-python"][n] = wave(url, n, args.max_tokens, first)
-            finally:
-                ManagedServer(f"py{n}", state).stop()
-            print(json.dumps({"engine": "llama-cpp-python", **rows["llama-cpp-python"][n]}),
-                  file=sys.stderr, flush=True)
+            for engine, argv in (
+                    ("llama-server", lambda port, n=n: llama_server_args(
+                        require_server(), model, ["m"], host="127.0.0.1", port=port, slots=n,
+                        context_tokens=CONTEXT, threads=args.threads, extra=LOCAL_EXTRA)),
+                    ("llama-cpp-python", lambda port: [
+                        sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+                        "--n_ctx", str(CONTEXT), "--n_threads", str(args.threads),
+                        "--logits_all", "False", "--host", "127.0.0.1", "--port", str(port)])):
+                rows[engine][n] = measured(state, f"{engine}-{n}", argv, n, args.max_tokens,
+                                           first)
+                print(json.dumps({"engine": engine, **rows[engine][n]}), file=sys.stderr,
+                      flush=True)
             first += n
     ratios = {n: {"req_per_s": round(rows["llama-server"][n]["req_per_s"]
                                      / rows["llama-cpp-python"][n]["req_per_s"], 3),

@@ -51,7 +51,7 @@ import tarfile
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tasks.errors import ConfigError, SlmNightlyError
@@ -225,38 +225,22 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> No
                          "to PyPI are needed for the first build.")
 
 
-def build(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
-    """The wheel for (version, variant): from the cache, else compiled once into it."""
-    entry = entry_dir(version, variant)
+def _cached_build(entry: Path, find: Callable[[Path], Path | None],
+                  compile_into: Callable[[Path, Path], dict], what: str, rebuild: bool) -> Path:
+    """What `find` finds in the cache entry, else compiled once into it: under the entry's lock,
+    `compile_into(staging, log)` builds in a private sibling folder and returns the record;
+    build.json (with the seconds it took) is written last and the folder renamed into place,
+    so an interrupted build is never taken for a finished one."""
     with _locked(entry.parent / f"{entry.name}.lock"):
-        wheel = cached_wheel(entry)
-        if wheel and not rebuild:
-            return wheel
+        found = find(entry)
+        if found and not rebuild:
+            return found
         shutil.rmtree(entry, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
         staging.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
-        log = staging / "build.log"
-        cmake_args = " ".join(flags(variant))
-        env = {**os.environ, "CMAKE_ARGS": cmake_args,
-               "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL",
-                                                            str(os.cpu_count() or 2))}
-        print(f"llama.cpp: building {DIST} {version} ({variant}) for the x86-64 baseline "
-              f"(AVX2/FMA/F16C) — once per machine and flags, ~10 min on 2 cores; "
-              f"log: {log}", flush=True)
         started = time.monotonic()
         try:
-            # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would hand back a wheel
-            # built with other flags. --no-binary: never a prebuilt wheel from an index.
-            _run_logged([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
-                         "--no-binary", DIST, "-v", "-w", str(staging), f"{DIST}=={version}"],
-                        log, env, "compiling llama.cpp")
-            wheels = sorted(staging.glob("*.whl"))
-            if len(wheels) != 1:
-                raise BuildError(f"pip wheel left {len(wheels)} wheels in {staging}, expected 1")
-            record = {"dist": DIST, "version": version, "variant": variant,
-                      "key": build_key(version, variant), "machine": platform.machine(),
-                      "cmake_args": cmake_args, "wheel": wheels[0].name,
-                      "sha256": file_sha256(wheels[0]),
+            record = {**compile_into(staging, staging / "build.log"),
                       "seconds": round(time.monotonic() - started, 1),
                       "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             (staging / "build.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -264,13 +248,39 @@ def build(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        print(f"llama.cpp: built in {record['seconds']:.0f} s → {entry}", flush=True)
-        wheel = cached_wheel(entry)
-        assert wheel is not None
-        return wheel
+        print(f"llama.cpp: built {what}in {record['seconds']:.0f} s → {entry}", flush=True)
+        found = find(entry)
+        assert found is not None
+        return found
 
 
-def _sdist(version: str, dest: Path) -> Path:
+def build(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
+    """The wheel for (version, variant): from the cache, else compiled once into it."""
+    def compile_into(staging: Path, log: Path) -> dict:
+        cmake_args = " ".join(flags(variant))
+        env = {**os.environ, "CMAKE_ARGS": cmake_args,
+               "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL",
+                                                            str(os.cpu_count() or 2))}
+        print(f"llama.cpp: building {DIST} {version} ({variant}) for the x86-64 baseline "
+              f"(AVX2/FMA/F16C) — once per machine and flags, ~10 min on 2 cores; "
+              f"log: {log}", flush=True)
+        # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would hand back a wheel
+        # built with other flags. --no-binary: never a prebuilt wheel from an index.
+        _run_logged([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
+                     "--no-binary", DIST, "-v", "-w", str(staging), f"{DIST}=={version}"],
+                    log, env, "compiling llama.cpp")
+        wheels = sorted(staging.glob("*.whl"))
+        if len(wheels) != 1:
+            raise BuildError(f"pip wheel left {len(wheels)} wheels in {staging}, expected 1")
+        return {"dist": DIST, "version": version, "variant": variant,
+                "key": build_key(version, variant), "machine": platform.machine(),
+                "cmake_args": cmake_args, "wheel": wheels[0].name,
+                "sha256": file_sha256(wheels[0])}
+
+    return _cached_build(entry_dir(version, variant), cached_wheel, compile_into, "", rebuild)
+
+
+def download_sdist(version: str, dest: Path) -> Path:
     """The pinned sdist, downloaded into dest (or taken from pip's cache)."""
     cmd = [sys.executable, "-m", "pip", "download", f"{DIST}=={version}", "--no-binary", ":all:",
            "--no-deps", "--quiet", "-d", str(dest)]
@@ -299,49 +309,30 @@ def _unpack_vendor(sdist: Path, dest: Path) -> Path:
 def build_server(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
     """llama-server for (version, variant): from the cache, else compiled once into it from
     the llama.cpp the pinned sdist vendors."""
-    entry = server_entry(version, variant)
-    with _locked(entry.parent / f"{entry.name}.lock"):
-        binary = cached_server(entry)
-        if binary and not rebuild:
-            return binary
-        shutil.rmtree(entry, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
-        staging.chmod(0o755)
-        log = staging / "build.log"
+    def compile_into(staging: Path, log: Path) -> dict:
         cmake_args = server_flags(variant)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
         print(f"llama.cpp: building {SERVER} from {DIST} {version}'s vendored llama.cpp "
               f"({variant}) for the x86-64 baseline — once per machine and flags, ~10 min on "
               f"2 cores; log: {log}", flush=True)
-        started = time.monotonic()
-        try:
-            src = _unpack_vendor(_sdist(version, staging), staging / "src")
-            generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-            build_dir = staging / "build"
-            _run_logged(["cmake", "-S", str(src), "-B", str(build_dir), *generator,
-                         *cmake_args], log, dict(os.environ), f"configuring {SERVER}")
-            _run_logged(["cmake", "--build", str(build_dir), "--target", SERVER, "-j", jobs],
-                        log, dict(os.environ), f"compiling {SERVER}")
-            shutil.copy2(build_dir / "bin" / SERVER, staging / SERVER)
-            record = {"dist": DIST, "target": SERVER, "version": version, "variant": variant,
-                      "key": server_key(version, variant), "machine": platform.machine(),
-                      "cmake_args": " ".join(cmake_args),
-                      "sha256": file_sha256(staging / SERVER),
-                      "seconds": round(time.monotonic() - started, 1),
-                      "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            shutil.rmtree(staging / "src")
-            shutil.rmtree(build_dir)
-            for sdist in staging.glob("*.tar.gz"):
-                sdist.unlink()
-            (staging / "build.json").write_text(json.dumps(record, indent=1) + "\n")
-            staging.replace(entry)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        print(f"llama.cpp: built {SERVER} in {record['seconds']:.0f} s → {entry}", flush=True)
-        binary = cached_server(entry)
-        assert binary is not None
-        return binary
+        src = _unpack_vendor(download_sdist(version, staging), staging / "src")
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        build_dir = staging / "build"
+        _run_logged(["cmake", "-S", str(src), "-B", str(build_dir), *generator, *cmake_args],
+                    log, dict(os.environ), f"configuring {SERVER}")
+        _run_logged(["cmake", "--build", str(build_dir), "--target", SERVER, "-j", jobs],
+                    log, dict(os.environ), f"compiling {SERVER}")
+        shutil.copy2(build_dir / "bin" / SERVER, staging / SERVER)
+        shutil.rmtree(staging / "src")  # keep the binary and the log, not the 75 MB of sources
+        shutil.rmtree(build_dir)
+        for sdist in staging.glob("*.tar.gz"):
+            sdist.unlink()
+        return {"dist": DIST, "target": SERVER, "version": version, "variant": variant,
+                "key": server_key(version, variant), "machine": platform.machine(),
+                "cmake_args": " ".join(cmake_args), "sha256": file_sha256(staging / SERVER)}
+
+    return _cached_build(server_entry(version, variant), cached_server, compile_into,
+                         f"{SERVER} ", rebuild)
 
 
 def server_path(prefix: str | Path = sys.prefix) -> Path:

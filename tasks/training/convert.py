@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, SlmNightlyError
+from tasks.llama_build import BuildError, download_sdist
 
 DIST = "llama-cpp-python"
 TOOLS_ENV = "SLM_LLAMA_CPP_TOOLS"  # a tools folder elsewhere (a node image may put it there)
@@ -95,16 +96,12 @@ def install(dest: Path | None = None) -> Path:
     version = llama_cpp_version()
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".sdist-", dir=dest.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", f"{DIST}=={version}", "--no-binary",
-               ":all:", "--no-deps", "--quiet", "-d", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        sdists = sorted(Path(tmp).glob("*.tar.gz"))
-        if proc.returncode != 0 or not sdists:
-            raise ConfigError(f"could not download the {DIST} {version} source distribution "
-                              f"({' '.join(cmd)}): {proc.stderr[-STDERR_TAIL:]} — check pip can "
-                              "reach its index or has the file cached")
+        try:
+            sdist = download_sdist(version, Path(tmp))
+        except BuildError as e:
+            raise ConfigError(str(e)) from e
         staging = Path(tmp) / "tools"
-        _extract(sdists[0], staging)
+        _extract(sdist, staging)
         (staging / "VERSION").write_text(f"{DIST} {version}\n")
         shutil.rmtree(dest, ignore_errors=True)  # an incomplete earlier folder
         try:

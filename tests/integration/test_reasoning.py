@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tasks.compute.inference_server import llama_server_args, server_ready
-from tasks.extraction.llm import LLMClient, strip_reasoning
+from tasks.extraction.llm import LLMClient, strip_reasoning, structured_output
 from tasks.extraction.schema import SYSTEM_PROMPT, json_schema
 from tasks.llama_build import require_server
 from tasks.processes import ManagedServer, free_port
@@ -46,15 +46,10 @@ def think_server(olmo3_tiny: dict[str, Any], tmp_path: Path) -> Any:
 
 def _raw(url: str, budget: int | None) -> dict[str, Any]:
     """One request as the client sends it, answered in full (to see reasoning_content)."""
-    client = LLMClient(url, "olmo3-tiny", "llama.cpp", max_output_tokens=320,
-                       reasoning_budget=budget)
-    from tasks.extraction.llm import structured_output
-
-    body = {"model": "olmo3-tiny", "max_tokens": 320,
+    body = {"model": "olmo3-tiny", "max_tokens": 320, "temperature": 0.0,
             "messages": [{"role": "system", "content": SYSTEM_PROMPT},
                          {"role": "user", "content": TEXT}],
             **structured_output("llama.cpp", SCHEMA, budget is not None),
-            **client.sampling(0),
             **({"reasoning_budget_tokens": budget} if budget is not None else {})}
     r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300)
     assert r.status_code == 200, r.text
