@@ -59,13 +59,16 @@ def incr_bytes(data: Path) -> int:
 def test_a_graph_that_is_still_loading_is_waited_for_with_progress(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "graph"
-    uncompacted_graph(data)
+    # three times the history, as the load-timeout test below: 6,000 entities replayed too
+    # fast now and then to be seen loading
+    uncompacted_graph(data, 3 * ENTITIES)
     assert incr_bytes(data) > 1_000_000  # history to replay at the next start
     monkeypatch.setattr(falkordb_server, "PROGRESS_EVERY", 0.0)
     lines: list[str] = []
     with open_graph(FalkorDBGraph(data_dir=str(data)), progress=lines.append) as store:
         # before: the first command failed with "Redis is loading the dataset in memory"
-        assert store.stats()["nodes"] == {"Document": 50, "Entity": ENTITIES, "Topic": ENTITIES}
+        assert store.stats()["nodes"] == {"Document": 50, "Entity": 3 * ENTITIES,
+                                          "Topic": 3 * ENTITIES}
     assert any("loading its data" in line for line in lines), lines
 
 
