@@ -134,3 +134,8 @@ def reaper(profile: str, max_run_hours: float = 12.0,
     """Stop the profile's node if it is up and no nightly run is using it; return what was done."""
     return reap(load_profile(profile), exclude=current_run.get_id(), max_run_hours=max_run_hours,
                 startup_grace_seconds=startup_grace_seconds, logger=get_run_logger())
+
+
+# prefect.yaml's entrypoint: `prefect deploy --name node-reaper/production` matches the
+# entrypoint's function name with '-' read as '_' (flows/train.py says the same of `train`).
+node_reaper = reaper

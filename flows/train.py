@@ -50,8 +50,8 @@ from tasks.training.train import (
     device_report,
     load_splits,
     resolve_base_model,
-    train,
 )
+from tasks.training.train import train as train_adapter
 
 
 def _event(kind: str, name: str, payload: dict[str, Any]) -> None:
@@ -241,7 +241,7 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
             reporter = _Reporter(store, manifest, bucket)
             # Prefect's own SIGTERM handling stays in place (a cancel is only acked with it):
             # the trainer checkpoints when the termination lands, and it propagates → Cancelled.
-            result = train(recipe, splits, device, hf_dir, store.checkpoint_dir(run_digest), out_dir,
+            result = train_adapter(recipe, splits, device, hf_dir, store.checkpoint_dir(run_digest), out_dir,
                            Hooks(on_start=reporter.on_start, on_log=reporter.on_log,
                                  on_save=reporter.on_save), promoted_peft)
         history = result.pop("history")
@@ -391,3 +391,9 @@ def run_for_marker(marker: TrainingMarker, profile: str, timeout_seconds: float
 
 
 __all__ = ["TrainParams", "TrainingError", "run_for_marker", "train_flow"]
+
+
+# prefect.yaml's entrypoint. `prefect deploy --name FLOW/DEPLOYMENT` matches a deployment by
+# its entrypoint's function name ('-' read as '_'), so the entrypoint carries the flow's name:
+# `--name train/node` as `prefect deployment run train/node` says it.
+train = train_flow
