@@ -10,23 +10,43 @@ GPU hour, each failure with its fix.
 - each node's instance in each zone (GceCompute.nodes: node i ≥ 2 is `{instance}-{i}`): it
   exists, is a g2-standard-4 with one nvidia-l4, terminates on host maintenance, and runs as a
   service account that is not the orchestrator's;
+- the GPU quota (Compute's `regions.get` and `projects.get`): in each region of the profile's
+  zones, `limit - usage` of the L4 quota of each provisioning model the night may use — spot:
+  PREEMPTIBLE_NVIDIA_L4_GPUS (NVIDIA_L4_GPUS where the preemptible limit is 0: a Spot VM
+  without preemptible quota uses the standard one); on-demand (`provisioning`, or
+  `on_demand_fallback`): NVIDIA_L4_GPUS — is at least `nodes`, and GPUS_ALL_REGIONS too;
+- each instance reaches Google's APIs: with no external IP (no accessConfigs, as
+  `--no-address` creates it) its subnet (`subnetworks.get`) has Private Google Access, or a
+  Cloud NAT of the region (`routers.list`) covers the subnet — else the node cannot read the
+  bucket or its secrets;
 - each bucket the profile names exists and takes a write;
 - Secret-typed fields of the loaded blocks are not empty (the profile load already failed on
   a saved block that does not load);
+- the graph phase 1 writes ([graph]): Neo4j, or a FalkorDB server with a host, is opened and
+  answers a read (a wrong URI, port or password fails here, naming the URI — never the
+  password); an embedded FalkorDB is started by phase 1 itself;
+- the [sources] folders and the [corpus] root are readable directories on this machine (phase
+  1 and the scorecard run on the orchestrator: flows/nightly.py calls them in-process);
 - the Prefect API answers; the node's work pool and the training deployment exist, the
-  deployment is on that pool and changes into the node's checkout; outside a night, the
+  deployment is on that pool and pulls this checkout's code from GCS (its version is this
+  checkout's, tasks/code_version.py); outside a night, the
   orchestrator's deployments (nightly/production, node-reaper/production) too;
 - the node's engine can load its model's architecture (tasks/compute/engines.py, from the
   engine's own list) and speaks the inference block's dialect; the startup script's worker
   runs from the node's checkout ({project_dir}/.venv/bin/prefect: a process worker runs each
-  flow in its own Python) with a Prefect API URL;
+  flow in its own Python) with a Prefect API URL — not the shipped placeholder
+  (PLACEHOLDER_MARKER), not the orchestrator's loopback, and answering `GET <url>/health` from
+  the orchestrator (in the same VPC as the node);
 - the training recipe's own preflight (tasks/training/preflight.py) for the node's memory.
 
-The nightly runs it (`night=True`) before it boots anything; `slm-nightly preflight` prints it.
+The nightly runs it (`night=True`) before it boots anything; `slm-nightly preflight` prints it
+(and, when PREFECT_API_URL is unset, says so before it loads any saved block: `api_url_unset`).
+Not checked: that the node's Secret Manager secrets exist and its account may read them.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -50,8 +70,19 @@ INSTANCE_PERMISSIONS = (
 BUCKET_PERMISSIONS = ("storage.objects.create", "storage.objects.get",
                       "storage.objects.list", "storage.objects.delete")
 ORCHESTRATOR_DEPLOYMENTS = ("nightly/production", "node-reaper/production")
-SET_WORKING_DIRECTORY = "prefect.deployments.steps.set_working_directory"
+PULL_FROM_GCS = "prefect_gcp.deployments.steps.pull_from_gcs"
+DEPLOY_NODE = "prefect --no-prompt deploy --name train/node"
+DEPLOY_ALL = ("prefect --no-prompt deploy --name nightly/production --name "
+              "node-reaper/production --name train/node")
 INSTANCE_ADMIN = "grant the orchestrator's account roles/compute.instanceAdmin.v1 on the instance"
+# profiles/gcp.toml's prefect_api_url until the operator sets it: refused by the preflight
+PLACEHOLDER_MARKER = "ORCHESTRATOR_VPC_IP"
+# hosts that, in the node's prefect_api_url, are the node itself and never the orchestrator
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+API_URL_FIX = ("`prefect config set PREFECT_API_URL=http://<orchestrator>:4200/api` on the "
+               "orchestrator (Prefect Cloud: `prefect cloud login`)")
+# Compute's quota metrics (regions.get / projects.get `quotas[].metric`)
+SPOT_L4, ON_DEMAND_L4, ALL_GPUS = "PREEMPTIBLE_NVIDIA_L4_GPUS", "NVIDIA_L4_GPUS", "GPUS_ALL_REGIONS"
 
 
 @dataclass(frozen=True)
@@ -144,13 +175,17 @@ def run_preflight(cfg: Profile, *, night: bool = False) -> PreflightReport:
                   "set the compute block's gcp_credentials, or give the orchestrator "
                   "Application Default Credentials (its VM's service account, or `gcloud auth "
                   "application-default login`)"))
+    node_ips: list[str] = []  # the instances' internal IPs, as instances.get gives them
     if creds is not None:
-        report.checks.extend(_compute_checks(block, email, creds))
+        report.checks.extend(_compute_checks(block, email, creds, node_ips))
+        report.checks.extend(_quota_checks(block, creds))
     training = trains_on_node(cfg)
     report.checks.extend(_bucket_checks(cfg, training))
     report.checks.extend(_secret_checks(cfg))
+    report.checks.extend(_graph_checks(cfg))
+    report.checks.extend(_folder_checks(cfg))
     report.checks.extend(_prefect_checks(cfg, block, night, training))
-    report.checks.extend(_node_checks(cfg, block, training))
+    report.checks.extend(_node_checks(cfg, block, training, node_ips))
     report.checks.extend(_recipe_checks(cfg, training))
     return report
 
@@ -171,11 +206,23 @@ def _email(creds: Any) -> str | None:
     return email if email and email != "default" else None  # GCE metadata creds before refresh
 
 
-def _compute_checks(block: GceCompute, email: str | None, creds: Any) -> Iterator[Check]:
+def _client(block: GceCompute, creds: Any, kind: str) -> Any:
+    """A compute_v1 client (`kind`: "RegionsClient", ...) as get_compute_clients builds its
+    own: REST, the same credentials and api_endpoint."""
+    from google.api_core.client_options import ClientOptions
+    from google.cloud import compute_v1
+
+    opts = ClientOptions(api_endpoint=block.api_endpoint) if block.api_endpoint else None
+    return getattr(compute_v1, kind)(transport="rest", credentials=creds, client_options=opts)
+
+
+def _compute_checks(block: GceCompute, email: str | None, creds: Any,
+                    node_ips: list[str]) -> Iterator[Check]:
     from google.api_core import exceptions as gexc
     from google.cloud import compute_v1
 
     client, _ = block.get_compute_clients()
+    subnets, routers = _client(block, creds, "SubnetworksClient"), None
     for node, zone in ((n, z) for n in block.node_blocks() for z in n.zones()):
         where = f"instance {zone}/{node.instance_in(zone)}"
         try:
@@ -195,6 +242,10 @@ def _compute_checks(block: GceCompute, email: str | None, creds: Any) -> Iterato
                         "services enable compute.googleapis.com)")
             continue
         yield from _shape_checks(where, inst, email)
+        node_ips.extend(n.network_i_p for n in inst.network_interfaces[:1] if n.network_i_p)
+        if routers is None:
+            routers = _client(block, creds, "RoutersClient")
+        yield _network_check(block, where, inst, subnets, routers)
         try:
             granted = set(client.test_iam_permissions(
                 project=block.project, zone=zone, resource=node.instance_in(zone),
@@ -244,6 +295,121 @@ def _shape_checks(where: str, inst: Any, email: str | None) -> Iterator[Check]:
                     "the node needs the bucket and its secrets, not instance admin")
     else:
         yield _ok(f"{where}: service account", ", ".join(accounts))
+
+
+SUBNET_URL = re.compile(r"projects/([^/]+)/regions/([^/]+)/subnetworks/([^/]+)$")
+
+
+def _network_check(block: GceCompute, where: str, inst: Any, subnets: Any, routers: Any
+                   ) -> Check:
+    """Whether the node reaches Cloud Storage and Secret Manager: an instance without an
+    external IP (`--no-address`: no accessConfigs) needs Private Google Access on its subnet
+    (subnetworks.get privateIpGoogleAccess) or a Cloud NAT that covers the subnet."""
+    name = f"{where}: network"
+    if not inst.network_interfaces:
+        return _fail(name, "the instance has no network interface", "recreate it "
+                     "(docs/operator-gcp.md, section 4)")
+    nic = inst.network_interfaces[0]
+    if nic.access_configs:
+        return _ok(name, "an external IP: Google's APIs are reached without Private Google "
+                   "Access")
+    m = SUBNET_URL.search(nic.subnetwork or "")
+    if m is None:
+        return _skip(name, f"subnetwork {nic.subnetwork or 'not given'}: not a regional "
+                     "subnet URL, Private Google Access not checked")
+    project, region, subnet = m.groups()
+    fix = (f"`gcloud compute networks subnets update {subnet} --region={region} "
+           "--enable-private-ip-google-access` (or a Cloud NAT for the subnet: `gcloud compute "
+           "routers nats create`)")
+    try:
+        sub = subnets.get(project=project, region=region, subnetwork=subnet)
+    except Exception as e:  # noqa: BLE001 - Forbidden, NotFound, the network
+        return _fail(name, f"cannot read subnet {region}/{subnet}: {_message(e)}",
+                     "grant the orchestrator roles/compute.networkViewer on the project, or "
+                     "check the instance's subnet")
+    if sub.private_ip_google_access:
+        return _ok(name, f"no external IP; subnet {region}/{subnet} has Private Google Access")
+    try:
+        nats = [(r.name, n.name) for r in routers.list(project=project, region=region)
+                if r.network.rsplit("/", 1)[-1] == sub.network.rsplit("/", 1)[-1]
+                for n in r.nats if _nat_covers(n, subnet)]
+    except Exception as e:  # noqa: BLE001
+        return _fail(name, f"no external IP, subnet {region}/{subnet} has no Private Google "
+                     f"Access, and its Cloud NATs could not be read: {_message(e)}",
+                     fix + "; roles/compute.networkViewer lets the preflight see a Cloud NAT")
+    if nats:
+        return _ok(name, f"no external IP; Cloud NAT {nats[0][0]}/{nats[0][1]} covers subnet "
+                   f"{region}/{subnet}")
+    return _fail(name, f"no external IP, and subnet {region}/{subnet} has neither Private "
+                 "Google Access nor a Cloud NAT: the node cannot reach Cloud Storage or Secret "
+                 "Manager (its datasets, adapters and secrets)", fix)
+
+
+def _nat_covers(nat: Any, subnet: str) -> bool:
+    if nat.source_subnetwork_ip_ranges_to_nat.startswith("ALL_SUBNETWORKS"):
+        return True
+    return any(s.name.rsplit("/", 1)[-1] == subnet for s in nat.subnetworks)
+
+
+def _quota_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
+    """The L4 quota of each provisioning model the night may start with, per region of the
+    profile's zones (regions.get), and GPUS_ALL_REGIONS (projects.get): `nodes` GPUs free."""
+    need = block.nodes
+    models = (["spot"] if block.provisioning == "spot" else []) + (
+        ["on-demand"] if block.provisioning == "on-demand" or block.on_demand_fallback else [])
+    regions_client = _client(block, creds, "RegionsClient")
+    for region in sorted({z.rsplit("-", 1)[0] for z in block.zones()}):
+        name = f"GPU quota {region}"
+        try:
+            quotas = {q.metric: q for q in regions_client.get(project=block.project,
+                                                              region=region).quotas}
+        except Exception as e:  # noqa: BLE001 - Forbidden, NotFound, the network
+            yield _fail(name, f"cannot read region {region}: {_message(e)}",
+                        "check the zones in the profile; the orchestrator's "
+                        "roles/compute.instanceAdmin.v1 on the project can read regions")
+            continue
+        if not quotas:
+            yield _skip(name, f"Compute returned no quotas for region {region}: not checked")
+            continue
+        for model in models:
+            metric, note = ON_DEMAND_L4, ""
+            if model == "spot":
+                metric = SPOT_L4
+                if _limit(quotas, SPOT_L4) == 0:  # a Spot VM uses the standard quota then
+                    metric, note = ON_DEMAND_L4, f" ({SPOT_L4} is 0: spot VMs use {ON_DEMAND_L4})"
+            wanted = SPOT_L4 if model == "spot" else ON_DEMAND_L4
+            yield _quota(f"{name} ({model})", quotas, metric, note, need, block.project,
+                         wanted.replace("_", "-") + "-per-project-region",
+                         f" --dimensions=region={region}")
+    try:
+        quotas = {q.metric: q for q in _client(block, creds, "ProjectsClient").get(
+            project=block.project).quotas}
+    except Exception as e:  # noqa: BLE001
+        yield _fail("GPU quota (all regions)", f"cannot read project {block.project}: "
+                    f"{_message(e)}", "check the project id and the Compute API")
+        return
+    yield _quota("GPU quota (all regions)", quotas, ALL_GPUS, "", need, block.project,
+                 "GPUS-ALL-REGIONS-per-project")
+
+
+def _limit(quotas: dict[str, Any], metric: str) -> float:
+    q = quotas.get(metric)
+    return float(q.limit) if q is not None else 0.0
+
+
+def _quota(name: str, quotas: dict[str, Any], metric: str, note: str, need: int, project: str,
+           quota_id: str, dims: str = "") -> Check:
+    """`need` GPUs free in `metric`; the fix asks for the quota `quota_id` (Cloud Quotas' id)."""
+    q = quotas.get(metric)
+    limit, usage = (float(q.limit), float(q.usage)) if q is not None else (0.0, 0.0)
+    free = limit - usage
+    detail = f"{metric} {free:g} free of {limit:g}{note}, {need} needed"
+    if free >= need:
+        return _ok(name, detail)
+    return _fail(name, detail + ("" if q is not None else f" (Compute lists no {metric})"),
+                 f"`gcloud quotas preferences create --service=compute.googleapis.com "
+                 f"--project={project} --quota-id={quota_id} --preferred-value="
+                 f"{int(usage) + need}{dims}` (or IAM & Admin → Quotas in the console)")
 
 
 def _act_as(block: GceCompute, where: str, inst: Any, creds: Any) -> Check:
@@ -354,16 +520,117 @@ def _secret_checks(cfg: Profile) -> Iterator[Check]:
            _ok("secrets", "no Secret-typed field of the profile's blocks is empty"))
 
 
+# --- the graph, the sources and the corpus (phase 1 and the scorecard run here) -----------------
+def _graph_checks(cfg: Profile) -> Iterator[Check]:
+    """Open the profile's graph as phase 1 does (tasks/graph/open.py) and read from it; the
+    detail names the URI, never the password. An embedded FalkorDB is phase 1's to start."""
+    from blocks.graph import Neo4jGraph
+    from tasks.graph.backends import FalkorDBStore, Neo4jStore
+    from tasks.graph.store import GraphStore
+
+    g = cfg.graph
+    secret = ""
+    try:
+        store: GraphStore
+        if isinstance(g, Neo4jGraph):
+            where = f"Neo4j at {g.uri} as {g.user!r}"
+            secret = g.password.get_secret_value()
+            fix = "fix the graph block's uri, user and password (docs/operator-gcp.md, section 6)"
+            store = Neo4jStore(g.uri, g.user, secret, g.database, 1, g.schema_dialect)
+        elif g.host is None:
+            yield _skip("graph", f"the embedded FalkorDB on {g.data_dir}: phase 1 starts it "
+                        "on this machine")
+            return
+        else:
+            where = f"FalkorDB at {g.host}:{g.port or 6379}"
+            secret = g.password.get_secret_value() if g.password else ""
+            fix = ("start the server, or fix the graph block's host, port and password "
+                   "(empty host: the embedded server)")
+            store = FalkorDBStore(g.host, g.port or 6379, g.graph_name, 1, secret or None)
+        with store:
+            store._read("RETURN 1 AS one")
+    except Exception as e:  # noqa: BLE001 - GraphError, the drivers' own
+        cause = e.__cause__ or e
+        text = f"{type(cause).__name__}: {str(cause)[:200]}"
+        if secret:
+            text = text.replace(secret, "***")
+        if "loading" in text.lower() and not isinstance(g, Neo4jGraph):
+            yield _ok("graph", f"{where} answers, and is still loading its data")
+            return
+        yield _fail("graph", f"cannot open {where}: {text}", fix)
+        return
+    yield _ok("graph", f"{where} answers a read")
+
+
+def _folder_checks(cfg: Profile) -> Iterator[Check]:
+    """The [sources] folders (phase 1) and the [corpus] root (the scorecard): readable
+    directories on this machine, the orchestrator."""
+    import os
+    from pathlib import Path
+
+    from tasks.extraction.inputs import STREAMS
+
+    folders = [(f"sources {s}", getattr(cfg.sources, s), f"[sources] {s}") for s in STREAMS
+               if getattr(cfg.sources, s)]
+    if not folders:
+        yield _fail("sources", "no [sources] stream is configured: phase 1 fails",
+                    "set transcripts, research or contacts in [sources]")
+    if cfg.corpus.root:
+        folders.append(("corpus", cfg.corpus.root, "[corpus] root"))
+    for name, value, key in folders:
+        path = Path(value).expanduser()
+        if not path.is_dir():
+            yield _fail(name, f"{path} is not a directory on the orchestrator",
+                        f"create it (`mkdir -p {path}`), or fix {key} in the profile")
+        elif not os.access(path, os.R_OK | os.X_OK):
+            yield _fail(name, f"{path} is not readable by this user",
+                        f"`chmod u+rx {path}`, or run the orchestrator as its owner")
+        else:
+            yield _ok(name, str(path))
+
+
 # --- Prefect: pools and deployments -------------------------------------------------------------
+def api_url_unset(profile: str | None = None) -> Check | None:
+    """A failed check when PREFECT_API_URL is unset and the profile needs the Prefect server
+    (a GCE node, or a saved block) — said before anything loads a saved block: without the
+    setting, Prefect 3 starts a temporary local server that holds none of them. `profile`
+    None: always needed. None when it is set, or not needed."""
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value() or (profile is not None and not _needs_api(profile)):
+        return None
+    return _fail("Prefect API", "PREFECT_API_URL is not set: the saved blocks, the node's work "
+                 "pool and the deployments live on the orchestrator's Prefect server (without "
+                 "it Prefect would start a temporary local server that has none of them)",
+                 API_URL_FIX)
+
+
+def _needs_api(profile: str) -> bool:
+    import tomllib
+
+    from tasks.profile import profile_path
+
+    try:
+        data = tomllib.loads(profile_path(profile).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # the profile load says what is wrong with the file
+    if data.get("compute", {}).get("type") == "gce":
+        return True
+    if any("block" in v for v in data.values() if isinstance(v, dict)):
+        return True  # a saved block
+    gcs = data.get("gcs_block")
+    return isinstance(gcs, str) and not gcs.startswith("gs://")  # a saved GcsBucket
+
+
 def _prefect_checks(cfg: Profile, block: GceCompute, night: bool, training: bool
                     ) -> Iterator[Check]:
     from prefect.settings import PREFECT_API_URL
 
     url = PREFECT_API_URL.value()
     if not url:
-        yield _fail("Prefect API", "PREFECT_API_URL is not set: the pools and deployments live "
-                    "on the server the node's worker talks to", "export PREFECT_API_URL (and "
-                    "PREFECT_API_KEY for Prefect Cloud) on the orchestrator")
+        unset = api_url_unset()
+        assert unset is not None
+        yield unset
         return
     from prefect.client.orchestration import get_client
 
@@ -388,6 +655,25 @@ def _prefect_checks(cfg: Profile, block: GceCompute, night: bool, training: bool
             yield from _deployment(client, name, pool, settings, pools)
 
 
+def _node_code(dep: Any) -> str | None:
+    """What is wrong with the code the node's deployment runs (prefect.yaml: pushed to GCS at
+    deploy time, pulled by each run): None when it pulls this checkout's version."""
+    from tasks.code_version import code_version
+    from tasks.profile import PROJECT_ROOT
+
+    pulls = [s[PULL_FROM_GCS] for s in dep.pull_steps or []
+             if isinstance(s, dict) and PULL_FROM_GCS in s]
+    if not pulls:
+        return ("pulls no code from GCS: its runs would run the node image's checkout, not "
+                "the orchestrator's code")
+    here = code_version(PROJECT_ROOT)
+    folder = str(pulls[0].get("folder", ""))
+    if dep.version != here or folder.rsplit("/", 1)[-1] != here:
+        return (f"runs code {dep.version} (gs://{pulls[0].get('bucket')}/{folder}); this "
+                f"checkout is {here}")
+    return None
+
+
 def _node_settings(block: GceCompute) -> Any:
     return block.node
 
@@ -400,8 +686,8 @@ def _deployment(client: Any, name: str, pool: str | None, settings: Any,
     try:
         dep = client.read_deployment_by_name(name)
     except ObjectNotFound:
-        yield _fail(check, "not on the Prefect server", "`prefect --no-prompt deploy --all` "
-                    "from the checkout (prefect.yaml)")
+        yield _fail(check, "not on the Prefect server", f"`{DEPLOY_ALL}` from the checkout "
+                    "(prefect.yaml)")
         return
     pool = pool or dep.work_pool_name
     if pool is None:
@@ -420,20 +706,20 @@ def _deployment(client: Any, name: str, pool: str | None, settings: Any,
         yield _fail(check, f"on pool {dep.work_pool_name}, but the node's worker serves {pool}",
                     "set the node's work_pool to the deployment's pool, or redeploy")
         return
-    if pool == settings.work_pool:  # the node's deployment: its checkout is the node's
-        dirs = [s[SET_WORKING_DIRECTORY].get("directory") for s in dep.pull_steps or []
-                if isinstance(s, dict) and SET_WORKING_DIRECTORY in s]
-        project_dir = settings.project_dir
-        if dirs != [project_dir]:
-            yield _fail(check, f"changes into {dirs or 'no directory'}, the node's checkout is "
-                        f"{project_dir}", "deploy from the checkout at the node's project_dir "
-                        "(the same path on both machines), or fix project_dir")
+    if pool == settings.work_pool:  # the node's deployment runs the code deployed with it
+        problem = _node_code(dep)
+        if problem:
+            yield _fail(check, problem, f"redeploy it from this checkout: `{DEPLOY_NODE}`")
             return
+        yield _ok(check, f"on pool {pool}, runs this checkout's code {dep.version} "
+                  "(pulled from GCS)")
+        return
     yield _ok(check, f"on pool {pool}")
 
 
 # --- the node: its engine and its worker ---------------------------------------------------------
-def _node_checks(cfg: Profile, block: GceCompute, training: bool) -> Iterator[Check]:
+def _node_checks(cfg: Profile, block: GceCompute, training: bool,
+                 node_ips: list[str]) -> Iterator[Check]:
     from tasks.compute.engines import engine_problems, worker_command
 
     s = block.node
@@ -460,6 +746,44 @@ def _node_checks(cfg: Profile, block: GceCompute, training: bool) -> Iterator[Ch
            _fail("node worker", f"the startup script starts {argv[0]}, not the project's "
                  f"{want}: its flow runs would lack torch, peft and prefect-gcp",
                  "start the worker from the node's checkout (tasks/compute/engines.py)"))
+    yield _node_api_check(s.prefect_api_url, node_ips)
+
+
+def _node_api_check(url: str, node_ips: list[str]) -> Check:
+    """The node's prefect_api_url: not the shipped placeholder, not the orchestrator's loopback
+    (on the node that is the node), and answering GET <url>/health here — the orchestrator is
+    in the node's VPC. Loopback is allowed only for a node whose own internal IP is a loopback
+    address: the fake Compute Engine's nodes, which run on this machine."""
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    name = "node Prefect API"
+    fix = ("set [compute.node] prefect_api_url to the Prefect API as the node reaches it over "
+           "the VPC: http://<orchestrator VPC IP>:4200/api (`hostname -I` on the orchestrator), "
+           "or the Prefect Cloud workspace URL")
+    if PLACEHOLDER_MARKER in url or "REPLACE" in url:
+        return _fail(name, f"prefect_api_url {url} is the shipped placeholder", fix)
+    host = (urlsplit(url).hostname or "").lower()
+    on_this_machine = bool(node_ips) and all(ip.startswith("127.") for ip in node_ips)
+    if host in LOOPBACK_HOSTS and not on_this_machine:
+        return _fail(name, f"prefect_api_url {url} is a loopback address: on the node it is "
+                     "the node itself, not the orchestrator", fix)
+    from prefect.settings import PREFECT_API_KEY
+
+    key = PREFECT_API_KEY.value()  # Prefect Cloud: its /health wants the key
+    key = key.get_secret_value() if hasattr(key, "get_secret_value") else key
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    health = url.rstrip("/") + "/health"
+    try:
+        resp = httpx.get(health, headers=headers, timeout=10)
+        resp.raise_for_status()
+    except httpx.HTTPError as e:
+        return _fail(name, f"GET {health} from the orchestrator failed: {type(e).__name__}: "
+                     f"{str(e)[:200]}", "serve the Prefect API on the orchestrator's VPC "
+                     "address (`prefect server start --host 0.0.0.0`) and let the node's subnet "
+                     "reach port 4200 (a firewall rule), or fix [compute.node] prefect_api_url")
+    return _ok(name, f"GET {health} answers {resp.status_code}")
 
 
 def slots_check(s: Any, slots: int, context_tokens: int) -> Check:
