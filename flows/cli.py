@@ -258,30 +258,32 @@ def _preflight(args: argparse.Namespace) -> int:
 
 def _node_preflight(args: argparse.Namespace) -> int:
     """Everything a night on a GCE profile needs, checked without booting the node."""
-    from tasks.compute.preflight import Check, PreflightReport, run_preflight
+    from tasks.compute.preflight import Check, PreflightReport, api_url_unset, run_preflight
     from tasks.profile import load_profile
 
-    try:
-        cfg = load_profile(args.profile)
-    except ConfigError as e:  # a saved block that does not load is a failed check too
-        report = PreflightReport(args.profile, [Check("profile", False, str(e),
-                                                      "fix the profile or save the block")])
+    unset = api_url_unset(args.profile)  # before a saved block loads: no temporary server
+    if unset is not None:
+        report = PreflightReport(args.profile, [unset])
     else:
-        report = run_preflight(cfg)
+        try:
+            cfg = load_profile(args.profile)
+        except ConfigError as e:  # a saved block that does not load is a failed check too
+            report = PreflightReport(args.profile, [Check("profile", False, str(e),
+                                                          "fix the profile or save the block")])
+        else:
+            report = run_preflight(cfg)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
     return 0 if report.ok else 1
 
 
 def _node(args: argparse.Namespace) -> int:
     if args.node_command == "smoke":
-        from prefect.settings import PREFECT_API_URL
-
         from flows.smoke import node_smoke
+        from tasks.compute.preflight import api_url_unset
 
-        if not PREFECT_API_URL.value():  # the node's worker and its deployment live there
-            raise ConfigError("node smoke: PREFECT_API_URL is not set — point it at the Prefect "
-                              "server the node's worker talks to (`slm-nightly preflight` "
-                              "checks the pools and deployments there)")
+        unset = api_url_unset()  # the node's worker and its deployment live there
+        if unset is not None:
+            raise ConfigError(f"node smoke: {unset.detail} — fix: {unset.fix}")
 
         result = node_smoke(profile=args.profile, train_timeout_seconds=args.train_timeout)
         print("\n".join(f"{p['phase']:12} {p['status']:7} {p.get('seconds', 0):>7} s  "

@@ -12,6 +12,10 @@ Implemented (the subset the GCE node, `tasks.compute.gce.GceNode`, and the prefl
     GET  /compute/v1/projects/P/zones/Z/operations/O                   zoneOperations.get
     POST /compute/v1/projects/P/zones/Z/operations/O/wait              zoneOperations.wait
     GET  /compute/v1/projects/P/zones/Z/operations?filter=...          zoneOperations.list
+    GET  /compute/v1/projects/P                                        projects.get (quotas)
+    GET  /compute/v1/projects/P/regions/R                              regions.get (quotas)
+    GET  /compute/v1/projects/P/regions/R/subnetworks/S                subnetworks.get
+    GET  /compute/v1/projects/P/regions/R/routers                      routers.list (Cloud NAT)
     POST /token                                                        OAuth token (service accounts)
 
 Simulated behaviour, on the wall clock (durations are attributes, in seconds):
@@ -55,6 +59,18 @@ Simulated behaviour, on the wall clock (durations are attributes, in seconds):
     node worker      optional `node_worker` argv: launched when an instance reaches RUNNING
                      and killed (with everything it started) on stop/preemption only — the
                      node's Prefect worker on its own pool, as the startup script starts it.
+    quotas           [quota] projects.get / regions.get answer `quotas` [{metric, limit,
+                     usage}]: by default limits that let a few L4 nodes start (REGION_QUOTAS in
+                     every region, PROJECT_QUOTAS); `set_quota(metric, limit, usage, region=R)`
+                     (region None: a project-wide metric) changes one, e.g. a 0 limit
+    networking       [subnet] each instance's nic0 is on the subnetwork `default` of its zone's
+                     region (zone "us-central1-a" → region "us-central1"; "zone-a" → "zone"),
+                     without accessConfigs (no external IP: `--no-address`) unless
+                     add_instance(external_ip=...); `subnet(region)` is the subnet, with
+                     privateIpGoogleAccess true unless a test sets it false; `add_nat(region)`
+                     adds a Cloud NAT router ([router] routers.list) for all or listed subnets.
+                     Neither quotas nor networking calls are IAM-checked (enforce_iam applies to
+                     instances and operations only), nor take fail_next faults.
 Internal IP: each VM has its own internal IP from its VPC subnet ([ref] networkInterfaces[].
 networkIP; "IP addresses", cloud.google.com/vpc/docs/ip-addresses), so N nodes serve on the
 same port side by side. The fake's networkIP is a loopback address: 127.0.0.1 unless
@@ -84,6 +100,17 @@ that is harder on the code, and says so):
           and QUOTA_EXCEEDED "Quota 'X' exceeded.  Limit: N in region R." as operation errors
           (GoogleCloudPlatform/ai-on-gke#849), cloud.google.com/compute/docs/troubleshooting/
           troubleshooting-resource-availability.
+  [quota] projects.get and regions.get (cloud.google.com/compute/docs/reference/rest/v1/
+          projects/get, .../regions/get): `quotas[]` of {metric, limit, usage} (numbers), the
+          regional GPU metrics NVIDIA_L4_GPUS and PREEMPTIBLE_NVIDIA_L4_GPUS, the project-wide
+          GPUS_ALL_REGIONS; "Allocation quotas" (cloud.google.com/compute/resource-usage).
+  [subnet] subnetworks.get (cloud.google.com/compute/docs/reference/rest/v1/subnetworks/get):
+          name, network, ipCidrRange, region, privateIpGoogleAccess, selfLink; an instance's
+          networkInterfaces[].subnetwork is that subnet's URL and accessConfigs is absent for
+          an instance created with `--no-address`.
+  [router] routers.list (cloud.google.com/compute/docs/reference/rest/v1/routers/list): items[]
+          with network and nats[] {name, sourceSubnetworkIpRangesToNat
+          (ALL_SUBNETWORKS_ALL_IP_RANGES | LIST_OF_SUBNETWORKS), subnetworks[] {name: URL}}.
   [guest] "Set and query guest attributes" (cloud.google.com/compute/docs/metadata/
           manage-guest-attributes): off unless metadata enable-guest-attributes=TRUE; the guest's
           write is refused then; a query of a path with nothing under it is a 404.
@@ -115,6 +142,10 @@ AGENT_KEY = "slm-vllm"
 GUEST_ATTRIBUTES_KEY = "enable-guest-attributes"
 NODE_SA = "slm-node@{project}.iam.gserviceaccount.com"  # add_instance's default service account
 MIN_RUN_SECONDS, MAX_RUN_SECONDS = 30, 120 * 86400  # [limit]
+# [quota] what the fake answers unless set_quota says otherwise: enough for a few L4 nodes
+REGION_QUOTAS = {"CPUS": 24.0, "NVIDIA_L4_GPUS": 8.0, "PREEMPTIBLE_NVIDIA_L4_GPUS": 8.0,
+                 "PREEMPTIBLE_CPUS": 24.0, "IN_USE_ADDRESSES": 8.0}
+PROJECT_QUOTAS = {"GPUS_ALL_REGIONS": 8.0, "NETWORKS": 5.0, "FIREWALLS": 100.0}
 START_FAILURES = ("stockout", "stockout-details", "quota", "quota-regional", "unsupported",
                   "503", "500", "429", "rate-limit", "quota-http", "preempted")
 
@@ -215,6 +246,12 @@ class FakeInstance:
     machine_type: str = "g2-standard-4"
     accelerators: list[tuple[str, int]] = field(default_factory=lambda: [("nvidia-l4", 1)])
     network_ip: str = "127.0.0.1"  # its own "VPC IP" (module docstring: Internal IP)
+    subnetwork: str = "default"  # [subnet] in its zone's region
+    external_ip: str | None = None  # accessConfigs[0].natIP; None: `--no-address`
+
+    @property
+    def region(self) -> str:
+        return self.zone.rsplit("-", 1)[0]
 
     def link(self, base: str) -> str:
         return f"{base}/compute/v1/projects/{self.project}/zones/{self.zone}/instances/{self.name}"
@@ -235,6 +272,21 @@ class FakeInstance:
 
     def guest_attributes_enabled(self) -> bool:
         return self.metadata.get(GUEST_ATTRIBUTES_KEY, "").strip().upper() == "TRUE"
+
+
+@dataclass
+class FakeSubnet:
+    """A subnetwork of the `default` network [subnet]."""
+
+    project: str
+    region: str
+    name: str
+    private_ip_google_access: bool = True
+    ip_cidr_range: str = "10.128.0.0/20"
+
+    def link(self, base: str) -> str:
+        return (f"{base}/compute/v1/projects/{self.project}/regions/{self.region}/subnetworks/"
+                f"{self.name}")
 
 
 @dataclass
@@ -298,6 +350,10 @@ class FakeComputeEngine:
         self.grants: set[tuple[str, str, str]] = set()  # (principal, role, resource)
         self.tokens: dict[str, str] = {}  # access token → principal
         self.calls: list[dict[str, Any]] = []
+        self.region_quotas: dict[str, dict[str, list[float]]] = {}  # region → metric → [l, u]
+        self.project_quotas = {m: [v, 0.0] for m, v in PROJECT_QUOTAS.items()}
+        self.subnets: dict[tuple[str, str], FakeSubnet] = {}
+        self.routers: dict[str, list[dict[str, Any]]] = {}  # region → routers.list items
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
@@ -330,12 +386,14 @@ class FakeComputeEngine:
                      provisioning_model: str = "SPOT", boot_seconds: float = 0.3,
                      service_account: str | None = "",
                      metadata: dict[str, str] | None = None,
-                     network_ip: str = "127.0.0.1") -> FakeInstance:
+                     network_ip: str = "127.0.0.1", subnetwork: str = "default",
+                     external_ip: str | None = None) -> FakeInstance:
         """An instance as `gcloud compute instances create` leaves it: SPOT with STOP, or
         STANDARD with Compute's defaults for a GPU VM (automaticRestart true, TERMINATE).
         `service_account` "" → NODE_SA; None → an instance without a service account.
         `network_ip`: its internal IP, a loopback address of its own when several nodes serve
-        on one port (module docstring)."""
+        on one port (module docstring). `subnetwork`: its subnet in the zone's region;
+        `external_ip`: an accessConfig (None: no external IP, as `--no-address`)."""
         if not network_ip.startswith("127."):
             raise ValueError(f"network_ip {network_ip!r}: a loopback address (127.x.y.z)")
         with self._lock:
@@ -347,11 +405,49 @@ class FakeComputeEngine:
                 termination_action="STOP" if spot else None,
                 service_account=(NODE_SA.format(project=self.project)
                                  if service_account == "" else service_account),
-                metadata=dict(metadata or {}), network_ip=network_ip)
+                metadata=dict(metadata or {}), network_ip=network_ip,
+                subnetwork=subnetwork, external_ip=external_ip)
             self.instances[(zone, name)] = inst
+            self.subnet(inst.region, subnetwork)
             if status == "RUNNING":
                 self._enter_running(inst)
             return inst
+
+    def set_quota(self, metric: str, limit: float, usage: float = 0.0,
+                  region: str | None = None) -> None:
+        """[quota] one metric's limit and usage: in `region` (regions.get), or project-wide
+        (projects.get) when region is None."""
+        with self._lock:
+            table = self.project_quotas if region is None else self._region_quotas(region)
+            table[metric] = [float(limit), float(usage)]
+
+    def _region_quotas(self, region: str) -> dict[str, list[float]]:
+        return self.region_quotas.setdefault(region, {m: [v, 0.0]
+                                                      for m, v in REGION_QUOTAS.items()})
+
+    def subnet(self, region: str, name: str = "default") -> FakeSubnet:
+        """[subnet] the subnet (made on first use, with Private Google Access on)."""
+        with self._lock:
+            return self.subnets.setdefault((region, name),
+                                           FakeSubnet(self.project, region, name))
+
+    def add_nat(self, region: str, router: str = "nat-router", nat: str = "nat",
+                subnetworks: list[str] | None = None) -> None:
+        """[router] a Cloud Router with a NAT on the default network: for every subnet of the
+        region, or (`subnetworks`) the named ones."""
+        base = f"{self.url}/compute/v1/projects/{self.project}"
+        entry: dict[str, Any] = {"name": nat, "sourceSubnetworkIpRangesToNat":
+                                 "ALL_SUBNETWORKS_ALL_IP_RANGES"}
+        if subnetworks is not None:
+            entry = {"name": nat, "sourceSubnetworkIpRangesToNat": "LIST_OF_SUBNETWORKS",
+                     "subnetworks": [{"name": f"{base}/regions/{region}/subnetworks/{s}",
+                                      "sourceIpRangesToNat": ["ALL_IP_RANGES"]}
+                                     for s in subnetworks]}
+        with self._lock:
+            self.routers.setdefault(region, []).append({
+                "kind": "compute#router", "name": router, "region": f"{base}/regions/{region}",
+                "network": f"{base}/global/networks/default", "nats": [entry],
+                "selfLink": f"{base}/regions/{region}/routers/{router}"})
 
     def stock_out(self, zone: str, *models: str) -> None:
         """Starts in `zone` with these provisioning models ("SPOT", "STANDARD") fail."""
@@ -677,8 +773,7 @@ class FakeComputeEngine:
                 {"acceleratorType": f"{self.url}/compute/v1/projects/{self.project}/zones/"
                                     f"{inst.zone}/acceleratorTypes/{kind}",
                  "acceleratorCount": count} for kind, count in inst.accelerators],
-            "networkInterfaces": [{"name": "nic0", "networkIP": inst.network_ip,
-                                   "network": "global/networks/default"}],
+            "networkInterfaces": [self._nic_json(inst)],
             "metadata": {"kind": "compute#metadata", "fingerprint": inst.metadata_fingerprint,
                          "items": [{"key": k, "value": v} for k, v in inst.metadata.items()]},
         }
@@ -690,6 +785,19 @@ class FakeComputeEngine:
         if inst.last_stop:
             d["lastStopTimestamp"] = _rfc3339(inst.last_stop)
         return d
+
+    def _nic_json(self, inst: FakeInstance) -> dict[str, Any]:
+        """[subnet] nic0 on its subnet's URL; accessConfigs only with an external IP."""
+        base = f"{self.url}/compute/v1/projects/{self.project}"
+        nic: dict[str, Any] = {
+            "kind": "compute#networkInterface", "name": "nic0", "networkIP": inst.network_ip,
+            "network": f"{base}/global/networks/default",
+            "subnetwork": f"{base}/regions/{inst.region}/subnetworks/{inst.subnetwork}"}
+        if inst.external_ip:
+            nic["accessConfigs"] = [{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT",
+                                     "name": "External NAT", "natIP": inst.external_ip,
+                                     "networkTier": "PREMIUM"}]
+        return nic
 
     def _op_json(self, op: FakeOperation) -> dict[str, Any]:
         now = time.time()
@@ -767,6 +875,11 @@ class FakeComputeEngine:
         if path == "/token":
             with self._lock:
                 return self._token(body)
+        m = re.fullmatch(r"/compute/v1/projects/([^/]+)(?:/regions/([^/]+)(?:/(subnetworks|"
+                         r"routers)(?:/([^/]+))?)?)?", path)
+        if m and method == "GET":
+            with self._lock:
+                return self._regional(*m.groups(), auth)
         m = re.fullmatch(r"/compute/v1/projects/([^/]+)/zones/([^/]+)/(instances|operations)"
                          r"(?:/([^/]+))?(?:/([A-Za-z]+))?", path)
         if not m:
@@ -818,6 +931,42 @@ class FakeComputeEngine:
                 granted = [p for p in wanted if self.allowed(principal, p, inst.resource())]
                 return 200, ({"permissions": granted} if granted else {})
         return 400, {"error": {"code": 400, "message": f"unsupported {method} {path}"}}
+
+    def _regional(self, project: str, region: str | None, kind: str | None,
+                  name: str | None, auth: str | None) -> tuple[int, dict[str, Any]]:
+        """projects.get, regions.get, subnetworks.get, routers.list [quota] [subnet] [router]."""
+        what = kind or ("regions" if region else "projects")
+        self.calls.append({"method": "GET", "verb": "list" if kind == "routers" else "get",
+                           "kind": what, "region": region, "name": name, "auth": auth,
+                           "principal": self.principal(auth), "body": {}, "at": time.time()})
+        if project != self.project:
+            return _error(403, f"Project {project} not found or permission denied", "forbidden")
+        base = f"{self.url}/compute/v1/projects/{project}"
+        if region is None:
+            return 200, {"kind": "compute#project", "name": project, "id": "4242",
+                         "quotas": self._quota_json(self.project_quotas),
+                         "selfLink": base}
+        if kind is None:
+            return 200, {"kind": "compute#region", "name": region, "status": "UP",
+                         "quotas": self._quota_json(self._region_quotas(region)),
+                         "selfLink": f"{base}/regions/{region}"}
+        if kind == "routers":
+            if name is not None:
+                return 400, {"error": {"code": 400, "message": "routers.get is not modelled"}}
+            return 200, {"kind": "compute#routerList", "items": self.routers.get(region, []),
+                         "selfLink": f"{base}/regions/{region}/routers"}
+        sub = self.subnets.get((region, name or ""))
+        if sub is None:
+            return self._not_found(f"projects/{project}/regions/{region}/subnetworks/{name}")
+        return 200, {"kind": "compute#subnetwork", "name": sub.name, "id": str(int(hashlib.sha256(
+            sub.link("").encode()).hexdigest()[:10], 16)), "network": f"{base}/global/networks/default",
+                     "ipCidrRange": sub.ip_cidr_range, "region": f"{base}/regions/{region}",
+                     "privateIpGoogleAccess": sub.private_ip_google_access,
+                     "selfLink": sub.link(self.url)}
+
+    @staticmethod
+    def _quota_json(table: dict[str, list[float]]) -> list[dict[str, Any]]:
+        return [{"metric": m, "limit": lim, "usage": use} for m, (lim, use) in table.items()]
 
     @staticmethod
     def _fault_json(fault: _Fault) -> tuple[int, dict[str, Any]]:

@@ -379,7 +379,7 @@ def _quota_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
                     metric, note = ON_DEMAND_L4, f" ({SPOT_L4} is 0: spot VMs use {ON_DEMAND_L4})"
             wanted = SPOT_L4 if model == "spot" else ON_DEMAND_L4
             yield _quota(f"{name} ({model})", quotas, metric, note, need, block.project,
-                         wanted.replace("_", "-") + "-per-project-region",
+                         wanted, wanted.replace("_", "-") + "-per-project-region",
                          f" --dimensions=region={region}")
     try:
         quotas = {q.metric: q for q in _client(block, creds, "ProjectsClient").get(
@@ -389,7 +389,7 @@ def _quota_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
                     f"{_message(e)}", "check the project id and the Compute API")
         return
     yield _quota("GPU quota (all regions)", quotas, ALL_GPUS, "", need, block.project,
-                 "GPUS-ALL-REGIONS-per-project")
+                 ALL_GPUS, "GPUS-ALL-REGIONS-per-project")
 
 
 def _limit(quotas: dict[str, Any], metric: str) -> float:
@@ -398,18 +398,21 @@ def _limit(quotas: dict[str, Any], metric: str) -> float:
 
 
 def _quota(name: str, quotas: dict[str, Any], metric: str, note: str, need: int, project: str,
-           quota_id: str, dims: str = "") -> Check:
-    """`need` GPUs free in `metric`; the fix asks for the quota `quota_id` (Cloud Quotas' id)."""
+           ask: str, quota_id: str, dims: str = "") -> Check:
+    """`need` GPUs free in `metric`; the fix asks for more of `ask` (Cloud Quotas' id
+    `quota_id`): its usage plus `need`."""
     q = quotas.get(metric)
     limit, usage = (float(q.limit), float(q.usage)) if q is not None else (0.0, 0.0)
     free = limit - usage
     detail = f"{metric} {free:g} free of {limit:g}{note}, {need} needed"
     if free >= need:
         return _ok(name, detail)
+    asked = quotas.get(ask)
+    want = int(float(asked.usage) if asked is not None else 0.0) + need
     return _fail(name, detail + ("" if q is not None else f" (Compute lists no {metric})"),
                  f"`gcloud quotas preferences create --service=compute.googleapis.com "
-                 f"--project={project} --quota-id={quota_id} --preferred-value="
-                 f"{int(usage) + need}{dims}` (or IAM & Admin → Quotas in the console)")
+                 f"--project={project} --quota-id={quota_id} --preferred-value={want}{dims}` "
+                 "(or IAM & Admin → Quotas in the console)")
 
 
 def _act_as(block: GceCompute, where: str, inst: Any, creds: Any) -> Check:

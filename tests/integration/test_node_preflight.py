@@ -17,7 +17,7 @@ import pytest
 
 from blocks.gce import GceCompute
 from flows.cli import main
-from tasks.compute.preflight import PreflightFailed, PreflightReport, run_preflight
+from tasks.compute.preflight import DEPLOY_ALL, PreflightFailed, PreflightReport, run_preflight
 from tasks.compute.startup_script import WORKER_UNIT
 from tasks.profile import load_profile
 from tasks.summary import render_text
@@ -29,6 +29,20 @@ from tests.integration.test_gce import PROJECT, creds
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 BUCKET_BLOCK = "preflight-gcs"
+GRAPH: dict[str, int] = {}  # the real FalkorDB the profiles' [graph] names (its port)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _graph(falkordb: int) -> None:
+    GRAPH["port"] = falkordb
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _api_url() -> str:
@@ -38,26 +52,35 @@ def _api_url() -> str:
 
 
 @pytest.fixture(scope="module")
-def deployed(prefect_api: None) -> None:
-    """prefect.yaml's train/node, nightly/production and node-reaper/production, deployed with
-    the CLI from the checkout (so train/node changes into ROOT), and their pools."""
+def gcs(tmp_path_factory: pytest.TempPathFactory, prefect_api: None) -> Iterator[GcsEmulator]:
+    """The GCS emulator: the profiles' bucket block, and `slm-gcs`, the bucket prefect.yaml
+    pushes the node's code to (the node's runs pull it from there)."""
+    with GcsEmulator(tmp_path_factory.mktemp("preflight-gcs")) as emulator:
+        emulator.bucket(folder="slm").save(BUCKET_BLOCK, overwrite=True)
+        emulator.bucket(folder="slm").save("slm-gcs", overwrite=True)
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def deployed(gcs: GcsEmulator) -> None:
+    """prefect.yaml's train/node (its code pushed to the emulated bucket), nightly/production
+    and node-reaper/production, deployed with the CLI from the checkout by name, and their
+    pools."""
     env = {**os.environ, "PREFECT_API_URL": _api_url(), "PWD": str(ROOT),
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": str(ROOT), **gcs.adc()}
     for argv in (["work-pool", "create", "slm-node", "--type", "process", "--overwrite"],
                  ["work-pool", "create", "slm-orchestrator", "--type", "process", "--overwrite"],
-                 ["--no-prompt", "deploy", "--name", "node", "--name", "production"]):
+                 ["--no-prompt", "deploy", "--name", "train/node", "--name",
+                  "nightly/production", "--name", "node-reaper/production"]):
         out = subprocess.run([PREFECT, *argv], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=180)
+                             text=True, timeout=240)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory, deployed: None
-          ) -> Iterator[FakeComputeEngine]:
-    """The fake Compute Engine with the node in two zones, and the emulated bucket's block."""
-    tmp = tmp_path_factory.mktemp("preflight-gcs")
-    with GcsEmulator(tmp) as gcs, FakeComputeEngine(PROJECT) as fake:
-        gcs.bucket(folder="slm").save(BUCKET_BLOCK, overwrite=True)
+def world(deployed: None) -> Iterator[FakeComputeEngine]:
+    """The fake Compute Engine with the node in two zones (the bucket: `gcs`)."""
+    with FakeComputeEngine(PROJECT) as fake:
         fake.add_instance("zone-a", "node")
         fake.add_instance("zone-b", "node")
         yield fake
@@ -65,22 +88,28 @@ def world(tmp_path_factory: pytest.TempPathFactory, deployed: None
 
 def profile(tmp: Path, fake: FakeComputeEngine, *, zones: tuple[str, ...] = ("zone-a", "zone-b"),
             training: dict[str, Any] | None = None, gcs: bool = True, dialect: str = "llama.cpp",
-            nodes: int = 1, **node: Any) -> Path:
+            nodes: int = 1, graph: dict[str, Any] | None = None,
+            sources: dict[str, Any] | None = None, corpus: Path | None = None,
+            compute: dict[str, Any] | None = None, **node: Any) -> Path:
     """A GCE profile that trains (a corpus root), on a saved GceCompute block whose node runs
-    its worker from this checkout (where the test deployment changes into)."""
+    its worker from this checkout (where the test deployment changes into); its graph is the
+    test FalkorDB, its documents under tmp/docs. `compute`: more GceCompute fields."""
     block = "preflight-" + tmp.name[-20:].replace("_", "-").lower()
     GceCompute(project=PROJECT, zone=zones[0], instance="node", fallback_zones=list(zones[1:]),
                api_endpoint=fake.url, gcp_credentials=creds(fake), poll_seconds=0.1,
-               state_dir=str(tmp / "state"), nodes=nodes,
+               state_dir=str(tmp / "state"), nodes=nodes, **(compute or {}),
                node={"work_pool": "slm-node", "project_dir": str(ROOT),
                      "prefect_api_url": _api_url(), **node}).save(block, overwrite=True)
+    (tmp / "docs").mkdir(exist_ok=True)
     return toml_profile(
         tmp / "gce.toml", state_dir=tmp / "state", gcs_block=BUCKET_BLOCK if gcs else None,
         compute={"type": "gce", "block": block},
         inference={"dialect": dialect, "model": "fake", "context_tokens": 2048,
                    "max_output_tokens": 256, "readiness_timeout_seconds": 60},
-        graph={"type": "falkordb", "host": "127.0.0.1", "port": 1, "graph_name": "preflight"},
-        sources={"transcripts": tmp / "docs"}, corpus={"root": ROOT / "examples" / "corpus"},
+        graph=graph or {"type": "falkordb", "host": "127.0.0.1", "port": GRAPH["port"],
+                        "graph_name": "preflight"},
+        sources=sources or {"transcripts": tmp / "docs"},
+        corpus={"root": corpus or ROOT / "examples" / "corpus"},
         training={"recipe": "production", **(training or {})})
 
 
@@ -107,6 +136,12 @@ def test_a_ready_project_passes_every_check(tmp_path: Path, world: FakeComputeEn
     # the production recipe's own preflight, for a g2-standard-4, from its shipped config.json
     assert s["training recipe (sft, dpo): verification fits"] == "ok"
     assert s["training recipe (sft, dpo): base model"] == "skipped"  # the weights are on the node
+    # the checks of issue 23: the graph, the folders, the quota, the subnet, the node's API URL
+    assert s["graph"] == s["sources transcripts"] == s["corpus"] == "ok"
+    assert s["GPU quota zone (spot)"] == s["GPU quota (all regions)"] == "ok"
+    assert "GPU quota zone (on-demand)" not in s  # spot only, no on-demand fallback
+    assert s["instance zone-a/node: network"] == s["instance zone-b/node: network"] == "ok"
+    assert s["node Prefect API"] == "ok"
     # the probe object was removed again
     from prefect_gcp import GcsBucket
 
@@ -126,7 +161,7 @@ def test_missing_instance_pool_and_deployment_are_named_with_their_fix(
     assert set(bad) == {"instance zone-c/node", "deployment train/absent"}
     assert bad["instance zone-c/node"]["detail"] == \
         "projects/test-project/zones/zone-c/instances/node not found"
-    assert "prefect --no-prompt deploy --all" in bad["deployment train/absent"]["fix"]
+    assert DEPLOY_ALL in bad["deployment train/absent"]["fix"]
     # the pool: train/node exists, but not on the pool the node's worker serves
     path = profile(tmp_path, world, work_pool="absent-pool")
     report = run_preflight(load_profile(str(path)))
@@ -242,16 +277,12 @@ def test_an_engine_that_cannot_load_the_model_and_the_node_worker(
     path = profile(tmp_path, world, dialect="vllm", engine="vllm", project_dir="/opt/elsewhere")
     report = run_preflight(load_profile(str(path)))
     f = failed(report)
-    assert set(f) == {"engine", "deployment train/node"}
+    assert set(f) == {"engine"}  # the node's deployment runs the code it pulls, wherever
     # vLLM's GGUF loader has no olmo2 (vllm-project/vllm#30691); llama.cpp's list has it
     assert f["engine"].startswith("engine vllm cannot load /opt/models/Olmo-3-32B-Think-Q3_K_M"
                                   ".gguf: its GGUF loader (transformers ")
     assert "has no architecture 'olmo2'" in f["engine"]
     assert f["engine"].endswith('— fix: set [compute.node] engine = "llama.cpp" (it loads olmo2)')
-    assert f["deployment train/node"] == (
-        f"changes into ['{ROOT}'], the node's checkout is /opt/elsewhere — fix: deploy from the "
-        "checkout at the node's project_dir (the same path on both machines), or fix "
-        "project_dir")
     worker = next(c for c in report.checks if c.name == "node worker")
     assert worker.ok and worker.detail == (
         "/opt/elsewhere/.venv/bin/prefect worker start --pool slm-node --type process with "
@@ -272,12 +303,13 @@ def _smoke(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[st
 
 
 def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
-        tmp_path: Path, world: FakeComputeEngine, base_cache: dict[str, Any],
+        tmp_path: Path, world: FakeComputeEngine, gcs: GcsEmulator, base_cache: dict[str, Any],
         capsys: pytest.CaptureFixture[str]) -> None:
     from tasks.training.registry import ArtifactStore
     from tests.integration.test_node_path import Node
 
     node = Node(tmp_path)
+    node.runtime.env.update(gcs.adc())  # the node pulls train/node's code from the bucket
     with node.fake:  # after `world`'s GCS emulator: the node's worker inherits it
         path = node.profile(tmp_path, "smoke-ok", {**base_cache, "falkordb": 1}, 50,
                             gcs_block=BUCKET_BLOCK)
@@ -301,11 +333,12 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
 
 
 def test_node_smoke_stops_the_node_when_a_step_fails(
-        tmp_path: Path, world: FakeComputeEngine, base_cache: dict[str, Any],
+        tmp_path: Path, world: FakeComputeEngine, gcs: GcsEmulator, base_cache: dict[str, Any],
         capsys: pytest.CaptureFixture[str]) -> None:
     from tests.integration.test_node_path import Node
 
     node = Node(tmp_path)
+    node.runtime.env.update(gcs.adc())
     with node.fake:
         path = node.profile(tmp_path, "smoke-fail", {**base_cache, "falkordb": 1}, 1,
                             gcs_block=BUCKET_BLOCK)
@@ -352,3 +385,180 @@ def test_every_node_of_a_two_node_profile_is_checked_in_every_zone(
     s = statuses(report)
     assert s["instance zone-a/node-2: GPU"] == s["instance zone-a/node-2: IAM"] == "ok"
     assert s["instance zone-a/node: GPU"] == "ok"
+
+
+# --- issue 23: what failed only later, now checked before the night ---------------------------------
+def test_the_node_api_url_is_no_placeholder_no_loopback_and_answers(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    import tomllib
+
+    from tasks.compute.preflight import PLACEHOLDER_MARKER
+
+    shipped = tomllib.loads((ROOT / "profiles" / "gcp.toml").read_text())
+    url = shipped["compute"]["node"]["prefect_api_url"]
+    assert PLACEHOLDER_MARKER in url  # the shipped profile fails until the operator sets it
+    fix = ("set [compute.node] prefect_api_url to the Prefect API as the node reaches it over "
+           "the VPC: http://<orchestrator VPC IP>:4200/api (`hostname -I` on the orchestrator), "
+           "or the Prefect Cloud workspace URL")
+    report = run_preflight(load_profile(str(profile(tmp_path, world, prefect_api_url=url))))
+    assert failed(report) == {"node Prefect API": f"prefect_api_url {url} is the shipped "
+                              f"placeholder — fix: {fix}"}
+    # nothing answers there: GET <url>/health from the orchestrator fails
+    dead = f"http://127.0.0.1:{_free_port()}/api"
+    report = run_preflight(load_profile(str(profile(tmp_path, world, prefect_api_url=dead))))
+    (bad,) = report.failed
+    assert bad.name == "node Prefect API"
+    assert bad.detail.startswith(f"GET {dead}/health from the orchestrator failed: ConnectError")
+    assert bad.fix == ("serve the Prefect API on the orchestrator's VPC address (`prefect server "
+                       "start --host 0.0.0.0`) and let the node's subnet reach port 4200 (a "
+                       "firewall rule), or fix [compute.node] prefect_api_url")
+    # a node with a VPC address of its own cannot reach the orchestrator's loopback (the fake's
+    # nodes are on this machine's loopback: there it is allowed, as the ready world shows)
+    with FakeComputeEngine(PROJECT) as fake:
+        for zone in ("zone-a", "zone-b"):
+            fake.add_instance(zone, "node").network_ip = "10.128.0.7"
+        report = run_preflight(load_profile(str(profile(tmp_path, fake))))
+    assert failed(report) == {"node Prefect API": f"prefect_api_url {_api_url()} is a loopback "
+                              "address: on the node it is the node itself, not the "
+                              f"orchestrator — fix: {fix}"}
+
+
+def test_the_graph_is_opened_and_read_and_a_wrong_one_is_named(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    port = GRAPH["port"]
+    report = run_preflight(load_profile(str(profile(tmp_path, world))))
+    graph = next(c for c in report.checks if c.name == "graph")
+    assert graph.ok and graph.detail == f"FalkorDB at 127.0.0.1:{port} answers a read"
+    wrong = _free_port()
+    report = run_preflight(load_profile(str(profile(tmp_path, world, graph={
+        "type": "falkordb", "host": "127.0.0.1", "port": wrong, "graph_name": "preflight"}))))
+    (bad,) = report.failed
+    assert bad.name == "graph"
+    assert bad.detail.startswith(f"cannot open FalkorDB at 127.0.0.1:{wrong}: ConnectionError: ")
+    assert bad.fix == ("start the server, or fix the graph block's host, port and password "
+                       "(empty host: the embedded server)")
+    # Neo4j: the URI and the user are named, never the password
+    uri = f"bolt://127.0.0.1:{_free_port()}"
+    report = run_preflight(load_profile(str(profile(tmp_path, world, graph={
+        "type": "neo4j", "uri": uri, "password": "s3cret-pw"}))))
+    (bad,) = report.failed
+    assert bad.name == "graph"
+    assert bad.detail.startswith(f"cannot open Neo4j at {uri} as 'neo4j': ServiceUnavailable")
+    assert bad.fix == ("fix the graph block's uri, user and password (docs/operator-gcp.md, "
+                       "section 6)")
+    assert "s3cret-pw" not in json.dumps(report.to_dict())
+    # an embedded FalkorDB is phase 1's to start
+    report = run_preflight(load_profile(str(profile(tmp_path, world, graph={
+        "type": "falkordb", "data_dir": tmp_path / "graph"}))))
+    assert report.ok and statuses(report)["graph"] == "skipped"
+
+
+def test_missing_source_folders_and_corpus_root_are_named(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    absent, corpus = tmp_path / "absent", tmp_path / "no-corpus"
+    report = run_preflight(load_profile(str(profile(
+        tmp_path, world, sources={"transcripts": tmp_path / "docs", "research": absent},
+        corpus=corpus))))
+    assert failed(report) == {
+        "sources research": f"{absent} is not a directory on the orchestrator — fix: create it "
+                            f"(`mkdir -p {absent}`), or fix [sources] research in the profile",
+        "corpus": f"{corpus} is not a directory on the orchestrator — fix: create it "
+                  f"(`mkdir -p {corpus}`), or fix [corpus] root in the profile"}
+    assert statuses(report)["sources transcripts"] == "ok"
+
+
+def test_the_gpu_quota_of_each_provisioning_model_and_all_regions(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    with FakeComputeEngine(PROJECT) as fake:
+        fake.add_instance("zone-a", "node")
+        fake.add_instance("zone-b", "node")
+        # spot with no preemptible quota uses the standard L4 quota: one L4, and it is in use
+        fake.set_quota("PREEMPTIBLE_NVIDIA_L4_GPUS", 0, region="zone")
+        fake.set_quota("NVIDIA_L4_GPUS", 1, usage=1, region="zone")
+        fake.set_quota("GPUS_ALL_REGIONS", 0)
+        report = run_preflight(load_profile(str(profile(tmp_path, fake))))
+        assert failed(report) == {
+            "GPU quota zone (spot)":
+                "NVIDIA_L4_GPUS 0 free of 1 (PREEMPTIBLE_NVIDIA_L4_GPUS is 0: spot VMs use "
+                "NVIDIA_L4_GPUS), 1 needed — fix: `gcloud quotas preferences create "
+                "--service=compute.googleapis.com --project=test-project "
+                "--quota-id=PREEMPTIBLE-NVIDIA-L4-GPUS-per-project-region --preferred-value=1 "
+                "--dimensions=region=zone` (or IAM & Admin → Quotas in the console)",
+            "GPU quota (all regions)":
+                "GPUS_ALL_REGIONS 0 free of 0, 1 needed — fix: `gcloud quotas preferences "
+                "create --service=compute.googleapis.com --project=test-project "
+                "--quota-id=GPUS-ALL-REGIONS-per-project --preferred-value=1` (or IAM & Admin "
+                "→ Quotas in the console)"}
+        # two nodes, spot quota for them, and the on-demand fallback without any
+        for zone in ("zone-a", "zone-b"):
+            fake.add_instance(zone, "node-2")
+        fake.set_quota("PREEMPTIBLE_NVIDIA_L4_GPUS", 2, region="zone")
+        fake.set_quota("NVIDIA_L4_GPUS", 0, region="zone")
+        fake.set_quota("GPUS_ALL_REGIONS", 4, usage=1)
+        report = run_preflight(load_profile(str(profile(
+            tmp_path, fake, nodes=2, compute={"on_demand_fallback": True}))))
+    assert failed(report) == {
+        "GPU quota zone (on-demand)":
+            "NVIDIA_L4_GPUS 0 free of 0, 2 needed — fix: `gcloud quotas preferences create "
+            "--service=compute.googleapis.com --project=test-project "
+            "--quota-id=NVIDIA-L4-GPUS-per-project-region --preferred-value=2 "
+            "--dimensions=region=zone` (or IAM & Admin → Quotas in the console)"}
+    c = {c.name: c for c in report.checks}
+    assert c["GPU quota zone (spot)"].detail == "PREEMPTIBLE_NVIDIA_L4_GPUS 2 free of 2, 2 needed"
+    assert c["GPU quota (all regions)"].detail == "GPUS_ALL_REGIONS 3 free of 4, 2 needed"
+
+
+def test_a_node_without_an_external_ip_needs_private_google_access_or_a_nat(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    fix = ("`gcloud compute networks subnets update default --region=zone "
+           "--enable-private-ip-google-access` (or a Cloud NAT for the subnet: `gcloud compute "
+           "routers nats create`)")
+    with FakeComputeEngine(PROJECT) as fake:
+        fake.add_instance("zone-a", "node")
+        fake.add_instance("zone-b", "node")
+        fake.subnet("zone").private_ip_google_access = False
+        path = str(profile(tmp_path, fake))
+        report = run_preflight(load_profile(path))
+        assert failed(report) == {
+            f"instance {z}/node: network": "no external IP, and subnet zone/default has neither "
+            "Private Google Access nor a Cloud NAT: the node cannot reach Cloud Storage or "
+            f"Secret Manager (its datasets, adapters and secrets) — fix: {fix}"
+            for z in ("zone-a", "zone-b")}
+        fake.add_nat("zone", subnetworks=["other"])  # a NAT, but not for this subnet
+        assert len(run_preflight(load_profile(path)).failed) == 2
+        fake.add_nat("zone", router="nat-2", subnetworks=["default"])
+        report = run_preflight(load_profile(path))
+        assert report.ok, failed(report)
+        assert next(c for c in report.checks if c.name == "instance zone-a/node: network"
+                    ).detail == "no external IP; Cloud NAT nat-2/nat covers subnet zone/default"
+        fake.routers.clear()
+        fake.add_instance("zone-a", "node", external_ip="203.0.113.7")
+        report = run_preflight(load_profile(path))
+        assert list(failed(report)) == ["instance zone-b/node: network"]
+        assert statuses(report)["instance zone-a/node: network"] == "ok"
+
+
+def test_without_prefect_api_url_the_cli_says_so_before_loading_a_saved_block(
+        tmp_path: Path) -> None:
+    """No PREFECT_API_URL: Prefect 3 would start a temporary local server to load the saved
+    blocks (which it has none of); preflight and node smoke say what to set instead."""
+    path = toml_profile(tmp_path / "p.toml", state_dir=tmp_path / "state",
+                        compute={"type": "gce", "block": "slm-gce"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PYTHONPATH": str(ROOT)}
+    fix = ("`prefect config set PREFECT_API_URL=http://<orchestrator>:4200/api` on the "
+           "orchestrator (Prefect Cloud: `prefect cloud login`)")
+    detail = ("PREFECT_API_URL is not set: the saved blocks, the node's work pool and the "
+              "deployments live on the orchestrator's Prefect server (without it Prefect would "
+              "start a temporary local server that has none of them)")
+    cli = str(ROOT / ".venv" / "bin" / "slm-nightly")
+    out = subprocess.run([cli, "preflight", "--profile", str(path)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert out.stdout == (f"preflight of profile {path}: 1 of 1 checks failed\n"
+                          f"FAILED  Prefect API: {detail} — fix: {fix}\n")
+    assert "temporary" not in out.stderr.lower() and "could not be loaded" not in out.stdout
+    out = subprocess.run([cli, "node", "smoke", "--profile", str(path)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"slm-nightly: node smoke: {detail} — fix: {fix}"
