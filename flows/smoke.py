@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
-from flows.nightly import night_budget
+from flows.nightly import NIGHTLY_SLOT_WAIT_SECONDS, night_budget
+from tasks.compute.gpu import NIGHTLY_LIMIT, holders, nightly_slot
 from tasks.errors import ConfigError
 from tasks.profile import Profile, load_profile
 
@@ -110,16 +111,54 @@ def _one_step(cfg: Profile, profile: str, timeout_seconds: float) -> str:
     return f"adapter {row.name}: step {row.step}/{row.steps}, loss {row.loss} (not promoted)"
 
 
+def _environment(cfg: Profile, since: str) -> str:
+    """The environment the node's run recorded (tasks/environment.py) against this one."""
+    from tasks.environment import REBUILD, describe, differences, recorded
+
+    if not cfg.training.gcs_block:
+        return "not compared: the profile names no bucket the node could report to"
+    node = recorded(cfg.training.gcs_block)
+    if node is None or str(node.get("at", "")) < since:
+        raise RuntimeError("the node's training run recorded no environment in the bucket "
+                           "(records/node-environment.json)")
+    refused, said = differences(describe(), node)
+    if refused:
+        raise RuntimeError(f"the node's environment {node['digest']} does not fit this "
+                           f"checkout's code: {'; '.join(refused)} — fix: {REBUILD}")
+    return (f"the node's environment {node['digest']} fits this checkout's pyproject.toml"
+            + (f"; within its ranges: {'; '.join(said)}" if said else ""))
+
+
 @flow(name="node-smoke")
 def node_smoke(profile: str = "gcp", train_timeout_seconds: int = 3600) -> dict[str, Any]:
-    """Boot → engine → one request → engine down → one training step → stop (always).
-    Returns {phases, verdict, error}; never raises for a failed phase."""
+    """Boot → engine → one request → engine down → one training step → the node's environment
+    against this one → stop (always), holding
+    the `nightly` slot throughout. Returns {phases, verdict, error}; never raises for a failed
+    phase."""
     cfg = load_profile(profile)
     if not cfg.node.remote_training:
         raise ConfigError(f"node smoke: profile {profile} has no remote node ([compute] type "
                           "= \"gce\"); the local node is tested by `slm-nightly run`")
     node = cfg.node
     smoke = Smoke(lambda m: print(m, flush=True))
+    error = None
+    with ExitStack() as stack:
+        # The node is the smoke's, as it is a nightly's: the `nightly` slot tells the reaper
+        # (hourly, and at every nightly's start) to leave it up, and a nightly that starts
+        # meanwhile waits for the slot, then fails with its holder named.
+        try:
+            stack.enter_context(nightly_slot(timeout_seconds=NIGHTLY_SLOT_WAIT_SECONDS))
+        except TimeoutError:
+            held = "; ".join(holders(NIGHTLY_LIMIT)) or "no holder recorded on this machine"
+            error = (f"the 'nightly' slot is held (holders: {held}): a nightly run or another "
+                     "smoke owns the node — wait for it, or cancel it")
+            print(f"smoke: failed — {error}", flush=True)
+            return {"phases": [], "verdict": "failed", "error": error}
+        return _phases(cfg, profile, node, smoke, train_timeout_seconds)
+
+
+def _phases(cfg: Profile, profile: str, node: Any, smoke: Smoke,
+            train_timeout_seconds: int) -> dict[str, Any]:
     error = None
     try:
         with smoke.phase("boot") as p:  # Compute stops it by itself should this process die
@@ -134,8 +173,11 @@ def node_smoke(profile: str = "gcp", train_timeout_seconds: int = 3600) -> dict[
         with smoke.phase("engine down") as p:
             node.stop_inference()
             p["detail"] = "the GPU is free"
+        started = datetime.now(UTC).isoformat(timespec="seconds")
         with smoke.phase("train") as p:
             p["detail"] = _one_step(cfg, profile, train_timeout_seconds)
+        with smoke.phase("environment") as p:
+            p["detail"] = _environment(cfg, since=started)
     except Exception as e:  # noqa: BLE001 - recorded in its phase; the node stops below
         error = f"{type(e).__name__}: {e}"
     finally:

@@ -154,6 +154,23 @@ def verify(base_gguf: Path, adapter_gguf: Path, hf_dir: Path, peft_dir: Path, pr
                           device=device)
 
 
+def _record_environment(gcs_block: str | None, logger: Any) -> None:
+    """On the node (a dataset handed over through the bucket): say in the bucket what this
+    environment is, for preflight and `node smoke` to compare with the orchestrator's
+    (tasks/environment.py). Never fails the run."""
+    from tasks.environment import describe, record
+
+    if not gcs_block:
+        return
+    try:
+        env = describe()
+        record(gcs_block, env)
+        logger.info("environment %s (Python %s) recorded in the bucket", env["digest"],
+                    env["python"])
+    except Exception as e:  # noqa: BLE001 - a report, not a step of the training
+        logger.warning("could not record the environment: %s: %s", type(e).__name__, e)
+
+
 @flow(name="train")
 def train_flow(params: TrainParams, profile: str = "local", promote: bool = True,
                created_by: str = "ad-hoc", retrain: bool = False,
@@ -171,6 +188,7 @@ def train_flow(params: TrainParams, profile: str = "local", promote: bool = True
     if dataset_gcs_key:
         params = params.model_copy(update={"dataset": str(_fetch_dataset(
             ts.gcs_block, dataset_gcs_key, dataset_sha256, cfg.state_dir))})
+        _record_environment(ts.gcs_block, logger)
     store = cfg.artifact_store()
     model_cache = Path(ts.model_cache) if ts.model_cache else cfg.state_dir / "models"
     dataset = Path(params.dataset)

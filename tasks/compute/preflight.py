@@ -190,6 +190,7 @@ def run_preflight(cfg: Profile, *, night: bool = False) -> PreflightReport:
     report.checks.extend(_prefect_checks(cfg, block, night, training))
     report.checks.extend(_node_checks(cfg, block, training, node_ips))
     report.checks.extend(_recipe_checks(cfg, training))
+    report.checks.append(_environment_check(cfg, training))
     return report
 
 
@@ -813,6 +814,31 @@ def slots_check(s: Any, slots: int, context_tokens: int) -> Check:
                  f"set [inference] max_concurrent_requests to {most} or less (the most slots "
                  f"of {context_tokens} tokens that fit){more}, or lower context_tokens"
                  if most else "lower context_tokens, or serve a smaller model")
+
+
+# --- the node's environment ---------------------------------------------------------------------
+def _environment_check(cfg: Profile, training: bool) -> Check:
+    """The environment the node's last training run recorded in the bucket against this
+    checkout's pyproject.toml and this machine's versions (tasks/environment.py)."""
+    from tasks.environment import REBUILD, RECORD_KEY, describe, differences, recorded
+
+    name = "node environment"
+    if not training or not cfg.training.gcs_block:
+        return _skip(name, "the night does not train on the node through a bucket")
+    try:
+        node = recorded(cfg.training.gcs_block)
+    except Exception as e:  # noqa: BLE001 - the bucket checks above name the cause
+        return _skip(name, f"not read: {type(e).__name__}: {str(e)[:200]}")
+    if node is None:
+        return _skip(name, f"no node run has recorded its environment yet ({RECORD_KEY}): "
+                     "`slm-nightly node smoke` does")
+    refused, said = differences(describe(), node)
+    if refused:
+        return _fail(name, f"the node's environment {node.get('digest')} (recorded "
+                     f"{node.get('at')}) does not fit this checkout's code: "
+                     f"{'; '.join(refused)}", REBUILD)
+    return _ok(name, f"{node.get('digest')} (recorded {node.get('at')}) fits pyproject.toml"
+               + (f"; within its ranges: {'; '.join(said)}" if said else ""))
 
 
 # --- the training recipe ------------------------------------------------------------------------

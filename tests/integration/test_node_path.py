@@ -51,15 +51,29 @@ def _api_url() -> str:
 
 @pytest.fixture(scope="module")
 def node_deployment(prefect_api: None) -> str:
-    """prefect.yaml's train/node, deployed with the CLI to the harness server's slm-node pool."""
-    env = {**os.environ, "PREFECT_API_URL": _api_url(), "PWD": str(ROOT),
-           "PYTHONPATH": str(ROOT)}
-    for argv in (["work-pool", "create", "slm-node", "--type", "process", "--overwrite"],
-                 ["--no-prompt", "deploy", "--name", "node"]):
-        out = subprocess.run([PREFECT, *argv], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=180)
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    """The node's pool on the harness server; each test deploys prefect.yaml's train/node into
+    its own GCS emulator (`deploy_node`): the deploy pushes the code there and the node's runs
+    pull it from there."""
+    env = {**os.environ, "PREFECT_API_URL": _api_url()}
+    out = subprocess.run([PREFECT, "work-pool", "create", "slm-node", "--type", "process",
+                          "--overwrite"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return "train/node"
+
+
+def deploy_node(gcs: GcsEmulator, node: Node | None = None) -> None:
+    """`prefect --no-prompt deploy --name train/node` from this checkout, as the guide runs it:
+    the code goes to the bucket of the saved GcsBucket block `slm-gcs` (prefect.yaml), with
+    application-default credentials — which the node gets too (its own service account)."""
+    gcs.bucket(folder="slm").save("slm-gcs", overwrite=True)
+    env = {**os.environ, "PREFECT_API_URL": _api_url(), "PWD": str(ROOT),
+           "PYTHONPATH": str(ROOT), **gcs.adc()}
+    out = subprocess.run([PREFECT, "--no-prompt", "deploy", "--name", "train/node"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    if node is not None:
+        node.runtime.env.update(gcs.adc())
 
 
 @pytest.fixture(autouse=True)
@@ -170,6 +184,7 @@ def test_nightly_trains_on_the_node_through_its_deployment(
     node = Node(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
         gcs.bucket(folder="slm").save("node-path-gcs", overwrite=True)
+        deploy_node(gcs, node)
         profile = node.profile(tmp_path, "node-path", {**base_cache, "falkordb": falkordb}, 2,
                                gcs_block="node-path-gcs")
         injected = threading.Event()
@@ -234,6 +249,7 @@ def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
     node = Node(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
         gcs.bucket(folder="slm").save("node-preempt-gcs", overwrite=True)
+        deploy_node(gcs, node)
         profile = node.profile(tmp_path, "node-preempt", {**base_cache, "falkordb": falkordb},
                                400, gcs_block="node-preempt-gcs")
         store = ArtifactStore(tmp_path / "state" / "artifacts")
@@ -272,6 +288,7 @@ def test_a_phase2_timeout_cancels_the_node_run_and_the_node_worker_ends_it(
     node = Node(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:
         gcs.bucket(folder="slm").save("node-timeout-gcs", overwrite=True)
+        deploy_node(gcs, node)
         profile = node.profile(tmp_path, "node-timeout", {**base_cache, "falkordb": falkordb},
                                400, gcs_block="node-timeout-gcs")
         with pytest.raises(Exception, match="training failed"):
@@ -300,7 +317,8 @@ def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
     from tasks.errors import PhaseFailed
 
     fake = FakeComputeEngine(PROJECT)  # boots, but starts no worker
-    with fake:
+    with GcsEmulator(tmp_path) as gcs, fake:
+        deploy_node(gcs)
         fake.add_instance("zone-a", "node")
         compute = GceNode(GceCompute(project=PROJECT, zone="zone-a", instance="node",
                                      api_endpoint=fake.url, gcp_credentials=creds(fake),
