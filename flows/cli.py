@@ -319,6 +319,28 @@ def _adapters(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    """The newest night's summary (the bucket's records/, else the local state), its age."""
+    from tasks.status import read_status, records_place, render
+
+    st = read_status(records_place(args.profile, args.bucket), max_age_hours=args.max_age_hours)
+    if isinstance(st, str):
+        print(json.dumps({"ok": False, "problems": [st]}, indent=2) if args.json else st,
+              file=sys.stdout if args.json else sys.stderr)
+        return 1
+    print(json.dumps(st.to_dict(), indent=2) if args.json else render(st, args.profile))
+    return 0 if st.ok else 1
+
+
+def _alerts(args: argparse.Namespace) -> int:
+    from tasks.alerts import ALERTS_FILE, install
+
+    rows = install(args.notify_block, args.deployment, Path(args.file or ALERTS_FILE))
+    for r in rows:
+        print(f"{r['action']} automation '{r['name']}' ({r['id']})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `slm-nightly` command line; docs/generate.py renders docs/reference.md from it."""
     parser = argparse.ArgumentParser(prog="slm-nightly", description=__doc__)
@@ -444,6 +466,33 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (a_list, a_show, a_prom, a_roll, a_down):
         p.add_argument("--profile", default="local", help="profiles/NAME.toml or a path")
     ad.set_defaults(func=_adapters)
+
+    st = sub.add_parser("status", help="the newest night's run summary (from the profile's "
+                        "bucket, records/, else the local state_dir), its age; exit 1 when it "
+                        "did not end completed or partial, or finished over 26 h ago")
+    st.add_argument("--profile", default="local", help="profiles/NAME.toml or a path")
+    st.add_argument("--bucket", help="read gs://BUCKET[/FOLDER]/records/ instead of the "
+                    "profile's bucket (application-default credentials; no Prefect API needed)")
+    st.add_argument("--max-age-hours", type=float, default=26.0,
+                    help="a newest night older than this is reported (default 26)")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.set_defaults(func=_status)
+
+    al = sub.add_parser("alerts", help="the nightly's Prefect automations")
+    alsub = al.add_subparsers(dest="alerts_command", required=True)
+    al_inst = alsub.add_parser("install", help="create or update, on the Prefect server "
+                               "PREFECT_API_URL names, the automations of "
+                               "automations/nightly-alerts.yaml: a notification when a night "
+                               "fails, crashes or times out, and when none completed in 26 h "
+                               "(automations of the same name are replaced)")
+    al_inst.add_argument("--notify-block", required=True,
+                         help="the notification block, TYPE/NAME as `prefect block ls` shows it "
+                         "(e.g. slack-webhook/ops) or its name alone")
+    al_inst.add_argument("--deployment", default="nightly/production",
+                         help="the nightly's deployment, FLOW/NAME (default nightly/production)")
+    al_inst.add_argument("--file", help="the automations file (default "
+                         "automations/nightly-alerts.yaml)")
+    al.set_defaults(func=_alerts)
     return parser
 
 
