@@ -14,6 +14,44 @@ from tasks import logs, prefect_env
 from tasks.errors import ConfigError, SlmNightlyError
 from tasks.records import STATES
 
+# The default of every `--profile` that has one (run, graph, train, adapters, status: local;
+# preflight, node smoke, node prepare-weights: gcp) when set: `export SLM_NIGHTLY_PROFILE=gcp`
+# on the orchestrator. An explicit --profile wins. scorecard's and train preflight's --profile
+# have no default (without one they apply the production rules) and it leaves them so.
+PROFILE_ENV = "SLM_NIGHTLY_PROFILE"
+
+
+class _ShippedDefault(str):
+    """A --profile default as written in the parser ("local", "gcp"): its own type, so that a
+    parsed value that is still this object was not typed on the command line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, then $SLM_NIGHTLY_PROFILE for a --profile left at its default (the parser
+    keeps the shipped default, so the help and docs/reference.md do not depend on the shell)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, rest = super().parse_known_args(args, namespace)
+        if isinstance(getattr(ns, "profile", None), _ShippedDefault):
+            env = os.environ.get(PROFILE_ENV, "").strip()
+            ns.profile_from_env = bool(env)
+            ns.profile = env or str(ns.profile)
+        return ns, rest
+
+
+def _env_profile_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every --profile with a default, in every subcommand: the default becomes a
+    _ShippedDefault (which $SLM_NIGHTLY_PROFILE replaces) and the help says so."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _env_profile_defaults(sub)
+        elif action.dest == "profile" and isinstance(action.default, str) and \
+                not isinstance(action.default, _ShippedDefault):
+            action.default = _ShippedDefault(action.default)
+            action.help = (f"{action.help or 'profiles/NAME.toml or a path'} (default: "
+                           f"${PROFILE_ENV} when set, else {action.default})")
+
 
 def _run(args: argparse.Namespace) -> int:
     from tasks.profile import load_profile
@@ -343,7 +381,7 @@ def _alerts(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `slm-nightly` command line; docs/generate.py renders docs/reference.md from it."""
-    parser = argparse.ArgumentParser(prog="slm-nightly", description=__doc__)
+    parser = _Parser(prog="slm-nightly", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the nightly pipeline")
     run.add_argument("--profile", default="local", help="profiles/NAME.toml or a path")
@@ -387,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     card = sub.add_parser("scorecard", help="score the training corpus (prints; writes nothing)")
     card.add_argument("--corpus", help="corpus root with the two bucket folders")
     card.add_argument("--floor", type=int, help="clean pairs a bucket needs (default 3000)")
-    card.add_argument("--profile", help="take buckets and rule settings from this profile")
+    card.add_argument("--profile", help="take buckets and rule settings from this profile "
+                      f"(default: none, the production rules; ${PROFILE_ENV} does not apply)")
     card.add_argument("--json", action="store_true", help="print the card as JSON")
     card.set_defaults(func=_scorecard)
 
@@ -409,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--recipe", help="recipes/NAME.yaml or a path (default: the profile's, "
                      "else production)")
     pre.add_argument("--profile", help="profiles/NAME.toml or a path: the node whose memory the "
-                     "verification must fit (default: a g2-standard-4, the weights not here)")
+                     "verification must fit (default: a g2-standard-4, the weights not here; "
+                     f"${PROFILE_ENV} does not apply)")
     pre.add_argument("--method", choices=["sft", "dpo"], default="sft")
     pre.add_argument("--base-config", help="the base model's config.json (default: the "
                      "recipe's base_config, or the cached model's own)")
@@ -493,6 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     al_inst.add_argument("--file", help="the automations file (default "
                          "automations/nightly-alerts.yaml)")
     al.set_defaults(func=_alerts)
+    _env_profile_defaults(parser)
     return parser
 
 
@@ -500,6 +541,16 @@ def main(argv: list[str] | None = None) -> int:
     prefect_env.apply()  # the CLI is a program: it sets its defaults; importing it sets nothing
     args = build_parser().parse_args(argv)
 
+    if getattr(args, "profile_from_env", False):
+        from tasks.profile import PROFILE_DIR, profile_path
+
+        if not profile_path(args.profile).is_file():
+            known = sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+            print(f"slm-nightly: {PROFILE_ENV}={args.profile!r} names no profile "
+                  f"({profile_path(args.profile).resolve()} not found) — set it to one of "
+                  f"{known} or a path to a .toml file, unset it, or pass --profile",
+                  file=sys.stderr)
+            return 2
     try:
         return int(args.func(args))
     except SlmNightlyError as e:

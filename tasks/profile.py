@@ -13,7 +13,12 @@ Where things are, from any working directory:
   data_dir, [sources] folders, [corpus] root, [training] artifact_store and model_cache) are
   relative to the project root (PROJECT_ROOT, the folder that holds profiles/), whichever
   profile file names them, so a run started from another folder reads and writes the same
-  files. Paths on the GPU node ([compute.node]) and saved blocks are taken as they are.
+  files. Paths on the GPU node ([compute.node]) and saved blocks are taken as they are, but a
+  saved compute block whose state_dir is the field's default uses the profile's state_dir.
+
+Each profile keeps its own state_dir (local: .slm-nightly, gcp: .slm-nightly-gcp), so a local
+run's records never mix with production's. A section with `block` holds nothing else but
+`type`: any other key would be ignored, so it is refused (put the field in the saved block).
 """
 
 from __future__ import annotations
@@ -222,6 +227,11 @@ def _build(path: Path, section: str, table: dict[str, Any]) -> Any:
     cls = kinds[kind]
     if "block" in table:
         name = table.pop("block")
+        if table:  # the saved block is the whole section: inline keys beside it would be lost
+            raise ConfigError(f"profile {path}: [{section}] loads the saved block "
+                              f"'{cls.get_block_type_slug()}/{name}' and would ignore its other "
+                              f"key(s) {sorted(table)} — put those fields in the saved block, "
+                              f"or remove `block` to build [{section}] from the inline keys")
         try:
             return cls.load(name)
         except (ValueError, RuntimeError) as e:
@@ -294,6 +304,11 @@ def load_profile(ref: str) -> Profile:
     if "block" not in compute_table:
         compute_table.setdefault("state_dir", state_dir)
     compute = _build(path, "compute", compute_table)
+    if "block" in compute_table and \
+            compute.state_dir == type(compute).model_fields["state_dir"].default:
+        # a saved block left at the default keeps its records in the profile's state, so that
+        # each profile's (local, gcp) stay apart
+        compute = compute.model_copy(update={"state_dir": state_dir})
     inference = _build(path, "inference", data.get("inference", {}))
     if getattr(compute, "nodes", 1) > 1 and inference.base_url:
         # each node serves phase 1 at its own address; one fixed URL would send all N's work

@@ -473,8 +473,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def layout_from_profile(profile: str) -> tuple[Any, str, str | None]:
-    """(node settings, base_model, base_gguf) read from a profile's TOML and its recipe: the
-    file only, so no saved block or Prefect API is needed on the machine building the image."""
+    """(node settings, base_model, base_gguf) read from a profile's TOML and its recipe: with
+    inline [compute.node] keys the files only, so no Prefect API is needed on the machine
+    building the image; with `[compute] block = "NAME"` the node settings are the saved
+    GceCompute block's (`node`), loaded from the server PREFECT_API_URL names."""
     from blocks.node_serve import NodeServeSettings
     from tasks.profile import profile_path
     from tasks.training.params import read_recipe
@@ -484,18 +486,43 @@ def layout_from_profile(profile: str) -> tuple[Any, str, str | None]:
         raise ConfigError(f"profile {profile}: {path} not found — pass --profile NAME or a path")
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     compute = data.get("compute") or {}
-    if "vllm" in compute and "node" not in compute:
-        raise ConfigError(f"profile {path}: [compute.vllm] is now [compute.node] — rename the "
-                          "table (its model_path and tokenizer keep their names)")
-    table = compute.get("node") or {}
-    try:
-        settings = NodeServeSettings(**table)
-    except ValueError as e:
-        raise ConfigError(f"profile {path}: [compute.node]: {e}") from e
+    if "block" in compute:
+        settings = _saved_node_settings(path, compute)
+    else:
+        if "vllm" in compute and "node" not in compute:
+            raise ConfigError(f"profile {path}: [compute.vllm] is now [compute.node] — rename "
+                              "the table (its model_path and tokenizer keep their names)")
+        table = compute.get("node") or {}
+        try:
+            settings = NodeServeSettings(**table)
+        except ValueError as e:
+            raise ConfigError(f"profile {path}: [compute.node]: {e}") from e
     training = data.get("training") or {}
     recipe = read_recipe(training.get("recipe", "local"))[1]
     base = training.get("base_model") or recipe.get("base_model") or ""
     return settings, str(base), recipe.get("base_gguf")
+
+
+def _saved_node_settings(path: Path, compute: dict[str, Any]) -> Any:
+    """The `node` settings of the saved compute block [compute] names (the profile loader's
+    rules: `type` picks the block type, no other key may stand beside `block`)."""
+    from prefect.settings import PREFECT_API_URL
+
+    from tasks.profile import _build
+
+    if not PREFECT_API_URL.value():  # Prefect would start a temporary server without the block
+        raise ConfigError(f"profile {path}: [compute] is the saved block {compute['block']!r} "
+                          f"and PREFECT_API_URL is not set — set PREFECT_API_URL to the server "
+                          f"it is saved on (under sudo: `sudo env PREFECT_API_URL=… {COMMAND} "
+                          "…`), or write the [compute.node] keys in the profile")
+    block = _build(path, "compute", compute)
+    settings = getattr(block, "node", None)
+    if settings is None:
+        raise ConfigError(f"profile {path}: [compute] is the saved block {compute['block']!r}, "
+                          f"a {type(block).__name__} with no node settings — {COMMAND} builds "
+                          "a GCE node's model folder: name a saved GceCompute block "
+                          "(type = \"gce\")")
+    return settings
 
 
 def cli_main(args: argparse.Namespace) -> int:

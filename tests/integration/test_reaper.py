@@ -77,7 +77,7 @@ def test_gcp_profile_loads_with_its_saved_graph_block() -> None:
         "slm-neo4j", overwrite=True)
     p = load_profile(str(ROOT / "profiles" / "gcp.toml"))
     assert isinstance(p.compute, GceCompute) and p.compute.zones()[0] == "us-central1-a"
-    assert p.compute.state_dir == str(ROOT / ".slm-nightly") and p.inference.dialect == "llama.cpp"
+    assert p.compute.state_dir == str(ROOT / ".slm-nightly-gcp") and p.inference.dialect == "llama.cpp"
     assert isinstance(p.graph, Neo4jGraph) and p.graph.uri == "neo4j://graph.internal:7687"
     assert "pw-gcp" not in repr(p.graph)
     # one GCS bucket for everything, training on the node with the production recipe
