@@ -74,8 +74,9 @@ class GceCompute(Block):
     max_run_seconds: float = Field(
         default=18000.0, ge=30, le=120 * 86400,
         description="Compute stops the node after this long RUNNING (scheduling.maxRunDuration, "
-        "action STOP), set on every start: the night's budget (phase 1 + phase 2 + boot) with "
-        "some margin. The nightly passes its own; this is the default for other starts.")
+        "action STOP), set on every start. A nightly (and node smoke) passes its own run limit "
+        "instead: the night's budget + stop_timeout_seconds + 1800 s (flows/nightly.py "
+        "night_budget); this is the limit of every other start.")
     api_retries: int = Field(default=6, ge=0, description="Retries of a Compute call that "
                              "failed transiently (5xx, 429, rate limit, reset, timeout).")
     retry_base_seconds: float = Field(default=1.0, gt=0, description="First backoff before a "

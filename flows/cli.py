@@ -93,7 +93,9 @@ def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
             state = nightly(profile=args.profile, full=args.full, retry_failed=args.retry_failed,
                             phase1_timeout_seconds=args.phase1_timeout,
                             phase2_timeout_seconds=args.phase2_timeout,
-                            night_budget_seconds=args.night_budget, return_state=True)
+                            night_budget_seconds=args.night_budget, phases=args.phases,
+                            buckets=args.bucket or None, retrain=args.retrain,
+                            return_state=True)
     except (KeyboardInterrupt, TerminationSignal):
         if stopper.signum is None:
             raise
@@ -398,6 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="one deadline for boot, readiness, phase 1 and phase 2, seconds "
                      "(default: the sum of their limits); each gets the smaller of its own "
                      "limit and what is left")
+    run.add_argument("--phases", choices=("all", "extract", "train"), default="all",
+                     help="the whole night (default), phase 1 only (extract: no scorecard, no "
+                     "training), or phase 2 only (train: the engine is stopped at boot)")
+    run.add_argument("--bucket", action="append", help="train only this passing bucket "
+                     "(repeatable); the others' markers stay for the next night")
+    run.add_argument("--retrain", action="store_true", help="train even when an adapter of "
+                     "the same data and parameters exists")
     run.add_argument("--verbose", action="store_true",
                      help="show library output on the terminal too (llama.cpp logs, progress "
                      "bars, warnings, Prefect's engine lines); without it they go to the run's "
@@ -534,7 +543,19 @@ def build_parser() -> argparse.ArgumentParser:
                          "automations/nightly-alerts.yaml)")
     al.set_defaults(func=_alerts)
     _env_profile_defaults(parser)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand's own --help opens with the line its parent lists it with."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not sub.description and helps.get(name):
+                    sub.description = str(helps[name])[:1].upper() + str(helps[name])[1:] + "."
+                _describe(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from flows.train import run_for_marker
 from tasks.compute.gpu import LEASE_SECONDS, NIGHTLY_LIMIT, gpu_slot, holders, nightly_slot
 from tasks.compute.node import compute_down, compute_up, inference_down, inference_up, node_usage
 from tasks.compute.protocol import Node
-from tasks.errors import NodePreempted, PhaseFailed, PhaseTimedOut
+from tasks.errors import ConfigError, NodePreempted, PhaseFailed, PhaseTimedOut
 from tasks.profile import Profile, load_profile
 from tasks.records import RunSummary, ScorecardSummary, TrainingMarker, TrainingResult
 from tasks.summary import cost_summary, new_summary, render_markdown
@@ -152,11 +152,21 @@ def _mirror_records(cfg: Profile, logger: Any) -> None:
 
 
 def _train_passing_buckets(summary: RunSummary, cfg: Profile, profile: str,
-                           timeout_seconds: float) -> None:
-    """Phase 2b: one training run per passing bucket, one after the other (each holds the
-    `gpu` slot). A failed run fails the night after the others have had their turn."""
+                           timeout_seconds: float, buckets: list[str] | None = None,
+                           retrain: bool = False) -> None:
+    """Phase 2b: one training run per passing bucket (of `buckets`, when given), one after the
+    other (each holds the `gpu` slot). A failed run fails the night after the others have had
+    their turn."""
     logger = get_run_logger()
     pending = summary.scorecard.training_pending if summary.scorecard else []
+    if buckets is not None:
+        passing = pending
+        pending = [b for b in pending if b in buckets]
+        if not pending and cfg.training.enabled:
+            summary.set_phase("train", "skipped", note=f"none of {sorted(buckets)} passed the "
+                              f"scorecard (passing: {sorted(passing) or 'none'})")
+            summary.training = {}
+            return
     summary.training = {}
     training = summary.training  # the record's own dict (assigning validates into a copy)
     if not cfg.training.enabled:
@@ -185,7 +195,8 @@ def _train_passing_buckets(summary: RunSummary, cfg: Profile, profile: str,
             continue
         try:
             with _phase(summary, f"train:{bucket}"):
-                m = run_for_marker(marker, profile, max(1.0, deadline - time.monotonic()))
+                m = run_for_marker(marker, profile, max(1.0, deadline - time.monotonic()),
+                                   retrain=retrain)
         except Exception as e:  # noqa: BLE001 - recorded; the other bucket still trains
             state = "preempted" if isinstance(e, NodePreempted) else "failed"
             training[bucket] = TrainingResult(state=state, message=str(e)[:500])
@@ -241,6 +252,7 @@ def _cancel_stale_node_runs(cfg: Profile, logger: Any) -> list[dict[str, str]] |
 # Besides its timed phases the node stays up for the scorecard, the dataset uploads, publishing
 # and the stop: the margin its own max run duration allows for them.
 NODE_MARGIN_SECONDS = 1800
+PHASES = ("all", "extract", "train")  # the nightly's `phases`: the whole night, or one half
 
 
 def night_seconds(cfg: Profile, phase1_timeout_seconds: float,
@@ -489,21 +501,38 @@ def _phase1(summary: RunSummary, cfg: Profile, profile: str, clock: NightClock,
 def nightly(profile: str = "local", full: bool = False, retry_failed: bool = False,
             phase1_timeout_seconds: int = 7200, phase2_timeout_seconds: int = 7200,
             max_failed_share: float | None = None,
-            night_budget_seconds: int | None = None) -> dict[str, Any]:
+            night_budget_seconds: int | None = None, phases: str = "all",
+            buckets: list[str] | None = None, retrain: bool = False) -> dict[str, Any]:
     """Run the nightly pipeline on the profile's blocks and return the run summary.
 
     `night_budget_seconds`: one deadline for the boot, the engine's readiness, phase 1 and
     phase 2 (default: the sum of their timeouts); each gets the smaller of its own timeout and
-    what is left (NightClock)."""
+    what is left (NightClock). `phases`: "all"; "extract" (phase 1 only: no scorecard, no
+    training); "train" (phase 2 only: the primary node boots, its engine is stopped at once,
+    nothing is extracted). `buckets`: train only these of the buckets that pass (the others'
+    markers stay for the next night); `retrain`: train them even when an adapter of the same
+    data and parameters exists."""
+    if phases not in PHASES:
+        raise ConfigError(f"nightly: phases {phases!r} — one of {', '.join(PHASES)}")
+    if buckets is not None and phases == "extract":
+        raise ConfigError("nightly: buckets name what to train; phases = \"extract\" trains "
+                          "nothing — drop buckets, or run phases = \"train\"")
     logger = get_run_logger()
     cfg = load_profile(profile)
+    known = set(cfg.corpus.buckets()) if buckets is not None else set()
+    unknown = sorted(set(buckets or []) - known)
+    if unknown:
+        raise ConfigError(f"nightly: buckets {unknown} are not the profile's corpus buckets "
+                          f"({', '.join(sorted(known))}) — fix the buckets parameter")
     summary = new_summary(cfg.name)
     summary.started_at = datetime.now(UTC).isoformat(timespec="seconds")
     night = float(night_budget_seconds or night_seconds(cfg, phase1_timeout_seconds,
                                                         phase2_timeout_seconds))
     clock = NightClock(night)
     summary.night_budget_seconds = night
-    nodes = cfg.nodes  # the primary (phase 2's) first; once booting, every one is stopped
+    # the primary (phase 2's) first; once booting, every one is stopped. Phase 2 alone needs
+    # only the primary (its worker takes the node runs).
+    nodes = cfg.nodes if phases != "train" else cfg.nodes[:1]
     usages: dict[int, dict[str, Any] | None] = {}  # node's index → its usage, once stopped
     alive = ExitStack()
     _take_nightly_slot(alive)
@@ -529,9 +558,13 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 if len(where) < len(nodes) else "")
         # Phase 1 holds the `gpu` slot: no ad-hoc training shares the card with the server.
         with gpu_slot():
-            serving_nodes, phase1_error = _phase1(
-                summary, cfg, profile, clock, serving_nodes, logger, full, retry_failed,
-                max_failed_share, phase1_timeout_seconds, phase2_timeout_seconds)
+            if phases == "train":  # the engine the node booted gives the GPU up at once
+                phase1_error = None
+                summary.set_phase("extract", "skipped", note="phases = train")
+            else:
+                serving_nodes, phase1_error = _phase1(
+                    summary, cfg, profile, clock, serving_nodes, logger, full, retry_failed,
+                    max_failed_share, phase1_timeout_seconds, phase2_timeout_seconds)
             with _phase(summary, "inference_down"):
                 for result in _each(inference_down, serving_nodes):
                     if isinstance(result, BaseException):
@@ -545,14 +578,19 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 for r in results:
                     if isinstance(r, BaseException):
                         raise r
-        if cfg.corpus.root:
+        if phases == "extract":
+            summary.set_phase("scorecard", "skipped", note="phases = extract")
+        elif cfg.corpus.root:
             with _phase(summary, "scorecard"):
                 summary.scorecard = ScorecardSummary.model_validate(scorecard(profile=profile))
         else:
             summary.set_phase("scorecard", "skipped", note="no [corpus] root in the profile")
         try:
-            _train_passing_buckets(summary, cfg, profile,
-                                   clock.give(phase2_timeout_seconds))
+            if phases == "extract":
+                summary.set_phase("train", "skipped", note="phases = extract")
+            else:
+                _train_passing_buckets(summary, cfg, profile,
+                                       clock.give(phase2_timeout_seconds), buckets, retrain)
         except Exception:
             _publish(summary, cfg)  # what was promoted is served though another bucket failed
             raise

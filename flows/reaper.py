@@ -129,13 +129,14 @@ def reap(cfg: Profile, *, exclude: str | None = None, holding_slot: bool = False
 
 
 @flow(name="node-reaper")
-def reaper(profile: str, max_run_hours: float = 12.0,
-           startup_grace_seconds: float = 300.0) -> dict[str, Any]:
+def node_reaper(profile: str, max_run_hours: float = 12.0,
+                startup_grace_seconds: float = 300.0) -> dict[str, Any]:
     """Stop the profile's node if it is up and no nightly run is using it; return what was done."""
     return reap(load_profile(profile), exclude=current_run.get_id(), max_run_hours=max_run_hours,
                 startup_grace_seconds=startup_grace_seconds, logger=get_run_logger())
 
 
-# prefect.yaml's entrypoint: `prefect deploy --name node-reaper/production` matches the
-# entrypoint's function name with '-' read as '_' (flows/train.py says the same of `train`).
-node_reaper = reaper
+# The flow's old name, kept for its callers: the function carries the flow's name because
+# `prefect deploy --name node-reaper/production` matches the entrypoint's function name with
+# '-' read as '_' (flows/train.py says the same of `train`).
+reaper = node_reaper

@@ -172,10 +172,10 @@ def _record_environment(gcs_block: str | None, logger: Any) -> None:
 
 
 @flow(name="train")
-def train_flow(params: TrainParams, profile: str = "local", promote: bool = True,
-               created_by: str = "ad-hoc", retrain: bool = False,
-               dataset_gcs_key: str | None = None, dataset_sha256: str | None = None
-               ) -> dict[str, Any]:
+def train(params: TrainParams, profile: str = "local", promote: bool = True,
+          created_by: str = "ad-hoc", retrain: bool = False,
+          dataset_gcs_key: str | None = None, dataset_sha256: str | None = None
+          ) -> dict[str, Any]:
     """Train → export → verify → register → promote (if the gate passes). Returns the manifest.
 
     `dataset_gcs_key`: on the GPU node, fetch the dataset from the profile's GcsBucket (the
@@ -375,8 +375,8 @@ def _fetch_dataset(block: str | None, key: str, sha256: str | None, state_dir: P
     return local
 
 
-def run_for_marker(marker: TrainingMarker, profile: str, timeout_seconds: float
-                   ) -> TrainingResult:
+def run_for_marker(marker: TrainingMarker, profile: str, timeout_seconds: float,
+                   retrain: bool = False) -> TrainingResult:
     """The nightly's hand-over: one training-pending marker → one training run, in this
     process (local compute) or on the GCE node through its deployment (`[training]
     node_deployment`, on the node's work pool). Returns the run's result row."""
@@ -388,7 +388,8 @@ def run_for_marker(marker: TrainingMarker, profile: str, timeout_seconds: float
     started = time.monotonic()
     if cfg.node.remote_training:  # the GPU is on the node: run it there
         parameters: dict[str, Any] = {"params": params.model_dump(mode="json"),
-                                      "profile": profile, "created_by": "nightly"}
+                                      "profile": profile, "created_by": "nightly",
+                                      "retrain": retrain}
         if cfg.training.gcs_block:  # the node reads the dataset from GCS, not from this disk
             from tasks.gcs_sync import upload_file
 
@@ -402,8 +403,9 @@ def run_for_marker(marker: TrainingMarker, profile: str, timeout_seconds: float
                           pickup_seconds=cfg.training.node_pickup_seconds)
     else:
         row = result_row(AdapterManifest.parse(
-            train_flow.with_options(timeout_seconds=timeout_seconds)(
-                params=params, profile=profile, created_by="nightly"), "the train flow's result"))
+            train.with_options(timeout_seconds=timeout_seconds)(
+                params=params, profile=profile, created_by="nightly", retrain=retrain),
+            "the train flow's result"))
     row.seconds = round(time.monotonic() - started, 1)
     return row
 
@@ -411,7 +413,7 @@ def run_for_marker(marker: TrainingMarker, profile: str, timeout_seconds: float
 __all__ = ["TrainParams", "TrainingError", "run_for_marker", "train_flow"]
 
 
-# prefect.yaml's entrypoint. `prefect deploy --name FLOW/DEPLOYMENT` matches a deployment by
-# its entrypoint's function name ('-' read as '_'), so the entrypoint carries the flow's name:
-# `--name train/node` as `prefect deployment run train/node` says it.
-train = train_flow
+# The flow's old name, kept for the callers that import it. The function carries the flow's
+# name because `prefect deploy --name FLOW/DEPLOYMENT` matches a deployment by its entrypoint's
+# function name ('-' read as '_'): prefect.yaml's `flows/train.py:train`.
+train_flow = train

@@ -20,6 +20,9 @@ from tasks import prefect_env
 
 prefect_env.apply()
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# An orchestrator exports SLM_NIGHTLY_PROFILE=gcp (docs/operator-gcp.md): the tests that call
+# the CLI without --profile expect the shipped defaults.
+os.environ.pop("SLM_NIGHTLY_PROFILE", None)
 
 from tasks.graph import falkordb_server  # noqa: E402
 from tasks.graph.backends import FalkorDBStore  # noqa: E402
@@ -30,15 +33,16 @@ PREFECT = str(Path(sys.executable).parent / "prefect")
 
 
 @contextmanager
-def prefect_server(home: Path, **settings: str) -> Iterator[dict[str, str]]:
-    """A real `prefect server start` on a free port with its own PREFECT_HOME; yields the
-    environment for subprocesses (CLI, workers, flows) to talk to it. `settings`: extra
-    PREFECT_* variables for the server and its clients."""
+def prefect_server(home: Path, port: int | None = None, **settings: str
+                   ) -> Iterator[dict[str, str]]:
+    """A real `prefect server start` on a free port (or `port`) with its own PREFECT_HOME;
+    yields the environment for subprocesses (CLI, workers, flows) to talk to it. `settings`:
+    extra PREFECT_* variables for the server and its clients."""
     import httpx
 
     from tasks.processes import free_port
 
-    port = free_port()
+    port = port or free_port()
     env = {**os.environ, "PREFECT_HOME": str(home),
            "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PWD": str(ROOT),
            "PREFECT_LOGGING_LEVEL": "INFO", "PYTHONPATH": str(ROOT), **settings}

@@ -49,10 +49,12 @@ organisation, nor through groups: such a check would fail projects that are read
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blocks.gce import GceCompute
@@ -76,7 +78,8 @@ ORCHESTRATOR_DEPLOYMENTS = ("nightly/production", "node-reaper/production")
 PULL_FROM_GCS = "prefect_gcp.deployments.steps.pull_from_gcs"
 DEPLOY_NODE = "prefect --no-prompt deploy --name train/node"
 DEPLOY_ALL = ("prefect --no-prompt deploy --name nightly/production --name "
-              "node-reaper/production --name train/node")
+              "node-reaper/production --name train/node --name nightly/extract --name "
+              "nightly/retrain")
 INSTANCE_ADMIN = "grant the orchestrator's account roles/compute.instanceAdmin.v1 on the instance"
 # profiles/gcp.toml's prefect_api_url until the operator sets it: refused by the preflight
 PLACEHOLDER_MARKER = "ORCHESTRATOR_VPC_IP"
@@ -183,7 +186,7 @@ def run_preflight(cfg: Profile, *, night: bool = False) -> PreflightReport:
         report.checks.extend(_compute_checks(block, email, creds, node_ips))
         report.checks.extend(_quota_checks(block, creds))
     training = trains_on_node(cfg)
-    report.checks.extend(_bucket_checks(cfg, training))
+    report.checks.extend(_bucket_checks(cfg, training, email))
     report.checks.extend(_secret_checks(cfg))
     report.checks.extend(_graph_checks(cfg))
     report.checks.extend(_folder_checks(cfg))
@@ -450,7 +453,8 @@ def _act_as(block: GceCompute, where: str, inst: Any, creds: Any) -> Check:
 
 
 # --- the bucket ---------------------------------------------------------------------------------
-def _bucket_checks(cfg: Profile, training: bool) -> Iterator[Check]:
+def _bucket_checks(cfg: Profile, training: bool, orchestrator: str | None = None
+                   ) -> Iterator[Check]:
     from tasks.gcs_sync import gcs_bucket_from_env_or_block
 
     refs = sorted({r for r in (cfg.gcs_block, cfg.training.gcs_block, cfg.corpus.gcs_block) if r})
@@ -471,7 +475,34 @@ def _bucket_checks(cfg: Profile, training: bool) -> Iterator[Check]:
                         "save the GcsBucket block (docs/operator-gcp.md, section 6) or fix "
                         "gcs_block")
             continue
+        yield _key_check(name, gcs, orchestrator)
         yield from _one_bucket(name, gcs)
+
+
+def _key_check(name: str, gcs: Any, orchestrator: str | None) -> Check:
+    """The node loads the same saved block: a key in it is the identity the node acts as."""
+    creds = getattr(gcs, "gcp_credentials", None)
+    info = getattr(creds, "service_account_info", None)
+    path = getattr(creds, "service_account_file", None)
+    if info is None and path is None:
+        return _ok(f"{name}: credentials", "none in the block: each machine uses its own "
+                   "service account (Application Default Credentials)")
+    if info is not None:
+        value = info.get_secret_value() if hasattr(info, "get_secret_value") else info
+        email = dict(value).get("client_email")  # a SecretDict
+    else:
+        try:
+            email = json.loads(Path(str(path)).read_text()).get("client_email")
+        except (OSError, ValueError):
+            email = None
+    if orchestrator and email == orchestrator:
+        return _fail(f"{name}: credentials", f"the block holds a key of {email}, the "
+                     "orchestrator's own account: the node loads this block, so it would act "
+                     "as the orchestrator (instance admin) instead of its own account",
+                     "save the GcsBucket block without gcp_credentials (docs/operator-gcp.md, "
+                     "section 6): each machine then uses its own service account")
+    return _ok(f"{name}: credentials", f"a key of {email or 'an unnamed account'} in the block "
+               "(both machines act as it; without a key each uses its own account)")
 
 
 def _one_bucket(name: str, gcs: Any) -> Iterator[Check]:

@@ -39,8 +39,13 @@ def _run(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 240) 
 
 
 def orchestrator_checkout(dest: Path) -> Path:
-    """The files a checkout holds that the deploy reads (what code_files lets through)."""
-    for rel in code_files(ROOT):
+    """A checkout of this repository's files as they are now (tracked, and new files git does
+    not ignore), without its .venv, state or caches."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for rel in files:
+        if not (ROOT / rel).is_file():  # deleted in the working tree
+            continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, dest / rel)
     return dest
@@ -129,9 +134,9 @@ def test_the_node_runs_the_code_the_orchestrator_deployed(tmp_path: Path) -> Non
 def test_a_changed_file_is_a_new_version(tmp_path: Path, rel: str) -> None:
     orch = orchestrator_checkout(tmp_path / "c")
     before = code_version(orch)
-    (orch / ".venv").mkdir()
+    (orch / ".venv").mkdir(exist_ok=True)
     (orch / ".venv" / "x.py").write_text("ignored\n")
-    (orch / "tests").mkdir()
+    (orch / "tests").mkdir(exist_ok=True)
     (orch / "tests" / "t.py").write_text("ignored\n")
     assert code_version(orch) == before  # ignored files change nothing
     with open(orch / rel, "a") as f:

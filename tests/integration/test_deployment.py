@@ -1,8 +1,10 @@
-"""prefect.yaml for real: a Prefect server, a process work pool, `prefect deploy --all`,
-`prefect deployment run`, and a worker that picks the run up (`--run-once`)."""
+"""prefect.yaml for real, as docs/operations.md's local recipe runs it: a Prefect server, a
+process work pool, `prefect deploy` by name, `prefect deployment run`, and a worker that picks
+the run up (`--run-once`). The production deployments: tests/integration/test_operator_guide.py."""
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -43,13 +45,16 @@ def test_local_nightly_deployment_runs_on_a_process_worker(tmp_path: Path,
                  graph={"data_dir": tmp_path / "graph"},
                  sources={"transcripts": src / "transcripts"},
                  extraction={"max_failed_share": 1.0})
-    for pool in ("local-process", "slm-orchestrator", "slm-node"):
-        _run(["work-pool", "create", pool, "--type", "process"], env)
-    _run(["--no-prompt", "deploy", "--all"], env)
-    _check_production_deployments(env["PREFECT_API_URL"])
-    out = _run(["deployment", "run", "nightly/local", "--param", f"profile={profile}"], env)
+    # docs/operations.md's recipe, as written (the run gets this test's small profile, the
+    # worker --run-once)
+    pool, deploy, run_cmd, worker = _recipe()
+    _run(shlex.split(pool)[1:], env)
+    _run(shlex.split(deploy)[1:], env)
+    _check_local_deployments(env["PREFECT_API_URL"])
+    out = _run([*shlex.split(run_cmd)[1:], "--param", f"profile={profile}"], env)
     run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
     assert run_id, out
+    assert worker == "prefect worker start --pool local-process"
     _run(["worker", "start", "--pool", "local-process", "--run-once"], env, timeout=400)
     api = env["PREFECT_API_URL"]
     run = httpx.get(f"{api}/flow_runs/{run_id.group(1)}", timeout=10).json()
@@ -62,27 +67,28 @@ def test_local_nightly_deployment_runs_on_a_process_worker(tmp_path: Path,
     assert summary["documents"]["transcripts"]["seen"] == 1
 
 
-def _check_production_deployments(api: str) -> None:
-    """The production deployments exist with their pools and schedules (not run here)."""
+def _recipe() -> list[str]:
+    """The ```bash block of docs/operations.md's "Prefect deployments on one machine"."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    block = text[text.index("## Prefect deployments on one machine"):]
+    block = block[block.index("```bash\n") + 8:]
+    lines = block[:block.index("```")].strip().splitlines()
+    assert [ln.split()[:3] for ln in lines] == [
+        ["prefect", "work-pool", "create"], ["prefect", "--no-prompt", "deploy"],
+        ["prefect", "deployment", "run"], ["prefect", "worker", "start"]], lines
+    return lines
+
+
+def _check_local_deployments(api: str) -> None:
+    """The local deployments exist on the local pool; the production ones (other pools, the
+    code bucket) are not deployed by the local recipe."""
     deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=10).json()
     flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={},
                                                       timeout=10).json()}
     by_name = {f"{flows[d['flow_id']]}/{d['name']}": d for d in deps}
-    assert {"nightly/local", "nightly/production", "node-reaper/production",
-            "extract/ad-hoc", "scorecard/ad-hoc", "train/ad-hoc", "train/node"} <= set(by_name)
-    assert by_name["train/node"]["work_pool_name"] == "slm-node"
-
-    def schedules(d: dict) -> list[tuple[str, str, bool]]:
-        return [(s["schedule"]["cron"], s["schedule"]["timezone"], s["active"])
-                for s in d["schedules"]]
-
-    nightly = by_name["nightly/production"]
-    assert nightly["work_pool_name"] == "slm-orchestrator"
-    assert nightly["parameters"] == {"profile": "gcp"}
-    assert nightly["global_concurrency_limit"]["limit"] == 1
-    assert schedules(nightly) == [("0 1 * * *", "UTC", True)]
-    reaper = by_name["node-reaper/production"]
-    assert reaper["work_pool_name"] == "slm-orchestrator"
-    assert reaper["parameters"] == {"profile": "gcp"}
-    assert schedules(reaper) == [("30 * * * *", "UTC", True)]
-    assert schedules(by_name["nightly/local"]) == [("0 2 * * *", "Europe/London", False)]
+    assert set(by_name) == {"nightly/local", "extract/ad-hoc", "scorecard/ad-hoc",
+                            "train/ad-hoc"}
+    assert {d["work_pool_name"] for d in deps} == {"local-process"}
+    schedules = [(s["schedule"]["cron"], s["schedule"]["timezone"], s["active"])
+                 for s in by_name["nightly/local"]["schedules"]]
+    assert schedules == [("0 2 * * *", "Europe/London", False)]

@@ -339,3 +339,48 @@ def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
         (run,) = _child_runs("no-worker")
         assert run.state.is_cancelled() and "before the node's worker took it" in run.state.message
         compute.stop()
+
+
+def test_half_nights_extract_only_then_retrain_one_bucket(
+        tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
+    """prefect.yaml's nightly/extract and nightly/retrain (phases = extract | train): phase 1
+    alone trains nothing; phase 2 alone asks the engine nothing, trains only the bucket named,
+    and trains it again with retrain though the data did not change."""
+    from tasks.errors import ConfigError
+
+    node = Node(tmp_path)
+    with GcsEmulator(tmp_path) as gcs, node.fake:
+        gcs.bucket(folder="slm").save("node-half-gcs", overwrite=True)
+        deploy_node(gcs, node)
+        profile = node.profile(tmp_path, "node-half", {**base_cache, "falkordb": falkordb}, 1,
+                               gcs_block="node-half-gcs")
+        with pytest.raises(ConfigError, match=r"buckets \['nope'\] are not the profile's "
+                                              "corpus buckets"):
+            nightly(profile=str(profile), phases="train", buckets=["nope"])
+        assert node.fake.instance("zone-a", "node").status == "TERMINATED"  # nothing booted
+
+        s = nightly(profile=str(profile), phases="extract")
+        assert s["status"] == "completed", s.get("error")
+        assert s["phases"]["extract"]["status"] == "completed"
+        assert s["documents"]["transcripts"]["seen"] == 1
+        assert (s["phases"]["scorecard"]["status"], s["phases"]["scorecard"]["note"]) == (
+            "skipped", "phases = extract")
+        assert s["phases"]["train"]["status"] == "skipped" and not _child_runs(str(profile))
+
+        firsts = []
+        for _ in range(2):
+            s = nightly(profile=str(profile), phases="train", buckets=[ENG], retrain=True)
+            assert s["status"] == "completed", (s.get("error"), node.log.read_text()[-3000:])
+            assert (s["phases"]["extract"]["status"], s["phases"]["extract"]["note"]) == (
+                "skipped", "phases = train")
+            assert "inference_up" not in s["phases"]  # the engine was only stopped
+            assert s["phases"]["inference_down"]["status"] == "completed"
+            assert set(s["training"]) == {ENG} and s["training"][ENG]["state"] == "done"
+            assert s["training"][ENG]["reused"] is False  # retrain: trained again
+            firsts.append(s["training"][ENG]["name"])
+        assert firsts[0] != firsts[1]
+        # the other passing bucket's marker stays for the next night
+        assert (tmp_path / "state" / "training-pending" / f"{APPR}.json").is_file()
+        runs = _child_runs(str(profile))
+        assert [r.parameters["retrain"] for r in runs] == [True, True]
+        assert node.fake.instance("zone-a", "node").status == "TERMINATED"

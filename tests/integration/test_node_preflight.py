@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -297,8 +298,8 @@ def _smoke(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[st
     code = main(["node", "smoke", "--profile", str(path)])
     out = capsys.readouterr().out
     # the table the CLI prints after the run: "phase  status  seconds s  detail"
-    phases = dict(re.findall(r"^(boot|engine|request|engine down|train|stop) +(ok|failed) ",
-                             out, re.M))
+    phases = dict(re.findall(
+        r"^(boot|engine|request|engine down|train|environment|stop) +(ok|failed) ", out, re.M))
     return code, phases | {"verdict": out.strip().rsplit("verdict: ", 1)[-1], "_out": out}
 
 
@@ -313,11 +314,30 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
     with node.fake:  # after `world`'s GCS emulator: the node's worker inherits it
         path = node.profile(tmp_path, "smoke-ok", {**base_cache, "falkordb": 1}, 50,
                             gcs_block=BUCKET_BLOCK)
+        held: list[int] = []
+        done = threading.Event()
+
+        def watch_the_slot() -> None:  # what the reaper asks before it stops a node
+            from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
+
+            while not done.wait(0.5):
+                held.append(active_slots(NIGHTLY_LIMIT))
+
+        watcher = threading.Thread(target=watch_the_slot, daemon=True)
+        watcher.start()
         code, phases = _smoke(path, capsys)
+        done.set()
+        watcher.join(5)
         assert code == 0, phases["_out"] + node.log.read_text()[-3000:]
         assert {k: v for k, v in phases.items() if k != "_out"} == {
             "boot": "ok", "engine": "ok", "request": "ok", "engine down": "ok", "train": "ok",
-            "stop": "ok", "verdict": "passed"}
+            "environment": "ok", "stop": "ok", "verdict": "passed"}
+        # the smoke held the `nightly` slot while its node was up: the reaper left it alone
+        assert held and max(held) == 1, held
+        from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
+
+        assert active_slots(NIGHTLY_LIMIT) == 0
+        assert "fits this checkout's pyproject.toml" in phases["_out"]
         assert "step 1/1" in phases["_out"]  # one step, though the recipe says 50
         inst = node.fake.instance("zone-a", "node")
         assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
@@ -562,3 +582,54 @@ def test_without_prefect_api_url_the_cli_says_so_before_loading_a_saved_block(
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip() == f"slm-nightly: node smoke: {detail} — fix: {fix}"
+
+
+def test_a_node_environment_that_does_not_fit_the_code_fails_preflight(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    """What a node's run recorded in the bucket (tasks/environment.py) against this checkout:
+    a stale image is refused with the rebuild; versions within a range are said."""
+    from tasks.environment import describe, record
+
+    here = describe()
+    stale = {**here, "packages": {**here["packages"], "prefect": "3.8.0", "polars": "1.1.0",
+                                  "torch": "2.9.0+cu128"}, "at": "2026-12-01T00:00:00+00:00"}
+    record(BUCKET_BLOCK, stale)
+    report = run_preflight(load_profile(str(profile(tmp_path, world))))
+    check = next(c for c in report.checks if c.name == "node environment")
+    assert (check.status, check.detail, check.fix) == (
+        "failed", f"the node's environment {here['digest']} (recorded "
+        "2026-12-01T00:00:00+00:00) does not fit this checkout's code: prefect 3.8.0 on the "
+        "node is outside ==3.9.1", "rebuild the node image from this checkout "
+        "(docs/operator-gcp.md, section 5: The node image), or bring the orchestrator's venv "
+        "to the image's")
+    record(BUCKET_BLOCK, {**stale, "packages": {**stale["packages"], "prefect": "3.9.1"}})
+    check = next(c for c in run_preflight(load_profile(str(profile(tmp_path, world)))).checks
+                 if c.name == "node environment")
+    assert check.status == "ok"
+    assert check.detail.endswith(f"fits pyproject.toml; within its ranges: polars 1.1.0 on the "
+                                 f"node, {here['packages']['polars']} here")
+
+
+def test_a_bucket_block_with_the_orchestrators_own_key_is_refused(
+        tmp_path: Path, world: FakeComputeEngine, gcs: GcsEmulator) -> None:
+    """Finding 9: the node loads the profile's GcsBucket block; the orchestrator's key in it
+    would make the node act as the orchestrator (instance admin)."""
+    from prefect_gcp import GcsBucket
+
+    from tests.integration.test_gce import SA
+
+    GcsBucket(bucket="slm-corpus", bucket_folder="slm", gcp_credentials=creds(world)).save(
+        "preflight-orchestrator-key", overwrite=True)
+    path = profile(tmp_path, world)
+    path.write_text(path.read_text().replace(f'gcs_block = "{BUCKET_BLOCK}"',
+                                             'gcs_block = "preflight-orchestrator-key"'))
+    report = run_preflight(load_profile(str(path)))
+    assert failed(report)["bucket preflight-orchestrator-key: credentials"] == (
+        f"the block holds a key of {SA['client_email']}, the orchestrator's own account: the "
+        "node loads this block, so it would act as the orchestrator (instance admin) instead "
+        "of its own account — fix: save the GcsBucket block without gcp_credentials "
+        "(docs/operator-gcp.md, section 6): each machine then uses its own service account")
+    # the emulator's own test key is another account: said, not refused
+    (tmp_path / "ok").mkdir()
+    ready = statuses(run_preflight(load_profile(str(profile(tmp_path / "ok", world)))))
+    assert ready[f"bucket {BUCKET_BLOCK}: credentials"] == "ok"

@@ -171,3 +171,19 @@ def test_the_docs_name_only_deployments_that_prefect_yaml_defines() -> None:
                 named.append(span)  # a table cell such as `train/node`
             wrong += [f"{p.relative_to(ROOT)}: {n}" for n in named if n not in deployments]
     assert wrong == [], f"prefect.yaml defines {sorted(deployments)}"
+
+
+def test_every_slm_environment_variable_the_code_reads_is_in_the_reference() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "docs" / "generate.py")
+    assert spec and spec.loader
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    documented = {name for name, _, _ in generate.ENVIRONMENT if name.startswith("SLM_")}
+    read = set()
+    for folder in ("flows", "tasks", "blocks", "notebooks"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".ipynb"):
+                read |= set(re.findall(r"\bSLM_[A-Z_]+\b", path.read_text(encoding="utf-8")))
+    assert read == documented

@@ -93,6 +93,8 @@ def test_the_reaper_runs_every_hour_without_gap_or_repeat(change: dt.date) -> No
     assert (len(runs), gaps) == (hours, {3600: hours - 1}), [t.isoformat() for t in runs]
 
 
-def test_the_production_schedules_are_active() -> None:
-    assert [s["active"] for s in deployment_schedules("nightly/production")] == [True]
-    assert [s["active"] for s in deployment_schedules("reaper/production")] == [True]
+def test_the_production_schedules_are_deployed_paused() -> None:
+    """Active only once preflight and the smoke have passed: the guide resumes them
+    (docs/operator-gcp.md, section 9; tests/integration/test_operator_guide.py runs it)."""
+    assert [s["active"] for s in deployment_schedules("nightly/production")] == [False]
+    assert [s["active"] for s in deployment_schedules("reaper/production")] == [False]

@@ -1,0 +1,274 @@
+"""docs/operator-gcp.md, run as written (issue 23).
+
+The test reads every ```bash block of the guide, in order. Each command whose first word is
+`prefect` or `slm-nightly` (and the guide's variables, its `export`s and its render snippet) is
+RUN, with bash, exactly as the guide writes it; every other command must start with a word of
+NOT_HERE, which says why it cannot run here (Google Cloud's own CLI, the VMs' system, the hub).
+A new kind of command in the guide fails this test until it is classified; an edited command
+is an edited test.
+
+Where it runs: an orchestrator's checkout (a copy of this one's code, its `.venv` this one's)
+whose `profiles/gcp.toml` the test writes as §6 has the operator edit it — pointed at the fakes:
+a saved GceCompute block for the fake Compute Engine (driven by google-cloud-compute), the GCS
+emulator for the bucket (application-default credentials), the test FalkorDB for the graph, an
+OpenAI-compatible fake for the engine, SmolLM2 for training. The Prefect server is real, on
+127.0.0.1:4200, as the guide's `prefect config set` names it. The node is the fake Compute
+Engine's instance whose boot runs the rendered startup script (tests/fake_node.py): its worker
+runs from this checkout's environment and pulls the deployed code from the emulator.
+
+The orchestrator's worker is the guide's own systemd unit (its ExecStart, with /opt/slm-nightly
+mapped to the copy and `--run-once`), so the guide's first night runs for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT
+from tests.conftest import prefect_server as start_server
+from tests.gcs_emulator import GcsEmulator
+from tests.integration.test_code_storage import orchestrator_checkout
+
+GUIDE = ROOT / "docs" / "operator-gcp.md"
+PORT = 4200  # the guide's `prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`
+RUN_WORDS = ("prefect", "slm-nightly", "export")
+RENDER = ".venv/bin/python - <<'PY'"
+NOT_HERE = {
+    "gcloud": "Google Cloud's CLI: only a real project runs it",
+    "sudo": "the VM's own system (packages, /opt, /mnt): the image builder or the orchestrator",
+    "hf": "a download from the Hugging Face hub, on the image builder",
+    "cd": "the image builder's folders",
+    "printf": "a Prefect Cloud key piped into gcloud",
+    ".venv/bin/python": "the model conversion on the image builder (its /mnt disks)",
+}
+
+
+def guide_commands(text: str) -> list[tuple[str, str]]:
+    """(section, command) for every command of every ```bash block: continuation lines
+    joined, comments dropped, a heredoc kept with its body."""
+    out: list[tuple[str, str]] = []
+    section, block, fence = "", 0, False
+    lines = iter(text.splitlines())
+    for line in lines:
+        if not fence and line.startswith("## "):
+            section = line[3:].strip()
+        if line.startswith("```"):
+            fence = line.strip() == "```bash" if not fence else False
+            block += fence
+            continue
+        if not fence:
+            continue
+        cmd = line.split(" #", 1)[0].rstrip() if not line.lstrip().startswith("#") else ""
+        while cmd.endswith("\\"):
+            cmd = cmd[:-1] + " " + next(lines).split(" #", 1)[0].strip()
+        if not cmd.strip():
+            continue
+        if "<<'PY'" in cmd:  # a heredoc: its body up to PY, then what follows on the line
+            body = []
+            for inner in lines:
+                body.append(inner)
+                if inner == "PY":
+                    break
+            cmd = cmd + "\n" + "\n".join(body)
+        out.append((f"{block}:{section}", " ".join(cmd.split()) if "\n" not in cmd else cmd))
+    return out
+
+
+def classify(section: str, cmd: str) -> str | None:
+    """None: runs here; else why not."""
+    first = cmd.split()[0]
+    if first in RUN_WORDS or cmd.startswith(RENDER):
+        return None
+    if re.fullmatch(r"[A-Z]+=\S+", first):  # variable assignments: the first block only
+        return None if section.startswith("1:") else "the image builder's shell variables"
+    for word, why in NOT_HERE.items():
+        if first == word:
+            return why
+    raise AssertionError(f"docs/operator-gcp.md ({section}): `{cmd[:80]}` is neither run by "
+                         "this test nor in NOT_HERE — classify it")
+
+
+def test_every_command_of_the_guide_is_classified() -> None:
+    commands = guide_commands(GUIDE.read_text())
+    runs = [c for s, c in commands if classify(s, c) is None]
+    firsts = [c.split()[0] for c in runs]
+    # the sequence the operator follows, the guide's own order
+    assert [c for c in runs if c.split()[0] in ("prefect", "slm-nightly")] == [
+        "prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api",
+        "prefect work-pool create slm-orchestrator --type process",
+        "prefect work-pool create slm-node --type process",
+        "prefect --no-prompt deploy --name nightly/production --name node-reaper/production "
+        "--name train/node --name nightly/extract --name nightly/retrain",
+        "slm-nightly preflight --profile gcp",
+        "slm-nightly node smoke --profile gcp",
+        "prefect deployment run 'nightly/production'",
+        "slm-nightly status --profile gcp",
+        "prefect --no-prompt deployment schedule resume --all",
+        "slm-nightly alerts install --notify-block slack-webhook/ops",
+        "prefect deployment run 'nightly/extract'",
+        "prefect deployment run 'nightly/retrain' --param buckets='[\"engineering-pointsav\"]'",
+    ], runs
+    assert firsts.count("export") == 1 and sum(c.startswith(RENDER) for c in runs) == 1
+    # no command depends on a later one: the deploy reads the slm-gcs block (§6, before §7)
+    text = GUIDE.read_text()
+    assert text.index('.save("slm-gcs")') < text.index("prefect --no-prompt deploy --name")
+    assert text.index("gcloud storage buckets create") < text.index(
+        "gcloud storage buckets add-iam-policy-binding")
+    assert text.index("gcloud secrets create prefect-api-key") < text.index(
+        "gcloud secrets add-iam-policy-binding prefect-api-key")
+    assert text.index("iam.googleapis.com") < text.index("gcloud iam service-accounts create")
+    assert text.index("gcloud compute images create slm-node-image") < text.index(
+        "gcloud compute instances create slm-node ")
+    assert text.index("slm-nightly preflight --profile gcp") < text.index(
+        "prefect deployment run 'nightly/production'")
+    assert "deploy --all" not in " ".join(c for _, c in commands)
+
+
+def _unit(text: str, name: str) -> dict[str, str]:
+    """The [Service] keys of the guide's systemd unit `name` (an ```ini block)."""
+    block = text[text.index(f"# /etc/systemd/system/{name}"):]
+    block = block[:block.index("```")]
+    return {k: v for k, _, v in (ln.partition("=") for ln in block.splitlines()
+                                 if "=" in ln and not ln.startswith("#"))}
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
+            monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The world the guide's commands run in (module docstring)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from tests.integration.test_node_path import Node
+
+    if subprocess.run(["bash", "-c", f"echo > /dev/tcp/127.0.0.1/{PORT}"],
+                      capture_output=True).returncode == 0:
+        pytest.fail(f"port {PORT} is taken: the guide's Prefect server listens there")
+    orch = orchestrator_checkout(tmp_path / "orchestrator")
+    (orch / ".venv").symlink_to(ROOT / ".venv")
+    bucket = _bash(["P=my-gcp-project", "BUCKET=$P-slm"], "echo $BUCKET", {}, orch).strip()
+    assert bucket == "my-gcp-project-slm"
+    with GcsEmulator(tmp_path) as gcs, \
+            start_server(tmp_path / "prefect-server", port=PORT) as server_env:
+        api = server_env["PREFECT_API_URL"]
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PREFECT_", "SLM_", "PYTHONPATH"))}
+        env |= {"PREFECT_HOME": str(tmp_path / "orchestrator-home"), "PYTHONPATH": str(orch),
+                "PATH": f"{ROOT / '.venv' / 'bin'}:{env['PATH']}", **gcs.adc()}
+        _create_bucket(gcs, bucket)
+        for key, value in gcs.adc().items():  # this process is the orchestrator too (ADC)
+            monkeypatch.setenv(key, value)
+        node = Node(tmp_path)
+        node.runtime.env.update(gcs.adc())
+        with temporary_settings({PREFECT_API_URL: api}), node.fake:
+            from prefect.blocks.notifications import SlackWebhook
+            from prefect_gcp import GcsBucket
+
+            GcsBucket(bucket=bucket).save("slm-gcs")  # §6, as written (no credentials)
+            SlackWebhook(url="http://127.0.0.1:9/slack").save("ops")  # the operator's own
+            profile = node.profile(tmp_path, "slm-node", {**base_cache, "falkordb": falkordb},
+                                   2, gcs_block="slm-gcs")
+            # §6: the operator's profiles/gcp.toml (here: pointed at the fakes)
+            (orch / "profiles" / "gcp.toml").write_text(profile.read_text())
+            yield {"orch": orch, "env": env, "api": api, "node": node, "tmp": tmp_path,
+                   "gcs": gcs, "bucket": bucket}
+
+
+def _create_bucket(gcs: GcsEmulator, name: str) -> None:
+    client = gcs.bucket().gcp_credentials.get_cloud_storage_client()
+    if client.lookup_bucket(name) is None:
+        client.create_bucket(name)
+
+
+def _bash(prelude: list[str], cmd: str, env: dict[str, str], cwd: Path,
+          timeout: float = 600) -> str:
+    proc = subprocess.run(["bash", "-c", "\n".join([*prelude, cmd])], cwd=cwd,
+                          env=env or None, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"`{cmd[:200]}` exited {proc.returncode}:\n{proc.stdout[-4000:]}\n"
+                             f"{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
+    text = GUIDE.read_text()
+    orch, env, api = sandbox["orch"], sandbox["env"], sandbox["api"]
+    prelude: list[str] = []
+    outputs: dict[str, str] = {}
+    for section, cmd in guide_commands(text):
+        if classify(section, cmd) is not None:
+            continue
+        if cmd.split()[0] == "export" or re.fullmatch(r"[A-Z]+=\S+", cmd.split()[0]):
+            prelude.append(cmd)
+            continue
+        if cmd.startswith("prefect deployment run 'nightly/production'"):
+            outputs[cmd] = _bash(prelude, cmd, env, orch)
+            _orchestrator_worker_runs_once(text, env, orch)
+            continue
+        outputs[cmd] = _bash(prelude, cmd, env, orch)
+        if cmd.startswith("prefect --no-prompt deploy "):  # §7: the schedules come paused
+            paused = _schedules(api)
+            assert paused == {"nightly/production": [("0 1 * * *", "UTC", False)],
+                              "node-reaper/production": [("30 * * * *", "UTC", False)],
+                              "train/node": []}, paused
+
+    # §4: the CLI talks to the guide's server, from the profile `prefect config set` wrote
+    assert f"http://127.0.0.1:{PORT}/api" in (sandbox["tmp"] / "orchestrator-home" /
+                                             "profiles.toml").read_text()
+    # §8: the render snippet ran against the saved-block [compute]
+    assert "slm-prefect-worker" in (orch / "startup.sh").read_text()
+    # §7: the deployments, the schedules deployed paused and resumed by §9
+    deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=10).json()
+    assert sorted(d["name"] for d in deps) == ["node", "production", "production"]
+    smoke = outputs["slm-nightly node smoke --profile gcp"]
+    assert "smoke: passed" in smoke, smoke[-3000:]
+    assert "smoke: environment ok" in smoke
+    pre = outputs["slm-nightly preflight --profile gcp"]
+    assert "all checks passed" in pre, pre
+    status = outputs["slm-nightly status --profile gcp"]
+    assert "completed" in status, status
+    assert _schedules(api) == {"nightly/production": [("0 1 * * *", "UTC", True)],
+                               "node-reaper/production": [("30 * * * *", "UTC", True)],
+                               "train/node": []}
+    nightly = httpx.get(f"{api}/deployments/name/nightly/production", timeout=10).json()
+    assert nightly["parameters"] == {"profile": "gcp"}
+    assert nightly["global_concurrency_limit"]["limit"] == 1
+    assert nightly["pull_steps"] == [{"prefect.deployments.steps.set_working_directory": {
+        "directory": str(orch)}}]
+    autos = httpx.post(f"{api}/automations/filter", json={}, timeout=10).json()
+    assert len(autos) == 2, autos
+
+
+def _schedules(api: str) -> dict[str, list[tuple[str, str, bool]]]:
+    deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=10).json()
+    flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={},
+                                                      timeout=10).json()}
+    return {f"{flows[d['flow_id']]}/{d['name']}": [
+        (s["schedule"]["cron"], s["schedule"]["timezone"], s["active"]) for s in d["schedules"]]
+        for d in deps}
+
+
+def _orchestrator_worker_runs_once(text: str, env: dict[str, str], orch: Path) -> None:
+    """The guide's slm-orchestrator-worker unit, its ExecStart with /opt/slm-nightly mapped to
+    the orchestrator's checkout, run once: it takes the night the guide just created."""
+    unit = _unit(text, "slm-orchestrator-worker.service")
+    argv = shlex.split(unit["ExecStart"].replace("/opt/slm-nightly", str(orch)))
+    unit_env = dict(kv.split("=", 1) for kv in shlex.split(unit["Environment"]))
+    assert unit_env == {"PREFECT_API_URL": f"http://127.0.0.1:{PORT}/api",
+                        "SLM_NIGHTLY_PROFILE": "gcp"}
+    cwd = Path(unit["WorkingDirectory"].replace("/opt/slm-nightly", str(orch)))
+    proc = subprocess.run([*argv, "--run-once"], cwd=cwd, env={**env, **unit_env},
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    shutil.rmtree(orch / "__pycache__", ignore_errors=True)
+    summary = json.loads((Path(env["PREFECT_HOME"]).parent / "state" / "runs" /
+                          "last-run.json").read_text())
+    assert summary["status"] == "completed", summary.get("error")
