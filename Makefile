@@ -60,7 +60,10 @@ MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* 
 	tasks.llama_build.x_entry_dir__* tasks.llama_build.x_cached_wheel__* \
 	tasks.llama_build.x_features__* tasks.llama_build.x_server_flags__* \
 	tasks.llama_build.x_server_key__* tasks.llama_build.x_server_entry__* \
-	tasks.llama_build.x_cached_server__* tasks.compute.kv_budget.*
+	tasks.llama_build.x_cached_server__* tasks.compute.kv_budget.* \
+	tasks.environment.x_differences__* tasks.environment.x_digest__* tasks.environment.x__name__* \
+	tasks.code_version.x_code_files__* tasks.code_version.x_code_version__* \
+	tasks.code_version.x_code_folder__*
 mutation: $(STAMP)
 	rm -rf mutants
 	nice $(VENV)/bin/mutmut run --max-children 2 $(MUTATE) > /dev/null

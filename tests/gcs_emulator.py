@@ -31,7 +31,8 @@ class _Token(BaseHTTPRequestHandler):
         pass
 
 
-def service_account(token_uri: str) -> dict:
+def service_account(token_uri: str,
+                    email: str = "sync@test-project.iam.gserviceaccount.com") -> dict:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -39,7 +40,7 @@ def service_account(token_uri: str) -> dict:
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption()).decode()
     return {"type": "service_account", "project_id": "test-project", "private_key_id": "k1",
-            "private_key": pem, "client_email": "sync@test-project.iam.gserviceaccount.com",
+            "private_key": pem, "client_email": email,
             "client_id": "1", "token_uri": token_uri}
 
 
@@ -87,6 +88,8 @@ class GcsEmulator:
     def bucket(self, name: str = "slm-corpus", folder: str = ""):  # type: ignore[no-untyped-def]
         from prefect_gcp import GcpCredentials, GcsBucket
 
-        info = service_account(self.token_uri())
+        # a key of its own account: not the orchestrator's (test_gce's SA), whose key in a
+        # bucket block preflight refuses (the node would act as the orchestrator)
+        info = service_account(self.token_uri(), "gcs-key@test-project.iam.gserviceaccount.com")
         creds = GcpCredentials(service_account_info=info, project="test-project")
         return GcsBucket(bucket=name, gcp_credentials=creds, bucket_folder=folder)
