@@ -63,6 +63,10 @@ class GceCompute(Block):
         "Credentials (gcloud login, or the orchestrator's service account).")
     api_endpoint: str | None = Field(default=None, description="Compute API endpoint override "
                                      "(private endpoint, or a local fake in tests).")
+    secret_manager_endpoint: str | None = Field(
+        default=None, description="Secret Manager API endpoint override for preflight's check "
+        "of the node's secrets (private endpoint, or a local fake in tests); empty = "
+        "https://secretmanager.googleapis.com.")
     boot_timeout_seconds: float = Field(default=600.0, gt=0,
                                         description="Start call → instance RUNNING with an IP.")
     stop_timeout_seconds: float = Field(default=300.0, gt=0)
@@ -97,7 +101,7 @@ class GceCompute(Block):
                                     "(llama.cpp or vLLM) and the Prefect worker.")
     state_dir: str = Field(default=".slm-nightly", description="Where the node record is kept.")
 
-    @field_validator("api_endpoint")
+    @field_validator("api_endpoint", "secret_manager_endpoint")
     @classmethod
     def _endpoint(cls, v: str | None) -> str | None:
         if v and not v.startswith(("http://", "https://")):

@@ -42,9 +42,12 @@ GPU hour, each failure with its fix.
 
 The nightly runs it (`night=True`) before it boots anything; `slm-nightly preflight` prints it
 (and, when PREFECT_API_URL is unset, says so before it loads any saved block: `api_url_unset`).
-Not checked: that the node's Secret Manager secrets exist and its account may read them (a
-secret's own IAM policy does not show grants inherited from the project, folder or
-organisation, nor through groups: such a check would fail projects that are ready).
+The node's Secret Manager secrets ([compute.node] prefect_api_key_secret, engine_api_key_secret)
+exist with an enabled latest version (projects.secrets.versions.get with the orchestrator's
+credentials, which need roles/secretmanager.viewer: metadata, never the value). Not checked:
+that the node's own account may read them (a secret's IAM policy does not show grants inherited
+from the project, folder or organisation, nor through groups: such a check would fail projects
+that are ready).
 """
 
 from __future__ import annotations
@@ -185,6 +188,7 @@ def run_preflight(cfg: Profile, *, night: bool = False) -> PreflightReport:
     if creds is not None:
         report.checks.extend(_compute_checks(block, email, creds, node_ips))
         report.checks.extend(_quota_checks(block, creds))
+        report.checks.extend(_node_secret_checks(block, creds))
     training = trains_on_node(cfg)
     report.checks.extend(_bucket_checks(cfg, training, email))
     report.checks.extend(_secret_checks(cfg))
@@ -541,6 +545,61 @@ def _one_bucket(name: str, gcs: Any) -> Iterator[Check]:
                     "grant the orchestrator roles/storage.objectAdmin on the bucket")
         return
     yield _ok(f"{name}: write", f"wrote and deleted gs://{gcs.bucket}/{key}")
+
+
+# --- the node's Secret Manager secrets ------------------------------------------------------------
+SECRET_MANAGER = "https://secretmanager.googleapis.com"
+SECRET_VIEWER = ("grant the orchestrator roles/secretmanager.viewer on the secret (its metadata, "
+                 "never its value): `gcloud secrets add-iam-policy-binding {name} "
+                 "--member=serviceAccount:{who} --role=roles/secretmanager.viewer`")
+
+
+def _node_secret_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
+    """Each secret the node's startup script reads ([compute.node] prefect_api_key_secret,
+    engine_api_key_secret) exists in the project with an enabled latest version — else the
+    boot fails after the GPU is up. Read with the orchestrator's credentials
+    (projects.secrets.versions.get: metadata only). Not checked: that the node's own account may
+    access it (a secret's policy does not show roles the node inherits from the project or a
+    group; the boot names a secret it cannot read in slm/startup-error)."""
+    from google.auth.transport.requests import AuthorizedSession
+
+    s = block.node
+    names = [(key, getattr(s, key)) for key in ("prefect_api_key_secret",
+                                                      "engine_api_key_secret")
+             if getattr(s, key, None)]
+    base = (block.secret_manager_endpoint or SECRET_MANAGER).rstrip("/")
+    who = _email(creds) or "ORCHESTRATOR"
+    session = AuthorizedSession(creds)
+    for key, name in names:
+        check = f"secret {name}"
+        url = f"{base}/v1/projects/{block.project}/secrets/{name}/versions/latest"
+        try:
+            resp = session.get(url, timeout=30)
+        except Exception as e:  # noqa: BLE001 - the API unreachable
+            yield _fail(check, f"Secret Manager did not answer: {type(e).__name__}: "
+                        f"{str(e)[:200]}", "enable secretmanager.googleapis.com, or check the "
+                        "network")
+            continue
+        if resp.status_code == 404:
+            yield _fail(check, f"[compute.node] {key} names {name}, which does not exist in "
+                        f"project {block.project} or has no version: the node's boot would fail",
+                        f"`printf '%s' \"$VALUE\" | gcloud secrets create {name} "
+                        f"--data-file=- --project={block.project}`, or fix {key}")
+        elif resp.status_code in (401, 403):
+            yield _fail(check, f"the orchestrator may not read {name}'s metadata "
+                        f"(HTTP {resp.status_code})", SECRET_VIEWER.format(name=name, who=who))
+        elif resp.status_code != 200:
+            yield _fail(check, f"Secret Manager answered HTTP {resp.status_code}: "
+                        f"{resp.text[:200]}", "retry; check the API's status")
+        else:
+            state = resp.json().get("state")
+            version = str(resp.json().get("name", "")).rsplit("/", 1)[-1]
+            yield (_ok(check, f"version {version} {state} (the node's access is not checked)")
+                   if state == "ENABLED" else
+                   _fail(check, f"its latest version {version} is {state}: the node cannot read "
+                         "it", f"`printf '%s' \"$VALUE\" | gcloud secrets versions add {name} "
+                         f"--data-file=-` (or `gcloud secrets versions enable {version} "
+                         f"--secret={name}`)"))
 
 
 # --- blocks and secrets -------------------------------------------------------------------------

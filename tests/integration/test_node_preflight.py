@@ -633,3 +633,49 @@ def test_a_bucket_block_with_the_orchestrators_own_key_is_refused(
     (tmp_path / "ok").mkdir()
     ready = statuses(run_preflight(load_profile(str(profile(tmp_path / "ok", world)))))
     assert ready[f"bucket {BUCKET_BLOCK}: credentials"] == "ok"
+
+
+def test_the_nodes_secrets_exist_with_an_enabled_version(
+        tmp_path: Path, world: FakeComputeEngine) -> None:
+    """Finding 8: a secret the node's startup script reads ([compute.node]
+    prefect_api_key_secret, engine_api_key_secret) is checked before the GPU boots, against a
+    fake of Secret Manager's versions.get (tests/fake_secret_manager.py)."""
+    from tests.fake_secret_manager import FakeSecretManager
+    from tests.integration.test_gce import SA
+
+    with FakeSecretManager(PROJECT) as sm:
+        sm.add("prefect-api-key", "ENABLED", "DISABLED")
+
+        def secrets() -> dict[str, tuple[str, str]]:
+            path = profile(tmp_path, world, compute={"secret_manager_endpoint": sm.url},
+                           prefect_api_key_secret="prefect-api-key",
+                           engine_api_key_secret="engine-key")
+            return {c.name: (c.status, f"{c.detail} — fix: {c.fix}" if c.fix else c.detail)
+                    for c in run_preflight(load_profile(str(path))).checks
+                    if c.name.startswith("secret ")}
+
+        got = secrets()
+        assert got == {
+            "secret prefect-api-key": (
+                "failed", "its latest version 2 is DISABLED: the node cannot read it — fix: "
+                "`printf '%s' \"$VALUE\" | gcloud secrets versions add prefect-api-key "
+                "--data-file=-` (or `gcloud secrets versions enable 2 "
+                "--secret=prefect-api-key`)"),
+            "secret engine-key": (
+                "failed", "[compute.node] engine_api_key_secret names engine-key, which does "
+                f"not exist in project {PROJECT} or has no version: the node's boot would fail "
+                f"— fix: `printf '%s' \"$VALUE\" | gcloud secrets create engine-key "
+                f"--data-file=- --project={PROJECT}`, or fix engine_api_key_secret")}
+        sm.add("prefect-api-key", "DISABLED", "ENABLED")
+        sm.add("engine-key")
+        assert secrets() == {
+            "secret prefect-api-key": ("ok", "version 2 ENABLED (the node's access is not "
+                                       "checked)"),
+            "secret engine-key": ("ok", "version 1 ENABLED (the node's access is not checked)")}
+        sm.viewer = False
+        assert secrets()["secret engine-key"] == (
+            "failed", "the orchestrator may not read engine-key's metadata (HTTP 403) — fix: "
+            "grant the orchestrator roles/secretmanager.viewer on the secret (its metadata, "
+            "never its value): `gcloud secrets add-iam-policy-binding engine-key "
+            f"--member=serviceAccount:{SA['client_email']} --role=roles/secretmanager.viewer`")
+        assert all(p.endswith("/versions/latest") for p in sm.requests)

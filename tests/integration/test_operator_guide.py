@@ -218,7 +218,8 @@ def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
             paused = _schedules(api)
             assert paused == {"nightly/production": [("0 1 * * *", "UTC", False)],
                               "node-reaper/production": [("30 * * * *", "UTC", False)],
-                              "train/node": []}, paused
+                              "train/node": [], "nightly/extract": [],
+                              "nightly/retrain": []}, paused
 
     # §4: the CLI talks to the guide's server, from the profile `prefect config set` wrote
     assert f"http://127.0.0.1:{PORT}/api" in (sandbox["tmp"] / "orchestrator-home" /
@@ -227,7 +228,8 @@ def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
     assert "slm-prefect-worker" in (orch / "startup.sh").read_text()
     # §7: the deployments, the schedules deployed paused and resumed by §9
     deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=10).json()
-    assert sorted(d["name"] for d in deps) == ["node", "production", "production"]
+    assert sorted(d["name"] for d in deps) == ["extract", "node", "production", "production",
+                                               "retrain"]
     smoke = outputs["slm-nightly node smoke --profile gcp"]
     assert "smoke: passed" in smoke, smoke[-3000:]
     assert "smoke: environment ok" in smoke
@@ -237,7 +239,12 @@ def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
     assert "completed" in status, status
     assert _schedules(api) == {"nightly/production": [("0 1 * * *", "UTC", True)],
                                "node-reaper/production": [("30 * * * *", "UTC", True)],
-                               "train/node": []}
+                               "train/node": [], "nightly/extract": [], "nightly/retrain": []}
+    half = {d["name"]: d["parameters"] for d in httpx.post(
+        f"{api}/deployments/filter", json={}, timeout=10).json() if d["name"] in
+        ("extract", "retrain")}
+    assert half == {"extract": {"profile": "gcp", "phases": "extract"},
+                    "retrain": {"profile": "gcp", "phases": "train", "retrain": True}}
     nightly = httpx.get(f"{api}/deployments/name/nightly/production", timeout=10).json()
     assert nightly["parameters"] == {"profile": "gcp"}
     assert nightly["global_concurrency_limit"]["limit"] == 1
