@@ -19,7 +19,8 @@ def test_the_files_are_what_prefectignore_lets_through() -> None:
 
 
 def test_no_ignore_file_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"\.prefectignore: missing"):
+    with pytest.raises(FileNotFoundError, match=r"\.prefectignore: missing — the node's code is "
+                       r"what this file lets through \(deploy from the project's checkout\)"):
         code_files(tmp_path)
 
 
@@ -64,3 +65,19 @@ def test_the_folder_of_a_version() -> None:
     assert code_folder("/slm/", "0123456789abcdef") == "slm/code/0123456789abcdef"
     assert code_folder("a/b", "v") == "a/b/code/v"
     assert code_folder(None, "v") == code_folder("", "v") == "code/v"
+    assert code_folder("XY/", "v") == "XY/code/v"
+
+
+def test_the_version_format(tmp_path: Path) -> None:
+    import hashlib
+
+    (tmp_path / ".prefectignore").write_text("/*\n!/.prefectignore\n!/flows/\n")
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "a.py").write_text("a\n")
+    h = hashlib.sha256()
+    for rel, data in ((".prefectignore", b"/*\n!/.prefectignore\n!/flows/\n"),
+                      ("flows/a.py", b"a\n")):
+        h.update(rel.encode() + b"\0" + b"")
+        h.update(hashlib.sha256(data).digest())
+    assert code_version(tmp_path) == h.hexdigest()[:16]
+    assert code_version(str(tmp_path)) == code_version(tmp_path)

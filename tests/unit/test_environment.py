@@ -14,6 +14,8 @@ dependencies = [
     "polars>=1.0",
     "torch>=2.8",
     "Neo4j>=5.19,<5.20",
+    "gguf==0.19.*",
+    "Typing_Extensions>=4",
 ]
 """
 
@@ -26,7 +28,8 @@ def pyproject(tmp_path: Path) -> Path:
 
 
 def env(python: str = "3.11", **packages: str | None) -> dict:
-    base = {"prefect": "3.9.1", "polars": "1.2.0", "torch": "2.13.0", "neo4j": "5.19.0"}
+    base = {"prefect": "3.9.1", "polars": "1.2.0", "torch": "2.13.0", "neo4j": "5.19.0",
+            "gguf": "0.19.0", "typing-extensions": "4.15.0"}
     return {"python": python, "packages": base | packages}
 
 
@@ -68,3 +71,44 @@ def test_describe_reads_this_interpreter(pyproject: Path) -> None:
     assert d["packages"]["torch"] == metadata.version("torch").split("+")[0]
     assert d["digest"] == digest(d["python"], d["packages"])
     assert differences(d, d, pyproject) == ([], [])
+
+
+def test_a_wildcard_pin_that_differs_is_refused_and_a_prerelease_in_range_said(
+        pyproject: Path) -> None:
+    refused, said = differences(env(), env(gguf="0.19.1", polars="1.5.0rc1"), pyproject)
+    assert refused == ["gguf 0.19.1 on the node, 0.19.0 here"]
+    assert said == ["polars 1.5.0rc1 on the node, 1.2.0 here"]
+
+
+def test_every_requirement_is_looked_at_after_a_missing_one(pyproject: Path) -> None:
+    refused, _ = differences(env(), env(polars=None, neo4j="5.20.1", gguf="x.y"), pyproject)
+    assert refused == ["polars is not installed on the node",
+                       "neo4j 5.20.1 on the node is outside <5.20,>=5.19",
+                       "gguf x.y on the node is outside ==0.19.*"]
+
+
+def test_a_description_without_packages(pyproject: Path) -> None:
+    refused, said = differences({"python": "3.11"}, {"python": "3.11"}, pyproject)
+    assert refused == [f"{n} is not installed on the node" for n in
+                       ("prefect", "polars", "neo4j", "gguf", "typing-extensions")]
+    assert said == []
+
+
+def test_names_are_normalised_as_pip_does(pyproject: Path) -> None:
+    assert "typing-extensions" in describe(pyproject)["packages"]
+    _, said = differences(env(), env(**{"typing-extensions": "4.16.0"}), pyproject)
+    assert said == ["typing-extensions 4.16.0 on the node, 4.15.0 here"]
+
+
+def test_the_default_pyproject_is_the_projects() -> None:
+    d = describe()
+    assert "prefect" in d["packages"] and "falkordb" in d["packages"]
+    assert differences(d, d) == ([], [])
+
+
+def test_the_digest_format() -> None:
+    import hashlib
+
+    text = "python==3.11\nneo4j==5.19.0\npolars==1.2.0\nprefect==3.9.1"
+    assert digest("3.11", {"prefect": "3.9.1", "polars": "1.2.0", "neo4j": "5.19.0",
+                           "torch": "2.13.0"}) == hashlib.sha256(text.encode()).hexdigest()[:16]
