@@ -32,6 +32,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PREFECT = str(Path(sys.executable).parent / "prefect")
 
 
+def prefect_cli(args: list[str], env: dict[str, str], cwd: Path = ROOT,
+                timeout: float = 240) -> str:
+    """`prefect ARGS` of this environment; its stdout, or the test fails with its output."""
+    proc = subprocess.run([PREFECT, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"prefect {' '.join(args)}:\n{proc.stdout[-3000:]}\n" \
+                                 f"{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
 @contextmanager
 def prefect_server(home: Path, port: int | None = None, **settings: str
                    ) -> Iterator[dict[str, str]]:

@@ -19,21 +19,14 @@ import time
 from pathlib import Path
 
 import httpx
+from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from tasks.code_version import code_files, code_folder, code_version
-from tests.conftest import PREFECT, ROOT
+from tests.conftest import ROOT, prefect_cli
 from tests.conftest import prefect_server as start_server
 from tests.gcs_emulator import GcsEmulator
 
 MARK = "orchestrator-side edit 7f3c"
-
-
-def _run(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 240) -> str:
-    proc = subprocess.run([PREFECT, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"prefect {' '.join(args)}:\n{proc.stdout[-3000:]}\n" \
-                                 f"{proc.stderr[-3000:]}"
-    return proc.stdout
 
 
 def orchestrator_checkout(dest: Path) -> Path:
@@ -71,19 +64,10 @@ def test_the_node_runs_the_code_the_orchestrator_deployed(tmp_path: Path) -> Non
         adc = gcs.adc()
         env = {**env, **adc}
         bucket_block = gcs.bucket(folder="slm")
-        save = subprocess.run(
-            [str(Path(PREFECT).with_name("python")), "-c",
-             "import json,sys; from prefect_gcp import GcpCredentials, GcsBucket; "
-             "d=json.loads(sys.argv[1]); GcsBucket(bucket=d['bucket'], bucket_folder='slm', "
-             "gcp_credentials=GcpCredentials(service_account_info=d['info'], "
-             "project='test-project')).save('slm-gcs')",
-             __import__("json").dumps({"bucket": bucket_block.bucket, "info": bucket_block
-                                       .gcp_credentials.service_account_info
-                                       .get_secret_value()})],
-            env=env, capture_output=True, text=True, timeout=120)
-        assert save.returncode == 0, save.stderr[-2000:]
-        _run(["work-pool", "create", "slm-node", "--type", "process"], env, orch)
-        out = _run(["--no-prompt", "deploy", "--name", "train/node"], env | {"PWD": str(orch)},
+        with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}):
+            bucket_block.save("slm-gcs")  # the block prefect.yaml's push step reads
+        prefect_cli(["work-pool", "create", "slm-node", "--type", "process"], env, orch)
+        out = prefect_cli(["--no-prompt", "deploy", "--name", "train/node"], env | {"PWD": str(orch)},
                    orch)
         assert "push-code" in out or "push_to_gcs" in out or "Deployment" in out, out
 
@@ -97,7 +81,7 @@ def test_the_node_runs_the_code_the_orchestrator_deployed(tmp_path: Path) -> Non
             f"code/{version}"))
         assert pushed == code_files(orch)  # nothing of .venv, .git, state or tests
 
-        run = _run(["deployment", "run", "train/node", "--param",
+        run = prefect_cli(["deployment", "run", "train/node", "--param",
                     'params={"dataset": "x.parquet", "method": "sft"}', "--param",
                     "profile=gcp"], env, orch)
         run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", run)
@@ -107,7 +91,7 @@ def test_the_node_runs_the_code_the_orchestrator_deployed(tmp_path: Path) -> Non
         node_env = {k: v for k, v in env.items() if k != "PYTHONPATH"} | {"PWD": "/"}
         node_dir = tmp_path / "node-cwd"
         node_dir.mkdir()
-        _run(["worker", "start", "--pool", "slm-node", "--run-once"], node_env, node_dir,
+        prefect_cli(["worker", "start", "--pool", "slm-node", "--run-once"], node_env, node_dir,
              timeout=400)
         flow_run = httpx.get(f"{api}/flow_runs/{run_id.group(1)}", timeout=10).json()
         logs = []

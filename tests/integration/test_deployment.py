@@ -6,22 +6,14 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import PREFECT, ROOT, toml_profile
+from tests.conftest import ROOT, prefect_cli, toml_profile
 from tests.conftest import prefect_server as start_server
-
-
-def _run(args: list[str], env: dict[str, str], timeout: float = 180) -> str:
-    proc = subprocess.run([PREFECT, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"prefect {' '.join(args)}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-    return proc.stdout
 
 
 @pytest.fixture
@@ -48,14 +40,14 @@ def test_local_nightly_deployment_runs_on_a_process_worker(tmp_path: Path,
     # docs/operations.md's recipe, as written (the run gets this test's small profile, the
     # worker --run-once)
     pool, deploy, run_cmd, worker = _recipe()
-    _run(shlex.split(pool)[1:], env)
-    _run(shlex.split(deploy)[1:], env)
+    prefect_cli(shlex.split(pool)[1:], env)
+    prefect_cli(shlex.split(deploy)[1:], env)
     _check_local_deployments(env["PREFECT_API_URL"])
-    out = _run([*shlex.split(run_cmd)[1:], "--param", f"profile={profile}"], env)
+    out = prefect_cli([*shlex.split(run_cmd)[1:], "--param", f"profile={profile}"], env)
     run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
     assert run_id, out
     assert worker == "prefect worker start --pool local-process"
-    _run(["worker", "start", "--pool", "local-process", "--run-once"], env, timeout=400)
+    prefect_cli(["worker", "start", "--pool", "local-process", "--run-once"], env, timeout=400)
     api = env["PREFECT_API_URL"]
     run = httpx.get(f"{api}/flow_runs/{run_id.group(1)}", timeout=10).json()
     assert run["state"]["type"] == "COMPLETED", run["state"]
