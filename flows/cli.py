@@ -99,6 +99,10 @@ def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
     except (KeyboardInterrupt, TerminationSignal):
         if stopper.signum is None:
             raise
+    except BaseExceptionGroup as group:  # the signal landed inside an anyio task group
+        if stopper.signum is None or group.subgroup((KeyboardInterrupt, TerminationSignal)) \
+                is None:
+            raise
     if stopper.signum is not None:
         stopper.stop_servers()  # normally the run's own teardown has stopped them already
     if not last.exists() or last.stat().st_mtime == before:
