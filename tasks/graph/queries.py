@@ -1,34 +1,55 @@
 """All Cypher the stores run. FalkorDB and Neo4j share every statement except schema setup.
 
 Parameters carry all data. Labels and relationship types cannot be parameters in either
-dialect, so they are formatted in only after checking them against the schema whitelists.
+dialect, so they are formatted in only after `entity_label` / `relationship_type` check them:
+the graph schema is configuration, so the check is the identifier's shape (nothing that can
+close a pattern or start a clause) and not a fixed list; names the store itself uses are
+refused, so no schema can make a Document an Entity or a fact a MENTIONED_IN.
 """
 
 from __future__ import annotations
 
-from tasks.extraction.schema import ENTITY_TYPES, RELATIONSHIP_TYPES
+import re
 
 SCHEMA = {
     "falkordb": [
         "CREATE INDEX FOR (e:Entity) ON (e.key)",
         "CREATE INDEX FOR (d:Document) ON (d.id)",
+        "CREATE INDEX FOR (c:Chunk) ON (c.id)",
     ],
     "neo4j": [
         "CREATE CONSTRAINT entity_key IF NOT EXISTS FOR (e:Entity) REQUIRE e.key IS UNIQUE",
         "CREATE CONSTRAINT document_id IF NOT EXISTS FOR (d:Document) REQUIRE d.id IS UNIQUE",
+        "CREATE CONSTRAINT chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.id IS UNIQUE",
     ],
 }
 
+# fullmatch, not ^…$: "$" also matches before a trailing newline.
+LABEL_PATTERN = re.compile(r"[A-Z][A-Za-z0-9_]{0,63}")
+TYPE_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+RESERVED_LABELS = frozenset({"Entity", "Document", "Chunk"})
+RESERVED_TYPES = frozenset({"MENTIONED_IN", "CHUNK_OF"})
+
 
 def entity_label(label: str) -> str:
-    if label not in ENTITY_TYPES:
-        raise ValueError(f"entity label {label!r} is not in the schema whitelist")
+    if not isinstance(label, str) or not LABEL_PATTERN.fullmatch(label):
+        raise ValueError(f"entity label {label!r} is not an identifier: a label starts with a "
+                         "capital letter and has up to 64 letters, digits or underscores — "
+                         "fix it in the graph schema")
+    if label in RESERVED_LABELS:
+        raise ValueError(f"entity label {label!r} is reserved by the graph store "
+                         f"({', '.join(sorted(RESERVED_LABELS))}) — rename it in the graph schema")
     return label
 
 
 def relationship_type(rel: str) -> str:
-    if rel not in RELATIONSHIP_TYPES:
-        raise ValueError(f"relationship type {rel!r} is not in the schema whitelist")
+    if not isinstance(rel, str) or not TYPE_PATTERN.fullmatch(rel):
+        raise ValueError(f"relationship type {rel!r} is not an identifier: a type starts with a "
+                         "capital letter and has up to 64 capitals, digits or underscores — "
+                         "fix it in the graph schema")
+    if rel in RESERVED_TYPES:
+        raise ValueError(f"relationship type {rel!r} is reserved by the graph store "
+                         f"({', '.join(sorted(RESERVED_TYPES))}) — rename it in the graph schema")
     return rel
 
 
@@ -75,11 +96,30 @@ ON MATCH SET e.last_seen = $now,
 """
 
 
+# A chunk is written only with its document (MATCH first), so every Chunk has a CHUNK_OF
+# and retraction finds them all through the document.
+UPSERT_CHUNKS = """
+UNWIND $rows AS row
+MATCH (d:Document {id: row.document})
+MERGE (c:Chunk {id: row.id})
+SET c.document = row.document, c.index = row.index, c.start = row.start, c.end = row.end,
+    c.text = row.text
+MERGE (c)-[:CHUNK_OF]->(d)
+"""
+
+# MENTIONED_IN.chunks: the sorted chunk indexes of that document naming the entity ([] for
+# deterministic data). Merged on match like doc_ids (retraction is what removes); Cypher has
+# no list sort without APOC, so the union is read off range(0, its maximum). Parenthesised:
+# FalkorDB binds IN and STARTS WITH tighter than +.
 UPSERT_MENTIONS = """
 UNWIND $rows AS row
 MATCH (e:Entity {key: row.key})
 MATCH (d:Document {id: row.doc})
-MERGE (e)-[:MENTIONED_IN]->(d)
+MERGE (e)-[m:MENTIONED_IN]->(d)
+ON CREATE SET m.chunks = row.chunks
+ON MATCH SET m.chunks = [i IN range(0, reduce(top = -1, x IN (coalesce(m.chunks, []) + row.chunks)
+                                              | CASE WHEN x > top THEN x ELSE top END))
+                         WHERE i IN (coalesce(m.chunks, []) + row.chunks)]
 """
 
 
@@ -89,9 +129,10 @@ UNWIND $rows AS row
 MATCH (a:Entity {{key: row.src}})
 MATCH (b:Entity {{key: row.dst}})
 MERGE (a)-[r:{relationship_type(rel)}]->(b)
-ON CREATE SET r.doc_ids = row.doc_ids, r.first_seen = $now, r.last_seen = $now,
-    r.description = row.description
+ON CREATE SET r.doc_ids = row.doc_ids, r.chunks = row.chunks, r.first_seen = $now,
+    r.last_seen = $now, r.description = row.description
 ON MATCH SET r.doc_ids = r.doc_ids + [x IN row.doc_ids WHERE NOT x IN r.doc_ids],
+    r.chunks = coalesce(r.chunks, []) + [x IN row.chunks WHERE NOT x IN coalesce(r.chunks, [])],
     r.last_seen = $now,
     r.description = CASE WHEN size(row.description) > size(r.description)
                          THEN row.description ELSE r.description END
@@ -101,13 +142,18 @@ ON MATCH SET r.doc_ids = r.doc_ids + [x IN row.doc_ids WHERE NOT x IN r.doc_ids]
 # Retraction of a changed or deleted document, in this order (each its own statement: a
 # SET then DELETE of the same relationships in one statement deleted nothing on FalkorDB).
 # Both endpoints of a relationship are always MENTIONED_IN its supporting documents, so the
-# relationships a document supports are found from its mentions.
+# relationships a document supports are found from its mentions. A chunk id is
+# "<document id>#<index>": the rest after the id and "#" holds no "#", so retracting "a"
+# keeps the chunks of a document called "a#1".
 RETRACT_REL_PROVENANCE = """
 UNWIND $ids AS id
 MATCH (:Document {id: id})<-[:MENTIONED_IN]-(:Entity)-[r]->(:Entity)
 WHERE id IN r.doc_ids
 WITH DISTINCT r
-SET r.doc_ids = [x IN r.doc_ids WHERE NOT x IN $ids]
+SET r.doc_ids = [x IN r.doc_ids WHERE NOT x IN $ids],
+    r.chunks = [c IN coalesce(r.chunks, [])
+                WHERE NOT any(gone IN $ids WHERE c STARTS WITH (gone + '#')
+                              AND NOT (substring(c, size(gone) + 1) CONTAINS '#'))]
 """
 
 DELETE_UNSUPPORTED_RELS = """
@@ -122,6 +168,12 @@ DELETE_MENTIONS = """
 UNWIND $ids AS id
 MATCH (:Document {id: id})<-[m:MENTIONED_IN]-()
 DELETE m
+"""
+
+DELETE_CHUNKS = """
+UNWIND $ids AS id
+MATCH (c:Chunk)-[:CHUNK_OF]->(:Document {id: id})
+DETACH DELETE c
 """
 
 UNMARK_DOCUMENTS = """
@@ -157,6 +209,27 @@ MATCH (e:Person)
 WHERE em IN e.emails
 RETURN em AS email, e.key AS key
 """
+
+# The text behind a fact: one row per chunk, by document then chunk index.
+EVIDENCE_COLUMNS = """
+RETURN d.id AS document, d.path AS path, c.index AS chunk, c.start AS start, c.end AS end,
+       c.text AS text
+ORDER BY document, chunk
+"""
+
+ENTITY_EVIDENCE = """
+MATCH (:Entity {key: $key})-[m:MENTIONED_IN]->(d:Document)<-[:CHUNK_OF]-(c:Chunk)
+WHERE c.index IN coalesce(m.chunks, [])
+""" + EVIDENCE_COLUMNS
+
+
+def relationship_evidence(rel: str) -> str:
+    return f"""
+MATCH (:Entity {{key: $src}})-[r:{relationship_type(rel)}]->(:Entity {{key: $dst}})
+UNWIND coalesce(r.chunks, []) AS cid
+MATCH (c:Chunk {{id: cid}})-[:CHUNK_OF]->(d:Document)
+""" + EVIDENCE_COLUMNS
+
 
 NODE_COUNTS = "MATCH (n) RETURN labels(n) AS labels, count(n) AS n"
 REL_COUNTS = "MATCH ()-[r]->() RETURN type(r) AS type, count(r) AS n"

@@ -54,6 +54,29 @@ class RelRow:
     dst: str
     doc_ids: list[str] = field(default_factory=list)
     description: str = ""
+    chunks: list[str] = field(default_factory=list)  # ids ("doc#index") of supporting chunks
+
+
+@dataclass
+class ChunkRow:
+    """One chunk of a document's text as sent to the LLM: what a fact's evidence points at.
+    start/end are character offsets into Document.text, end exclusive."""
+
+    id: str
+    document: str
+    index: int
+    start: int
+    end: int
+    text: str
+
+    def __post_init__(self) -> None:
+        # retraction finds a document's chunk ids on relationships by this form
+        if self.id != f"{self.document}#{self.index}":
+            raise ValueError(f"chunk id {self.id!r} must be "
+                             f"{self.document + '#' + str(self.index)!r} (document#index)")
+        if not 0 <= self.start <= self.end or self.index < 0:
+            raise ValueError(f"chunk {self.id!r}: index {self.index} and span "
+                             f"[{self.start}, {self.end}) must be non-negative, start <= end")
 
 
 @dataclass
@@ -62,21 +85,30 @@ class GraphBatch:
 
     documents: list[dict[str, Any]] = field(default_factory=list)  # id, stream, path, hash, …
     entities: dict[str, EntityRow] = field(default_factory=dict)
-    mentions: set[tuple[str, str]] = field(default_factory=set)  # (entity key, document id)
+    # (entity key, document id) → the chunk indexes naming it; empty for deterministic data
+    # (front matter, contact records), which no chunk carries
+    mentions: dict[tuple[str, str], set[int]] = field(default_factory=dict)
     relationships: dict[tuple[str, str, str], RelRow] = field(default_factory=dict)
+    chunks: dict[str, ChunkRow] = field(default_factory=dict)
 
-    def add_entity(self, row: EntityRow, doc_id: str) -> None:
+    def add_chunk(self, row: ChunkRow) -> None:
+        self.chunks[row.id] = row
+
+    def add_entity(self, row: EntityRow, doc_id: str, chunk: int | None = None) -> None:
         if row.key in self.entities:
             self.entities[row.key].merge(row)
         else:
             self.entities[row.key] = row
-        self.mentions.add((row.key, doc_id))
+        indexes = self.mentions.setdefault((row.key, doc_id), set())
+        if chunk is not None:
+            indexes.add(chunk)
 
     def add_relationship(self, row: RelRow) -> None:
         k = (row.src, row.type, row.dst)
         if k in self.relationships:
             existing = self.relationships[k]
             existing.doc_ids.extend(d for d in row.doc_ids if d not in existing.doc_ids)
+            existing.chunks.extend(c for c in row.chunks if c not in existing.chunks)
             if len(row.description) > len(existing.description):
                 existing.description = row.description
         else:
@@ -137,11 +169,12 @@ class GraphStore(ABC):
         return {r["email"]: r["key"] for r in self._read(q.KEYS_BY_EMAIL, {"emails": emails})}
 
     def retract(self, doc_ids: Sequence[str], delete: bool = False) -> None:
-        """Remove what these documents contributed: provenance on relationships (deleting
-        relationships left unsupported), mentions, and the extraction mark (or the Document
-        node itself when `delete`). Entities left unmentioned are pruned separately."""
+        """Remove what these documents contributed: provenance on relationships (doc ids
+        and chunk ids; deleting relationships left unsupported), mentions, chunks, and the
+        extraction mark (or the Document node itself when `delete`). Entities left
+        unmentioned are pruned separately."""
         steps = [q.RETRACT_REL_PROVENANCE, q.DELETE_UNSUPPORTED_RELS, q.DELETE_MENTIONS,
-                 q.DELETE_DOCUMENTS if delete else q.UNMARK_DOCUMENTS]
+                 q.DELETE_CHUNKS, q.DELETE_DOCUMENTS if delete else q.UNMARK_DOCUMENTS]
         for chunk in batched(list(doc_ids), self.batch_size):
             for stmt in steps:
                 self._write(stmt, {"ids": list(chunk)})
@@ -151,17 +184,19 @@ class GraphStore(ABC):
         now = now_iso()
         docs = [{k: d[k] for k in ("id", "stream", "path")} for d in batch.documents]
         self._write_batched(q.UPSERT_DOCUMENTS, docs)
+        self._write_batched(q.UPSERT_CHUNKS, [c.__dict__ for c in batch.chunks.values()])
         by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for e in batch.entities.values():
             by_label[e.type].append(e.__dict__)
         for label in sorted(by_label):
             self._write_batched(q.upsert_entities(label), by_label[label], now=now)
-        mentions = [{"key": k, "doc": d} for k, d in sorted(batch.mentions)]
+        mentions = [{"key": k, "doc": d, "chunks": sorted(batch.mentions[k, d])}
+                    for k, d in sorted(batch.mentions)]
         self._write_batched(q.UPSERT_MENTIONS, mentions)
         by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in batch.relationships.values():
             by_type[r.type].append({"src": r.src, "dst": r.dst, "doc_ids": r.doc_ids,
-                                    "description": r.description})
+                                    "chunks": r.chunks, "description": r.description})
         for rel in sorted(by_type):
             self._write_batched(q.upsert_relationships(rel), by_type[rel], now=now)
 
@@ -189,6 +224,15 @@ class GraphStore(ABC):
 
     def top_entities(self, limit: int = 10) -> list[dict[str, Any]]:
         return self._read(q.TOP_ENTITIES, {"limit": limit})
+
+    def evidence(self, key: str) -> list[dict[str, Any]]:
+        """The text behind an entity: each chunk that names it, as {document, path, chunk,
+        start, end, text}, by document then chunk. Empty for deterministic data."""
+        return self._read(q.ENTITY_EVIDENCE, {"key": key})
+
+    def relationship_evidence(self, src: str, type: str, dst: str) -> list[dict[str, Any]]:
+        """The text behind a relationship, as `evidence` gives it for an entity."""
+        return self._read(q.relationship_evidence(type), {"src": src, "dst": dst})
 
     def clear(self) -> None:
         """Delete every node and relationship (for scratch graphs)."""
