@@ -41,8 +41,10 @@ from _common import ROOT, skip
 sys.path.insert(0, str(ROOT))
 from tasks.compute.inference_server import llama_server_args, server_ready  # noqa: E402
 from tasks.extraction.llm import structured_output  # noqa: E402
-from tasks.extraction.schema import SYSTEM_PROMPT, json_schema, parse_answer  # noqa: E402
+from tasks.extraction.prompt import system_prompt  # noqa: E402
+from tasks.extraction.schema import json_schema, parse_answer  # noqa: E402
 from tasks.llama_build import CHECK_TEXT, require_server  # noqa: E402
+from tasks.ontology import default_schema  # noqa: E402
 from tasks.processes import ManagedServer, free_port  # noqa: E402
 
 TEXT = ("Ann Lee (Acme Corp) chaired the budget review with Bob Stone of the Paris office; they "
@@ -124,7 +126,7 @@ def main() -> None:
         schema = json_schema(24, 24)
         budget = args.reasoning_budget
         body = {"model": args.alias, "max_tokens": 3072, "temperature": 0.0,
-                "messages": [{"role": "system", "content": SYSTEM_PROMPT},
+                "messages": [{"role": "system", "content": system_prompt(default_schema())},
                              {"role": "user", "content": TEXT}],
                 **structured_output("llama.cpp", schema, budget is not None),
                 **({"reasoning_budget_tokens": budget} if budget is not None else {})}

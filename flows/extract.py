@@ -24,6 +24,7 @@ from tasks.compute.inference_server import server_exit
 from tasks.errors import PhaseFailed, ServerDied
 from tasks.extraction.chunking import estimate_tokens
 from tasks.extraction.extract import (
+    BatchReport,
     append_dead_letters,
     failure_record,
     plan,
@@ -40,12 +41,19 @@ from tasks.extraction.phase1 import (
     retract_deleted,
     scan_documents,
 )
+from tasks.extraction.prompt import extraction_version
 from tasks.files import write_atomic
 from tasks.graph.open import embedded_port, open_graph
 from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
 from tasks.graph.store import batched
 from tasks.profile import load_profile
-from tasks.records import DocumentCounts, ExtractionReport, GraphSummary
+from tasks.records import (
+    AnswerQuality,
+    DocumentCounts,
+    ExtractionReport,
+    GraphSummary,
+    grounded_precision,
+)
 
 PENDING_FILE = "phase1-pending.json"  # <state_dir>/…: documents a budget left, first next run
 # Kept back from the budget for what follows the last requests: that batch's graph writes, the
@@ -113,16 +121,16 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     client = llm_client(endpoint, base_url, base_urls=urls,
                         deadline=None if deadline is None else deadline - reserve,
                         server_exit=watch)
-    schema = response_schema(endpoint)
-    chunk_tokens = chunk_size(endpoint)
+    ontology = cfg.extraction.ontology()
+    gleanings = cfg.extraction.gleanings
+    schema = response_schema(endpoint, ontology)
+    chunk_tokens = chunk_size(endpoint, ontology, gleanings)
 
     usage = Usage()
     extracted: Counter[str] = Counter()
     failed: list[dict[str, Any]] = []
-    rejected: Counter[str] = Counter()
-    remapped: Counter[str] = Counter()
-    dropped: Counter[str] = Counter()
-    dangling = entities = relationships = 0
+    quality = BatchReport()  # the answers' label, pattern and grounding counts, summed
+    entities = relationships = 0
     run_id = current_run.get_id()
     ledger = Ledger(cfg.state_dir, cfg.graph.describe())
     keep = cfg.graph.snapshots_to_keep()
@@ -135,7 +143,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
                     " (re-extracting every document: --full)" if check == "damaged" else "")
         docs, load_failures = scan_documents(roots, int(cfg.sources.max_document_mb * 1e6))
         work = plan(docs, load_failures, store.document_states(), roots, endpoint.model, full,
-                    retry_failed)
+                    retry_failed, ontology, gleanings)
         wrote = bool(work.deleted or work.extract)
         if wrote:
             ledger.begin_write(run_id)
@@ -143,6 +151,12 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
                     "(held; retry with --retry-failed), %d deleted, %d unreadable",
                     len(work.extract), len(work.skipped), len(work.held), len(work.deleted),
                     len(load_failures))
+        if work.reasons:
+            logger.info("extracted again: %s%s", ", ".join(
+                f"{n} for {why}" for why, n in sorted(work.reasons.items())),
+                f" (graph schema {ontology.path}, digest {ontology.digest()[:8]}; prompt "
+                "and schema digests make the extraction version)"
+                if work.reasons.get("extraction version") else "")
         if work.deleted:
             retract_deleted(store, work.deleted)
         todo, first = _pending_first(cfg.state_dir, work.extract)
@@ -165,7 +179,8 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
                 continue
             try:
                 rep = extract_batch(list(batch), store, client, endpoint.model, chunk_tokens,
-                                    endpoint.chunk_overlap_tokens, schema, changed)
+                                    endpoint.chunk_overlap_tokens, schema, changed, ontology,
+                                    gleanings)
             except ServerDied as e:
                 # Nothing of this batch was written or marked: it and the rest stay pending
                 # (first on the next run), none is failed for the server's death.
@@ -181,10 +196,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
             usage.add(rep.usage)
             extracted.update(rep.extracted)
             failed.extend(rep.failed)
-            rejected.update(rep.rejected_entity_types)
-            remapped.update(rep.remapped_relationship_types)
-            dropped.update(rep.dropped_fields)
-            dangling += rep.dangling_relationships
+            quality.add_labels(rep)
             entities += rep.entities
             relationships += rep.relationships
             done += len(batch) - len(rep.deferred)
@@ -233,12 +245,22 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         relationships=relationships,
         deleted=len(work.deleted),
         pruned=pruned,
-        rejected_entity_types=dict(rejected),
-        remapped_relationship_types=dict(remapped),
-        dropped_fields=dict(dropped),
+        rejected_entity_types=dict(quality.rejected_entity_types),
+        remapped_relationship_types=dict(quality.remapped_relationship_types),
+        dropped_fields=dict(quality.dropped_fields),
         unusable_answers=dict(usage.unusable_answers),
         bad_records=dict(Counter(r["stream"] for r in bad_records)),
-        dangling_relationships=dangling,
+        dangling_relationships=quality.dangling_relationships,
+        quality=AnswerQuality(
+            grounded_names=quality.grounded_names, ungrounded_names=quality.ungrounded_names,
+            grounded_precision=grounded_precision(quality.grounded_names,
+                                                  quality.ungrounded_names),
+            ungrounded=quality.ungrounded,
+            pruned_relationships=dict(quality.pruned_relationships),
+            reversed_relationships=dict(quality.reversed_relationships),
+            aliases_resolved=quality.aliases_resolved, gleanings=gleanings,
+            gleaning_failures=quality.gleaning_failures, graph_schema=ontology.path,
+            extraction_version=extraction_version(ontology, gleanings)),
         failures=all_failures,
         dead_letter=str(dead_letter.resolve()) if all_failures else None,
         graph=GraphSummary(location=location, description=cfg.graph.describe(), **graph_stats,

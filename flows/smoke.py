@@ -70,15 +70,18 @@ def _one_request(cfg: Profile, base_url: str) -> str:
     """One structured request through phase 1's client, as extraction sends it."""
     from tasks.extraction.extract import run_sync
     from tasks.extraction.inputs import llm_client, response_schema
-    from tasks.extraction.schema import SYSTEM_PROMPT
+    from tasks.extraction.prompt import system_prompt
 
     user = ("Document: smoke (transcripts)\n---\nAnn Lee, an engineer at Acme Ltd, met "
             "Bob Stone in Leeds to plan the bridge survey.")
+    ontology = cfg.extraction.ontology()
 
     async def ask() -> Any:
         async with llm_client(cfg.inference, base_url) as client:
             client.max_retries = min(client.max_retries, 1)
-            return await client.extract(SYSTEM_PROMPT, user, response_schema(cfg.inference))
+            return await client.extract(system_prompt(ontology), user,
+                                        response_schema(cfg.inference, ontology),
+                                        ontology=ontology)
 
     answer = run_sync(ask())
     return (f"{len(answer.entities)} entities, {len(answer.relationships)} relationships "

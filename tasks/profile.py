@@ -42,6 +42,7 @@ from tasks.compute.protocol import Node, nodes_for
 from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
 from tasks.gcs_sync import env_bucket, parse_bucket_url
+from tasks.ontology import DEFAULT_SCHEMA, GraphSchema, load_schema
 
 if TYPE_CHECKING:
     from tasks.training.registry import ArtifactStore
@@ -55,6 +56,7 @@ _PATH_FIELDS: dict[str, tuple[str, ...]] = {
     "graph": ("data_dir",),
     "sources": ("transcripts", "research", "contacts"),
     "corpus": ("root",),
+    "extraction": ("schema",),
     "training": ("artifact_store", "model_cache"),
 }
 
@@ -78,11 +80,22 @@ def _with_project_paths(section: str, table: dict[str, Any]) -> dict[str, Any]:
 class ExtractionSettings(BaseModel):
     """Phase-1 settings that are not a block."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     max_failed_share: float = Field(default=0.2, ge=0.0, le=1.0,
                                     description="Phase 1 fails above this share of failed documents.")
     batch_documents: int = Field(default=64, ge=1, le=100_000,
                                  description="Documents per Prefect task (extract + upsert).")
+    schema_file: str = Field(default=str(DEFAULT_SCHEMA), alias="schema",
+                             description="The graph schema (TOML): node and relationship "
+                             "types, allowed patterns, prompt examples. Relative paths are "
+                             "from the project root.")
+    gleanings: int = Field(default=0, ge=0, le=3,
+                           description="Extra passes per chunk asking the model what it "
+                           "missed (0 = none); each costs about one more request.")
+
+    def ontology(self) -> GraphSchema:
+        """The graph schema this profile names (ConfigError naming the file and the fix)."""
+        return load_schema(self.schema_file)
 
 
 class CorpusSettings(BaseModel):
@@ -278,6 +291,7 @@ def load_profile(ref: str) -> Profile:
         extraction = ExtractionSettings(**data.get("extraction", {}))
     except ValidationError as e:
         raise ConfigError(_explain(path, "extraction", e)) from None
+    extraction.ontology()  # a bad schema file is the profile's error, said before any work
     try:
         corpus = CorpusSettings(**data.get("corpus", {}))
     except ValidationError as e:

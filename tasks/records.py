@@ -406,6 +406,30 @@ class CapacityReport(_Strict):
     note: str | None = None
 
 
+def grounded_precision(grounded: int, ungrounded: int) -> float | None:
+    """The share of names the model wrote that occur in their chunk's text; None when it
+    wrote none (no figure rests on nothing)."""
+    total = grounded + ungrounded
+    return round(grounded / total, 4) if total else None
+
+
+class AnswerQuality(_Strict):
+    """How the night's answers kept to the graph schema and to their text, with no gold: the
+    production model's quality, measured every night (tasks/extraction/extract.py)."""
+
+    grounded_names: int = 0  # names the model wrote that occur in their chunk's text
+    ungrounded_names: int = 0  # … that do not (invented, reasoning, instructions)
+    grounded_precision: float | None = None
+    ungrounded: list[str] = []  # the first few, "<doc>#<chunk>: <name>"
+    pruned_relationships: dict[str, int] = {}  # "Person LOCATED_IN Decision": no pattern
+    reversed_relationships: dict[str, int] = {}  # written backwards, turned around
+    aliases_resolved: int = 0  # one-word names joined to the document's one full name
+    gleanings: int = 0  # extra passes per chunk
+    gleaning_failures: int = 0
+    graph_schema: str = ""  # the schema file
+    extraction_version: str = ""  # s<schema digest>-p<prompt digest>-g<gleanings>
+
+
 class ExtractionReport(_Strict):
     """What phase 1 (flows/extract.py) returns, and carries in PhaseFailed when it fails."""
 
@@ -436,6 +460,7 @@ class ExtractionReport(_Strict):
     budget_seconds: float | None = None  # what phase 1 was given (None: no deadline)
     extract_seconds: float = 0.0  # spent on batches (LLM + graph writes): the rate's clock
     endpoints: dict[str, dict[str, Any]] = {}  # base URL → the client's stats (LLMClient.stats)
+    quality: AnswerQuality = AnswerQuality()
 
 
 # The extraction fields the run summary takes over from phase 1.
@@ -443,7 +468,7 @@ MERGED_FROM_EXTRACTION = ("documents", "llm_calls", "prompt_tokens", "completion
                           "entities", "relationships", "failures", "graph", "dead_letter",
                           "deleted", "pruned", "rejected_entity_types",
                           "remapped_relationship_types", "unusable_answers", "dropped_fields",
-                          "bad_records", "pending")
+                          "bad_records", "pending", "quality")
 
 
 class RunSummary(Record):
@@ -474,6 +499,7 @@ class RunSummary(Record):
     dropped_fields: dict[str, int] | None = None
     bad_records: dict[str, int] | None = None
     pending: dict[str, int] | None = None  # phase 1's documents left for the next run, by stream
+    quality: AnswerQuality | None = None  # phase 1's answers: grounding, pruning, aliases
     reaper: dict[str, Any] | None = None  # flows/reaper.py reap's record
     # Training manifests found unfinished for a run that is gone, marked at the start
     # (tasks/training/reconcile.py): {name, was, now, reason}.

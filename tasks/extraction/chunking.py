@@ -8,6 +8,7 @@ so no tokenizer has to be loaded; if the estimate is ever wrong the LLM client r
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 CHARS_PER_TOKEN = 3.5
 
@@ -16,20 +17,40 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-def _pieces(text: str, max_chars: int) -> list[str]:
-    """Lines, with any line longer than max_chars cut at sentence or word boundaries."""
-    out: list[str] = []
-    for line in text.splitlines():
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of a document: its text as sent, and where it lies in the document's text
+    (characters [start, end) — the first and last line it holds; the text between them is the
+    same up to how line breaks and long-line cuts are written)."""
+
+    index: int
+    start: int
+    end: int
+    text: str
+
+
+def _pieces(text: str, max_chars: int) -> list[tuple[int, int, str]]:
+    """Lines (offset, end, text), with any line longer than max_chars cut at sentence or word
+    boundaries."""
+    out: list[tuple[int, int, str]] = []
+    at = 0
+    for raw in text.splitlines(keepends=True):
+        line = raw.splitlines()[0] if raw.splitlines() else ""
+        pos = at
         while len(line) > max_chars:
             cut = max(line.rfind(". ", 0, max_chars), line.rfind(" ", 0, max_chars))
             cut = cut + 1 if cut > max_chars // 2 else max_chars
-            out.append(line[:cut].rstrip())
-            line = line[cut:].lstrip()
-        out.append(line)
+            head = line[:cut].rstrip()
+            out.append((pos, pos + len(head), head))
+            rest = line[cut:]
+            pos += cut + len(rest) - len(rest.lstrip())
+            line = rest.lstrip()
+        out.append((pos, pos + len(line), line))
+        at += len(raw)
     return out
 
 
-def chunk_text(text: str, max_tokens: int, overlap_tokens: int = 0) -> list[str]:
+def chunks(text: str, max_tokens: int, overlap_tokens: int = 0) -> list[Chunk]:
     """Split text into chunks of at most ~max_tokens, each starting with the previous
     chunk's last ~overlap_tokens (whole lines), so an entity on a boundary is seen whole."""
     if max_tokens < 16:
@@ -37,26 +58,36 @@ def chunk_text(text: str, max_tokens: int, overlap_tokens: int = 0) -> list[str]
     max_chars = int(max_tokens * CHARS_PER_TOKEN)
     overlap_chars = min(int(overlap_tokens * CHARS_PER_TOKEN), max_chars // 2)
     if len(text) <= max_chars:
-        return [text]
-    chunks: list[str] = []
-    current: list[str] = []
+        return [Chunk(0, 0, len(text), text)]
+    groups: list[list[tuple[int, int, str]]] = []
+    current: list[tuple[int, int, str]] = []
     size = 0
     for piece in _pieces(text, max_chars - overlap_chars):
-        if current and size + len(piece) + 1 > max_chars:
-            chunks.append("\n".join(current))
-            tail: list[str] = []
+        if current and size + len(piece[2]) + 1 > max_chars:
+            groups.append(current)
+            tail: list[tuple[int, int, str]] = []
             tail_size = 0
             for line in reversed(current):
-                if tail_size + len(line) + 1 > overlap_chars:
+                if tail_size + len(line[2]) + 1 > overlap_chars:
                     break
                 tail.insert(0, line)
-                tail_size += len(line) + 1
+                tail_size += len(line[2]) + 1
             current, size = tail, tail_size
         current.append(piece)
-        size += len(piece) + 1
-    if current and (not chunks or any(line.strip() for line in current)):
-        chunks.append("\n".join(current))
-    return [c for c in chunks if c.strip()]
+        size += len(piece[2]) + 1
+    if current and (not groups or any(line[2].strip() for line in current)):
+        groups.append(current)
+    out: list[Chunk] = []
+    for g in groups:
+        body = "\n".join(p[2] for p in g)
+        if body.strip():
+            out.append(Chunk(len(out), g[0][0], g[-1][1], body))
+    return out
+
+
+def chunk_text(text: str, max_tokens: int, overlap_tokens: int = 0) -> list[str]:
+    """The chunks' texts (see chunks)."""
+    return [c.text for c in chunks(text, max_tokens, overlap_tokens)]
 
 
 def halve(text: str) -> list[str]:

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tasks.extraction.chunking import chunk_text
+from tasks.extraction.chunking import chunks
 from tasks.extraction.documents import Document, LoadFailure, load_document
 from tasks.extraction.extract import (
     BatchReport,
@@ -18,7 +18,7 @@ from tasks.extraction.extract import (
     user_prompt,
 )
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema, source_roots
-from tasks.extraction.schema import SYSTEM_PROMPT
+from tasks.extraction.prompt import system_prompt
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.profile import Profile
 
@@ -39,30 +39,39 @@ def load(cfg: Profile, path: str | Path) -> Document:
 
 def prompts(cfg: Profile, doc: Document) -> list[dict[str, str]]:
     """The exact messages each chunk sends."""
-    ep = cfg.inference
-    chunks = chunk_text(doc.text, chunk_tokens(ep), ep.chunk_overlap_tokens) \
-        if doc.text.strip() else []
-    return [{"system": SYSTEM_PROMPT, "user": user_prompt(doc, c, i + 1, len(chunks))}
-            for i, c in enumerate(chunks)]
+    ep, ex = cfg.inference, cfg.extraction
+    ontology = ex.ontology()
+    parts = chunks(doc.text, chunk_tokens(ep, ontology, ex.gleanings),
+                   ep.chunk_overlap_tokens) if doc.text.strip() else []
+    return [{"system": system_prompt(ontology), "user": user_prompt(doc, c.text, c.index + 1,
+                                                                    len(parts))}
+            for c in parts]
 
 
 def extract(cfg: Profile, doc: Document, base_url: str) -> tuple[DocOutcome, dict[str, Any]]:
     """Run the document through the endpoint; returns the outcome and the usage."""
-    ep = cfg.inference
+    ep, ex = cfg.inference, cfg.extraction
+    ontology = ex.ontology()
     c = llm_client(ep, base_url)
 
     async def go() -> DocOutcome:
         async with c:
-            return await extract_document(c, doc, chunk_tokens(ep), ep.chunk_overlap_tokens,
-                                          response_schema(ep))
+            return await extract_document(c, doc, chunk_tokens(ep, ontology, ex.gleanings),
+                                          ep.chunk_overlap_tokens,
+                                          response_schema(ep, ontology), ontology,
+                                          ex.gleanings)
 
     return run_sync(go()), asdict(c.usage)  # notebooks already run an event loop
 
 
-def graph_rows(doc: Document, outcome: DocOutcome, model: str) -> tuple[GraphBatch, BatchReport]:
-    """The rows phase 1 would upsert (deterministic fields and the LLM's entities)."""
+def graph_rows(doc: Document, outcome: DocOutcome, model: str, cfg: Profile | None = None
+               ) -> tuple[GraphBatch, BatchReport]:
+    """The rows phase 1 would upsert (deterministic fields and the LLM's entities, pruned
+    and resolved under the profile's graph schema; the shipped one without a profile)."""
     report = BatchReport()
-    return build_batch([outcome], model, {}, report), report
+    ontology = cfg.extraction.ontology() if cfg else None
+    return build_batch([outcome], model, {}, report, ontology,
+                       cfg.extraction.gleanings if cfg else 0), report
 
 
 def upsert_scratch(store: GraphStore, batch: GraphBatch) -> dict[str, Any]:

@@ -11,9 +11,12 @@ from typing import Any
 from blocks.inference import InferenceEndpoint
 from blocks.sources import DocumentSources
 from tasks.errors import ConfigError
+from tasks.extraction.chunking import estimate_tokens
 from tasks.extraction.extract import prompt_overhead_tokens
 from tasks.extraction.llm import LLMClient
+from tasks.extraction.prompt import GLEAN_PROMPT
 from tasks.extraction.schema import json_schema
+from tasks.ontology import GraphSchema
 
 STREAMS = ("transcripts", "research", "contacts")
 
@@ -38,16 +41,20 @@ def source_roots(sources: DocumentSources) -> dict[str, Path]:
     return out
 
 
-def chunk_tokens(endpoint: InferenceEndpoint) -> int:
-    """Document tokens per request: the context minus the answer and the prompt."""
+def chunk_tokens(endpoint: InferenceEndpoint, ontology: GraphSchema | None = None,
+                 gleanings: int = 0) -> int:
+    """Document tokens per request: the context minus the answer and the prompt, and for each
+    gleaning pass the answer before it and the ask."""
+    per_glean = endpoint.max_output_tokens + estimate_tokens(GLEAN_PROMPT) + 16
     return max(128, endpoint.context_tokens - endpoint.max_output_tokens
-               - prompt_overhead_tokens())
+               - prompt_overhead_tokens(ontology) - gleanings * per_glean)
 
 
-def response_schema(endpoint: InferenceEndpoint) -> dict[str, Any]:
-    """The bounded JSON schema every request asks for."""
+def response_schema(endpoint: InferenceEndpoint, ontology: GraphSchema | None = None
+                    ) -> dict[str, Any]:
+    """The bounded JSON schema every request asks for, its types the graph schema's."""
     return json_schema(endpoint.max_entities, endpoint.max_relationships,
-                       max_description=endpoint.max_description_chars)
+                       max_description=endpoint.max_description_chars, ontology=ontology)
 
 
 def llm_client(endpoint: InferenceEndpoint, base_url: str | None = None,

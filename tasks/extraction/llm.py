@@ -27,6 +27,7 @@ from blocks.inference import server_root
 from tasks.errors import ChunkTooLong, Deferred, LLMError, ServerDied
 from tasks.extraction.pacing import Outcome, Pacing
 from tasks.extraction.schema import Extraction, SchemaViolation, parse_answer
+from tasks.ontology import GraphSchema
 
 Dialect = Literal["vllm", "llama.cpp", "openai"]
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -310,18 +311,21 @@ class LLMClient:
         return f"{type(e).__name__}: {detail}"
 
     async def extract(self, system: str, user: str, schema: dict[str, Any],
-                      resample_cut: bool = False) -> Extraction:
+                      resample_cut: bool = False, history: list[dict[str, str]] | None = None,
+                      ontology: GraphSchema | None = None) -> Extraction:
         """One chunk in, an answer held to every bound of `schema` out. Raises ChunkTooLong
         when the model ran out of tokens or context (split and retry), LLMError when retries
         are exhausted (an unusable answer is retried with other sampling), Deferred when the
         deadline cannot cover the next attempt (before sending it, or before a backoff).
         `resample_cut`: the chunk cannot be split further, so an answer cut at max_tokens is
-        treated as unusable (resent with other sampling) before ChunkTooLong is raised."""
+        treated as unusable (resent with other sampling) before ChunkTooLong is raised.
+        `history`: messages after the user's (a gleaning pass: the first answer, then the ask
+        for what it missed). `ontology`: the graph schema the answer's labels map onto."""
         assert self._clients and self.pacing is not None, "use 'async with LLMClient'"
         body = {
             "model": self.model,
             "messages": [{"role": "system", "content": system},
-                         {"role": "user", "content": user}],
+                         {"role": "user", "content": user}, *(history or [])],
             "max_tokens": self.max_output_tokens,
             **structured_output(self.dialect, schema, self.reasoning_budget is not None),
         }
@@ -374,7 +378,7 @@ class LLMClient:
                 await self.pacing.release(ep, ticket, outcome, tokens)
                 if resp.status_code == 200:
                     try:
-                        return self._parse(resp.json(), schema)
+                        return self._parse(resp.json(), schema, ontology)
                     except ChunkTooLong as e:
                         if not resample_cut:
                             raise
@@ -428,7 +432,8 @@ class LLMClient:
         raise LLMError(f"gave up after {self.max_retries + 1} attempts: {last_error}",
                        self.max_retries + 1, endpoint_down=down, unanswered=not answered)
 
-    def _parse(self, payload: dict[str, Any], schema: dict[str, Any]) -> Extraction:
+    def _parse(self, payload: dict[str, Any], schema: dict[str, Any],
+               ontology: GraphSchema | None = None) -> Extraction:
         choice = payload["choices"][0]
         usage = payload.get("usage") or {}
         self.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
@@ -437,4 +442,4 @@ class LLMClient:
             raise ChunkTooLong("the model hit max_tokens before closing the JSON")
         content = strip_reasoning(choice["message"].get("content") or "")
         # strict=False: small models put raw newlines inside JSON strings; grammars allow it.
-        return parse_answer(json.loads(content, strict=False), schema)
+        return parse_answer(json.loads(content, strict=False), schema, ontology)

@@ -14,6 +14,7 @@ from tasks.extraction.documents import Document, LoadFailure, scan
 from tasks.extraction.extract import BatchReport, DocOutcome, process_batch
 from tasks.extraction.llm import LLMClient
 from tasks.graph.store import GraphStore
+from tasks.ontology import GraphSchema
 
 
 @task(name="scan-documents", cache_policy=NO_CACHE)
@@ -35,7 +36,8 @@ def retract_deleted(store: GraphStore, doc_ids: list[str]) -> int:
 @task(name="extract-batch", cache_policy=NO_CACHE)
 def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, model: str,
                   chunk_tokens: int, overlap_tokens: int, schema: dict[str, Any],
-                  changed: set[str]) -> BatchReport:
+                  changed: set[str], ontology: GraphSchema | None = None,
+                  gleanings: int = 0) -> BatchReport:
     """Extract a batch of documents with the LLM and upsert the result (graph writes are
     retried inside; LLM calls are never repeated for a graph error)."""
     logger = get_run_logger()
@@ -50,7 +52,7 @@ def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
             logger.info("  %d/%d %s — %s", done[0], len(docs), outcome.doc.id, status)
 
     return process_batch(docs, store, client, model, chunk_tokens, overlap_tokens, schema,
-                         changed, progress)
+                         changed, progress, ontology, gleanings)
 
 
 @task(name="prune-orphans", cache_policy=NO_CACHE)

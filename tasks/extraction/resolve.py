@@ -12,7 +12,8 @@ import unicodedata
 from dataclasses import dataclass
 
 _HONORIFICS = (
-    "the right honourable", "the honourable", "right honourable", "rt. hon.", "rt hon", "hon.",
+    "the right honourable", "the honourable", "right honourable", "right hon.", "right hon",
+    "rt. hon.", "rt hon", "hon.",
     "hon", "mr.", "mr", "mrs.", "mrs", "ms.", "ms", "miss", "mx.", "dr.", "dr", "prof.", "prof",
     "sir", "dame", "senator",
 )

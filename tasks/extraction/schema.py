@@ -1,7 +1,9 @@
-"""The extraction schema, in one place: type whitelists, LLM output models, JSON schema.
+"""What the model must answer: the output models, the request's JSON schema, and the check of
+an answer against it.
 
-Labels that reach Cypher come only from ENTITY_TYPES and RELATIONSHIP_TYPES; model output
-is mapped onto them (or rejected and counted), never interpolated.
+The types come from the graph schema (tasks/ontology.py, schemas/graph.toml). Labels that
+reach Cypher come only from it; model output is mapped onto them (or rejected and counted),
+never interpolated.
 """
 
 from __future__ import annotations
@@ -13,81 +15,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-ENTITY_TYPES: tuple[str, ...] = (
-    "Person",
-    "Organization",
-    "Project",
-    "Topic",
-    "Decision",
-    "Product",
-    "Location",
-    "Event",
-)
-RELATIONSHIP_TYPES: tuple[str, ...] = (
-    "WORKS_FOR",
-    "MEMBER_OF",
-    "PARTICIPATED_IN",
-    "DECIDED",
-    "OWNS",
-    "LOCATED_IN",
-    "PART_OF",
-    "RELATED_TO",
-)
-FALLBACK_RELATIONSHIP = "RELATED_TO"
-# Bump when the prompt, schema or deterministic mapping changes: documents extracted under an
-# older version are re-extracted on the next run. p2: plural labels ("companies") map.
-PROMPT_VERSION = "p2"
+from tasks.ontology import GraphSchema, default_schema
 
-_ENTITY_SYNONYMS = {
-    "person": "Person", "people": "Person", "individual": "Person", "speaker": "Person",
-    "member": "Person", "minister": "Person", "politician": "Person", "participant": "Person",
-    "organization": "Organization", "organisation": "Organization", "company": "Organization",
-    "org": "Organization", "institution": "Organization", "agency": "Organization",
-    "committee": "Organization", "government": "Organization", "party": "Organization",
-    "team": "Organization", "department": "Organization", "university": "Organization",
-    "project": "Project", "initiative": "Project", "programme": "Project", "program": "Project",
-    "topic": "Topic", "subject": "Topic", "issue": "Topic", "theme": "Topic", "concept": "Topic",
-    "policy": "Topic", "bill": "Topic", "law": "Topic",
-    "decision": "Decision", "resolution": "Decision", "motion": "Decision",
-    "product": "Product", "device": "Product", "tool": "Product", "software": "Product",
-    "location": "Location", "place": "Location", "city": "Location", "country": "Location",
-    "region": "Location", "province": "Location",
-    "event": "Event", "meeting": "Event", "session": "Event", "conference": "Event",
-}
-_REL_SYNONYMS = {
-    "EMPLOYED_BY": "WORKS_FOR", "WORKS_AT": "WORKS_FOR", "EMPLOYEE_OF": "WORKS_FOR",
-    "BELONGS_TO": "MEMBER_OF", "PART_OF_TEAM": "MEMBER_OF",
-    "ATTENDED": "PARTICIPATED_IN", "SPOKE_AT": "PARTICIPATED_IN", "PRESENTED_AT": "PARTICIPATED_IN",
-    "MADE_DECISION": "DECIDED", "APPROVED": "DECIDED",
-    "OWNED_BY": "OWNS", "HAS": "OWNS",
-    "BASED_IN": "LOCATED_IN", "IN": "LOCATED_IN",
-    "SUBPART_OF": "PART_OF",
-}
+# The shipped schema's types (schemas/graph.toml), for code and benchmarks that need no other.
+ENTITY_TYPES: tuple[str, ...] = default_schema().entity_types
+RELATIONSHIP_TYPES: tuple[str, ...] = default_schema().relationship_types
+FALLBACK_RELATIONSHIP = default_schema().fallback
 
 
-def map_entity_type(raw: str) -> str | None:
-    """Whitelisted entity label for a model-written type, or None (rejected)."""
-    if raw in ENTITY_TYPES:
-        return raw
-    word = re.sub(r"[^a-z]", "", raw.lower())
-    # English plurals: companies → company, places → place, bills → bill (one suffix only:
-    # "ss" is no plural of anything).
-    singulars = [word]
-    if word.endswith("ies"):
-        singulars.append(word[:-3] + "y")
-    if word.endswith("s"):
-        singulars.append(word[:-1])
-    return next((_ENTITY_SYNONYMS[w] for w in singulars if w in _ENTITY_SYNONYMS), None)
+def map_entity_type(raw: str, ontology: GraphSchema | None = None) -> str | None:
+    """The schema's entity label for a model-written type, or None (rejected)."""
+    return (ontology or default_schema()).map_entity_type(raw)
 
 
-def map_relationship_type(raw: str) -> tuple[str, bool]:
-    """Whitelisted relationship type and whether it had to fall back to RELATED_TO."""
-    norm = re.sub(r"[^A-Z_]", "", re.sub(r"[\s-]+", "_", raw.strip().upper()))
-    if norm in RELATIONSHIP_TYPES:
-        return norm, False
-    if norm in _REL_SYNONYMS:
-        return _REL_SYNONYMS[norm], False
-    return FALLBACK_RELATIONSHIP, True
+def map_relationship_type(raw: str, ontology: GraphSchema | None = None) -> tuple[str, bool]:
+    """The schema's relationship type and whether it had to fall back (RELATED_TO)."""
+    return (ontology or default_schema()).map_relationship_type(raw)
 
 
 class ExtractedEntity(BaseModel):
@@ -128,8 +71,11 @@ class Extraction(BaseModel):
 
 
 def json_schema(max_entities: int, max_relationships: int, max_name: int = 80,
-                max_description: int = 160) -> dict[str, Any]:
-    """The response schema with bounds, so a grammar-constrained model cannot ramble."""
+                max_description: int = 160, ontology: GraphSchema | None = None
+                ) -> dict[str, Any]:
+    """The response schema with bounds, so a grammar-constrained model cannot ramble; its
+    enums are the graph schema's types."""
+    ontology = ontology or default_schema()
     def text(n: int) -> dict[str, Any]:
         return {"type": "string", "maxLength": n}
 
@@ -147,7 +93,7 @@ def json_schema(max_entities: int, max_relationships: int, max_name: int = 80,
                     "required": ["name", "type", "description"],
                     "properties": {
                         "name": text(max_name),
-                        "type": {"type": "string", "enum": list(ENTITY_TYPES)},
+                        "type": {"type": "string", "enum": list(ontology.entity_types)},
                         "description": text(max_description),
                     },
                 },
@@ -162,7 +108,7 @@ def json_schema(max_entities: int, max_relationships: int, max_name: int = 80,
                     "properties": {
                         "source": text(max_name),
                         "target": text(max_name),
-                        "type": {"type": "string", "enum": list(RELATIONSHIP_TYPES)},
+                        "type": {"type": "string", "enum": list(ontology.relationship_types)},
                         "description": text(max_description),
                     },
                 },
@@ -204,18 +150,19 @@ def _json_type(value: Any) -> str:
     return next((n for n, t in _TYPES.items() if isinstance(value, t)), type(value).__name__)
 
 
-def _relabel(where: str, value: Any, enum: list[Any], repairs: Repairs) -> Any:
+def _relabel(where: str, value: Any, enum: list[Any], repairs: Repairs,
+             ontology: GraphSchema) -> Any:
     """A type label outside the sent enum: mapped onto it, or the item is dropped (counted).
     The labels are repairable, so one odd label costs one item, not the chunk's answer."""
     path = _generic(where)
     if path == "entities[].type" and isinstance(value, str):
-        label = map_entity_type(value)
+        label = ontology.map_entity_type(value)
         if label in enum:
             return label
         repairs.rejected_entity_types[value or "(empty)"] += 1
         return _REJECT
     if path == "relationships[].type" and isinstance(value, str):
-        rtype, fell_back = map_relationship_type(value)
+        rtype, fell_back = ontology.map_relationship_type(value)
         if rtype in enum:
             if fell_back:
                 repairs.remapped_relationship_types[value] += 1
@@ -223,14 +170,15 @@ def _relabel(where: str, value: Any, enum: list[Any], repairs: Repairs) -> Any:
     raise SchemaViolation(where, "enum", f"{value!r} is not one of {enum}")
 
 
-def _enforce(value: Any, schema: dict[str, Any], where: str, repairs: Repairs) -> Any:
+def _enforce(value: Any, schema: dict[str, Any], where: str, repairs: Repairs,
+             ontology: GraphSchema) -> Any:
     """`value` held to `schema`: type, enum, maxLength, maxItems, required; properties the schema
     closes (additionalProperties: false) are dropped and counted instead of failing the answer."""
     want = schema.get("type")
     if want and not _is(value, want):
         raise SchemaViolation(where, "type", f"expected {want}, got {_json_type(value)}")
     if "enum" in schema and value not in schema["enum"]:
-        return _relabel(where, value, schema["enum"], repairs)
+        return _relabel(where, value, schema["enum"], repairs, ontology)
     if isinstance(value, str) and len(value) > schema.get("maxLength", len(value)):
         raise SchemaViolation(where, "maxLength", f"{len(value)} characters > maxLength "
                                                   f"{schema['maxLength']}")
@@ -239,7 +187,7 @@ def _enforce(value: Any, schema: dict[str, Any], where: str, repairs: Repairs) -
             raise SchemaViolation(where, "maxItems", f"{len(value)} items > maxItems "
                                                      f"{schema['maxItems']}")
         if "items" in schema:
-            checked = (_enforce(v, schema["items"], f"{where}[{i}]", repairs)
+            checked = (_enforce(v, schema["items"], f"{where}[{i}]", repairs, ontology)
                        for i, v in enumerate(value))
             value = [v for v in checked if v is not _REJECT]
     if isinstance(value, dict):
@@ -250,7 +198,8 @@ def _enforce(value: Any, schema: dict[str, Any], where: str, repairs: Repairs) -
         out = {}
         for key, v in value.items():
             if key in props:
-                out[key] = _enforce(v, props[key], f"{where}.{key}" if where else key, repairs)
+                out[key] = _enforce(v, props[key], f"{where}.{key}" if where else key, repairs,
+                                    ontology)
                 if out[key] is _REJECT:
                     return _REJECT
             elif schema.get("additionalProperties", True) is False:
@@ -262,25 +211,15 @@ def _enforce(value: Any, schema: dict[str, Any], where: str, repairs: Repairs) -
     return value
 
 
-def parse_answer(data: Any, schema: dict[str, Any]) -> Extraction:
+def parse_answer(data: Any, schema: dict[str, Any], ontology: GraphSchema | None = None
+                 ) -> Extraction:
     """The model's JSON held to every bound of the schema its request sent (the grammar may not
     have: see tests/fake_openai.py), then validated. Raises SchemaViolation (unusable output:
     retried, then dead-lettered) or pydantic's ValidationError."""
     repairs = Repairs()
-    checked = _enforce(data, schema, "", repairs)
+    checked = _enforce(data, schema, "", repairs, ontology or default_schema())
     if checked is _REJECT:
         raise SchemaViolation("", "enum", "the answer's only label is outside the schema")
     ex = Extraction.model_validate(checked)
     ex._repairs = repairs
     return ex
-
-
-SYSTEM_PROMPT = (
-    "You extract a knowledge graph from one document. Return JSON only.\n"
-    "entities: the people, organizations, projects, topics, decisions, products, locations "
-    "and events the text names, each with a type from: " + ", ".join(ENTITY_TYPES) + ", and a "
-    "short description.\n"
-    "relationships: links between those entities (source and target are entity names), with a "
-    "type from: " + ", ".join(RELATIONSHIP_TYPES) + ".\n"
-    "Use names exactly as written. Do not invent facts."
-)

@@ -62,7 +62,9 @@ def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
     import asyncio
 
     from tasks.extraction.llm import LLMClient
-    from tasks.extraction.schema import SYSTEM_PROMPT, json_schema
+    from tasks.extraction.prompt import system_prompt
+    from tasks.extraction.schema import json_schema
+    from tasks.ontology import default_schema
 
     fake, runtime = booted["fake"], booted["runtime"]
     port = free_port()
@@ -76,7 +78,7 @@ def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
     async def one() -> Any:  # the extraction client, in the dialect the engine check demands
         async with LLMClient(url, "smol", "llama.cpp", max_output_tokens=200, max_retries=2,
                              timeout_seconds=120) as client:
-            return await client.extract(SYSTEM_PROMPT, "Ada Lovelace worked with Charles "
+            return await client.extract(system_prompt(default_schema()), "Ada Lovelace worked with Charles "
                                         "Babbage in London.", json_schema(2, 1, 40, 40))
 
     answer = asyncio.run(one())

@@ -20,8 +20,10 @@ import pytest
 
 from tasks.compute.inference_server import llama_server_args, server_ready
 from tasks.extraction.llm import LLMClient, strip_reasoning, structured_output
-from tasks.extraction.schema import SYSTEM_PROMPT, json_schema
+from tasks.extraction.prompt import system_prompt
+from tasks.extraction.schema import json_schema
 from tasks.llama_build import require_server
+from tasks.ontology import default_schema
 from tasks.processes import ManagedServer, free_port
 from tests.conftest import ROOT
 
@@ -47,7 +49,7 @@ def think_server(olmo3_tiny: dict[str, Any], tmp_path: Path) -> Any:
 def _raw(url: str, budget: int | None) -> dict[str, Any]:
     """One request as the client sends it, answered in full (to see reasoning_content)."""
     body = {"model": "olmo3-tiny", "max_tokens": 320, "temperature": 0.0,
-            "messages": [{"role": "system", "content": SYSTEM_PROMPT},
+            "messages": [{"role": "system", "content": system_prompt(default_schema())},
                          {"role": "user", "content": TEXT}],
             **structured_output("llama.cpp", SCHEMA, budget is not None),
             **({"reasoning_budget_tokens": budget} if budget is not None else {})}
@@ -61,7 +63,7 @@ def _extract(url: str, budget: int | None) -> Any:
         async with LLMClient(url, "olmo3-tiny", "llama.cpp", max_output_tokens=320,
                              reasoning_budget=budget, max_retries=0,
                              timeout_seconds=300) as c:
-            return await c.extract(SYSTEM_PROMPT, TEXT, SCHEMA), c.usage
+            return await c.extract(system_prompt(default_schema()), TEXT, SCHEMA), c.usage
     return asyncio.run(go())
 
 

@@ -7,7 +7,11 @@ from typing import Any
 
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.extract import plan
-from tasks.extraction.schema import PROMPT_VERSION
+from tasks.extraction.prompt import extraction_version
+from tasks.ontology import default_schema
+
+# what a document with text is marked with under the shipped schema and prompt
+PROMPT_VERSION = extraction_version(default_schema())
 
 MODEL = "olmo-3"
 STREAMS = ("transcripts", "research", "contacts")
@@ -53,6 +57,7 @@ def test_changed_content_model_or_prompt_each_cause_reextraction() -> None:
     changed = ["transcripts/hash.md", "transcripts/model.md", "transcripts/prompt.md"]
     assert ids(p.extract) == changed and p.changed == changed
     assert ids(p.skipped) == ["transcripts/same.md"]
+    assert p.reasons == {"content": 1, "model": 1, "extraction version": 1}
 
 
 def test_the_model_argument_is_what_is_compared() -> None:

@@ -1,0 +1,132 @@
+"""The graph schema file: what it accepts, what it refuses (naming the file and the fix), the
+digest that versions extraction, and the pruning of relationships by its patterns."""
+
+from pathlib import Path
+
+import pytest
+
+from tasks.errors import ConfigError
+from tasks.ontology import DEFAULT_SCHEMA, default_schema, load_schema
+
+SMALL = """
+unknown_patterns = "{mode}"
+fallback_relationship = "RELATED_TO"
+patterns = [["Person", "WORKS_FOR", "Organization"], ["*", "RELATED_TO", "*"]]
+
+[[node]]
+label = "Person"
+description = "A human."
+
+[[node]]
+label = "Organization"
+description = "A company."
+synonyms = ["company"]
+
+[[relationship]]
+type = "WORKS_FOR"
+description = "Employment."
+synonyms = ["EMPLOYED_BY"]
+
+[[relationship]]
+type = "RELATED_TO"
+description = "Anything else."
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "s.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_the_shipped_schema_keeps_todays_types() -> None:
+    s = default_schema()
+    assert s.entity_types == ("Person", "Organization", "Project", "Topic", "Decision",
+                              "Product", "Location", "Event")
+    assert s.relationship_types == ("WORKS_FOR", "MEMBER_OF", "PARTICIPATED_IN", "DECIDED",
+                                    "OWNS", "LOCATED_IN", "PART_OF", "RELATED_TO")
+    assert s.path == str(DEFAULT_SCHEMA) and len(s.examples) == 1
+
+
+def test_pruning_keeps_reverses_and_drops() -> None:
+    s = default_schema()
+    assert s.prune("Person", "WORKS_FOR", "Organization") == ("kept", "WORKS_FOR")
+    assert s.prune("Organization", "WORKS_FOR", "Person") == ("reversed", "WORKS_FOR")
+    assert s.prune("Person", "LOCATED_IN", "Decision") == ("dropped", "LOCATED_IN")
+    assert s.prune("Topic", "RELATED_TO", "Decision") == ("kept", "RELATED_TO")  # "*"
+
+
+def test_fallback_mode_maps_an_unknown_pattern_onto_the_fallback(tmp_path: Path) -> None:
+    s = load_schema(write(tmp_path, SMALL.format(mode="fallback")))
+    assert s.prune("Organization", "WORKS_FOR", "Organization") == ("fallback", "RELATED_TO")
+    drop = load_schema(write(tmp_path, SMALL.format(mode="drop"), "d.toml"))
+    assert drop.prune("Organization", "WORKS_FOR", "Organization") == ("dropped", "WORKS_FOR")
+
+
+def test_labels_map_through_the_files_synonyms(tmp_path: Path) -> None:
+    s = load_schema(write(tmp_path, SMALL.format(mode="drop")))
+    assert [s.map_entity_type(x) for x in ("Organization", "company", "Companies", "person",
+                                           "Spaceship")] == \
+        ["Organization", "Organization", "Organization", "Person", None]
+    assert s.map_relationship_type("employed by") == ("WORKS_FOR", False)
+    assert s.map_relationship_type("LIKES") == ("RELATED_TO", True)
+
+
+def test_the_digest_follows_meaning_not_layout(tmp_path: Path) -> None:
+    base = SMALL.format(mode="drop")
+    a = load_schema(write(tmp_path, base, "a.toml")).digest()
+    reordered = base.replace('patterns = [["Person", "WORKS_FOR", "Organization"], '
+                             '["*", "RELATED_TO", "*"]]',
+                             '# a comment\npatterns = [["*", "RELATED_TO", "*"], '
+                             '["Person", "WORKS_FOR", "Organization"]]')
+    assert load_schema(write(tmp_path, reordered, "b.toml")).digest() == a
+    edited = base.replace("A company.", "A firm.")
+    assert load_schema(write(tmp_path, edited, "c.toml")).digest() != a
+
+
+def test_an_edited_file_is_read_again(tmp_path: Path) -> None:
+    p = write(tmp_path, SMALL.format(mode="drop"))
+    first = load_schema(p)
+    p.write_text(SMALL.format(mode="drop").replace("A human.", "A named human being."))
+    assert load_schema(p).node("Person").description == "A named human being."  # type: ignore[union-attr]
+    assert load_schema(p).digest() != first.digest()
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (('label = "Person"', 'label = "Person) DETACH DELETE (n"'), "must be an identifier"),
+    (('label = "Person"', 'label = "Entity"'), "the graph's own"),
+    (('type = "WORKS_FOR"', 'type = "works for"'), "upper case with underscores"),
+    (('["Person", "WORKS_FOR", "Organization"]', '["Person", "WORKS_FOR", "Robot"]'),
+     "'Robot' is not a node label"),
+    (('["Person", "WORKS_FOR", "Organization"]', '["Person", "LIKES", "Organization"]'),
+     "'LIKES' is not a relationship type"),
+    (('fallback_relationship = "RELATED_TO"', 'fallback_relationship = "NOPE"'),
+     "fallback_relationship 'NOPE' is not a declared relationship type"),
+    (('unknown_patterns = "drop"', 'unknown_patterns = "keep"'), "unknown_patterns"),
+    (('description = "A human."', 'description = "A human."\ncolour = "red"'), "colour"),
+])
+def test_a_bad_file_names_itself_the_place_and_the_fix(tmp_path: Path, edit: tuple[str, str],
+                                                        says: str) -> None:
+    p = write(tmp_path, SMALL.format(mode="drop").replace(*edit))
+    with pytest.raises(ConfigError) as e:
+        load_schema(p)
+    assert str(p) in str(e.value) and says in str(e.value) and "fix the file" in str(e.value)
+
+
+def test_a_missing_or_broken_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file — fix \\[extraction\\] schema"):
+        load_schema(tmp_path / "none.toml")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_schema(write(tmp_path, "patterns = [", "broken.toml"))
+
+
+def test_an_example_must_keep_the_patterns_it_teaches(tmp_path: Path) -> None:
+    bad = SMALL.format(mode="drop") + """
+[[example]]
+text = "Acme hired Ann Lee."
+entities = [{name = "Ann Lee", type = "Person"}, {name = "Acme", type = "Organization"}]
+relationships = [{source = "Acme", type = "WORKS_FOR", target = "Ann Lee"}]
+"""
+    with pytest.raises(ConfigError, match="Organization WORKS_FOR Person is not an allowed "
+                                          "pattern"):
+        load_schema(write(tmp_path, bad))
