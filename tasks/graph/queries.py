@@ -210,9 +210,10 @@ WHERE em IN e.emails
 RETURN em AS email, e.key AS key
 """
 
-# The text behind a fact: one row per chunk, by document then chunk index.
+# The text behind a fact: one row per chunk, by document then chunk index. `end` quoted:
+# Neo4j reserves END (CASE … END) as a variable name.
 EVIDENCE_COLUMNS = """
-RETURN d.id AS document, d.path AS path, c.index AS chunk, c.start AS start, c.end AS end,
+RETURN d.id AS document, d.path AS path, c.index AS chunk, c.start AS start, c.`end` AS `end`,
        c.text AS text
 ORDER BY document, chunk
 """

@@ -1,0 +1,28 @@
+"""Labels and relationship types reach Cypher as text, so only identifiers pass."""
+
+import pytest
+
+from tasks.graph.queries import entity_label, relationship_type
+
+
+def test_identifiers_pass() -> None:
+    assert entity_label("Person") == "Person"
+    assert entity_label("Research_Topic2") == "Research_Topic2"
+    assert relationship_type("WORKS_FOR") == "WORKS_FOR"
+
+
+@pytest.mark.parametrize("bad", ["Person) DETACH DELETE (n", "Entity", "Document", "Chunk",
+                                 "lowercase", "", "Person\n", "Per son", "P" + "x" * 64])
+def test_entity_labels_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="entity label") as e:
+        entity_label(bad)
+    assert repr(bad) in str(e.value)
+
+
+@pytest.mark.parametrize("bad", ["WORKS_FOR]->() DELETE r //", "MENTIONED_IN", "CHUNK_OF",
+                                 "Person) DETACH DELETE (n", "Entity", "Chunk",
+                                 "lowercase", "Works_For", "", "WORKS_FOR\n"])
+def test_relationship_types_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="relationship type") as e:
+        relationship_type(bad)
+    assert repr(bad) in str(e.value)
