@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.records import CapacityReport, CostSummary, RunSummary
+from tasks.records import AnswerQuality, CapacityReport, CostSummary, RunSummary
 
 
 def new_summary(profile: str) -> RunSummary:
@@ -94,6 +94,25 @@ def capacity_lines(c: CapacityReport) -> list[str]:
             + (f" ({c.note})" if c.note else "")]
 
 
+def quality_lines(q: AnswerQuality | None) -> list[str]:
+    """The answers' quality with no gold: grounded precision, and what the schema pruned."""
+    if q is None or not (q.grounded_names + q.ungrounded_names or q.pruned_relationships
+                         or q.reversed_relationships or q.aliases_resolved):
+        return []
+    total = q.grounded_names + q.ungrounded_names
+    line = (f"Grounded precision: {q.grounded_precision:.2f} ({q.grounded_names} of {total} "
+            "names the model wrote occur in their chunk)" if total else
+            "Grounded precision: none (the model wrote no names)")
+    out = [line]
+    fixes = [f"{sum(q.pruned_relationships.values())} relationships pruned (no pattern)"]
+    if q.reversed_relationships:
+        fixes.append(f"{sum(q.reversed_relationships.values())} turned around")
+    if q.aliases_resolved:
+        fixes.append(f"{q.aliases_resolved} surnames joined to a full name")
+    out.append("  " + ", ".join(fixes))
+    return out
+
+
 def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local") -> str:
     s = as_summary(summary)
     lines = [f"slm-nightly run — profile {s.profile}: {s.status.upper()}", ""]
@@ -127,6 +146,7 @@ def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local"
     lines += ["", f"LLM calls: {s.llm_calls}  (prompt tokens {s.prompt_tokens}, "
               f"completion tokens {s.completion_tokens})",
               f"Upserted: {s.entities} entities, {s.relationships} relationships"]
+    lines += quality_lines(s.quality)
     if s.capacity:
         lines += capacity_lines(s.capacity)
     if s.cost:
@@ -187,6 +207,9 @@ def render_markdown(summary: RunSummary | dict[str, Any]) -> str:
     lines += ["", f"LLM calls {s.llm_calls}, tokens in {s.prompt_tokens} / out "
               f"{s.completion_tokens}; entities {s.entities}, relationships "
               f"{s.relationships}; failed documents {len(s.failures)}."]
+    quality = quality_lines(s.quality)
+    if quality:
+        lines += ["", " · ".join(x.strip() for x in quality)]
     if s.pending:
         lines += ["", f"Pending: {_pending(s.pending)}."]
     train = _training_lines(s)

@@ -1,6 +1,9 @@
 """A deterministic OpenAI-compatible server on loopback, for tests and benchmarks.
 
-It "extracts" capitalised two-word names as Person entities and links the first to the rest.
+It "extracts" capitalised two-word names as Person entities (the first 12) and links the first
+to the rest. Asked again with its answer in the conversation (a gleaning turn, as GraphRAG and
+this project send it), it answers the next names it left out, and no relationships; when there
+are none, an empty answer.
 Markers in the document text script faults, per document:
     FAULT:500x2       the first 2 requests answer HTTP 500 (also 429, 503)
     FAULT:slowx1      the first request sleeps `slow_seconds` (longer than the client timeout)
@@ -41,11 +44,12 @@ from typing import Any
 NAME = re.compile(r"\b([A-Z][a-z]+(?:[-'][A-Z][a-z]+)? [A-Z][a-z]+(?:-[A-Z][a-z]+)?)\b")
 
 
-def extraction_for(text: str) -> dict[str, Any]:
+def extraction_for(text: str, skip: int = 0) -> dict[str, Any]:
     names: list[str] = []
     for m in NAME.finditer(text):
         if m.group(1) not in names and not m.group(1).startswith(("Document", "Notes")):
             names.append(m.group(1))
+    names = names[skip:]
     entities = [{"name": n, "type": "Person", "description": f"named in the text as {n}"}
                 for n in names[:12]]
     rels = [{"source": names[0], "target": n, "type": "RELATED_TO", "description": "co-mentioned"}
@@ -106,9 +110,17 @@ class FakeOpenAI:
 
     def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | str, float]:
         """(status, payload, delay) for one chat request."""
-        user = body["messages"][-1]["content"]
+        users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+        user = users[0]
         doc = user.split("\n", 1)[0]
         content = extraction_for(user.split("---", 1)[-1])
+        answered = [m["content"] for m in body["messages"] if m["role"] == "assistant"]
+        if answered:  # a gleaning turn: what the answers so far left out (names past the 12)
+            seen = {e["name"] for a in answered for e in json.loads(a)["entities"]}
+            more = extraction_for(user.split("---", 1)[-1], skip=len(seen))
+            more["entities"] = [e for e in more["entities"] if e["name"] not in seen]
+            more["relationships"] = []
+            return 200, self._payload(json.dumps(more), "stop"), self.latency
         finish = "stop"
         for code, n in re.findall(r"FAULT:(\d{3})x(\d+)", user):
             key = f"{doc}:{code}"

@@ -207,9 +207,9 @@ async def _glean(client: LLMClient, doc: Document, chunk: str, schema: dict[str,
                                         history=list(history), ontology=ontology)
         except (LLMError, ChunkTooLong, Deferred):
             return more, 1
-        more.append(last)
         if not last.entities and not last.relationships:
-            break
+            break  # nothing missed: no further pass
+        more.append(last)
     return more, 0
 
 

@@ -76,6 +76,16 @@ def markdown_report(summary: dict[str, Any], top: list[dict[str, Any]]) -> str:
         lines += [f"Rejected entity types: {summary['rejected_entity_types']} · relationship "
                   f"types mapped to RELATED_TO: {summary['remapped_relationship_types']} · "
                   f"relationships with unknown endpoints: {summary['dangling_relationships']}", ""]
+    q = summary.get("quality") or {}
+    if q.get("grounded_names", 0) + q.get("ungrounded_names", 0):
+        lines += [f"Grounded precision: {q['grounded_precision']} ({q['grounded_names']} of "
+                  f"{q['grounded_names'] + q['ungrounded_names']} names occur in their chunk) · "
+                  f"pruned (no pattern): {q['pruned_relationships']} · turned around: "
+                  f"{q['reversed_relationships']} · surnames joined: {q['aliases_resolved']} · "
+                  f"extraction version {q['extraction_version']}", ""]
+        if q["ungrounded"]:
+            lines += ["Ungrounded names (first few): " + "; ".join(
+                n.replace("|", "\\|") for n in q["ungrounded"]), ""]
     if summary["unusable_answers"] or summary["dropped_fields"] or summary["bad_records"]:
         lines += [f"Unusable answers (retried with other sampling), by reason: "
                   f"{summary['unusable_answers']} · unknown fields dropped: "

@@ -123,3 +123,40 @@ def test_one_edited_description_re_extracts_exactly_the_documents_the_model_read
     assert p.reasons == {"extraction version": 2}
     # the contact records' version only follows what their rows use
     assert deterministic_version(new) == deterministic_version(shipped)
+
+
+def test_gleaning_asks_again_and_merges_what_was_missed(fake_llm) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from tasks.extraction.extract import extract_document
+    from tasks.extraction.llm import LLMClient
+    from tasks.extraction.prompt import GLEAN_PROMPT
+    from tasks.extraction.schema import json_schema
+
+    names = [f"Ann{c}a Lee" for c in "bcdefghijklmnop"]  # 15 names: 12 + 3 missed
+    d = doc("many.md", " met ".join(names) + ".")
+    schema = json_schema(20, 20)
+
+    def run(gleanings: int) -> DocOutcome:
+        async def go() -> DocOutcome:
+            async with (c := LLMClient(fake_llm.url, "fake", "vllm", max_concurrency=2,
+                                       timeout_seconds=2.0, retry_base_seconds=0.01)):
+                return await extract_document(c, d, 2000, 0, schema, gleanings=gleanings)
+        return asyncio.run(go())
+
+    fake_llm.reset()
+    plain = run(0)
+    assert len(plain.extraction) == 1 and len(plain.extraction[0].entities) == 12
+    fake_llm.reset()
+    gleaned = run(2)
+    # the first answer, the 3 missed names, then an empty answer ends the passes early
+    assert [len(x.entities) for x in gleaned.extraction] == [12, 3]
+    last = fake_llm.requests[-1]["messages"]
+    assert len(fake_llm.requests) == 3
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "user", "assistant",
+                                         "user"]
+    assert last[-1]["content"] == GLEAN_PROMPT
+    report = BatchReport()
+    batch = build_batch([gleaned], "m", {}, report, gleanings=2)
+    assert len([k for k in batch.entities if k.startswith("Person:")]) == 15
+    assert report.grounded_names == 15
