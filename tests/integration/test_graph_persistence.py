@@ -198,7 +198,7 @@ def test_a_deleted_data_folder_comes_back_from_a_snapshot(embedded, tmp_path: Pa
     name = s["graph"]["snapshot"]["name"]
     assert Path(s["graph"]["snapshot"]["path"], "graph.rdb").is_file()
     good = open_dump(data)
-    assert len(good["nodes"]) == 6  # one "Meeting" event, 3 people, 2 documents
+    assert len(good["nodes"]) == 8  # one "Meeting" event, 3 people, 2 documents, 2 chunks
     # an unchanged re-run writes nothing and takes no new snapshot
     again = extract(profile=str(profile))
     assert again["graph"]["snapshot"]["name"] == name and again["graph"]["snapshot"]["reused"]
