@@ -9,7 +9,9 @@ whose text it is, and answers in one of two modes:
            its name and aliases that occurs in the text as written, and every relationship
            triple by those names. The eval must score it 1.0 everywhere.
     noise  a fixed wrong answer, the same shape for every case:
-             - "Zorblax Quintane", a Person the text never names (ungrounded, wrong);
+             - "Zorblax Quintane", a Topic the text never names (ungrounded, wrong; a Topic
+               because the shipped schema keeps ungrounded names of that type, counted,
+               where an ungrounded Person is dropped);
              - the case's first gold entity, named as in the text, with a wrong type
                (Location; Topic when the gold type is Location): right by name, wrong by type;
              - Zorblax Quintane RELATED_TO that entity: a triple no gold has.
@@ -48,7 +50,7 @@ def noise_answer(case: dict[str, Any]) -> dict[str, Any]:
     first = case["entities"][0]
     real = _as_written(case["text"], first)
     wrong = "Topic" if first["type"] == "Location" else "Location"
-    return {"entities": [{"name": INVENTED, "type": "Person", "description": ""},
+    return {"entities": [{"name": INVENTED, "type": "Topic", "description": ""},
                          {"name": real, "type": wrong, "description": ""}],
             "relationships": [{"source": INVENTED, "target": real, "type": "RELATED_TO",
                                "description": ""}]}

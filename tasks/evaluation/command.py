@@ -10,7 +10,7 @@ from tasks import logs
 from tasks.evaluation.gate import check_comparable, compare, load_baseline
 from tasks.evaluation.gold import DEFAULT_GOLD, load_gold
 from tasks.evaluation.report import render, render_gate
-from tasks.evaluation.runner import run_eval
+from tasks.evaluation.runner import run_eval, shown
 from tasks.files import write_atomic
 
 
@@ -41,7 +41,7 @@ def eval_extraction(profile: str, split: str = "validation", out: str | None = N
             print(msg, file=log.out, flush=True)
 
         result = run_eval(cfg, profile, cases, split,
-                          {"path": str(gold_path), "digest": digest, "cases": len(cases)},
+                          {"path": shown(gold_path), "digest": digest, "cases": len(cases)},
                           base_url, say)
         path = Path(out) if out else default_out(cfg.state_dir, split)
         write_atomic(path, json.dumps(result, indent=1, ensure_ascii=False) + "\n")

@@ -25,6 +25,7 @@ from tasks.errors import ConfigError
 from tasks.evaluation.gold import GoldCase
 from tasks.evaluation.metrics import CasePrediction, PredictedEntity, score
 
+ROOT = Path(__file__).resolve().parents[2]
 FORMAT = "slm-nightly/eval-extraction"
 FORMAT_VERSION = 1
 # A model this small cannot be judged by these figures: the eval says so in its output.
@@ -105,6 +106,15 @@ def engine(cfg: Any, base_url: str | None, say: Callable[[str], None]) -> Iterat
         undo()
 
 
+def shown(path: str | Path | None) -> str | None:
+    """A path as the result records it: from the project root when inside it (a baseline
+    kept in the repository says the same on every machine)."""
+    if path is None:
+        return None
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
 def _document(case: GoldCase) -> Any:
     from tasks.extraction.documents import Document
 
@@ -177,8 +187,8 @@ def run_eval(cfg: Any, profile: str, cases: list[GoldCase], split: str, gold: di
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "profile": profile, "split": split, "model": endpoint.model,
         "engine": {"dialect": eng.dialect, "base_url": eng.base_url,
-                   "started_here": eng.started_here, "model_path": eng.model_path},
-        "schema": {"path": str(ontology.path), "digest": ontology.digest()},
+                   "started_here": eng.started_here, "model_path": shown(eng.model_path)},
+        "schema": {"path": shown(ontology.path), "digest": ontology.digest()},
         "prompt_digest": prompt_digest(ontology),
         "gleanings": gleanings,
         "gold": gold,

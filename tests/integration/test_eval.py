@@ -78,7 +78,7 @@ def test_the_noise_answers_score_the_hand_computed_figures(
         tmp_path: Path, fakes: dict[str, FakeEvalOpenAI]) -> None:
     result, _ = _run(tmp_path, fakes["noise"])
     f = result["figures"]
-    # Per case the noise answers 2 entities and 1 triple: an invented Person (wrong, not in
+    # Per case the noise answers 2 entities and 1 triple: an invented Topic (wrong, not in
     # the text) and the first gold entity with a wrong type (right by name only).
     # Type-agnostic: precision on the 3 complete cases, 3 right of 6 = 0.5; recall over the 4
     # cases, 4 found of 10 gold (3+2+3+2) = 0.4; F1 = 2·0.5·0.4/0.9 = 4/9.

@@ -43,8 +43,8 @@ def _noise(case: GoldCase) -> CasePrediction:
     """What tests/fake_eval_openai.py's noise mode answers, as the pipeline resolves it."""
     first = case.entities[0]
     wrong = "Topic" if first.type == "Location" else "Location"
-    return CasePrediction(case.id, [_ent("Person", "Zorblax Quintane"), _ent(wrong, first.name)],
-                          [(_key("Person", "Zorblax Quintane"), "RELATED_TO",
+    return CasePrediction(case.id, [_ent("Topic", "Zorblax Quintane"), _ent(wrong, first.name)],
+                          [(_key("Topic", "Zorblax Quintane"), "RELATED_TO",
                             _key(wrong, first.name))], grounded=2, ungrounded=2)
 
 
