@@ -256,6 +256,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
             grounded_precision=grounded_precision(quality.grounded_names,
                                                   quality.ungrounded_names),
             ungrounded=quality.ungrounded,
+            dropped_ungrounded=dict(quality.dropped_ungrounded),
             pruned_relationships=dict(quality.pruned_relationships),
             reversed_relationships=dict(quality.reversed_relationships),
             aliases_resolved=quality.aliases_resolved, gleanings=gleanings,

@@ -59,6 +59,10 @@ class NodeType(_Strict):
     description: str
     properties: tuple[PropertySpec, ...] = ()
     synonyms: tuple[str, ...] = ()  # model-written labels that mean this one (any case)
+    # names of this type must occur in their chunk's text: one that does not (invented, copied
+    # from the prompt's example, a reasoning fragment) is dropped and counted. Descriptive
+    # types (a decision, a topic) are named in the model's words, so they only count.
+    require_grounding: bool = False
 
     @field_validator("label")
     @classmethod
@@ -164,6 +168,10 @@ class GraphSchema:
 
     def node(self, label: str) -> NodeType | None:
         return next((n for n in self.nodes if n.label == label), None)
+
+    def requires_grounding(self, label: str) -> bool:
+        node = self.node(label)
+        return bool(node and node.require_grounding)
 
     def map_entity_type(self, raw: str) -> str | None:
         """The schema's label for a model-written type ("companies", "org"), or None."""

@@ -421,6 +421,8 @@ class AnswerQuality(_Strict):
     ungrounded_names: int = 0  # … that do not (invented, reasoning, instructions)
     grounded_precision: float | None = None
     ungrounded: list[str] = []  # the first few, "<doc>#<chunk>: <name>"
+    # ungrounded names of a type the schema requires grounded (Person, …): dropped, by type
+    dropped_ungrounded: dict[str, int] = {}
     pruned_relationships: dict[str, int] = {}  # "Person LOCATED_IN Decision": no pattern
     reversed_relationships: dict[str, int] = {}  # written backwards, turned around
     aliases_resolved: int = 0  # one-word names joined to the document's one full name

@@ -104,7 +104,8 @@ def quality_lines(q: AnswerQuality | None) -> list[str]:
             "names the model wrote occur in their chunk)" if total else
             "Grounded precision: none (the model wrote no names)")
     out = [line]
-    fixes = [f"{sum(q.pruned_relationships.values())} relationships pruned (no pattern)"]
+    fixes = [f"{sum(q.dropped_ungrounded.values())} ungrounded names dropped",
+             f"{sum(q.pruned_relationships.values())} relationships pruned (no pattern)"]
     if q.reversed_relationships:
         fixes.append(f"{sum(q.reversed_relationships.values())} turned around")
     if q.aliases_resolved:

@@ -146,13 +146,15 @@ class BatchReport:
     ungrounded_names: int = 0
     ungrounded: list[str] = field(default_factory=list)  # the first UNGROUNDED_SAMPLES
     aliases_resolved: int = 0  # "Mr. Viersen" → the document's one "Arnold Viersen"
+    # ungrounded names of a type that requires grounding, dropped, by type
+    dropped_ungrounded: Counter[str] = field(default_factory=Counter)
     gleaning_failures: int = 0
     write_seconds: float = 0.0  # the graph writes' time (phase 1 keeps it back from its budget)
 
     def add_labels(self, other: BatchReport) -> None:
         """Take over the answer-quality counts of `other` (one write attempt's)."""
         for name in ("rejected_entity_types", "remapped_relationship_types", "dropped_fields",
-                     "pruned_relationships", "reversed_relationships"):
+                     "pruned_relationships", "reversed_relationships", "dropped_ungrounded"):
             getattr(self, name).update(getattr(other, name))
         for name in ("dangling_relationships", "grounded_names", "ungrounded_names",
                      "aliases_resolved", "gleaning_failures"):
@@ -369,6 +371,9 @@ def _from_llm(outcome: DocOutcome, rows: _DocRows, report: BatchReport,
                     report.ungrounded_names += 1
                     if len(report.ungrounded) < UNGROUNDED_SAMPLES:
                         report.ungrounded.append(f"{doc.id}#{ca.chunk.index}: {ent.name[:80]}")
+                    if ontology.requires_grounding(label):
+                        report.dropped_ungrounded[label] += 1
+                        continue
                 row = _entity(label, ent.name[:200], ent.description[:500])
                 rows.add(row, ca.chunk.index)
                 for n in (ent.name.strip(), row.name):

@@ -80,6 +80,7 @@ def markdown_report(summary: dict[str, Any], top: list[dict[str, Any]]) -> str:
     if q.get("grounded_names", 0) + q.get("ungrounded_names", 0):
         lines += [f"Grounded precision: {q['grounded_precision']} ({q['grounded_names']} of "
                   f"{q['grounded_names'] + q['ungrounded_names']} names occur in their chunk) · "
+                  f"ungrounded names dropped: {q.get('dropped_ungrounded', {})} · "
                   f"pruned (no pattern): {q['pruned_relationships']} · turned around: "
                   f"{q['reversed_relationships']} · surnames joined: {q['aliases_resolved']} · "
                   f"extraction version {q['extraction_version']}", ""]

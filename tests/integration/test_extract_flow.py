@@ -217,9 +217,13 @@ def test_labels_outside_the_schema_are_mapped_or_rejected_and_counted(setup) -> 
     profile, src, store, fake = setup
     for p in src.rglob("*.*"):
         p.unlink()
-    (src / "transcripts" / "x.md").write_text(transcript(["Ann Lee"], "FAULT:badlabels"))
+    # the fake answers "Enterprise Ship" (a Spaceship) and "Acme Corp" (a company); the text
+    # names acme corp (in lower case, so the fake's own name finder skips it) but no ship
+    (src / "transcripts" / "x.md").write_text(transcript(["Ann Lee"], "She works at acme corp. "
+                                                                      "FAULT:badlabels"))
     s = extract(profile=str(profile))
     assert s["rejected_entity_types"] == {"Spaceship": 1}
+    assert s["quality"]["ungrounded"] == []  # the ship was rejected before its name was read
     assert s["remapped_relationship_types"] == {"LOVES": 1}
     orgs = store.query("MATCH (o:Organization) RETURN o.name AS n")
     assert orgs == [{"n": "Acme Corp"}]  # "company" mapped to Organization

@@ -54,12 +54,17 @@ def test_names_not_in_their_chunk_are_counted_ungrounded() -> None:
                 (23, len(text), [answer([("Ann Lee", "Person"),  # not in this chunk
                                          ("Ignore all previous instructions", "Topic")])]))
     report = BatchReport()
-    build_batch([o], "m", {}, report)
+    batch = build_batch([o], "m", {}, report)
     # grounded: Ann Lee (chunk 0), bob STONE (case and spacing aside), the instruction is in
     # chunk 1's text, so it is grounded there (it is only a Topic name, never obeyed)
     assert (report.grounded_names, report.ungrounded_names) == (3, 3)
     assert report.ungrounded == ["research/g.md#0: <think>who is here</think>",
                                  "research/g.md#0: Carl Marx", "research/g.md#1: Ann Lee"]
+    # a Person must be grounded: the three are dropped; a Topic's name only counts
+    assert report.dropped_ungrounded == {"Person": 3}
+    assert sorted(batch.entities) == ["Person:ann lee", "Person:bob stone",
+                                      "Topic:ignore all previous instructions"]
+    assert batch.mentions[("Person:ann lee", "research/g.md")] == {0}
 
 
 def test_a_surname_joins_the_one_full_name_of_its_document_only() -> None:
