@@ -366,3 +366,40 @@ def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
     s = extract(profile=str(profile))
     assert fake.calls == 0 and dump(store) == before
     assert {f["id"] for f in s["failures"]} == set(reasons)
+
+
+def test_one_edited_type_description_re_extracts_exactly_what_the_model_reads(setup) -> None:
+    """The extraction version comes from the schema file: edit one description and the
+    documents whose text the model reads are extracted again, the contact records it never
+    reads are not, and the run says why."""
+    from tasks.ontology import DEFAULT_SCHEMA
+
+    profile, src, store, fake = setup
+    schema = profile.parent / "graph.toml"
+    schema.write_text(DEFAULT_SCHEMA.read_text())
+    profile.write_text(profile.read_text() + f'schema = "{schema}"\n')
+    (src / "contacts" / "plain.json").write_text(json.dumps(
+        {"name": "Eve Park", "emails": ["eve@acme.test"], "organization": "Acme Corp"}))
+    first = extract(profile=str(profile))
+    assert sum(c["extracted"] for c in first["documents"].values()) == 6
+    assert extract(profile=str(profile))["llm_calls"] == 0  # unchanged: nothing asked
+    schema.write_text(schema.read_text().replace(
+        'description = "A named product, device, tool or piece of software."',
+        'description = "A named product or service sold to customers."'))
+    fake.reset()
+    again = extract(profile=str(profile))
+    assert again["documents"] == {
+        "transcripts": {"seen": 3, "extracted": 3, "skipped": 0, "failed": 0},
+        "research": {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0},
+        # c.json has notes the model reads; plain.json is records only
+        "contacts": {"seen": 2, "extracted": 1, "skipped": 1, "failed": 0},
+    }
+    assert again["llm_calls"] == fake.calls == 5
+    assert again["quality"]["extraction_version"] != first["quality"]["extraction_version"]
+    versions = {r["id"]: r["v"] for r in store.query(
+        "MATCH (d:Document) RETURN d.id AS id, d.prompt_version AS v")}
+    assert versions["contacts/plain.json"].startswith("d1-")
+    assert versions["transcripts/a.md"] == again["quality"]["extraction_version"]
+    # the graph is the same graph: Eve still works for Acme, Ann's provenance intact
+    assert store.query("MATCH (:Person {key: 'Person:eve park'})-[:WORKS_FOR]->(o) "
+                       "RETURN o.name AS o") == [{"o": "Acme Corp"}]
