@@ -188,8 +188,47 @@ def _graph(args: argparse.Namespace) -> int:
             from tasks.graph import falkordb_server
 
             print(json.dumps(falkordb_server.compact(port, force=True)))
+        elif args.graph_command == "evidence":
+            return _evidence(store, args)
         else:
             _print_rows(store.query(args.cypher), args.json)
+    return 0
+
+
+def _evidence(store: Any, args: argparse.Namespace) -> int:
+    """The text behind an entity (or one of its relationships): the chunks that name it."""
+    keys = [args.entity] if ":" in args.entity else [r["key"] for r in store.query(
+        "MATCH (e:Entity) WHERE toLower(e.name) = toLower($n) RETURN e.key AS key "
+        "ORDER BY key", {"n": args.entity})]
+    if not keys or not store.query("MATCH (e:Entity {key: $k}) RETURN e.key AS key",
+                                   {"k": keys[0]}):
+        print(f"no entity {args.entity!r} in the graph — give its key (Type:name, e.g. "
+              "'Person:anita anand') or its name as stored; list some with slm-nightly graph "
+              "query \"MATCH (e:Entity) RETURN e.key LIMIT 20\"", file=sys.stderr)
+        return 1
+    if len(keys) > 1:
+        print(f"{args.entity!r} is the name of {len(keys)} entities: {', '.join(keys)} — give "
+              "one key", file=sys.stderr)
+        return 1
+    key = keys[0]
+    if args.rel:
+        if not args.to:
+            raise ConfigError("graph evidence --rel needs --to KEY (the relationship's target)")
+        rows = store.relationship_evidence(key, args.rel, args.to)
+        what = f"{key} {args.rel} {args.to}"
+    else:
+        rows = store.evidence(key)
+        what = key
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    if not rows:
+        print(f"{what}: no chunk behind it (it comes from front matter or contact records, "
+              "or the relationship does not exist)")
+        return 0
+    for r in rows:
+        print(f"── {r['document']} chunk {r['chunk']} [{r['start']}:{r['end']}] ({r['path']})")
+        print(r["text"])
     return 0
 
 
@@ -431,6 +470,11 @@ def build_parser() -> argparse.ArgumentParser:
     stats = gsub.add_parser("stats", help="node and relationship counts by type")
     query = gsub.add_parser("query", help="run a read-only Cypher query")
     query.add_argument("cypher", help="the query, e.g. \"MATCH (p:Person) RETURN p.name LIMIT 5\"")
+    g_ev = gsub.add_parser("evidence", help="the text behind an entity or a relationship: the "
+                           "chunks of the documents that name it")
+    g_ev.add_argument("entity", help="its key ('Person:anita anand') or its name as stored")
+    g_ev.add_argument("--rel", help="a relationship type from the entity (with --to)")
+    g_ev.add_argument("--to", help="the relationship's target key")
     g_snap = gsub.add_parser("snapshot", help="snapshot the embedded graph now")
     g_list = gsub.add_parser("snapshots", help="list the graph snapshots kept")
     g_rest = gsub.add_parser("restore", help="replace the embedded graph with a snapshot "
@@ -439,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     g_acc = gsub.add_parser("accept", help="record the graph as it is now as what it should "
                             "hold (after a deliberate change)")
     g_comp = gsub.add_parser("compact", help="rewrite the embedded graph's append-only file")
-    for p in (stats, query, g_snap, g_list, g_rest, g_acc, g_comp):
+    for p in (stats, query, g_ev, g_snap, g_list, g_rest, g_acc, g_comp):
         p.add_argument("--profile", default="local", help="profiles/NAME.toml or a path")
         p.add_argument("--json", action="store_true", help="print JSON")
     graph.set_defaults(func=_graph)

@@ -403,3 +403,23 @@ def test_one_edited_type_description_re_extracts_exactly_what_the_model_reads(se
     # the graph is the same graph: Eve still works for Acme, Ann's provenance intact
     assert store.query("MATCH (:Person {key: 'Person:eve park'})-[:WORKS_FOR]->(o) "
                        "RETURN o.name AS o") == [{"o": "Acme Corp"}]
+
+
+def test_the_graph_gives_the_text_behind_a_fact(setup, capsys) -> None:
+    from flows.cli import main
+
+    profile, src, store, fake = setup
+    extract(profile=str(profile))
+    ann = store.evidence("Person:ann lee")
+    # the model named her in the contacts' notes, the research note and one transcript
+    assert [(r["document"], r["chunk"], r["start"]) for r in ann] == [
+        ("contacts/c.json", 0, 0), ("research/r.yaml", 0, 0), ("transcripts/a.md", 0, 0)]
+    assert all("Ann Lee" in r["text"] and r["end"] == len(r["text"]) for r in ann)
+    rel = store.relationship_evidence("Person:ann lee", "RELATED_TO", "Person:bob stone")
+    assert [r["document"] for r in rel] == ["contacts/c.json", "transcripts/a.md"]
+    capsys.readouterr()
+    assert main(["graph", "evidence", "Ann Lee", "--profile", str(profile)]) == 0
+    out = capsys.readouterr().out
+    assert "── research/r.yaml chunk 0" in out and "── transcripts/a.md chunk 0" in out
+    assert main(["graph", "evidence", "Person:nobody", "--profile", str(profile)]) == 1
+    assert "no entity 'Person:nobody'" in capsys.readouterr().err
