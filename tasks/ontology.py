@@ -32,6 +32,9 @@ WILDCARD = "*"
 # The graph's own labels and relationship types (tasks/graph/queries.py): never a schema's.
 RESERVED_LABELS = frozenset({"Entity", "Document", "Chunk"})
 RESERVED_TYPES = frozenset({"MENTIONED_IN", "CHUNK_OF"})
+# An entity's own fields (tasks/graph/store.py EntityRow): no schema property may shadow one.
+RESERVED_PROPERTIES = frozenset({"key", "type", "name", "aliases", "description", "affiliation",
+                                 "emails", "phones", "first_seen", "last_seen", "properties"})
 _LABEL = re.compile(r"^[A-Z][A-Za-z0-9_]{0,63}$")
 _TYPE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 
@@ -51,6 +54,8 @@ class PropertySpec(_Strict):
     def _identifier(cls, v: str) -> str:
         if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", v):
             raise ValueError(f"property {v!r} must be a lower-case identifier (e.g. 'role')")
+        if v in RESERVED_PROPERTIES:
+            raise ValueError(f"property {v!r} is an entity's own field — choose another name")
         return v
 
 
@@ -168,6 +173,11 @@ class GraphSchema:
 
     def node(self, label: str) -> NodeType | None:
         return next((n for n in self.nodes if n.label == label), None)
+
+    def property_names(self, label: str | None = None) -> tuple[str, ...]:
+        """The optional properties of one node type, or of all (sorted, once each)."""
+        nodes = [n for n in self.nodes if label is None or n.label == label]
+        return tuple(sorted({p.name for n in nodes for p in n.properties}))
 
     def requires_grounding(self, label: str) -> bool:
         node = self.node(label)

@@ -375,6 +375,12 @@ def _from_llm(outcome: DocOutcome, rows: _DocRows, report: BatchReport,
                         report.dropped_ungrounded[label] += 1
                         continue
                 row = _entity(label, ent.name[:200], ent.description[:500])
+                own = ontology.property_names(label)
+                for k, v in ent.properties.items():
+                    if k in own and v.strip():
+                        row.properties[k] = v.strip()[:500]
+                    elif k not in own:  # another type's property: not this entity's
+                        report.dropped_fields[f"entities[].properties.{k}"] += 1
                 rows.add(row, ca.chunk.index)
                 for n in (ent.name.strip(), row.name):
                     by_name.setdefault(n.casefold(), row.key)

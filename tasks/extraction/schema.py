@@ -38,6 +38,7 @@ class ExtractedEntity(BaseModel):
     name: str
     type: str
     description: str = ""
+    properties: dict[str, str] = {}  # the graph schema's optional properties, when it has any
 
 
 class ExtractedRelationship(BaseModel):
@@ -76,9 +77,19 @@ def json_schema(max_entities: int, max_relationships: int, max_name: int = 80,
     """The response schema with bounds, so a grammar-constrained model cannot ramble; its
     enums are the graph schema's types."""
     ontology = ontology or default_schema()
+
     def text(n: int) -> dict[str, Any]:
         return {"type": "string", "maxLength": n}
 
+    entity_fields: dict[str, Any] = {
+        "name": text(max_name),
+        "type": {"type": "string", "enum": list(ontology.entity_types)},
+        "description": text(max_description),
+    }
+    if ontology.property_names():  # asked for only when the schema declares some
+        entity_fields["properties"] = {
+            "type": "object", "additionalProperties": False,
+            "properties": {p: text(max_description) for p in ontology.property_names()}}
     return {
         "type": "object",
         "additionalProperties": False,
@@ -91,11 +102,7 @@ def json_schema(max_entities: int, max_relationships: int, max_name: int = 80,
                     "type": "object",
                     "additionalProperties": False,
                     "required": ["name", "type", "description"],
-                    "properties": {
-                        "name": text(max_name),
-                        "type": {"type": "string", "enum": list(ontology.entity_types)},
-                        "description": text(max_description),
-                    },
+                    "properties": entity_fields,
                 },
             },
             "relationships": {

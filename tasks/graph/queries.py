@@ -93,6 +93,7 @@ ON MATCH SET e.last_seen = $now,
     e.description = CASE WHEN size(row.description) > size(e.description)
                          THEN row.description ELSE e.description END,
     e.affiliation = coalesce(row.affiliation, e.affiliation)
+SET e += row.properties
 """
 
 

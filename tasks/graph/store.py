@@ -37,6 +37,9 @@ class EntityRow:
     affiliation: str | None = None
     emails: list[str] = field(default_factory=list)
     phones: list[str] = field(default_factory=list)
+    # the graph schema's optional properties of this type ({"role": "chair"}); names were
+    # checked as identifiers when the schema was read (tasks/ontology.py)
+    properties: dict[str, str] = field(default_factory=dict)
 
     def merge(self, other: EntityRow) -> None:
         for attr in ("aliases", "emails", "phones"):
@@ -45,6 +48,8 @@ class EntityRow:
         if len(other.description) > len(self.description):
             self.description = other.description
         self.affiliation = self.affiliation or other.affiliation
+        for k, v in other.properties.items():
+            self.properties.setdefault(k, v)
 
 
 @dataclass

@@ -130,3 +130,19 @@ def test_unique_key_constraints_are_enforced(store: FalkorDBStore) -> None:
     store._write("CREATE (:Entity {key: 'dup'})")
     with pytest.raises(GraphError, match="constraint"):
         store._write("CREATE (:Entity {key: 'dup'})")
+
+
+def test_schema_properties_are_stored_and_merged(store: FalkorDBStore) -> None:
+    b = GraphBatch(documents=[{"id": "d1", "stream": "t", "path": "/d1"}])
+    b.add_entity(EntityRow("Person:ann lee", "Person", "Ann Lee", properties={"role": "chair"}),
+                 "d1")
+    b.add_entity(EntityRow("Person:bob stone", "Person", "Bob Stone"), "d1")  # none
+    store.upsert(b)
+    b2 = GraphBatch(documents=[{"id": "d2", "stream": "t", "path": "/d2"}])
+    b2.add_entity(EntityRow("Person:ann lee", "Person", "Ann Lee",
+                            properties={"riding": "Oakville"}), "d2")
+    store.upsert(b2)
+    rows = store.query("MATCH (p:Person) RETURN p.name AS n, p.role AS role, "
+                       "p.riding AS riding ORDER BY n")
+    assert rows == [{"n": "Ann Lee", "role": "chair", "riding": "Oakville"},
+                    {"n": "Bob Stone", "role": None, "riding": None}]

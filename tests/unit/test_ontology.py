@@ -104,6 +104,10 @@ def test_an_edited_file_is_read_again(tmp_path: Path) -> None:
      "fallback_relationship 'NOPE' is not a declared relationship type"),
     (('unknown_patterns = "drop"', 'unknown_patterns = "keep"'), "unknown_patterns"),
     (('description = "A human."', 'description = "A human."\ncolour = "red"'), "colour"),
+    (('description = "A human."', 'description = "A human."\nproperties = [{name = "name"}]'),
+     "property 'name' is an entity's own field"),
+    (('description = "A human."', 'description = "A human."\nproperties = [{name = "Role"}]'),
+     "must be a lower-case identifier"),
 ])
 def test_a_bad_file_names_itself_the_place_and_the_fix(tmp_path: Path, edit: tuple[str, str],
                                                         says: str) -> None:

@@ -165,3 +165,30 @@ def test_gleaning_asks_again_and_merges_what_was_missed(fake_llm) -> None:  # ty
     batch = build_batch([gleaned], "m", {}, report, gleanings=2)
     assert len([k for k in batch.entities if k.startswith("Person:")]) == 15
     assert report.grounded_names == 15
+
+
+def test_a_schemas_properties_are_asked_for_and_kept_for_their_type_only(tmp_path: Path) -> None:
+    from tasks.extraction.schema import json_schema, parse_answer
+
+    text = DEFAULT_SCHEMA.read_text().replace(
+        'label = "Person"\n', 'label = "Person"\nproperties = [{name = "role", description = '
+        '"the office or job the text gives"}]\n', 1)
+    (tmp_path / "p.toml").write_text(text)
+    s = load_schema(tmp_path / "p.toml")
+    req = json_schema(4, 4, ontology=s)
+    item = req["properties"]["entities"]["items"]["properties"]
+    assert item["properties"] == {"type": "object", "additionalProperties": False,
+                                  "properties": {"role": {"type": "string", "maxLength": 160}}}
+    assert "properties" not in json_schema(4, 4)["properties"]["entities"]["items"]["properties"]
+    ans = parse_answer({"entities": [
+        {"name": "Ann Lee", "type": "Person", "description": "", "properties": {"role": "chair"}},
+        {"name": "Acme", "type": "Organization", "description": "",
+         "properties": {"role": "vendor", "colour": "red"}}], "relationships": []}, req, s)
+    assert ans.repairs.dropped_fields == {"entities[].properties.colour": 1}
+    d = doc("p.md", "Ann Lee chaired; Acme sold.")
+    report = BatchReport()
+    batch = build_batch([outcome(d, (0, len(d.text), [ans]))], "m", {}, report, s)
+    assert batch.entities["Person:ann lee"].properties == {"role": "chair"}
+    assert batch.entities["Organization:acme"].properties == {}
+    assert report.dropped_fields == {"entities[].properties.colour": 1,
+                                     "entities[].properties.role": 1}
