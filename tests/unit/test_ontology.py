@@ -134,3 +134,25 @@ relationships = [{source = "Acme", type = "WORKS_FOR", target = "Ann Lee"}]
     with pytest.raises(ConfigError, match="Organization WORKS_FOR Person is not an allowed "
                                           "pattern"):
         load_schema(write(tmp_path, bad))
+
+
+def test_lookups_of_what_the_schema_lacks() -> None:
+    s = default_schema()
+    assert s.node("Robot") is None and s.requires_grounding("Robot") is False
+    assert s.requires_grounding("Person") is True and s.requires_grounding("Topic") is False
+    assert s.property_names() == () and s.property_names("Person") == ()
+
+
+@pytest.mark.parametrize(("entities", "rel", "says"), [
+    ('[{name = "Ann Lee", type = "Robot"}]', "", "example[0]: entity 'Ann Lee' has type "
+     "'Robot', not a node label"),
+    ('[{name = "Ann Lee", type = "Person"}]',
+     'relationships = [{source = "Ann Lee", type = "WORKS_FOR", target = "Acme"}]',
+     "example[0]: relationship 'Ann Lee' → 'Acme' names an entity the example does not list"),
+])
+def test_a_bad_example_is_named(tmp_path: Path, entities: str, rel: str, says: str) -> None:
+    bad = SMALL.format(mode="drop") + f'\n[[example]]\ntext = "Ann Lee"\nentities = {entities}\n{rel}\n'
+    p = write(tmp_path, bad)
+    with pytest.raises(ConfigError) as e:
+        load_schema(p)
+    assert str(e.value) == f"graph schema {p.resolve()}: {says}"
