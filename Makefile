@@ -44,6 +44,13 @@ test-fast: $(STAMP)
 # pyproject.toml's [tool.mutmut]): plants one small bug at a time in the functions below and
 # counts the bugs some test catches. Fails under 80 % killed; `$(VENV)/bin/mutmut show NAME`
 # prints a survivor. CPU-heavy: about 40 minutes on 2 busy cores (1,100 mutants).
+# Issue 24: the graph schema, the prompt's version, what build_batch keeps, the eval's scores.
+MUTATE_QUALITY := tasks.ontology.* tasks.extraction.prompt.x_document_version__* \
+	tasks.extraction.prompt.x_deterministic_version__* tasks.extraction.prompt.x_extraction_version__* \
+	tasks.extraction.extract.x__from_llm__* tasks.extraction.extract.x__surname_aliases__* \
+	tasks.extraction.extract.x__join__* tasks.extraction.extract.x_grounded__* \
+	tasks.extraction.extract.x__ground_form__* tasks.extraction.extract.x__deterministic__* \
+	tasks.evaluation.metrics.*
 MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* \
 	tasks.extraction.schema.x__relabel__* tasks.extraction.resolve.* \
 	tasks.corpus.scorecard.x__row_rules__* tasks.corpus.scorecard.x__ties__* \
@@ -63,7 +70,7 @@ MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* 
 	tasks.llama_build.x_cached_server__* tasks.compute.kv_budget.* \
 	tasks.environment.x_differences__* tasks.environment.x_digest__* tasks.environment.x__name__* \
 	tasks.code_version.x_code_files__* tasks.code_version.x_code_version__* \
-	tasks.code_version.x_code_folder__*
+	tasks.code_version.x_code_folder__* $(MUTATE_QUALITY)
 mutation: $(STAMP)
 	rm -rf mutants
 	nice $(VENV)/bin/mutmut run --max-children 2 $(MUTATE) > /dev/null
