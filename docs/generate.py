@@ -133,6 +133,7 @@ def _model_rows(model: type, prefix: str = "") -> Iterator[tuple[str, list[str],
         kind = _type_name(tp)
         limits = _limits(field)
         desc = field.description or ""
+        name = field.alias or name  # the key a profile writes (ExtractionSettings: schema)
         yield (prefix + name, [f"`{prefix}{name}`", kind + (f" ({limits})" if limits else ""),
                                default, desc], nested)
 

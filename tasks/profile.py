@@ -44,6 +44,8 @@ from tasks.errors import ConfigError, explain_validation
 from tasks.gcs_sync import env_bucket, parse_bucket_url
 from tasks.ontology import DEFAULT_SCHEMA, GraphSchema, load_schema
 
+DEFAULT_SCHEMA_NAME = str(DEFAULT_SCHEMA.relative_to(DEFAULT_SCHEMA.parents[1]))  # schemas/…
+
 if TYPE_CHECKING:
     from tasks.training.registry import ArtifactStore
 
@@ -85,7 +87,7 @@ class ExtractionSettings(BaseModel):
                                     description="Phase 1 fails above this share of failed documents.")
     batch_documents: int = Field(default=64, ge=1, le=100_000,
                                  description="Documents per Prefect task (extract + upsert).")
-    schema_file: str = Field(default=str(DEFAULT_SCHEMA), alias="schema",
+    schema_file: str = Field(default=DEFAULT_SCHEMA_NAME, alias="schema",
                              description="The graph schema (TOML): node and relationship "
                              "types, allowed patterns, prompt examples. Relative paths are "
                              "from the project root.")
@@ -95,7 +97,7 @@ class ExtractionSettings(BaseModel):
 
     def ontology(self) -> GraphSchema:
         """The graph schema this profile names (ConfigError naming the file and the fix)."""
-        return load_schema(self.schema_file)
+        return load_schema(project_path(self.schema_file))
 
 
 class CorpusSettings(BaseModel):
