@@ -36,7 +36,7 @@ TEXT = "Ada Lovelace worked with Charles Babbage in London."
 def think_server(olmo3_tiny: dict[str, Any], tmp_path: Path) -> Any:
     port = free_port()
     argv = llama_server_args(require_server(), olmo3_tiny["gguf"], ["olmo3-tiny"],
-                             host="127.0.0.1", port=port, slots=1, context_tokens=1024,
+                             host="127.0.0.1", port=port, slots=1, context_tokens=2048,
                              threads=1, extra=["--chat-template-file", str(TEMPLATE)])
     url = f"http://127.0.0.1:{port}"
     server = ManagedServer("think", tmp_path)
