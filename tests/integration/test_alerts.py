@@ -113,11 +113,13 @@ def test_alerts_install_and_fire_on_a_failed_night_and_on_no_completed_night(
             data["automations"][1]["trigger"]["within"] = 10
             short = tmp_path / "alerts-10s.yaml"
             short.write_text(yaml.safe_dump(data, allow_unicode=True))
+            # before the call: the server starts the window when it saves the update, which
+            # may be a moment before the CLI returns (CI saw it fire 9.96 s after the return)
+            installed_at = time.monotonic()
             again = _cli([*install, "--file", str(short)], env)
             assert again == "".join(f"updated automation '{n}' ({installed[n]['id']})\n"
                                     for n in (FAILED, STALE))
             assert _automations(api)[STALE]["trigger"]["within"] == 10.0
-            installed_at = time.monotonic()
 
             # a real run of the deployment, failing at its first line (the profile is missing)
             missing = tmp_path / "missing.toml"
