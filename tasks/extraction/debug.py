@@ -15,10 +15,9 @@ from tasks.extraction.extract import (
     build_batch,
     extract_document,
     run_sync,
-    user_prompt,
 )
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema, source_roots
-from tasks.extraction.prompt import system_prompt
+from tasks.extraction.prompt import system_prompt, user_prompt
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.profile import Profile
 

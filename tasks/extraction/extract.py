@@ -39,8 +39,6 @@ GRAPH_ATTEMPTS = 3
 GRAPH_RETRY_SECONDS = 1.0
 UNGROUNDED_SAMPLES = 20  # names listed in the report (the count is whole)
 
-__all__ = ["user_prompt"]  # (re-exported: tasks/extraction/debug.py, tests)
-
 
 @dataclass
 class Plan:
