@@ -1,9 +1,23 @@
-"""Files written so that readers and crashes never see half of one."""
+"""Files written so that readers and crashes never see half of one, and their digests.
+
+The one place for both: every write that replaces a file goes through `replacing` (or its
+text/bytes form `write_atomic`), and every content digest through `sha256_hex` /
+`file_sha256`.
+"""
 
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+
+def sha256_hex(data: bytes | str, length: int | None = None) -> str:
+    """sha256 of `data` (str as UTF-8) in hex, cut to `length` characters when given."""
+    raw = data.encode() if isinstance(data, str) else data
+    digest = hashlib.sha256(raw).hexdigest()
+    return digest[:length] if length else digest
 
 
 def file_sha256(path: Path) -> str:
@@ -15,22 +29,40 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder, fsync, rename: readers (and a crash) see the
-    old file or the whole new one, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+def _fsync_dir(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path` for the caller to write (a file, by any means:
+    a download, a converter's output). When the block ends without an error the temporary
+    file is fsynced and renamed over `path`, and the folder fsynced; on an error it is
+    removed and `path` is left as it was. Readers, and a crash, see the old file or the
+    whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Replace `path` with `data` (str as UTF-8) through `replacing`."""
+    with replacing(path) as tmp:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8")
+        else:
+            tmp.write_bytes(data)

@@ -56,6 +56,17 @@ def start_ticks(pid: int) -> int | None:
     return None if fields[0] == "Z" else int(fields[19])
 
 
+def owner_alive(pid: int, started: int | None) -> bool:
+    """The one owner-liveness check: is the process that recorded (`pid`, `started`) — its
+    start time from `start_ticks` — still running on this host? A pid reused by a later
+    process has another start time and counts as gone; `started=None` (not recorded) trusts
+    the pid alone."""
+    now = start_ticks(pid)
+    if now is None:
+        return False
+    return started is None or now == started
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

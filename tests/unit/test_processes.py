@@ -62,3 +62,18 @@ def test_exit_descriptions() -> None:
     assert exit_description(-9) == "exited with signal 9 (SIGKILL)"
     assert exit_description(-11) == "exited with signal 11 (SIGSEGV)"
     assert exit_description(-200) == "exited with signal 200"
+
+
+def test_owner_alive_tells_a_reused_pid_apart():
+    import os
+    import subprocess
+
+    from tasks.processes import owner_alive, start_ticks
+
+    me = os.getpid()
+    assert owner_alive(me, start_ticks(me)) is True
+    assert owner_alive(me, None) is True
+    assert owner_alive(me, (start_ticks(me) or 0) + 1) is False
+    p = subprocess.Popen(["true"])
+    p.wait()
+    assert owner_alive(p.pid, None) is False
