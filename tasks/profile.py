@@ -43,13 +43,13 @@ from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
 from tasks.gcs_sync import env_bucket, parse_bucket_url
 from tasks.ontology import DEFAULT_SCHEMA, GraphSchema, load_schema
+from tasks.paths import PROJECT_ROOT
 
 DEFAULT_SCHEMA_NAME = str(DEFAULT_SCHEMA.relative_to(DEFAULT_SCHEMA.parents[1]))  # schemas/…
 
 if TYPE_CHECKING:
     from tasks.training.registry import ArtifactStore
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILE_DIR = PROJECT_ROOT / "profiles"
 
 # Inline fields that name a path on this machine, per section (see the module docstring).

@@ -13,8 +13,7 @@ import httpx
 
 from blocks.inference import server_root
 from tasks.errors import ServerError
-from tasks.llama_build import default_model_path as default_model_path  # its public home here
-from tasks.llama_build import require_server
+from tasks.llama_cpp import require_server
 from tasks.processes import ManagedServer, free_port, tail
 
 SERVER_NAME = "inference"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
-import importlib.metadata
 import json
 import os
 import shutil
@@ -33,10 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, SlmNightlyError
-from tasks.llama_build import BuildError, download_sdist
+from tasks.llama_build import download_sdist
+from tasks.llama_cpp import DIST, INSTALL_HINT, BuildError, llama_cpp_version, tools_dir
 
-DIST = "llama-cpp-python"
-TOOLS_ENV = "SLM_LLAMA_CPP_TOOLS"  # a tools folder elsewhere (a node image may put it there)
 VENDOR = "vendor/llama.cpp/"
 # What the two converters import from the sdist: nothing else is unpacked.
 MEMBERS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/",
@@ -44,7 +42,6 @@ MEMBERS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "g
 # Kept beside them for tasks/compute/engines.py: the architecture names this llama.cpp loads
 # (LLM_ARCH_NAMES). Not required by the converters, so an older install still converts.
 ENGINE_MEMBERS = ("src/llama-arch.cpp",)
-INSTALL_HINT = "run `make` (or `python -m tasks.training.convert install`)"
 FIX_TARGETS = ("set peft.target_modules to the transformer blocks' linear layers only "
                "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)")
 EMBEDDING_MODULES = ("embed_tokens", "lm_head", "wte", "wpe", "embed_in", "embed_out",
@@ -57,21 +54,6 @@ class ConversionError(SlmNightlyError):
 
 
 # --- the tools --------------------------------------------------------------------------------
-
-
-def llama_cpp_version() -> str:
-    """The installed llama-cpp-python version: the sdist the tools come from."""
-    try:
-        return importlib.metadata.version(DIST)
-    except importlib.metadata.PackageNotFoundError as e:
-        raise ConfigError(f"{DIST} is not installed in {sys.prefix} — run `make`") from e
-
-
-def tools_dir() -> Path:
-    """Where the converters live: $SLM_LLAMA_CPP_TOOLS, else inside this environment."""
-    if os.environ.get(TOOLS_ENV):
-        return Path(os.environ[TOOLS_ENV])
-    return Path(sys.prefix) / "share" / "slm-nightly" / f"llama.cpp-{llama_cpp_version()}"
 
 
 def require_tools() -> Path:
