@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, SlmNightlyError
+from tasks.files import replacing
 from tasks.llama_build import download_sdist
 from tasks.llama_cpp import DIST, INSTALL_HINT, BuildError, llama_cpp_version, tools_dir
 
@@ -234,13 +235,6 @@ def _run(script: str, args: list[str], what: str, timeout_s: float) -> subproces
     return proc
 
 
-def _atomic_target(out_path: Path) -> Path:
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    return Path(tmp)
-
-
 def _read_json(path: Path, what: str, fix: str) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path} — {fix}")
@@ -271,15 +265,11 @@ def export_lora(peft_dir: Path, base_hf_dir: Path, out_path: Path, outtype: str 
     if problems:
         raise ConfigError(f"{peft_dir} cannot be exported to GGUF: " + "; ".join(problems))
     start = time.monotonic()
-    tmp = _atomic_target(out_path)
-    try:
+    with replacing(out_path) as tmp:
         _run("convert_lora_to_gguf.py", ["--base", str(base_hf_dir), "--outtype", outtype,
                                          "--outfile", str(tmp), str(peft_dir)],
              f"exporting {peft_dir} to GGUF", timeout_s)
         tmp.chmod(0o644)
-        os.replace(tmp, out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return {"path": str(out_path), **gguf_summary(out_path), "outtype": outtype,
             "bytes": out_path.stat().st_size, "seconds": round(time.monotonic() - start, 2),
             "tool": f"{DIST} {llama_cpp_version()} convert_lora_to_gguf.py"}
@@ -295,14 +285,10 @@ def export_base(hf_dir: Path, out_path: Path, outtype: str = "f32", *,
     if arch not in supported_architectures():
         raise ConfigError(f"{hf_dir}: architecture {arch} is not supported by llama.cpp's "
                           "converter — choose a supported model")
-    tmp = _atomic_target(out_path)
-    try:
+    with replacing(out_path) as tmp:
         _run("convert_hf_to_gguf.py", ["--outtype", outtype, "--outfile", str(tmp), str(hf_dir)],
              f"converting {hf_dir} to GGUF", timeout_s)
         tmp.chmod(0o644)
-        os.replace(tmp, out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return out_path
 
 
