@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -39,20 +38,15 @@ def layout_from_profile(profile: str) -> tuple[Any, str, str | None]:
     building the image; with `[compute] block = "NAME"` the node settings are the saved
     GceCompute block's (`node`), loaded from the server PREFECT_API_URL names."""
     from blocks.node_serve import NodeServeSettings
-    from tasks.profile import profile_path
+    from tasks.profile import read_profile, refuse_renamed
     from tasks.training.params import read_recipe
 
-    path = profile_path(profile)
-    if not path.is_file():
-        raise ConfigError(f"profile {profile}: {path} not found — pass --profile NAME or a path")
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    path, data = read_profile(profile)
     compute = data.get("compute") or {}
     if "block" in compute:
         settings = _saved_node_settings(path, compute)
     else:
-        if "vllm" in compute and "node" not in compute:
-            raise ConfigError(f"profile {path}: [compute.vllm] is now [compute.node] — rename "
-                              "the table (its model_path and tokenizer keep their names)")
+        refuse_renamed(path, compute)
         table = compute.get("node") or {}
         try:
             settings = NodeServeSettings(**table)
@@ -76,14 +70,12 @@ def _saved_node_settings(path: Path, compute: dict[str, Any]) -> Any:
                           f"and PREFECT_API_URL is not set — set PREFECT_API_URL to the server "
                           f"it is saved on (under sudo: `sudo env PREFECT_API_URL=… {COMMAND} "
                           "…`), or write the [compute.node] keys in the profile")
-    block = _build(path, "compute", compute)
-    settings = getattr(block, "node", None)
-    if settings is None:
+    if compute.get("type", "local") == "local":  # the loader's default kind has no node
         raise ConfigError(f"profile {path}: [compute] is the saved block {compute['block']!r}, "
-                          f"a {type(block).__name__} with no node settings — {COMMAND} builds "
+                          f"a LocalCompute with no node settings — {COMMAND} builds "
                           "a GCE node's model folder: name a saved GceCompute block "
                           "(type = \"gce\")")
-    return settings
+    return _build(path, "compute", compute).node
 
 
 def cli_main(args: argparse.Namespace) -> int:

@@ -39,13 +39,12 @@ def api_url_unset(profile: str | None = None) -> Check | None:
 
 
 def _needs_api(profile: str) -> bool:
-    import tomllib
-
-    from tasks.profile import profile_path
+    from tasks.errors import ConfigError
+    from tasks.profile import read_profile
 
     try:
-        data = tomllib.loads(profile_path(profile).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        _, data = read_profile(profile)
+    except (OSError, ConfigError):
         return False  # the profile load says what is wrong with the file
     if data.get("compute", {}).get("type") == "gce":
         return True
