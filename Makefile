@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: run test test-fast mutation lint bench clean-state docs
 
-# convert.py and llama_build.py: their install steps run in existing environments too.
-$(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py
+# convert.py, llama_build.py and llama_cpp.py: their install steps run in existing environments too.
+$(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/llama_cpp.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned here (pyproject has a lower bound only: the GPU node trains on its
@@ -65,7 +65,7 @@ MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* 
 	tasks.compute.placement.* tasks.llama_build.x_pin__* tasks.llama_build.x_flags__* \
 	tasks.llama_build.x_build_key__* tasks.llama_build.x_cache_root__* \
 	tasks.llama_build.x_entry_dir__* tasks.llama_build.x_cached_wheel__* \
-	tasks.llama_build.x_features__* tasks.llama_build.x_server_flags__* \
+	tasks.llama_cpp.x_features__* tasks.llama_build.x_server_flags__* \
 	tasks.llama_build.x_server_key__* tasks.llama_build.x_server_entry__* \
 	tasks.llama_build.x_cached_server__* tasks.compute.kv_budget.* \
 	tasks.environment.x_differences__* tasks.environment.x_digest__* tasks.environment.x__name__* \

@@ -32,11 +32,10 @@ from _common import ROOT
 sys.path.insert(0, str(ROOT))
 from tasks.compute.inference_server import (  # noqa: E402
     LOCAL_EXTRA,
-    default_model_path,
     llama_server_args,
     models_ready,
 )
-from tasks.llama_build import CHECK_TEXT, require_server  # noqa: E402
+from tasks.llama_cpp import CHECK_TEXT, default_model_path, require_server  # noqa: E402
 from tasks.processes import ManagedServer, free_port  # noqa: E402
 
 CONTEXT = 2048

@@ -43,7 +43,7 @@ from tasks.compute.inference_server import llama_server_args, server_ready  # no
 from tasks.extraction.llm import structured_output  # noqa: E402
 from tasks.extraction.prompt import system_prompt  # noqa: E402
 from tasks.extraction.schema import json_schema, parse_answer  # noqa: E402
-from tasks.llama_build import CHECK_TEXT, require_server  # noqa: E402
+from tasks.llama_cpp import CHECK_TEXT, require_server  # noqa: E402
 from tasks.ontology import default_schema  # noqa: E402
 from tasks.processes import ManagedServer, free_port  # noqa: E402
 

@@ -37,9 +37,9 @@ def main() -> None:
     from blocks.compute import LocalCompute
     from flows.scorecard import scorecard
     from flows.train import train_flow
-    from tasks.compute.inference_server import default_model_path
     from tasks.compute.local import LocalNode
     from tasks.compute.node import run_on_node
+    from tasks.llama_cpp import default_model_path
     from tasks.training.params import build_params
 
     tmp = Path(tempfile.mkdtemp(prefix="node-dispatch-"))

@@ -57,8 +57,8 @@ def main() -> int:
                              Path(args.work))))
         return 0
 
-    from tasks.compute.inference_server import default_model_path
     from tasks.corpus.scorecard import ScorecardConfig, score_bucket
+    from tasks.llama_cpp import default_model_path
     from tasks.training.base_model import hf_from_gguf
 
     work = Path(tempfile.mkdtemp(prefix="bench-train-"))

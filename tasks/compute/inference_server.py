@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 
 from blocks.inference import server_root
+from tasks import waiting
 from tasks.errors import ServerError
-from tasks.llama_build import default_model_path as default_model_path  # its public home here
-from tasks.llama_build import require_server
+from tasks.llama_cpp import require_server
 from tasks.processes import ManagedServer, free_port, tail
 
 SERVER_NAME = "inference"
@@ -53,15 +53,12 @@ def wait_ready(base_url: str, timeout: float, api_key: str | None = None,
                poll: float = 1.0, max_poll: float = 30.0) -> float:
     """Poll /v1/models until it lists a model; return the seconds waited."""
     start = time.monotonic()
-    while True:
-        if models_ready(base_url, api_key):
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise ServerError(f"inference endpoint {base_url} not ready after {timeout:.0f} s "
-                              "(GET /v1/models) — check the server log, or raise the inference "
-                              "block's readiness_timeout_seconds")
-        time.sleep(poll)
-        poll = min(poll * 1.5, max_poll)
+    if not waiting.poll(lambda: models_ready(base_url, api_key), timeout, first=poll,
+                        factor=1.5, cap=max_poll):
+        raise ServerError(f"inference endpoint {base_url} not ready after {timeout:.0f} s "
+                          "(GET /v1/models) — check the server log, or raise the inference "
+                          "block's readiness_timeout_seconds")
+    return time.monotonic() - start
 
 
 def check_adapter_loads(model_path: Path, adapter: Path, timeout: float = 120.0) -> None:
@@ -189,13 +186,14 @@ def server_exit(state_dir: Path, settle_seconds: float = 1.0) -> str | None:
     external endpoint, a GCE node). A server that just closed its socket may still be exiting:
     it gets `settle_seconds` to finish."""
     server = ManagedServer(SERVER_NAME, state_dir)
-    deadline = time.monotonic() + settle_seconds
-    while True:
+
+    def gone() -> str | None:
+        # how it exited; "" when no server of ours is recorded (nothing to wait for)
         how = server.exited()
-        if how is not None or server.record() is None or time.monotonic() >= deadline:
-            break
-        time.sleep(0.1)
-    if how is None:
+        return how if how is not None or server.record() is not None else ""
+
+    how = waiting.poll(gone, settle_seconds, first=0.1, factor=1.0, cap=0.1)
+    if not how:
         return None
     log = Path(state_dir) / f"{SERVER_NAME}.log"
     return (f"the inference server {how}, see its log {log} — phase 1 stopped asking it; "

@@ -12,6 +12,7 @@ from blocks.compute import LocalCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute import inference_server
 from tasks.compute.threads import auto_threads
+from tasks.llama_cpp import default_model_path
 from tasks.processes import ManagedServer
 
 
@@ -71,7 +72,7 @@ class LocalNode:
             inference_server.wait_ready(endpoint.base_url, endpoint.readiness_timeout_seconds, key)
             return endpoint.base_url
         model = Path(self.block.model_path) if self.block.model_path \
-            else inference_server.default_model_path()
+            else default_model_path()
         # one slot per request the client may have in flight, each of the full context
         return inference_server.start_llama_server(
             self._state_dir, model, endpoint.model, endpoint.context_tokens,

@@ -86,8 +86,8 @@ def engine(cfg: Any, base_url: str | None, say: Callable[[str], None]) -> Iterat
     if not isinstance(cfg.compute, LocalCompute):
         raise ConfigError("eval: the profile's inference server runs on a GCE node, which the "
                           "eval does not boot — pass --base-url URL of a running endpoint")
-    from tasks.compute.inference_server import default_model_path
     from tasks.compute.local import LocalNode
+    from tasks.llama_cpp import default_model_path
 
     block = cfg.compute.model_copy(update={"state_dir": str(Path(cfg.state_dir) / "eval-engine")})
     node = LocalNode(block)

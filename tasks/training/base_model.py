@@ -11,7 +11,6 @@ mistaken for a finished one), under a key taken from the file itself.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import logging
 import os
@@ -21,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tasks.errors import ConfigError
+from tasks.files import replacing, sha256_hex
+from tasks.training.quiet import quiet_libraries
 
 DIGEST_BLOCK = 1 << 20  # bytes hashed at each end of the file
 HF_MARKER = "config.json"  # present in every finished HF folder
@@ -35,13 +36,12 @@ def gguf_digest(gguf_path: Path) -> str:
     """
     path = _require_file(gguf_path, "GGUF model")
     size = path.stat().st_size
-    h = hashlib.sha256(f"{path.name}\0{size}\0".encode())
     with path.open("rb") as f:
-        h.update(f.read(DIGEST_BLOCK))
+        data = f"{path.name}\0{size}\0".encode() + f.read(DIGEST_BLOCK)
         if size > DIGEST_BLOCK:
             f.seek(max(DIGEST_BLOCK, size - DIGEST_BLOCK))
-            h.update(f.read(DIGEST_BLOCK))
-    return h.hexdigest()[:16]
+            data += f.read(DIGEST_BLOCK)
+    return sha256_hex(data, 16)
 
 
 def hf_from_gguf(gguf_path: Path, cache_dir: Path) -> Path:
@@ -56,8 +56,6 @@ def hf_from_gguf(gguf_path: Path, cache_dir: Path) -> Path:
     target = Path(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path)}-hf"
     if (target / HF_MARKER).is_file():
         return target
-    from tasks.training.train import quiet_libraries
-
     with _staging_dir(target) as tmp:
         # transformers draws raw tqdm bars here (one per dequantized tensor, one per shard
         # written), not behind its progress-bar switch: they go nowhere. Warnings go to
@@ -79,16 +77,9 @@ def f32_gguf(gguf_path: Path, cache_dir: Path) -> Path:
     target = Path(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path)}.F32.gguf"
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with replacing(target) as tmp:
         _quantize_f32(gguf_path, tmp)
         tmp.chmod(0o644)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
     return target
 
 
@@ -96,7 +87,7 @@ def _require_file(path: Path, what: str) -> Path:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path} — pass the path of an existing .gguf file "
-                          "(tasks.compute.inference_server.default_model_path() gives the bundled one)")
+                          "(tasks.llama_cpp.default_model_path() gives the bundled one)")
     return path
 
 

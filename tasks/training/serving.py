@@ -89,7 +89,7 @@ def local_serving(store: ArtifactStore, bucket: str, served_gguf: Path) -> Local
 
 def served_gguf(model_path: str | None) -> Path:
     """The GGUF the local server serves: the compute block's model_path, else the bundled one."""
-    from tasks.compute.inference_server import default_model_path
+    from tasks.llama_cpp import default_model_path
 
     return Path(model_path) if model_path else default_model_path()
 

@@ -12,14 +12,14 @@ import math
 import os
 import resource
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, SlmNightlyError
 from tasks.training.params import Recipe
+from tasks.training.quiet import quiet_libraries
 
 
 class TrainingError(SlmNightlyError):
@@ -52,7 +52,7 @@ def check_free_memory(name: str, free_mib: int, total_mib: int, required_mib: in
 
 def resolve_base_model(spec: str, cache_dir: Path) -> tuple[Path, Path | None]:
     """(HF folder to train on, GGUF the server serves or None) from a base-model spec."""
-    from tasks.compute.inference_server import default_model_path
+    from tasks.llama_cpp import default_model_path
 
     if not spec:
         spec = str(default_model_path())
@@ -270,39 +270,6 @@ def _trainer(recipe: Recipe, model: Any, tok: Any, train_rows: list[dict[str, An
 
     return DPOTrainer(model=model, ref_model=None, args=args, train_dataset=train_ds,
                       eval_dataset=eval_ds, processing_class=tok, callbacks=callbacks)
-
-
-@contextmanager
-def quiet_libraries() -> Iterator[None]:
-    """While training: no progress bars from datasets/transformers/huggingface_hub (the flow
-    logs step, loss and peak memory itself), and Python warnings into logging (`py.warnings`)
-    rather than printed — unless someone (the CLI's run log) already routes them."""
-    import logging
-    import warnings
-
-    import datasets
-    import huggingface_hub.utils as hub_utils
-    from transformers.utils import logging as hf_logging
-
-    bars = [(datasets.is_progress_bar_enabled(), datasets.enable_progress_bars,
-             datasets.disable_progress_bars),
-            (hf_logging.is_progress_bar_enabled(), hf_logging.enable_progress_bar,
-             hf_logging.disable_progress_bar),
-            (not hub_utils.are_progress_bars_disabled(), hub_utils.enable_progress_bars,
-             hub_utils.disable_progress_bars)]
-    capture = getattr(warnings.showwarning, "__module__", "") != "logging"
-    for _, _, off in bars:
-        off()
-    if capture:
-        logging.captureWarnings(True)
-    try:
-        yield
-    finally:
-        if capture:
-            logging.captureWarnings(False)
-        for was_on, on, _ in bars:
-            if was_on:
-                on()
 
 
 def _finished(checkpoint: Path) -> bool:

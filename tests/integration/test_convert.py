@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tasks import llama_cpp as lc
 from tasks.errors import AdapterVerificationError, ConfigError
 from tasks.training import base_model, convert
 from tasks.training.base_model import f32_gguf, hf_from_gguf
@@ -76,7 +77,7 @@ def test_install_unpacks_only_the_converters_and_is_idempotent(tmp_path: Path) -
     assert sorted(p.name for p in dest.iterdir()) == sorted(
         [m.rstrip("/") for m in convert.MEMBERS] + ["VERSION", "src"])
     assert [p.name for p in (dest / "src").iterdir()] == ["llama-arch.cpp"]
-    assert (dest / "VERSION").read_text() == f"llama-cpp-python {convert.llama_cpp_version()}\n"
+    assert (dest / "VERSION").read_text() == f"llama-cpp-python {lc.llama_cpp_version()}\n"
     assert (dest / "conversion" / "olmo.py").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
     mtime = (dest / "VERSION").stat().st_mtime_ns

@@ -16,6 +16,7 @@ import llama_cpp
 import pytest
 
 from tasks import llama_build as lb
+from tasks import llama_cpp as lc
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -23,12 +24,12 @@ LIB = Path(llama_cpp.__file__).parent / "lib"
 
 
 def test_the_installed_library_is_the_baseline_build() -> None:
-    rec = lb.installed_record()
+    rec = lc.installed_record()
     assert rec is not None, "llama-cpp-python was not installed by tasks.llama_build"
     assert rec["cmake_args"] == " ".join(lb.flags("cpu"))
     assert rec["key"] == lb.build_key(lb.pin(), "cpu")
-    res = lb.check()
-    feats = lb.features(res["system_info"])
+    res = lc.check()
+    feats = lc.features(res["system_info"])
     assert {"AVX", "AVX2", "FMA", "F16C", "BMI2"} <= feats, feats
     assert not [f for f in feats if f.startswith(("AVX512", "AMX", "AVX_VNNI"))], feats
     assert res["tokens"] >= 200 and res["n_tokens"] == res["tokens"]
@@ -73,15 +74,15 @@ def test_a_fresh_environment_installs_the_cached_wheel_without_compiling(tmp_pat
     assert r.returncode == 0, r.stdout + r.stderr
     assert "building" not in r.stdout and "compiling" not in r.stdout
     assert f"llama.cpp: installing llama_cpp_python-{lb.pin()}-" in r.stdout
-    record = lb.record_path(venv)
+    record = lc.record_path(venv)
     assert record.is_file() and lb.build_key(lb.pin()) in record.read_text()
 
 
 def test_a_library_that_dies_with_sigill_fails_the_check(sigill_preload: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LD_PRELOAD", sigill_preload)
-    with pytest.raises(lb.BuildError) as e:
-        lb.check()
+    with pytest.raises(lc.BuildError) as e:
+        lc.check()
     msg = str(e.value)
     assert msg.startswith("llama.cpp crashed with signal 4 (SIGILL) evaluating a prompt of a "
                           "few hundred tokens with SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -109,9 +110,9 @@ def test_a_server_that_dies_with_sigill_fails_the_check(server_sigill_preload: s
     """The engine binary is checked too: a llama-server that dies on its first prompt fails
     `make` with the signal (the recv stand-in of tests/conftest.py)."""
     monkeypatch.setenv("LD_PRELOAD", server_sigill_preload)
-    with pytest.raises(lb.BuildError) as e:
-        lb.check_server()
-    assert str(e.value).startswith(f"{lb.server_path()} died (signal 4 (SIGILL)) evaluating a "
+    with pytest.raises(lc.BuildError) as e:
+        lc.check_server()
+    assert str(e.value).startswith(f"{lc.server_path()} died (signal 4 (SIGILL)) evaluating a "
                                    "prompt of a few hundred tokens with "
                                    "SmolLM2-135M-Instruct.Q4_1.gguf")
     assert str(e.value).endswith("fix: `python -m tasks.llama_build install --rebuild`")

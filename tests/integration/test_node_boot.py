@@ -36,7 +36,7 @@ def node_paths(tmp: Path, model: Path) -> dict[str, str]:
 
 @pytest.fixture
 def booted(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    from tasks.compute.inference_server import default_model_path
+    from tasks.llama_cpp import default_model_path
 
     runtime = FakeNode(tmp_path, paths=node_paths(tmp_path, default_model_path()),
                        secrets={"prefect-key": "pnu_fake_key_1234"}, project=PROJECT)

@@ -1,4 +1,4 @@
-"""`slm-nightly preflight` (tasks/compute/preflight.py) and the nightly's preflight phase,
+"""`slm-nightly preflight` (tasks/preflight/) and the nightly's preflight phase,
 against the fake Compute Engine (driven by the real google-cloud-compute client), the GCS
 emulator (prefect-gcp's GcsBucket) and the test Prefect server with prefect.yaml's
 deployments deployed by the CLI."""
@@ -18,8 +18,10 @@ import pytest
 
 from blocks.gce import GceCompute
 from flows.cli import main
-from tasks.compute.preflight import DEPLOY_ALL, PreflightFailed, PreflightReport, run_preflight
+from tasks.checks import PreflightFailed
 from tasks.compute.startup_script import WORKER_UNIT
+from tasks.preflight.prefect_api import DEPLOY_ALL
+from tasks.preflight.run import PreflightReport, run_preflight
 from tasks.profile import load_profile
 from tasks.summary import render_text
 from tests.conftest import PREFECT, ROOT, toml_profile
@@ -412,7 +414,7 @@ def test_the_node_api_url_is_no_placeholder_no_loopback_and_answers(
         tmp_path: Path, world: FakeComputeEngine) -> None:
     import tomllib
 
-    from tasks.compute.preflight import PLACEHOLDER_MARKER
+    from tasks.preflight.node import PLACEHOLDER_MARKER
 
     shipped = tomllib.loads((ROOT / "profiles" / "gcp.toml").read_text())
     url = shipped["compute"]["node"]["prefect_api_url"]

@@ -14,7 +14,7 @@ import pytest
 
 from blocks.gce import GceCompute
 from flows.cli import main
-from tasks.compute.weights import MANIFEST
+from tasks.image.layout import MANIFEST
 from tasks.profile import load_profile
 from tests.conftest import ROOT, toml_profile
 from tests.integration.test_weights import BASE_GGUF, GGUF_NAME, REPO, source  # noqa: F401
@@ -69,8 +69,8 @@ def test_prepare_weights_builds_where_the_saved_block_says(
 
 def test_prepare_weights_refuses_a_saved_block_that_is_not_a_gce_node(tmp_path: Path) -> None:
     from blocks.compute import LocalCompute
-    from tasks.compute.weights import cli_main
     from tasks.errors import ConfigError
+    from tasks.image.cli import cli_main
     from tests.unit.test_profile_env import _weights_args
 
     LocalCompute().save("weights-local", overwrite=True)

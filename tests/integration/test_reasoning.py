@@ -22,7 +22,7 @@ from tasks.compute.inference_server import llama_server_args, server_ready
 from tasks.extraction.llm import LLMClient, strip_reasoning, structured_output
 from tasks.extraction.prompt import system_prompt
 from tasks.extraction.schema import json_schema
-from tasks.llama_build import require_server
+from tasks.llama_cpp import require_server
 from tasks.ontology import default_schema
 from tasks.processes import ManagedServer, free_port
 from tests.conftest import ROOT

@@ -1,4 +1,4 @@
-"""The node image's model folder (tasks/compute/weights.py): built from a local folder and from
+"""The node image's model folder (tasks/image/): built from a local folder and from
 GCS (the emulator), resumed without copying again, checked offline, and refused when the GGUF
 is of another architecture or damaged.
 
@@ -23,19 +23,12 @@ from typing import Any
 import pytest
 
 from blocks.node_serve import NodeServeSettings
-from tasks.compute.inference_server import default_model_path
-from tasks.compute.weights import (
-    COMMAND,
-    MANIFEST,
-    WeightsError,
-    WeightsLayout,
-    check_weights,
-    gguf_check,
-    offline_env,
-    prepare_weights,
-)
 from tasks.errors import ConfigError
 from tasks.gcs_sync import GcsFolder
+from tasks.image.checks import check_weights, gguf_check, offline_env
+from tasks.image.layout import COMMAND, MANIFEST, WeightsError, WeightsLayout
+from tasks.image.weights import prepare_weights
+from tasks.llama_cpp import default_model_path
 from tests.gcs_emulator import GcsEmulator
 
 REPO = "allenai/Olmo-3-7B-Think"

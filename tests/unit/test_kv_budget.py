@@ -8,7 +8,7 @@ import pytest
 
 from blocks.node_serve import NodeServeSettings
 from tasks.compute.kv_budget import GIB, kv_bytes_per_slot, kv_fit, largest_fit
-from tasks.compute.preflight import slots_check
+from tasks.preflight.node import slots_check
 
 OLMO3 = dict(layers=64, kv_heads=8, head_dim=128, sliding_layers=48, sliding_window=4096)
 CARD = dict(weights_gib=15.0, card_gib=22.5)

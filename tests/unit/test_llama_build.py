@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from tasks import llama_build as lb
+from tasks import llama_cpp as lc
 from tasks.errors import ConfigError
+from tasks.paths import PROJECT_ROOT
 
 
 def test_the_cpu_build_is_the_baseline_and_never_native() -> None:
@@ -65,7 +67,7 @@ def test_the_pin_is_read_from_pyproject(tmp_path: Path) -> None:
 
 
 def test_the_project_pin_is_the_one_in_pyproject() -> None:
-    text = (lb.ROOT / "pyproject.toml").read_text()
+    text = (PROJECT_ROOT / "pyproject.toml").read_text()
     assert f'"llama-cpp-python[server]=={lb.pin()}"' in text
 
 
@@ -109,9 +111,9 @@ def test_a_finished_entry_is_reused_without_building(monkeypatch: pytest.MonkeyP
 def test_features_are_the_ones_compiled_in() -> None:
     info = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
             "AVX512 = 0 | AMX_INT8 = 0 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 | ")
-    assert lb.features(info) == {"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2",
+    assert lc.features(info) == {"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2",
                                  "LLAMAFILE", "OPENMP", "REPACK"}
-    assert lb.features("CPU : AVX512 = 1 | AMX_INT8 = 1 |") == {"AVX512", "AMX_INT8"}
+    assert lc.features("CPU : AVX512 = 1 | AMX_INT8 = 1 |") == {"AVX512", "AMX_INT8"}
 
 
 def test_the_server_build_is_the_same_baseline_static_and_without_the_web_ui() -> None:
@@ -145,14 +147,14 @@ def test_a_finished_server_entry_is_reused_and_the_binary_found(
     monkeypatch.setattr(lb, "_run_logged", lambda *a, **k: pytest.fail("built again"))
     assert lb.build_server("9.9.9") == entry / "llama-server"
 
-    monkeypatch.delenv(lb.SERVER_ENV, raising=False)
-    assert lb.server_path(tmp_path / "venv") == tmp_path / "venv" / "bin" / "llama-server"
+    monkeypatch.delenv(lc.SERVER_ENV, raising=False)
+    assert lc.server_path(tmp_path / "venv") == tmp_path / "venv" / "bin" / "llama-server"
     with pytest.raises(ConfigError) as e:
-        lb.require_server(tmp_path / "venv")
+        lc.require_server(tmp_path / "venv")
     assert str(e.value) == (f"llama-server: {tmp_path}/venv/bin/llama-server is not installed — "
                             "run `make` (or `python -m tasks.llama_build install`; `--variant "
                             "cuda` on a GPU node)")
-    monkeypatch.setenv(lb.SERVER_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setenv(lc.SERVER_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match=r"\$SLM_LLAMA_SERVER points at .*/nowhere, which is "
                                           "not an executable file"):
-        lb.require_server()
+        lc.require_server()

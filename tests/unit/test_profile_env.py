@@ -187,7 +187,7 @@ def test_the_shipped_gcp_comment_names_the_rule() -> None:
 
 
 def _weights_args(*argv: str) -> argparse.Namespace:
-    from tasks.compute.weights import add_arguments
+    from tasks.image.cli import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -198,7 +198,7 @@ def test_prepare_weights_with_a_saved_block_and_inline_node_keys_is_refused(
         tmp_path: Path) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from tasks.compute.weights import cli_main
+    from tasks.image.cli import cli_main
 
     path = toml_profile(tmp_path / "p.toml", compute=TABLES["compute"])
     with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}), \
@@ -213,7 +213,7 @@ def test_prepare_weights_with_a_saved_block_and_inline_node_keys_is_refused(
 def test_prepare_weights_with_a_saved_block_needs_the_prefect_api(tmp_path: Path) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from tasks.compute.weights import cli_main
+    from tasks.image.cli import cli_main
 
     path = toml_profile(tmp_path / "p.toml", compute={"type": "gce", "block": "slm-gce"})
     with temporary_settings(restore_defaults={PREFECT_API_URL}), \

@@ -1,4 +1,4 @@
-"""The weights command (tasks/compute/weights.py) as a command line: the node's paths
+"""The weights command (tasks/image/cli.py) as a command line: the node's paths
 and the base model come from the profile's TOML and its recipe (no saved block, no Prefect API),
 and nothing is copied or loaded when there is nothing to check. The building and checking
 themselves are tests/integration/test_weights.py."""
@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from tasks.compute.weights import COMMAND, MANIFEST, add_arguments, cli_main
 from tasks.errors import ConfigError
+from tasks.image.cli import add_arguments, cli_main
+from tasks.image.layout import COMMAND, MANIFEST
 from tests.conftest import toml_profile
 
 REPO = "allenai/Olmo-3-7B-Think"

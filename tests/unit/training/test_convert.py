@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tasks import llama_cpp as lc
 from tasks.errors import ConfigError
 from tasks.training import convert
 from tasks.training.params import LLAMA_TARGETS
@@ -64,7 +65,7 @@ def test_an_unsupported_or_unnamed_architecture_is_a_problem() -> None:
 
 def test_missing_tools_name_the_install_command(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(convert.TOOLS_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setenv(lc.TOOLS_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match=r"not installed at .*nowhere.*run `make`"):
         convert.export_problems(OLMO3, LORA)
     with pytest.raises(ConfigError, match=r"python -m tasks.training.convert install"):

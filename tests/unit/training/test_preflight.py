@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from tasks.checks import PreflightFailed
 from tasks.training.memory import G2_STANDARD_4, GIB, NodeLimits
 from tasks.training.params import TrainParams, resolve
-from tasks.training.preflight import PreflightError, preflight, require, verify_plan
+from tasks.training.preflight import preflight, require, verify_plan
 
 
 def _production(**overrides: Any) -> Any:
@@ -43,7 +44,7 @@ def test_the_cpu_plan_is_refused_for_the_7b_naming_31_gib_against_16() -> None:
     assert "verification plan cpu does not fit the node: estimated RAM 31.0 GiB > 16.0 GiB " \
         "(g2-standard-4" in fit.detail
     assert "set verify_device: cuda in the recipe (estimate: plan cuda: RAM 6.1 GiB" in fit.detail
-    with pytest.raises(PreflightError, match=r"before any weight loaded: verification fits: "
+    with pytest.raises(PreflightFailed, match=r"before any weight loaded: verification fits: "
                        r"verification plan cpu does not fit"):
         require(checks)
 

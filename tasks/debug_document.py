@@ -1,5 +1,8 @@
 """One document through phase 1, step by step, for a notebook: the prompt, the raw model
-answer, the validated extraction, the graph rows, and an upsert into a scratch graph."""
+answer, the validated extraction, the graph rows, and an upsert into a scratch graph.
+
+It takes a whole Profile, so it sits beside tasks/profile.py, above the extraction and graph
+domains it drives (notebooks/debug_document.ipynb)."""
 
 from __future__ import annotations
 

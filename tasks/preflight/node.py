@@ -1,0 +1,138 @@
+"""The night's preflight, the node's side: its engine loads the model and speaks the
+inference block's dialect, llama-server's slots fit the card, its worker runs from the project's
+checkout against a Prefect API it reaches, and its recorded environment fits this checkout."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from blocks.gce import GceCompute
+from tasks.checks import Check, failure, passed, skipped
+
+if TYPE_CHECKING:
+    from tasks.profile import Profile
+
+# profiles/gcp.toml's prefect_api_url until the operator sets it: refused by the preflight
+PLACEHOLDER_MARKER = "ORCHESTRATOR_VPC_IP"
+# hosts that, in the node's prefect_api_url, are the node itself and never the orchestrator
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+# --- the node: its engine and its worker ---------------------------------------------------------
+def node_checks(cfg: Profile, block: GceCompute, training: bool,
+                 node_ips: list[str]) -> Iterator[Check]:
+    from tasks.compute.engines import engine_problems, worker_command
+
+    s = block.node
+    problems = engine_problems(s, cfg.inference.dialect)
+    for problem in problems:
+        detail, _, fix = problem.rpartition(" — ")
+        yield failure("engine", detail or problem, fix or "see the detail")
+    if not problems:
+        yield passed("engine", f"{s.engine} loads {s.model_architecture} ({s.model_path})")
+    if s.engine == "llama.cpp":
+        yield slots_check(s, cfg.inference.max_concurrent_requests,
+                          cfg.inference.context_tokens)
+    if not s.prefect_api_url:
+        yield (failure("node worker", "no prefect_api_url in [compute.node]: the node starts no "
+                     "Prefect worker, and its training runs would wait for one",
+                     "set [compute.node] prefect_api_url to the Prefect API as the node "
+                     "reaches it") if training else
+               skipped("node worker", "no prefect_api_url, and the night does not train"))
+        return
+    argv = worker_command(s)
+    want = f"{s.project_dir.rstrip('/')}/.venv/bin/prefect"
+    yield (passed("node worker", f"{' '.join(argv)} with PREFECT_API_URL {s.prefect_api_url}")
+           if argv[0] == want else
+           failure("node worker", f"the startup script starts {argv[0]}, not the project's "
+                 f"{want}: its flow runs would lack torch, peft and prefect-gcp",
+                 "start the worker from the node's checkout (tasks/compute/engines.py)"))
+    yield _node_api_check(s.prefect_api_url, node_ips)
+
+
+def _node_api_check(url: str, node_ips: list[str]) -> Check:
+    """The node's prefect_api_url: not the shipped placeholder, not the orchestrator's loopback
+    (on the node that is the node), and answering GET <url>/health here — the orchestrator is
+    in the node's VPC. Loopback is allowed only for a node whose own internal IP is a loopback
+    address: the fake Compute Engine's nodes, which run on this machine."""
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    name = "node Prefect API"
+    fix = ("set [compute.node] prefect_api_url to the Prefect API as the node reaches it over "
+           "the VPC: http://<orchestrator VPC IP>:4200/api (`hostname -I` on the orchestrator), "
+           "or the Prefect Cloud workspace URL")
+    if PLACEHOLDER_MARKER in url or "REPLACE" in url:
+        return failure(name, f"prefect_api_url {url} is the shipped placeholder", fix)
+    host = (urlsplit(url).hostname or "").lower()
+    on_this_machine = bool(node_ips) and all(ip.startswith("127.") for ip in node_ips)
+    if host in LOOPBACK_HOSTS and not on_this_machine:
+        return failure(name, f"prefect_api_url {url} is a loopback address: on the node it is "
+                     "the node itself, not the orchestrator", fix)
+    from prefect.settings import PREFECT_API_KEY
+
+    key = PREFECT_API_KEY.value()  # Prefect Cloud: its /health wants the key
+    key = key.get_secret_value() if hasattr(key, "get_secret_value") else key
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    health = url.rstrip("/") + "/health"
+    try:
+        resp = httpx.get(health, headers=headers, timeout=10)
+        resp.raise_for_status()
+    except httpx.HTTPError as e:
+        return failure(name, f"GET {health} from the orchestrator failed: {type(e).__name__}: "
+                     f"{str(e)[:200]}", "serve the Prefect API on the orchestrator's VPC "
+                     "address (`prefect server start --host 0.0.0.0`) and let the node's subnet "
+                     "reach port 4200 (a firewall rule), or fix [compute.node] prefect_api_url")
+    return passed(name, f"GET {health} answers {resp.status_code}")
+
+
+def slots_check(s: Any, slots: int, context_tokens: int) -> Check:
+    """llama-server's slots (max_concurrent_requests x context_tokens) beside the weights on
+    the node's card, by the estimate of tasks/compute/kv_budget.py: refused when they do not
+    fit, with both numbers and the largest setting that does."""
+    from tasks.compute.kv_budget import kv_fit, largest_fit
+
+    shape = dict(layers=s.model_layers, kv_heads=s.model_kv_heads, head_dim=s.model_head_dim,
+                 weights_gib=s.model_weights_gib, card_gib=s.gpu_memory_gib,
+                 cache_type=s.kv_cache_type, sliding_layers=s.model_sliding_layers,
+                 sliding_window=s.model_sliding_window)
+    fit = kv_fit(slots, context_tokens, **shape)
+    if fit.fits:
+        return passed("engine slots", fit.text())
+    most = largest_fit(context_tokens, **shape)
+    other = "q8_0" if s.kv_cache_type == "f16" else None
+    more = (f"; kv_cache_type = \"{other}\" fits "
+            f"{largest_fit(context_tokens, **{**shape, 'cache_type': other})}" if other else "")
+    return failure("engine slots", f"{fit.text()}: does not fit",
+                 f"set [inference] max_concurrent_requests to {most} or less (the most slots "
+                 f"of {context_tokens} tokens that fit){more}, or lower context_tokens"
+                 if most else "lower context_tokens, or serve a smaller model")
+
+
+# --- the node's environment ---------------------------------------------------------------------
+def environment_check(cfg: Profile, training: bool) -> Check:
+    """The environment the node's last training run recorded in the bucket against this
+    checkout's pyproject.toml and this machine's versions (tasks/environment.py)."""
+    from tasks.environment import REBUILD, RECORD_KEY, describe, differences, recorded
+
+    name = "node environment"
+    if not training or not cfg.training.gcs_block:
+        return skipped(name, "the night does not train on the node through a bucket")
+    try:
+        node = recorded(cfg.training.gcs_block)
+    except Exception as e:  # noqa: BLE001 - the bucket checks above name the cause
+        return skipped(name, f"not read: {type(e).__name__}: {str(e)[:200]}")
+    if node is None:
+        return skipped(name, f"no node run has recorded its environment yet ({RECORD_KEY}): "
+                     "`slm-nightly node smoke` does")
+    refused, said = differences(describe(), node)
+    if refused:
+        return failure(name, f"the node's environment {node.get('digest')} (recorded "
+                     f"{node.get('at')}) does not fit this checkout's code: "
+                     f"{'; '.join(refused)}", REBUILD)
+    return passed(name, f"{node.get('digest')} (recorded {node.get('at')}) fits pyproject.toml"
+               + (f"; within its ranges: {'; '.join(said)}" if said else ""))
+
+
