@@ -1,6 +1,6 @@
 """The GCE node (tasks/compute/gce.py on a GceCompute block) driven through the real
 google-cloud-compute client (REST transport, service
-account credentials) against tests/fake_compute_engine.py."""
+account credentials) against tests/fakes/compute_engine.py."""
 
 from __future__ import annotations
 
@@ -16,42 +16,23 @@ from typing import Any
 
 import httpx
 import pytest
-from prefect_gcp import GcpCredentials
 
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
 from blocks.node_serve import NodeServeSettings
-from tasks.compute.gce import GceNode
 from tasks.compute.startup_script import render_startup_script, vllm_launch_args
 from tasks.errors import ConfigError, NodeBootTimeout, NodePreempted, NodeUnavailable
 from tasks.processes import free_port
-from tests.conftest import ROOT, toml_profile
-from tests.fake_compute_engine import NODE_SA, FakeComputeEngine, FakeInstance
-from tests.gcs_emulator import service_account
-
-PROJECT = "test-project"
-SA = service_account("http://127.0.0.1:1/token")  # one RSA key for the module (keygen is slow)
+from tests.fakes.compute_engine import NODE_SA, FakeComputeEngine, FakeInstance
+from tests.support.gce import PROJECT, SA, creds, gce
+from tests.support.paths import ROOT
+from tests.support.profiles import toml_profile
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeComputeEngine]:
     with FakeComputeEngine(PROJECT) as f:
         yield f
-
-
-def creds(fake: FakeComputeEngine) -> GcpCredentials:
-    return GcpCredentials(service_account_info={**SA, "token_uri": fake.token_uri},
-                          project=PROJECT)
-
-
-def gce(fake: FakeComputeEngine, tmp: Path, **kw: Any) -> GceNode:
-    fields: dict[str, Any] = dict(project=PROJECT, zone="zone-a", instance="node",
-                                  api_endpoint=fake.url, gcp_credentials=creds(fake),
-                                  state_dir=str(tmp / "state"), poll_seconds=0.1,
-                                  boot_timeout_seconds=10, stop_timeout_seconds=10,
-                                  retry_base_seconds=0.01, retry_max_seconds=0.05)
-    fields.update(kw)
-    return GceNode(GceCompute(**fields))
 
 
 def test_start_waits_for_running_and_reads_the_ip(fake: FakeComputeEngine, tmp_path: Path) -> None:
@@ -398,7 +379,7 @@ def test_start_inference_waits_for_the_server_the_node_starts_and_stop_kills_it(
     port = free_port()
 
     def vllm(inst: FakeInstance) -> list[str]:
-        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port), "--latency", "0"]
+        return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(port), "--latency", "0"]
 
     fake.on_start = vllm
     fake.agent_log = tmp_path / "agent.log"
@@ -571,7 +552,7 @@ def test_readiness_reports_progress_and_checks_the_served_model(
     served = {"model": "olmo-3-32b-think"}
 
     def vllm(inst: FakeInstance) -> list[str]:  # listens only after 'loading weights'
-        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port),
+        return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(port),
                 "--load-seconds", "2", "--model", served["model"]]
 
     fake.on_start = vllm

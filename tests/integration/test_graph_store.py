@@ -10,24 +10,9 @@ import pytest
 
 from tasks.graph.backends import FalkorDBStore, Neo4jStore
 from tasks.graph.queries import entity_label, relationship_type
-from tasks.graph.store import EntityRow, GraphBatch, RelRow
-from tests.graph_dump import dump
-
-
-def batch_for(doc: str, people: list[str], org: str = "Acme") -> GraphBatch:
-    b = GraphBatch(documents=[{"id": doc, "stream": "t", "path": f"/{doc}"}])
-    o = EntityRow(f"Organization:{org.lower()}", "Organization", org)
-    b.add_entity(o, doc)
-    for p in people:
-        e = EntityRow(f"Person:{p.lower()}", "Person", p, aliases=[f"Hon. {p}"], emails=[])
-        b.add_entity(e, doc)
-        b.add_relationship(RelRow(e.key, "WORKS_FOR", o.key, [doc], "staff"))
-    return b
-
-
-def mark(store: FalkorDBStore, *docs: str) -> None:
-    store.mark_extracted([{"id": d, "hash": "h", "model": "m", "prompt_version": "p",
-                           "extracted_at": "t"} for d in docs])
+from tasks.graph.store import EntityRow, GraphBatch
+from tests.support.graph_batches import batch_for, mark
+from tests.support.graph_dump import dump
 
 
 def test_upsert_is_idempotent_and_batched(store: FalkorDBStore) -> None:
@@ -103,7 +88,7 @@ def test_neo4j_driver_over_falkordb_bolt() -> None:
         pytest.skip("needs util-linux unshare and iproute2 (network namespace)")
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {sys.executable} -m tests.bolt_smoke"],
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {sys.executable} -m tests.support.bolt_smoke"],
         cwd=root, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -8,7 +8,7 @@ import pytest
 from tasks.errors import ConfigError
 from tasks.extraction.inputs import source_roots
 from tasks.profile import load_profile
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def write(tmp: Path, text: str) -> str:
