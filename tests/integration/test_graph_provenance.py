@@ -197,5 +197,3 @@ def test_relationship_evidence_checks_the_type(store: FalkorDBStore) -> None:
         store.relationship_evidence(BOB, "WORKS_FOR]->() DETACH DELETE (n", ACME)
     with pytest.raises(ValueError, match="reserved"):
         store.relationship_evidence(BOB, "MENTIONED_IN", ACME)
-
-

@@ -83,9 +83,9 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
         return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(port), "--latency", "1"]
 
     profile = gce_profile(tmp_path, "nightly-gce-preempt", falkordb, "nightly_gce_preempt",
-                          inference="max_concurrent_requests = 1\nmax_retries = 1\n"
-                                    "retry_base_seconds = 0.05",
-                          extra="[extraction]\nmax_failed_share = 1.0\n")
+                          inference={"max_concurrent_requests": 1, "max_retries": 1,
+                                     "retry_base_seconds": 0.05},
+                          extra={"extraction": {"max_failed_share": 1.0}})
     for i in range(12):
         (tmp_path / "docs" / "transcripts" / f"t{i}.md").write_text(
             f"Ann Lee met Bob Stone on day {i}.")

@@ -205,7 +205,7 @@ def test_a_two_node_night_spreads_phase_1_over_both_and_stops_both(
     port = free_port()
     engines = Engines(port, latency=0.2)  # answers overlap: the client has two to choose from
     profile = gce_profile(tmp_path, "nodes-nightly", falkordb, "nodes_nightly",
-                          inference="max_concurrent_requests = 2")
+                          inference={"max_concurrent_requests": 2})
     for i in range(6):
         (tmp_path / "docs" / "transcripts" / f"t{i}.md").write_text(
             f"Ann Lee met Bob Stone on day {i}.")

@@ -164,4 +164,3 @@ def test_built_from_gcs_and_resumed_by_gcs_checksums(source: Path, tmp_path: Pat
     assert not again["files"]["model"]["copied"]
     assert not any(f["copied"] for f in again["files"]["tokenizer"] + again["files"]["base"])
     assert again["snapshot"] == first["snapshot"]
-

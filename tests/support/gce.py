@@ -3,7 +3,6 @@ and profile the GCE tests build on them."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from blocks.gce import GceCompute
 from tasks.compute.gce import GceNode
 from tests.fakes.compute_engine import FakeComputeEngine
 from tests.fakes.gcs import service_account
+from tests.support.profiles import toml_profile
 
 PROJECT = "test-project"
 
@@ -41,35 +41,18 @@ def gce(fake: FakeComputeEngine, tmp: Path, **kw: Any) -> GceNode:
 VLLM_NODE = {"engine": "vllm", "model_architecture": "llama"}
 
 
-def gce_profile(tmp: Path, block: str, falkordb: int, graph: str, inference: str = "",
-                extra: str = "", top: str = "", readiness_seconds: int = 30) -> Path:
+def gce_profile(tmp: Path, block: str, falkordb: int, graph: str,
+                inference: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+                top: dict[str, Any] | None = None, readiness_seconds: int = 30) -> Path:
     """A profile on a saved GceCompute block; documents under tmp/docs (the three streams).
     `top`: top-level keys; `inference`: more [inference] keys; `extra`: more sections."""
     src = tmp / "docs"
     for stream in ("transcripts", "research", "contacts"):
         (src / stream).mkdir(parents=True, exist_ok=True)
-    path = tmp / "gce.toml"
-    path.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp / 'state'}"
-        {{top}}
-        [compute]
-        type = "gce"
-        block = "{block}"
-        [inference]
-        dialect = "vllm"
-        model = "fake"
-        readiness_timeout_seconds = {readiness_seconds}
-        context_tokens = 2048
-        max_output_tokens = 256
-        {{inference}}
-        [graph]
-        type = "falkordb"
-        host = "127.0.0.1"
-        port = {falkordb}
-        graph_name = "{graph}"
-        [sources]
-        transcripts = "{src / 'transcripts'}"
-        research = "{src / 'research'}"
-        contacts = "{src / 'contacts'}"
-    """).replace("{top}", top).replace("{inference}", inference) + extra)
-    return path
+    return toml_profile(
+        tmp / "gce.toml", state_dir=tmp / "state", **(top or {}),
+        compute={"type": "gce", "block": block},
+        inference={"dialect": "vllm", "model": "fake", "readiness_timeout_seconds": readiness_seconds,
+                   "context_tokens": 2048, "max_output_tokens": 256, **(inference or {})},
+        graph={"type": "falkordb", "host": "127.0.0.1", "port": falkordb, "graph_name": graph},
+        sources={s: src / s for s in ("transcripts", "research", "contacts")}, **(extra or {}))

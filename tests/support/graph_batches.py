@@ -15,7 +15,6 @@ def batch_for(doc: str, people: list[str], org: str = "Acme") -> GraphBatch:
     return b
 
 
-
 def mark(store: FalkorDBStore, *docs: str) -> None:
     store.mark_extracted([{"id": d, "hash": "h", "model": "m", "prompt_version": "p",
                            "extracted_at": "t"} for d in docs])

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from tests.support.paths import ROOT
+from tests.support.profiles import toml_profile
 
 MSG = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
-
 
 
 def sft_parquet(path: Path, n: int = 48, n_eval: int = 8) -> Path:
@@ -26,26 +25,14 @@ def sft_parquet(path: Path, n: int = 48, n_eval: int = 8) -> Path:
     return path
 
 
-
 def train_profile(tmp: Path, model_cache: Path, margin: float = 0.0, recipe: Path | None = None
                   ) -> Path:
     recipe = recipe or write_recipe(tmp)
-    path = tmp / "train.toml"
-    path.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp / 'state'}"
-        [compute]
-        type = "local"
-        n_threads = 2
-        [graph]
-        type = "falkordb"
-        data_dir = "{tmp / 'graph'}"
-        [training]
-        recipe = "{recipe}"
-        model_cache = "{model_cache}"
-        promote_margin = {margin}
-    """))
-    return path
-
+    return toml_profile(tmp / "train.toml", state_dir=tmp / "state",
+                        compute={"type": "local", "n_threads": 2},
+                        graph={"type": "falkordb", "data_dir": tmp / "graph"},
+                        training={"recipe": recipe, "model_cache": model_cache,
+                                  "promote_margin": margin})
 
 
 def write_recipe(tmp: Path, **over: Any) -> Path:
@@ -62,7 +49,6 @@ def write_recipe(tmp: Path, **over: Any) -> Path:
 
     path.write_text(yaml.safe_dump(base))
     return path
-
 
 
 def cli_process(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:

@@ -84,16 +84,10 @@ class WorkerNode:
         """))
         path = gce_profile(
             tmp, block, base["falkordb"], block.replace("-", "_"), readiness_seconds=60,
-            top=f'gcs_block = "{gcs_block}"' if gcs_block else "", extra=textwrap.dedent(f"""
-                [corpus]
-                root = "{ROOT / 'examples' / 'corpus'}"
-                floor = 250
-                [training]
-                recipe = "{recipe}"
-                base_model = "{base['gguf']}"
-                model_cache = "{base['cache']}"
-                serve_bucket = ""
-            """))
+            top={"gcs_block": gcs_block},
+            extra={"corpus": {"root": ROOT / "examples" / "corpus", "floor": 250},
+                   "training": {"recipe": recipe, "base_model": base["gguf"],
+                                "model_cache": base["cache"], "serve_bucket": ""}})
         shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md",
                     tmp / "docs" / "transcripts")
         self.install(path, base)

@@ -19,7 +19,6 @@ def write(tmp: Path, text: str) -> str:
     return str(p)
 
 
-
 def test_local_profile_builds_every_block() -> None:
     os.chdir(ROOT)
     p = load_profile("local")
@@ -27,7 +26,6 @@ def test_local_profile_builds_every_block() -> None:
     assert p.graph.describe().startswith("FalkorDB graph 'slm' (embedded")
     assert set(source_roots(p.sources)) == {"transcripts", "research", "contacts"}
     assert p.compute.state_dir == str(ROOT / ".slm-nightly")
-
 
 
 def test_profiles_resolve_the_same_from_another_working_directory(
@@ -56,7 +54,6 @@ def test_profiles_resolve_the_same_from_another_working_directory(
         load_profile("nope")
 
 
-
 @pytest.mark.parametrize(("text", "needles"), [
     ('[inference]\nmax_concurrent_requests = 0\n',
      ["[inference]", "max_concurrent_requests", "greater than or equal to 1", "Fix the field"]),
@@ -79,14 +76,12 @@ def test_invalid_fields_name_the_field_and_the_fix(tmp_path: Path, text: str,
         assert n in str(e.value)
 
 
-
 def test_missing_profile_and_missing_source_folder(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found — pass a path"):
         load_profile(str(tmp_path / "nope.toml"))
     p = load_profile(write(tmp_path, f'[sources]\ntranscripts = "{tmp_path}/missing"\n'))
     with pytest.raises(ConfigError, match="sources.transcripts: folder .*missing does not exist"):
         source_roots(p.sources)
-
 
 
 def test_secrets_are_secret_fields(tmp_path: Path) -> None:

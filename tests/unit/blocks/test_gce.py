@@ -26,13 +26,11 @@ def test_gcp_profile_parses() -> None:
     InferenceEndpoint(**data["inference"])
 
 
-
 def test_bad_zone_config_is_refused() -> None:
     with pytest.raises(ValueError, match="repeat a zone"):
         GceCompute(project="p", zone="a", instance="n", fallback_zones=["a"])
     with pytest.raises(ValueError, match="zone_instances names zones not in"):
         GceCompute(project="p", zone="a", instance="n", zone_instances={"b": "x"})
-
 
 
 def test_profile_with_incomplete_gce_section_names_the_missing_fields(tmp_path: Path) -> None:

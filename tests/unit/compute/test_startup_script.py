@@ -43,7 +43,6 @@ def test_vllm_launch_args() -> None:
     assert "sk-node-secret" not in script and "\nsecret vllm-key ENGINE_API_KEY\n" in script
 
 
-
 def test_startup_script_is_valid_bash(tmp_path: Path) -> None:
     script = render_startup_script(InferenceEndpoint(model="m"), {"x": "/opt/x"},
                                    settings=NodeServeSettings(engine="vllm",

@@ -14,7 +14,6 @@ def test_ledger_states() -> None:
         ["A 1 of 2", "B 1 of 0", "R 0 of 1"]
 
 
-
 def test_an_interrupted_write_is_not_taken_for_damage(tmp_path: Path) -> None:
     ledger = snap.Ledger(tmp_path, "g")
     stats = {"nodes": {"A": 1}, "relationships": {}}

@@ -19,7 +19,6 @@ def test_a_card_without_room_is_refused_naming_both_numbers() -> None:
     check_free_memory("NVIDIA L4", 22000, 24576, 20000)  # enough: no error
 
 
-
 def test_empty_dataset_and_missing_base_model_fail_before_any_weight(tmp_path: Path) -> None:
     from tasks.training.train import load_splits, resolve_base_model
 
