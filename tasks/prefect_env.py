@@ -1,5 +1,5 @@
 """Prefect settings a local run needs, applied before Prefect is imported, and the CLI's
-temporary Prefect server.
+temporary Prefect server (its launcher also starts the tests' and the benches' servers).
 
 The user never has to export them; an explicit environment value still wins.
 """

@@ -15,8 +15,6 @@ from tests.fakes.gcs import service_account
 from tests.support.profiles import toml_profile
 
 PROJECT = "test-project"
-
-
 SA = service_account("http://127.0.0.1:1/token")  # one RSA key for the module (keygen is slow)
 
 
