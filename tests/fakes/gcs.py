@@ -80,7 +80,7 @@ class GcsEmulator:
     def bucket(self, name: str = "slm-corpus", folder: str = ""):  # type: ignore[no-untyped-def]
         from prefect_gcp import GcpCredentials, GcsBucket
 
-        # a key of its own account: not the orchestrator's (test_gce's SA), whose key in a
+        # a key of its own account: not the orchestrator's (tests/support/gce.py SA), whose key in a
         # bucket block preflight refuses (the node would act as the orchestrator)
         info = service_account(self.token_uri(), "gcs-key@test-project.iam.gserviceaccount.com")
         creds = GcpCredentials(service_account_info=info, project="test-project")
