@@ -56,10 +56,9 @@ def fake_endpoint(latency: float) -> Iterator[str]:
 
 @contextlib.contextmanager
 def prefect_server(home: Path, **settings: str) -> Iterator[dict[str, str]]:
-    """A real `prefect server start` on a free port with its own PREFECT_HOME; yields the
-    environment for subprocesses (CLI, workers, flows) to talk to it."""
-    import httpx
-
+    """A real Prefect server, loop services included, on a free port with its own PREFECT_HOME
+    (started as the CLI starts its own: tasks/prefect_env.py); yields the environment for
+    subprocesses (CLI, workers, flows) to talk to it."""
     from tasks.processes import free_port
 
     port = free_port()
@@ -67,28 +66,12 @@ def prefect_server(home: Path, **settings: str) -> Iterator[dict[str, str]]:
            "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PWD": str(ROOT),
            "PREFECT_LOGGING_LEVEL": "INFO", "PYTHONPATH": str(ROOT), **settings}
     env.pop("PREFECT_API_KEY", None)
-    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port",
-                               str(port)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    server, _ = prefect_env.start_api_server(home.parent, f"prefect-{home.name}", env,
+                                             port=port, services=True)
     try:
-        for _ in range(240):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None:
-                raise RuntimeError(f"prefect server start exited with {server.returncode}")
-            time.sleep(0.5)
-        else:
-            raise RuntimeError("the Prefect server did not become healthy in 120 s")
         yield env
     finally:
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        server.stop(grace=20.0)
 
 
 def write_documents(root: Path, n: int) -> None:

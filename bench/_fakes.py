@@ -1,6 +1,6 @@
 """A well-behaved OpenAI-compatible endpoint with a fixed latency, for the benchmarks.
 
-Why not tests/fake_openai.py: that is a test double that scripts eleven kinds of fault from
+Why not tests/fakes/openai_server.py: that is a test double that scripts eleven kinds of fault from
 markers in the text; a benchmark needs only the wire of a server that answers every request
 correctly after `--latency` seconds. Keeping this copy small and separate means bench/ never
 imports tests/ (whose fixtures move with the test tiers), and a fault script can never slip

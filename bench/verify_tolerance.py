@@ -41,7 +41,7 @@ def smollm2(work: Path) -> Path:
 
 
 def olmo3_tiny(work: Path) -> Path:
-    """OLMo 3's architecture at toy size (as tests/olmo3_tiny.py builds it)."""
+    """OLMo 3's architecture at toy size (as tests/support/olmo3_tiny.py builds it)."""
     import torch
     from transformers import AutoTokenizer, Olmo3Config, Olmo3ForCausalLM
 

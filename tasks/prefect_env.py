@@ -1,5 +1,5 @@
 """Prefect settings a local run needs, applied before Prefect is imported, and the CLI's
-temporary Prefect server.
+temporary Prefect server (its launcher also starts the tests' and the benches' servers).
 
 The user never has to export them; an explicit environment value still wins.
 """
@@ -51,11 +51,8 @@ def temporary_server(state_dir: Path) -> Iterator[ManagedServer | None]:
     Points this process and its children at it. None when PREFECT_API_URL is set."""
     import atexit
 
-    import httpx
-    import prefect
     from prefect.settings import (
         PREFECT_API_URL,
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
         PREFECT_UI_URL,
         get_current_settings,
         temporary_settings,
@@ -65,24 +62,43 @@ def temporary_server(state_dir: Path) -> Iterator[ManagedServer | None]:
         yield None
         return
     stop_leftover_servers(state_dir)
-    # Prefect 3.9's own command and flags for its temporary server (SubprocessASGIServer).
-    env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-           "PREFECT__SERVER_FINAL": "1",
-           **get_current_settings().to_environment_variables(exclude_unset=True)}
-    server = ManagedServer(f"{TEMP_SERVER}-{os.getpid()}", state_dir)
-    port = free_port()
+    server, url = start_api_server(state_dir, f"{TEMP_SERVER}-{os.getpid()}",
+                                   get_current_settings().to_environment_variables(
+                                       exclude_unset=True))
+    atexit.register(_stop, server)
+    os.environ["PREFECT_API_URL"] = os.environ[TEMP_API_ENV] = url  # child processes
+    # This process read its settings at import. Its UI is off: no "View at" links.
+    with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_UI_URL: ""}):
+        yield server
+
+
+def start_api_server(state_dir: Path, name: str, env: dict[str, str], *, port: int | None = None,
+                     services: bool = False) -> tuple[ManagedServer, str]:
+    """Prefect's API app on 127.0.0.1:`port` (a free one by default), as the ManagedServer
+    `name` of `state_dir` (PID file, log there); returns once it answers /health, with its API
+    URL. `env`: its environment beyond this process's. Without `services`, Prefect's ephemeral
+    API (no loop services, as Prefect's own temporary server); with them, what `prefect server
+    start` runs (the scheduler, the repossessor, ...). The CLI's temporary server, the tests'
+    and the benches' servers all start here."""
+    import httpx
+    import prefect
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+
+    # Prefect 3.9's own command and flags for its temporary server (SubprocessASGIServer) and
+    # for `prefect server start` (cli/_server_utils.py): the same app factory.
+    flags = {"PREFECT_UI_ENABLED": "0", **({} if services else {"PREFECT__SERVER_EPHEMERAL": "1"}),
+             "PREFECT__SERVER_FINAL": "1"}
+    server = ManagedServer(name, state_dir)
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
     argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
             "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
             "--port", str(port), "--log-level", "error", "--lifespan", "on"]
     server.start(argv, port, marker=f"--port {port}",
                  ready=lambda: httpx.get(f"{url}/health", timeout=5).is_success,
-                 timeout=PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value(), env=env)
-    atexit.register(_stop, server)
-    os.environ["PREFECT_API_URL"] = os.environ[TEMP_API_ENV] = url  # child processes
-    # This process read its settings at import. Its UI is off: no "View at" links.
-    with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_UI_URL: ""}):
-        yield server
+                 timeout=PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value(),
+                 env={**flags, **env})
+    return server, url
 
 
 def _stop(server: ManagedServer) -> None:

@@ -1,5 +1,5 @@
 """What a GCE node cost: pure arithmetic on the instances' lastStart/lastStopTimestamp and the
-block's hourly rates (unit-tested with exact values in tests/unit/test_cost.py)."""
+block's hourly rates (unit-tested with exact values in tests/unit/compute/test_cost.py)."""
 
 from __future__ import annotations
 

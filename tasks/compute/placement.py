@@ -1,5 +1,5 @@
 """Where a GCE node start is tried, in order: pure functions of the block's policy (no
-clients), so the order is unit-tested exactly (tests/unit/test_placement.py).
+clients), so the order is unit-tested exactly (tests/unit/compute/test_placement.py).
 
 The policy: every zone (primary, then `fallback_zones` in order) with the configured
 provisioning model; then, for a spot policy with `on_demand_fallback`, every zone again

@@ -221,7 +221,7 @@ def _enforce(value: Any, schema: dict[str, Any], where: str, repairs: Repairs,
 def parse_answer(data: Any, schema: dict[str, Any], ontology: GraphSchema | None = None
                  ) -> Extraction:
     """The model's JSON held to every bound of the schema its request sent (the grammar may not
-    have: see tests/fake_openai.py), then validated. Raises SchemaViolation (unusable output:
+    have: see tests/fakes/openai_server.py), then validated. Raises SchemaViolation (unusable output:
     retried, then dead-lettered) or pydantic's ValidationError."""
     repairs = Repairs()
     checked = _enforce(data, schema, "", repairs, ontology or default_schema())

@@ -185,7 +185,7 @@ def _argv(data_dir: Path, port: int, appendonly: bool, bolt_port: int | None) ->
     if bolt_port:
         # FalkorDB's Bolt listener binds every interface, ignores ports above 32767 and
         # asserts in Redis's propagation code under --appendonly yes: only for tests, inside
-        # a private network namespace and without persistence (tests/bolt_smoke.py).
+        # a private network namespace and without persistence (tests/support/bolt_smoke.py).
         if not 0 < bolt_port < 32768:
             raise ValueError(f"bolt_port must be below 32768 (FalkorDB limit), got {bolt_port}")
         argv += ["BOLT_PORT", str(bolt_port)]

@@ -20,8 +20,8 @@ import httpx
 import yaml
 
 from tasks.alerts import ALERTS_FILE
-from tests.conftest import PREFECT, ROOT
-from tests.conftest import prefect_server as start_server
+from tests.support.paths import PREFECT, ROOT
+from tests.support.prefect import prefect_server as start_server
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
 FAILED, STALE = "slm-nightly — night failed", "slm-nightly — no night completed in 26 h"

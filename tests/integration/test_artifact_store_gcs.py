@@ -1,5 +1,5 @@
 """GCS as the artifact store's truth, against the storage emulator (with GCS's generation
-preconditions: tests/gcs_preconditions.py): the bucket from SLM_YOYO_WEIGHTS_GCS_BUCKET,
+preconditions: tests/support/gcs_preconditions.py): the bucket from SLM_YOYO_WEIGHTS_GCS_BUCKET,
 promotions two writers cannot both win, checkpoints a node in another zone resumes from, and
 the orchestrator's `adapters` commands."""
 
@@ -23,15 +23,10 @@ from tasks.errors import ConfigError
 from tasks.gcs_sync import ENV_BUCKET, GcsFolder
 from tasks.profile import load_profile
 from tasks.training.registry import ArtifactStore
-from tests.conftest import ROOT, toml_profile
-from tests.gcs_emulator import GcsEmulator
-from tests.integration.test_train import (  # noqa: F401 - tiny_base: the session fixture
-    _cli,
-    sft_parquet,
-    tiny_base,
-    train_profile,
-    write_recipe,
-)
+from tests.fakes.gcs import GcsEmulator
+from tests.support.paths import ROOT
+from tests.support.profiles import toml_profile
+from tests.support.training import cli_process, sft_parquet, train_profile, write_recipe
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +67,7 @@ def adapter(store: ArtifactStore, name: str, bucket: str = "eng", **fields: Any)
 
 def test_the_emulator_refuses_writes_whose_generation_precondition_fails(gcs: GcsEmulator
                                                                            ) -> None:
-    """The fake behaves as GCS documents (tests/gcs_preconditions.py)."""
+    """The fake behaves as GCS documents (tests/support/gcs_preconditions.py)."""
     from google.api_core.exceptions import PreconditionFailed
 
     folder = GcsFolder(gcs.bucket(), "preconditions")
@@ -265,7 +260,6 @@ def test_the_orchestrator_lists_shows_promotes_rolls_back_and_downloads_from_gcs
         capsys.readouterr().err
 
 
-@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
 def test_a_node_in_another_zone_resumes_the_preempted_run_from_gcs(
         bucket_env: str, gcs: GcsEmulator, tiny_base: Path,  # noqa: F811 - the fixture
@@ -288,7 +282,7 @@ def test_a_node_in_another_zone_resumes_the_preempted_run_from_gcs(
         sft_parquet(root / "toy.parquet")
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()),
            "PYTHONPATH": str(ROOT)}
-    proc = _cli("train", "--profile", str(zones["a"] / "train.toml"), "--dataset",
+    proc = cli_process("train", "--profile", str(zones["a"] / "train.toml"), "--dataset",
                 str(zones["a"] / "toy.parquet"), "--method", "sft", "--base-model",
                 str(tiny_base), "--bucket", "toy", env=env)
     remote = GcsFolder(gcs.bucket(folder=bucket_env), "artifacts")

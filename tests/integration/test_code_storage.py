@@ -13,8 +13,6 @@ prefect-gcp's steps and google-cloud-storage against gcp-storage-emulator."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,24 +20,13 @@ import httpx
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from tasks.code_version import code_files, code_folder, code_version
-from tests.conftest import ROOT, prefect_cli
-from tests.conftest import prefect_server as start_server
-from tests.gcs_emulator import GcsEmulator
+from tests.fakes.gcs import GcsEmulator
+from tests.support.checkout import orchestrator_checkout
+from tests.support.paths import ROOT
+from tests.support.prefect import prefect_cli
+from tests.support.prefect import prefect_server as start_server
 
 MARK = "orchestrator-side edit 7f3c"
-
-
-def orchestrator_checkout(dest: Path) -> Path:
-    """A checkout of this repository's files as they are now (tracked, and new files git does
-    not ignore), without its .venv, state or caches."""
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    for rel in files:
-        if not (ROOT / rel).is_file():  # deleted in the working tree
-            continue
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, dest / rel)
-    return dest
 
 
 def _edit(path: Path, old: str, new: str) -> None:
@@ -87,7 +74,7 @@ def test_the_node_runs_the_code_the_orchestrator_deployed(tmp_path: Path) -> Non
         run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", run)
         assert run_id, run
         # the node: its worker from the image's environment (this checkout), in a folder of its
-        # own, without PYTHONPATH (tests/fake_node.py STRIPPED_ENV), with ADC and the bucket
+        # own, without PYTHONPATH (tests/fakes/node_runtime.py STRIPPED_ENV), with ADC and the bucket
         node_env = {k: v for k, v in env.items() if k != "PYTHONPATH"} | {"PWD": "/"}
         node_dir = tmp_path / "node-cwd"
         node_dir.mkdir()

@@ -149,7 +149,6 @@ def exported(peft_dir: Path, base_cache: dict[str, Any],
                        tmp_path_factory.mktemp("gguf") / "adapter.gguf")
 
 
-@pytest.mark.slow
 def test_dequantized_base_is_cached(base_cache: dict[str, Any],
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Second call: same folder, no dequantization; the folder is a plain float32 HF model."""
@@ -166,7 +165,6 @@ def test_dequantized_base_is_cached(base_cache: dict[str, Any],
     assert not [p for p in base_cache["cache"].iterdir() if p.name.startswith(".")]  # no temps
 
 
-@pytest.mark.slow
 def test_the_converter_rope_permutes_llama_qk(exported: dict[str, Any], peft_dir: Path) -> None:
     """SmolLM2 (9 heads, 3 KV heads, 30 layers): q/k lora_B in GGUF row order, the rest as-is."""
     import gguf
@@ -185,7 +183,6 @@ def test_the_converter_rope_permutes_llama_qk(exported: dict[str, Any], peft_dir
     np.testing.assert_array_equal(t["blk.3.attn_v.weight.lora_b"], peft[PEFT_KEY.format(3, "v", "B")])
 
 
-@pytest.mark.slow
 def test_verify_passes_on_f32_base(exported: dict[str, Any], peft_dir: Path,
                                    base_cache: dict[str, Any]) -> None:
     """llama.cpp + adapter == transformers + PEFT, token for token, and != base."""
@@ -222,7 +219,6 @@ def _unpermuted_copy(exported: dict[str, Any], peft_dir: Path, out: Path) -> Pat
     return out
 
 
-@pytest.mark.slow
 def test_verify_catches_an_unpermuted_qk_layout(exported: dict[str, Any], peft_dir: Path,
                                                 base_cache: dict[str, Any],
                                                 tmp_path: Path) -> None:
@@ -234,7 +230,6 @@ def test_verify_catches_an_unpermuted_qk_layout(exported: dict[str, Any], peft_d
     assert max(e.value.report["first_logit_max_abs_diff"]) > 1.0
 
 
-@pytest.mark.slow
 def test_corrupt_or_missing_adapter_is_not_loaded(exported: dict[str, Any], peft_dir: Path,
                                                   base_cache: dict[str, Any], tiny: tuple[Any, Path],
                                                   tmp_path: Path) -> None:

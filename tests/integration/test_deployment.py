@@ -12,8 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, prefect_cli, toml_profile
-from tests.conftest import prefect_server as start_server
+from tests.support.paths import ROOT
+from tests.support.prefect import prefect_cli
+from tests.support.prefect import prefect_server as start_server
+from tests.support.profiles import toml_profile
 
 
 @pytest.fixture

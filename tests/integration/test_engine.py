@@ -33,7 +33,6 @@ def _processing(url: str) -> bool:
     return any(s["is_processing"] for s in httpx.get(f"{url}/slots").json())
 
 
-@pytest.mark.slow
 def test_a_request_the_client_gives_up_on_frees_its_slot(one_slot: str) -> None:
     """As the client sends it (streamed: llama-server cancels only a streaming task whose
     client went away — a plain request measured here kept its slot for all 3,000 tokens)."""
@@ -58,7 +57,6 @@ def test_a_request_the_client_gives_up_on_frees_its_slot(one_slot: str) -> None:
     assert r.status_code == 200 and time.monotonic() - t0 < 5  # the retry is not queued
 
 
-@pytest.mark.slow
 def test_requests_beyond_the_slots_wait_instead_of_429(one_slot: str) -> None:
     url = one_slot
     with ThreadPoolExecutor(3) as pool:

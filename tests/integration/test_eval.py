@@ -1,4 +1,4 @@
-"""`slm-nightly eval extraction` end to end on tests/fake_eval_openai.py: the real CLI, phase 1's
+"""`slm-nightly eval extraction` end to end on tests/fakes/eval_server.py: the real CLI, phase 1's
 own code, the fixture gold (tests/fixtures/eval-gold.jsonl), and the baseline gate. No
 llama-server: every run is given --base-url."""
 
@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, toml_profile
-from tests.fake_eval_openai import FakeEvalOpenAI
+from tests.fakes.eval_server import FakeEvalOpenAI
+from tests.support.paths import ROOT
+from tests.support.profiles import toml_profile
 
 GOLD = ROOT / "tests" / "fixtures" / "eval-gold.jsonl"
 CLI = str(Path(sys.executable).parent / "slm-nightly")

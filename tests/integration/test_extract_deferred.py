@@ -8,7 +8,7 @@ from tasks.extraction.extract import process_batch
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import json_schema
 from tasks.graph.backends import FalkorDBStore
-from tests.fake_openai import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI
 
 SCHEMA = json_schema(8, 8)
 

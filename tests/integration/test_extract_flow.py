@@ -9,24 +9,19 @@ import pytest
 from flows.extract import extract
 from tasks.errors import PhaseFailed
 from tasks.graph.backends import FalkorDBStore
-from tests.conftest import write_profile
-from tests.fake_openai import FakeOpenAI
-from tests.graph_dump import dump
+from tests.fakes.openai_server import FakeOpenAI
+from tests.support.documents import transcript
+from tests.support.graph_dump import dump
+from tests.support.profiles import extraction_profile
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
-
-
-def transcript(names: list[str], extra: str = "") -> str:
-    parts = "\n".join(f'  - "{n}"' for n in names)
-    body = " ".join(names)
-    return f"---\nmeeting_id: M\nparticipants:\n{parts}\n---\n# Meeting\n\n**Chair:** {body}. {extra}\n"
 
 
 @pytest.fixture
 def setup(tmp_path: Path, falkordb: int, fake_llm: FakeOpenAI, request: pytest.FixtureRequest):
     graph = "f_" + request.node.name[:40].replace("[", "_").replace("]", "_").replace("-", "_")
     src = tmp_path / "docs"
-    profile = write_profile(tmp_path, base_url=fake_llm.url, falkordb_port=falkordb, graph=graph,
+    profile = extraction_profile(tmp_path, base_url=fake_llm.url, falkordb_port=falkordb, graph=graph,
                             sources=src)
     (src / "transcripts" / "a.md").write_text(transcript(["Ann Lee", "Bob Stone"]))
     (src / "transcripts" / "b.md").write_text(transcript(["Cy Young", "Bob Stone"]))

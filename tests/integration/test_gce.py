@@ -1,57 +1,32 @@
 """The GCE node (tasks/compute/gce.py on a GceCompute block) driven through the real
 google-cloud-compute client (REST transport, service
-account credentials) against tests/fake_compute_engine.py."""
+account credentials) against tests/fakes/compute_engine.py."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from prefect_gcp import GcpCredentials
 
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
-from blocks.node_serve import NodeServeSettings
-from tasks.compute.gce import GceNode
-from tasks.compute.startup_script import render_startup_script, vllm_launch_args
 from tasks.errors import ConfigError, NodeBootTimeout, NodePreempted, NodeUnavailable
 from tasks.processes import free_port
-from tests.conftest import ROOT, toml_profile
-from tests.fake_compute_engine import NODE_SA, FakeComputeEngine, FakeInstance
-from tests.gcs_emulator import service_account
-
-PROJECT = "test-project"
-SA = service_account("http://127.0.0.1:1/token")  # one RSA key for the module (keygen is slow)
+from tests.fakes.compute_engine import NODE_SA, FakeComputeEngine, FakeInstance
+from tests.support.gce import PROJECT, SA, creds, gce
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeComputeEngine]:
     with FakeComputeEngine(PROJECT) as f:
         yield f
-
-
-def creds(fake: FakeComputeEngine) -> GcpCredentials:
-    return GcpCredentials(service_account_info={**SA, "token_uri": fake.token_uri},
-                          project=PROJECT)
-
-
-def gce(fake: FakeComputeEngine, tmp: Path, **kw: Any) -> GceNode:
-    fields: dict[str, Any] = dict(project=PROJECT, zone="zone-a", instance="node",
-                                  api_endpoint=fake.url, gcp_credentials=creds(fake),
-                                  state_dir=str(tmp / "state"), poll_seconds=0.1,
-                                  boot_timeout_seconds=10, stop_timeout_seconds=10,
-                                  retry_base_seconds=0.01, retry_max_seconds=0.05)
-    fields.update(kw)
-    return GceNode(GceCompute(**fields))
 
 
 def test_start_waits_for_running_and_reads_the_ip(fake: FakeComputeEngine, tmp_path: Path) -> None:
@@ -398,7 +373,7 @@ def test_start_inference_waits_for_the_server_the_node_starts_and_stop_kills_it(
     port = free_port()
 
     def vllm(inst: FakeInstance) -> list[str]:
-        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port), "--latency", "0"]
+        return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(port), "--latency", "0"]
 
     fake.on_start = vllm
     fake.agent_log = tmp_path / "agent.log"
@@ -495,83 +470,13 @@ def test_prepare_writes_the_profiles_script_only_where_it_differs(
         gce(fake, tmp_path, **kw).prepare(keyed)
 
 
-def test_vllm_launch_args() -> None:
-    endpoint = InferenceEndpoint(model="olmo-3-32b-think", context_tokens=8192,
-                                 max_output_tokens=3072)
-    argv = vllm_launch_args(endpoint, host="10.128.0.5")
-    assert argv[:3] == ["/opt/slm-nightly/.venv/bin/vllm", "serve",
-                        "/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf"]
-    assert argv[argv.index("--tokenizer") + 1] == "/opt/models/Olmo-3-32B-Think"
-    pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
-    assert pairs["--host"] == "10.128.0.5" and pairs["--port"] == "9080"
-    assert pairs["--max-model-len"] == "8192" and pairs["--served-model-name"] == "olmo-3-32b-think"
-    assert pairs["--gpu-memory-utilization"] == "0.92"
-    assert pairs["--structured-outputs-config"] == '{"backend": "xgrammar"}'
-    assert pairs["--reasoning-parser"] == "olmo3"
-    assert "--enable-lora" not in argv
-    lora = vllm_launch_args(endpoint, {"a": "/opt/a", "b": "/opt/b"})
-    i = lora.index("--lora-modules")
-    assert "--enable-lora" in lora and lora[i + 1:i + 3] == ["a=/opt/a", "b=/opt/b"]
-    assert lora[lora.index("--host") + 1] == "$VPC_IP"
-    with pytest.raises(ValueError, match="every interface"):
-        vllm_launch_args(endpoint, host="0.0.0.0")
-    with pytest.raises(ValueError, match="absolute path on the node"):
-        vllm_launch_args(endpoint, {"a": "relative/dir"})
-    keyed = InferenceEndpoint(model="m", api_key="sk-node-secret")
-    assert "sk-node-secret" not in " ".join(vllm_launch_args(keyed))
-    with pytest.raises(ValueError, match="api_key_secret"):
-        render_startup_script(keyed)
-    script = render_startup_script(keyed, api_key_secret="vllm-key")
-    assert "sk-node-secret" not in script and "\nsecret vllm-key ENGINE_API_KEY\n" in script
-
-
-def test_startup_script_is_valid_bash(tmp_path: Path) -> None:
-    script = render_startup_script(InferenceEndpoint(model="m"), {"x": "/opt/x"},
-                                   settings=NodeServeSettings(engine="vllm",
-                                                              prefect_api_url="http://p/api"))
-    path = tmp_path / "s.sh"
-    path.write_text(script)
-    assert os.system(f"bash -n {path}") == 0
-
-
-def test_gcp_profile_parses() -> None:
-    data = tomllib.loads((ROOT / "profiles" / "gcp.toml").read_text())
-    assert data["compute"]["type"] == "gce" and data["graph"]["block"] == "slm-neo4j"
-    fields = {k: v for k, v in data["compute"].items() if k != "type"}
-    node = GceCompute(**fields)
-    assert node.zones() == ["us-central1-a", "us-central1-b", "us-central1-c"]
-    assert node.node.engine == "llama.cpp" and node.node.prefect_api_url
-    assert node.node.tokenizer.startswith("/")
-    InferenceEndpoint(**data["inference"])
-
-
-def test_bad_zone_config_is_refused() -> None:
-    with pytest.raises(ValueError, match="repeat a zone"):
-        GceCompute(project="p", zone="a", instance="n", fallback_zones=["a"])
-    with pytest.raises(ValueError, match="zone_instances names zones not in"):
-        GceCompute(project="p", zone="a", instance="n", zone_instances={"b": "x"})
-
-
-def test_profile_with_incomplete_gce_section_names_the_missing_fields(tmp_path: Path) -> None:
-    from tasks.profile import load_profile
-
-    path = toml_profile(tmp_path / "p.toml", compute={"type": "gce", "zone": "us-central1-a",
-                                                      "provisioning": "cheap"})
-    with pytest.raises(ConfigError) as e:
-        load_profile(str(path))
-    msg = str(e.value)
-    for needle in ("invalid [compute]", "project: Field required", "instance: Field required",
-                   "provisioning: Input should be 'spot' or 'on-demand'"):
-        assert needle in msg
-
-
 def test_readiness_reports_progress_and_checks_the_served_model(
         fake: FakeComputeEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()
     served = {"model": "olmo-3-32b-think"}
 
     def vllm(inst: FakeInstance) -> list[str]:  # listens only after 'loading weights'
-        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port),
+        return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(port),
                 "--load-seconds", "2", "--model", served["model"]]
 
     fake.on_start = vllm

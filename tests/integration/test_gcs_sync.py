@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from tasks.gcs_sync import sync_folder
-from tests.conftest import toml_profile
-from tests.gcs_emulator import GcsEmulator
+from tests.fakes.gcs import GcsEmulator
+from tests.support.profiles import toml_profile
 
 
 def test_sync_uploads_new_and_changed_files_only(tmp_path: Path) -> None:

@@ -20,10 +20,10 @@ from tasks.graph import snapshots as snap
 from tasks.graph.backends import FalkorDBStore
 from tasks.graph.open import open_graph
 from tasks.graph.store import EntityRow, GraphBatch, RelRow
-from tests.conftest import write_profile
-from tests.fake_openai import FakeOpenAI
-from tests.graph_dump import dump
-from tests.integration.test_extract_flow import transcript
+from tests.fakes.openai_server import FakeOpenAI
+from tests.support.documents import transcript
+from tests.support.graph_dump import dump
+from tests.support.profiles import extraction_profile
 
 ENTITIES = 6000
 
@@ -116,32 +116,12 @@ def test_a_truncated_append_only_file_is_caught_by_the_ledger(tmp_path: Path) ->
     assert "RELATED_TO" in why or "MENTIONED_IN" in why, why
 
 
-def test_ledger_states() -> None:
-    assert snap.diff_counts({"nodes": {"A": 2}, "relationships": {"R": 1}},
-                            {"nodes": {"A": 1, "B": 1}, "relationships": {}}) == \
-        ["A 1 of 2", "B 1 of 0", "R 0 of 1"]
-
-
-def test_an_interrupted_write_is_not_taken_for_damage(tmp_path: Path) -> None:
-    ledger = snap.Ledger(tmp_path, "g")
-    stats = {"nodes": {"A": 1}, "relationships": {}}
-    assert ledger.check(stats)[0] == "unrecorded"
-    ledger.record(stats)
-    assert ledger.check(stats)[0] == "ok"
-    assert ledger.check({"nodes": {"A": 2}, "relationships": {}})[0] == "damaged"
-    ledger.begin_write("run-1")
-    assert ledger.check({"nodes": {"A": 2}, "relationships": {}})[0] == "interrupted"
-    ledger.record({"nodes": {"A": 2}, "relationships": {}})
-    assert ledger.check({"nodes": {"A": 2}, "relationships": {}})[0] == "ok"
-    assert snap.Ledger(tmp_path, "other graph").check(stats)[0] == "unrecorded"
-
-
 # --- through the extract flow, with an embedded graph ---------------------------------------
 
 @pytest.fixture
 def embedded(tmp_path: Path, fake_llm: FakeOpenAI, prefect_api: None):
     src = tmp_path / "docs"
-    profile = write_profile(tmp_path, base_url=fake_llm.url, falkordb_port=1, graph="slm",
+    profile = extraction_profile(tmp_path, base_url=fake_llm.url, falkordb_port=1, graph="slm",
                             sources=src)
     text = profile.read_text().replace('host = "127.0.0.1"\nport = 1\n',
                                        f'data_dir = "{tmp_path / "graph"}"\nsnapshots_keep = 2\n')
@@ -238,7 +218,7 @@ def test_a_damaged_snapshot_is_refused(embedded, tmp_path: Path) -> None:
 
 def test_a_lost_disk_comes_back_from_the_snapshot_in_gcs(embedded, tmp_path: Path) -> None:
     """The data folder and the local snapshots both gone: the copy in GCS brings it back."""
-    from tests.gcs_emulator import GcsEmulator
+    from tests.fakes.gcs import GcsEmulator
 
     profile, src, data, fake = embedded
     profile.write_text('gcs_block = "test-graph"\n' + profile.read_text())

@@ -197,10 +197,3 @@ def test_relationship_evidence_checks_the_type(store: FalkorDBStore) -> None:
         store.relationship_evidence(BOB, "WORKS_FOR]->() DETACH DELETE (n", ACME)
     with pytest.raises(ValueError, match="reserved"):
         store.relationship_evidence(BOB, "MENTIONED_IN", ACME)
-
-
-def test_a_chunk_id_is_its_document_and_index() -> None:
-    with pytest.raises(ValueError, match="document#index"):
-        ChunkRow("a#2", "a", 1, 0, 3, "abc")
-    with pytest.raises(ValueError, match="start <= end"):
-        ChunkRow("a#1", "a", 1, 5, 3, "")

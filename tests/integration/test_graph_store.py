@@ -1,6 +1,5 @@
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -8,26 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tasks.graph.backends import FalkorDBStore, Neo4jStore
-from tasks.graph.queries import entity_label, relationship_type
-from tasks.graph.store import EntityRow, GraphBatch, RelRow
-from tests.graph_dump import dump
-
-
-def batch_for(doc: str, people: list[str], org: str = "Acme") -> GraphBatch:
-    b = GraphBatch(documents=[{"id": doc, "stream": "t", "path": f"/{doc}"}])
-    o = EntityRow(f"Organization:{org.lower()}", "Organization", org)
-    b.add_entity(o, doc)
-    for p in people:
-        e = EntityRow(f"Person:{p.lower()}", "Person", p, aliases=[f"Hon. {p}"], emails=[])
-        b.add_entity(e, doc)
-        b.add_relationship(RelRow(e.key, "WORKS_FOR", o.key, [doc], "staff"))
-    return b
-
-
-def mark(store: FalkorDBStore, *docs: str) -> None:
-    store.mark_extracted([{"id": d, "hash": "h", "model": "m", "prompt_version": "p",
-                           "extracted_at": "t"} for d in docs])
+from tasks.graph.backends import FalkorDBStore
+from tasks.graph.store import EntityRow, GraphBatch
+from tests.support.graph_batches import batch_for, mark
+from tests.support.graph_dump import dump
 
 
 def test_upsert_is_idempotent_and_batched(store: FalkorDBStore) -> None:
@@ -75,26 +58,11 @@ def test_cypher_injection_in_names_is_stored_as_data(store: FalkorDBStore, evil:
     assert store.stats()["nodes"]["Document"] == 2
 
 
-def test_labels_and_types_only_as_identifiers() -> None:
-    assert entity_label("Person") == "Person"
-    for bad in ("Person) DETACH DELETE (n", "Entity:Admin", "person"):
-        with pytest.raises(ValueError, match="not an identifier"):
-            entity_label(bad)
-    with pytest.raises(ValueError, match="not an identifier"):
-        relationship_type("WORKS_FOR]->() DELETE r //")
-
-
 def test_email_lookup(store: FalkorDBStore) -> None:
     b = GraphBatch(documents=[{"id": "c", "stream": "contacts", "path": "/c"}])
     b.add_entity(EntityRow("Person:ann lee", "Person", "Ann Lee", emails=["ann@x.org"]), "c")
     store.upsert(b)
     assert store.keys_by_email(["ann@x.org", "nobody@x.org"]) == {"ann@x.org": "Person:ann lee"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_neo4j_driver_over_falkordb_bolt() -> None:
@@ -103,20 +71,12 @@ def test_neo4j_driver_over_falkordb_bolt() -> None:
         pytest.skip("needs util-linux unshare and iproute2 (network namespace)")
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
-        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {sys.executable} -m tests.bolt_smoke"],
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {sys.executable} -m tests.support.bolt_smoke"],
         cwd=root, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"works_for": 3, "hash": "h", "native_persons": 3, "pruned": 4,
                    "after": {"nodes": {}, "relationships": {}}}
-
-
-def test_neo4j_connection_error_never_shows_the_password() -> None:
-    from tasks.errors import GraphError
-
-    with pytest.raises(GraphError) as e:
-        Neo4jStore(f"bolt://127.0.0.1:{_free_port()}", "neo4j", "s3cret-pw")
-    assert "s3cret-pw" not in str(e.value) and "neo4j" in str(e.value)
 
 
 def test_unique_key_constraints_are_enforced(store: FalkorDBStore) -> None:

@@ -29,7 +29,7 @@ import psutil
 import pytest
 
 from tasks.processes import ManagedServer, alive
-from tests.conftest import toml_profile
+from tests.support.profiles import toml_profile
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
 DOCS = 5
@@ -174,7 +174,6 @@ def assert_all_stopped(run: Run, *pids: int) -> None:
     assert run.survivors() == {}, run.survivors()
 
 
-@pytest.mark.slow
 def test_ctrl_c_stops_the_run_and_the_next_run_redoes_only_what_was_not_recorded(
         tmp_path: Path, home: Path) -> None:
     write_profile(tmp_path)
@@ -213,7 +212,6 @@ def test_ctrl_c_stops_the_run_and_the_next_run_redoes_only_what_was_not_recorded
     assert done <= done_now and len(done_now | failed_now) == DOCS
 
 
-@pytest.mark.slow
 def test_sigterm_stops_the_run(tmp_path: Path, home: Path) -> None:
     write_profile(tmp_path)
     run, llama, graph = interrupted(tmp_path, home, "first")
@@ -231,7 +229,6 @@ def test_sigterm_stops_the_run(tmp_path: Path, home: Path) -> None:
     assert s["status"] == "cancelled" and s["phases"]["extract"]["status"] == "cancelled"
 
 
-@pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, home: Path) -> None:
     write_profile(tmp_path)
     run, llama, graph = interrupted(tmp_path, home, "first")
@@ -251,7 +248,6 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path: Path, home: Path) -> None:
         run.kill_all()
 
 
-@pytest.mark.slow
 def test_kill_9_mid_extraction_then_the_next_run_takes_over_and_completes(
         tmp_path: Path, home: Path) -> None:
     write_profile(tmp_path)

@@ -17,9 +17,8 @@ import pytest
 
 from tasks import llama_build as lb
 from tasks import llama_cpp as lc
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
-pytestmark = pytest.mark.slow
 LIB = Path(llama_cpp.__file__).parent / "lib"
 
 
@@ -108,7 +107,7 @@ def test_the_make_step_fails_at_once_with_the_reason(sigill_preload: str) -> Non
 def test_a_server_that_dies_with_sigill_fails_the_check(server_sigill_preload: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine binary is checked too: a llama-server that dies on its first prompt fails
-    `make` with the signal (the recv stand-in of tests/conftest.py)."""
+    `make` with the signal (the recv stand-in of tests/integration/conftest.py)."""
     monkeypatch.setenv("LD_PRELOAD", server_sigill_preload)
     with pytest.raises(lc.BuildError) as e:
         lc.check_server()

@@ -14,8 +14,9 @@ import pytest
 from flows.nightly import nightly
 from tasks.compute.threads import auto_threads, usable_cores
 from tasks.processes import ManagedServer, alive, free_port
-from tests.conftest import ROOT, toml_profile
-from tests.fake_openai import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI
+from tests.support.paths import ROOT
+from tests.support.profiles import toml_profile
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -59,7 +60,6 @@ def local_profile(tmp: Path, graph_port: int | None = None, model_cache: Path | 
         training=training)
 
 
-@pytest.mark.slow
 def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
                                                               base_cache: dict) -> None:
     """Extract, score, train both buckets (SFT promoted), then the next night serves it."""
@@ -247,7 +247,6 @@ def test_a_phase_1_budget_too_small_ends_partial_on_time_then_phase_2_trains(
     assert [i for i, h in enumerate(heads) if "a-new" in h][0] >= len(heads) - 2, heads
 
 
-@pytest.mark.slow
 def test_a_server_that_dies_with_sigill_stops_phase_1_and_phase_2_still_runs(
         tmp_path: Path, server_sigill_preload: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real llama-server, with a stand-in that executes an illegal instruction when the
@@ -277,7 +276,6 @@ def test_a_server_that_dies_with_sigill_stops_phase_1_and_phase_2_still_runs(
     assert ManagedServer("inference", tmp_path / "state").record() is None
 
 
-@pytest.mark.slow
 def test_a_phase_1_over_max_failed_share_still_scores_and_trains(
         tmp_path: Path, falkordb: int, base_cache: dict) -> None:
     """Two of three documents fail (every answer is cut-off JSON), over max_failed_share = 0:
@@ -316,7 +314,6 @@ def test_a_phase_1_over_max_failed_share_still_scores_and_trains(
     assert s["training"]["engineering-pointsav"]["state"] == "done"
 
 
-@pytest.mark.slow
 def test_a_night_with_one_core_held_busy_completes_with_no_document_failed(
         tmp_path: Path) -> None:
     """Another process holds a core with a plain busy loop for the whole night: the server is

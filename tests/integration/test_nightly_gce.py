@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,57 +13,18 @@ from blocks.gce import GceCompute
 from flows.nightly import nightly
 from tasks.processes import free_port
 from tasks.summary import render_markdown, render_text
-from tests.conftest import ROOT
-from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
-from tests.integration.test_gce import PROJECT, creds
+from tests.fakes.compute_engine import FakeComputeEngine, FakeInstance
+from tests.support.gce import PROJECT, VLLM_NODE, creds, gce_profile
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
-
-# The node's engine as the preflight checks it (tasks/compute/engines.py): the fake engine
-# (tests/fake_openai.py) speaks vLLM's dialect, and `llama` is an architecture in vLLM's GGUF
-# list, so the nightly's preflight passes on it.
-VLLM_NODE = {"engine": "vllm", "model_architecture": "llama"}
-
-
-def gce_profile(tmp: Path, block: str, falkordb: int, graph: str, inference: str = "",
-                extra: str = "", top: str = "", readiness_seconds: int = 30) -> Path:
-    """A profile on a saved GceCompute block; documents under tmp/docs (the three streams).
-    `top`: top-level keys; `inference`: more [inference] keys; `extra`: more sections."""
-    src = tmp / "docs"
-    for stream in ("transcripts", "research", "contacts"):
-        (src / stream).mkdir(parents=True, exist_ok=True)
-    path = tmp / "gce.toml"
-    path.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp / 'state'}"
-        {{top}}
-        [compute]
-        type = "gce"
-        block = "{block}"
-        [inference]
-        dialect = "vllm"
-        model = "fake"
-        readiness_timeout_seconds = {readiness_seconds}
-        context_tokens = 2048
-        max_output_tokens = 256
-        {{inference}}
-        [graph]
-        type = "falkordb"
-        host = "127.0.0.1"
-        port = {falkordb}
-        graph_name = "{graph}"
-        [sources]
-        transcripts = "{src / 'transcripts'}"
-        research = "{src / 'research'}"
-        contacts = "{src / 'contacts'}"
-    """).replace("{top}", top).replace("{inference}", inference) + extra)
-    return path
 
 
 def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int) -> None:
     port = free_port()
 
     def vllm(inst: FakeInstance) -> list[str]:
-        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port)]
+        return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(port)]
 
     profile = gce_profile(tmp_path, "nightly-gce-node", falkordb, "nightly_gce")
     shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md", tmp_path / "docs" /
@@ -120,12 +80,12 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
     port = free_port()
 
     def vllm(inst: FakeInstance) -> list[str]:
-        return [sys.executable, "-m", "tests.fake_openai", "--port", str(port), "--latency", "1"]
+        return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(port), "--latency", "1"]
 
     profile = gce_profile(tmp_path, "nightly-gce-preempt", falkordb, "nightly_gce_preempt",
-                          inference="max_concurrent_requests = 1\nmax_retries = 1\n"
-                                    "retry_base_seconds = 0.05",
-                          extra="[extraction]\nmax_failed_share = 1.0\n")
+                          inference={"max_concurrent_requests": 1, "max_retries": 1,
+                                     "retry_base_seconds": 0.05},
+                          extra={"extraction": {"max_failed_share": 1.0}})
     for i in range(12):
         (tmp_path / "docs" / "transcripts" / f"t{i}.md").write_text(
             f"Ann Lee met Bob Stone on day {i}.")

@@ -1,4 +1,4 @@
-"""The node's boot as the rendered startup script runs it (tests/fake_node.py executes the
+"""The node's boot as the rendered startup script runs it (tests/fakes/node_runtime.py executes the
 script with bash on the fake Compute Engine, paths mapped): llama.cpp's server started by the
 rendered command serves a structured request; a startup failure ends readiness at once with
 its cause; the engine and the worker run offline, as the service user, from the one .venv."""
@@ -17,10 +17,10 @@ from tasks.compute.gce import GceNode
 from tasks.compute.startup_script import ENGINE_UNIT, WORKER_UNIT
 from tasks.errors import ServerError
 from tasks.processes import free_port
-from tests.conftest import ROOT
-from tests.fake_compute_engine import FakeComputeEngine
-from tests.fake_node import FakeNode
-from tests.integration.test_gce import PROJECT, gce
+from tests.fakes.compute_engine import FakeComputeEngine
+from tests.fakes.node_runtime import FakeNode
+from tests.support.gce import PROJECT, gce
+from tests.support.paths import ROOT
 
 NODE_MODEL = "/opt/models/smollm2.gguf"
 NODE_SETTINGS = {"project_dir": "/opt/slm-nightly", "model_path": NODE_MODEL,

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -27,26 +24,16 @@ from blocks.gce import GceCompute
 from flows.nightly import nightly
 from tasks.compute.startup_script import ENGINE_UNIT, WORKER_UNIT
 from tasks.errors import NodePreempted
-from tasks.processes import free_port
 from tasks.training.registry import ArtifactStore
-from tests.conftest import PREFECT, ROOT
-from tests.fake_compute_engine import FakeComputeEngine
-from tests.fake_node import FakeNode
-from tests.gcs_emulator import GcsEmulator
-from tests.integration.test_gce import PROJECT, creds
-from tests.integration.test_nightly_gce import VLLM_NODE, gce_profile
+from tests.fakes.compute_engine import FakeComputeEngine
+from tests.fakes.gcs import GcsEmulator
+from tests.support.gce import PROJECT, creds
+from tests.support.paths import PREFECT, ROOT
+from tests.support.worker_node import WorkerNode, harness_api_url
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 ENG, APPR = "engineering-pointsav", "apprenticeship-pointsav"
-
-
-def _api_url() -> str:
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    assert url, "the Prefect test harness sets PREFECT_API_URL"
-    return str(url)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +41,7 @@ def node_deployment(prefect_api: None) -> str:
     """The node's pool on the harness server; each test deploys prefect.yaml's train/node into
     its own GCS emulator (`deploy_node`): the deploy pushes the code there and the node's runs
     pull it from there."""
-    env = {**os.environ, "PREFECT_API_URL": _api_url()}
+    env = {**os.environ, "PREFECT_API_URL": harness_api_url()}
     out = subprocess.run([PREFECT, "work-pool", "create", "slm-node", "--type", "process",
                           "--overwrite"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=180)
@@ -62,12 +49,12 @@ def node_deployment(prefect_api: None) -> str:
     return "train/node"
 
 
-def deploy_node(gcs: GcsEmulator, node: Node | None = None) -> None:
+def deploy_node(gcs: GcsEmulator, node: WorkerNode | None = None) -> None:
     """`prefect --no-prompt deploy --name train/node` from this checkout, as the guide runs it:
     the code goes to the bucket of the saved GcsBucket block `slm-gcs` (prefect.yaml), with
     application-default credentials — which the node gets too (its own service account)."""
     gcs.bucket(folder="slm").save("slm-gcs", overwrite=True)
-    env = {**os.environ, "PREFECT_API_URL": _api_url(), "PWD": str(ROOT),
+    env = {**os.environ, "PREFECT_API_URL": harness_api_url(), "PWD": str(ROOT),
            "PYTHONPATH": str(ROOT), **gcs.adc()}
     out = subprocess.run([PREFECT, "--no-prompt", "deploy", "--name", "train/node"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=240)
@@ -95,80 +82,6 @@ def free_gpu_slot() -> Any:
             pass
 
 
-class Node:
-    """The fake Compute Engine with one zone's instance whose boot runs the rendered startup
-    script (tests/fake_node.py, paths mapped to this test's): its engine unit replaced by the
-    fake OpenAI server (tests/fake_openai.py) for speed, its worker unit exactly as rendered —
-    the real `prefect worker` of the node's one environment on slm-node."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.port = free_port()
-        self.runtime = FakeNode(tmp, project=PROJECT, env={"PREFECT_WORKER_QUERY_SECONDS": "1",
-                                                           "PREFECT_LOGGING_LEVEL": "INFO"},
-                                unit_overrides={ENGINE_UNIT: [
-                                    sys.executable, "-m", "tests.fake_openai", "--port",
-                                    str(self.port)]})
-        self.log = self.runtime.log_path("zone-a", "node")
-        self.fake = FakeComputeEngine(PROJECT)
-        self.runtime.attach(self.fake)
-        self.fake.add_instance("zone-a", "node", boot_seconds=0.3)
-
-    def install(self, profile: Path, base: dict[str, Any]) -> None:
-        """The node image, as this test's paths: the node's checkout is this repository, its
-        model and tokenizer the test's (vLLM's binary, not installed here, maps to python).
-        The startup script itself is NOT written here: the nightly (and `node smoke`) render it
-        from the profile's blocks into the instance's metadata before the start
-        (GceNode.prepare), and the runtime boots whatever the metadata holds."""
-        from tasks.profile import load_profile
-
-        cfg = load_profile(str(profile))
-        compute = cfg.compute
-        assert isinstance(compute, GceCompute)
-        s = compute.node
-        self.runtime.paths = {s.project_dir: str(ROOT), s.model_path: str(base["gguf"]),
-                              s.tokenizer: str(base["hf"]), s.hf_home: str(profile.parent / "hf"),
-                              s.venv_bin("vllm"): sys.executable}
-
-    def profile(self, tmp: Path, block: str, base: dict[str, Any], max_steps: int,
-                gcs_block: str | None = None) -> Path:
-        # the node's checkout is this one (where train/node changes into), its worker talks
-        # to the test server: what the preflight checks before the nightly boots it
-        GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=self.fake.url,
-                   gcp_credentials=creds(self.fake), poll_seconds=0.2, inference_port=self.port,
-                   state_dir=str(tmp / "state"),
-                   node={**VLLM_NODE, "project_dir": str(ROOT), "prefect_api_url": _api_url()}
-                   ).save(block, overwrite=True)
-        recipe = tmp / "recipe.yaml"
-        recipe.write_text(textwrap.dedent(f"""
-            peft: {{r: 4, lora_alpha: 8, lora_dropout: 0.0}}
-            activation_checkpointing: false
-            per_device_train_batch_size: 2
-            max_length: 96
-            logging_steps: 1
-            save_steps: 2
-            max_eval_rows: 2
-            export_gguf: false
-            sft: {{max_steps: {max_steps}, learning_rate: 0.005}}
-            dpo: {{max_steps: 1, learning_rate: 0.0005}}
-        """))
-        path = gce_profile(
-            tmp, block, base["falkordb"], block.replace("-", "_"), readiness_seconds=60,
-            top=f'gcs_block = "{gcs_block}"' if gcs_block else "", extra=textwrap.dedent(f"""
-                [corpus]
-                root = "{ROOT / 'examples' / 'corpus'}"
-                floor = 250
-                [training]
-                recipe = "{recipe}"
-                base_model = "{base['gguf']}"
-                model_cache = "{base['cache']}"
-                serve_bucket = ""
-            """))
-        shutil.copy(ROOT / "examples" / "transcripts" / "education_1.md",
-                    tmp / "docs" / "transcripts")
-        self.install(path, base)
-        return path
-
-
 def _child_runs(parent_id: Any) -> list[Any]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
@@ -181,7 +94,7 @@ def _child_runs(parent_id: Any) -> list[Any]:
 
 def test_nightly_trains_on_the_node_through_its_deployment(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
-    node = Node(tmp_path)
+    node = WorkerNode(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
         gcs.bucket(folder="slm").save("node-path-gcs", overwrite=True)
         deploy_node(gcs, node)
@@ -246,7 +159,7 @@ def test_nightly_trains_on_the_node_through_its_deployment(
 
 def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
-    node = Node(tmp_path)
+    node = WorkerNode(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
         gcs.bucket(folder="slm").save("node-preempt-gcs", overwrite=True)
         deploy_node(gcs, node)
@@ -285,7 +198,7 @@ def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
 
 def test_a_phase2_timeout_cancels_the_node_run_and_the_node_worker_ends_it(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
-    node = Node(tmp_path)
+    node = WorkerNode(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:
         gcs.bucket(folder="slm").save("node-timeout-gcs", overwrite=True)
         deploy_node(gcs, node)
@@ -348,7 +261,7 @@ def test_half_nights_extract_only_then_retrain_one_bucket(
     and trains it again with retrain though the data did not change."""
     from tasks.errors import ConfigError
 
-    node = Node(tmp_path)
+    node = WorkerNode(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:
         gcs.bucket(folder="slm").save("node-half-gcs", overwrite=True)
         deploy_node(gcs, node)

@@ -24,10 +24,11 @@ from tasks.preflight.prefect_api import DEPLOY_ALL
 from tasks.preflight.run import PreflightReport, run_preflight
 from tasks.profile import load_profile
 from tasks.summary import render_text
-from tests.conftest import PREFECT, ROOT, toml_profile
-from tests.fake_compute_engine import FakeComputeEngine
-from tests.gcs_emulator import GcsEmulator
-from tests.integration.test_gce import PROJECT, creds
+from tests.fakes.compute_engine import FakeComputeEngine
+from tests.fakes.gcs import GcsEmulator
+from tests.support.gce import PROJECT, creds
+from tests.support.paths import PREFECT, ROOT
+from tests.support.profiles import toml_profile
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -226,7 +227,7 @@ def test_a_failing_preflight_fails_the_night_before_anything_boots(
 
 def test_a_missing_permission_and_a_misbuilt_instance_are_named(
         tmp_path: Path, world: FakeComputeEngine) -> None:
-    from tests.integration.test_gce import SA
+    from tests.support.gce import SA
 
     orchestrator = SA["client_email"]
     with FakeComputeEngine(PROJECT) as fake:
@@ -309,9 +310,9 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
         tmp_path: Path, world: FakeComputeEngine, gcs: GcsEmulator, base_cache: dict[str, Any],
         capsys: pytest.CaptureFixture[str]) -> None:
     from tasks.training.registry import ArtifactStore
-    from tests.integration.test_node_path import Node
+    from tests.support.worker_node import WorkerNode
 
-    node = Node(tmp_path)
+    node = WorkerNode(tmp_path)
     node.runtime.env.update(gcs.adc())  # the node pulls train/node's code from the bucket
     with node.fake:  # after `world`'s GCS emulator: the node's worker inherits it
         path = node.profile(tmp_path, "smoke-ok", {**base_cache, "falkordb": 1}, 50,
@@ -357,9 +358,9 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
 def test_node_smoke_stops_the_node_when_a_step_fails(
         tmp_path: Path, world: FakeComputeEngine, gcs: GcsEmulator, base_cache: dict[str, Any],
         capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.integration.test_node_path import Node
+    from tests.support.worker_node import WorkerNode
 
-    node = Node(tmp_path)
+    node = WorkerNode(tmp_path)
     node.runtime.env.update(gcs.adc())
     with node.fake:
         path = node.profile(tmp_path, "smoke-fail", {**base_cache, "falkordb": 1}, 1,
@@ -618,7 +619,7 @@ def test_a_bucket_block_with_the_orchestrators_own_key_is_refused(
     would make the node act as the orchestrator (instance admin)."""
     from prefect_gcp import GcsBucket
 
-    from tests.integration.test_gce import SA
+    from tests.support.gce import SA
 
     GcsBucket(bucket="slm-corpus", bucket_folder="slm", gcp_credentials=creds(world)).save(
         "preflight-orchestrator-key", overwrite=True)
@@ -641,9 +642,9 @@ def test_the_nodes_secrets_exist_with_an_enabled_version(
         tmp_path: Path, world: FakeComputeEngine) -> None:
     """Finding 8: a secret the node's startup script reads ([compute.node]
     prefect_api_key_secret, engine_api_key_secret) is checked before the GPU boots, against a
-    fake of Secret Manager's versions.get (tests/fake_secret_manager.py)."""
-    from tests.fake_secret_manager import FakeSecretManager
-    from tests.integration.test_gce import SA
+    fake of Secret Manager's versions.get (tests/fakes/secret_manager.py)."""
+    from tests.fakes.secret_manager import FakeSecretManager
+    from tests.support.gce import SA
 
     with FakeSecretManager(PROJECT) as sm:
         sm.add("prefect-api-key", "ENABLED", "DISABLED")

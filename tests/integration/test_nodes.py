@@ -18,18 +18,18 @@ from tasks.compute.gce import GceNode
 from tasks.compute.protocol import nodes_for
 from tasks.errors import NodeUnavailable
 from tasks.processes import free_port
-from tests.conftest import toml_profile
-from tests.fake_compute_engine import AGENT_KEY, FakeComputeEngine, FakeInstance
-from tests.fake_openai import FakeOpenAI
-from tests.integration.test_gce import PROJECT, creds
+from tests.fakes.compute_engine import AGENT_KEY, FakeComputeEngine, FakeInstance
+from tests.fakes.openai_server import FakeOpenAI
+from tests.support.gce import PROJECT, creds
+from tests.support.profiles import toml_profile
 
-# Each fake VM's internal IP (tests/fake_compute_engine.py: one loopback address a VM).
+# Each fake VM's internal IP (tests/fakes/compute_engine.py: one loopback address a VM).
 IPS = {"node": "127.0.0.2", "node-2": "127.0.0.3"}
 
 
 class Engines:
     """The fake Compute Engine's node runtime (its NodeRuntime protocol): on each instance, an
-    OpenAI-compatible server (tests/fake_openai.py, standing in for vLLM) on the instance's own
+    OpenAI-compatible server (tests/fakes/openai_server.py, standing in for vLLM) on the instance's own
     address and the block's inference port, up while the instance is RUNNING and its metadata
     does not say slm-vllm=stopped — as the node's startup script and watcher run vLLM."""
 
@@ -200,12 +200,12 @@ def test_a_two_node_night_spreads_phase_1_over_both_and_stops_both(
     """The nightly on nodes = 2: both nodes boot and serve, phase 1's requests go to both
     endpoints, and both nodes end TERMINATED, each after one stop."""
     from flows.nightly import nightly
-    from tests.integration.test_nightly_gce import VLLM_NODE, gce_profile
+    from tests.support.gce import VLLM_NODE, gce_profile
 
     port = free_port()
     engines = Engines(port, latency=0.2)  # answers overlap: the client has two to choose from
     profile = gce_profile(tmp_path, "nodes-nightly", falkordb, "nodes_nightly",
-                          inference="max_concurrent_requests = 2")
+                          inference={"max_concurrent_requests": 2})
     for i in range(6):
         (tmp_path / "docs" / "transcripts" / f"t{i}.md").write_text(
             f"Ann Lee met Bob Stone on day {i}.")

@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def test_debug_notebook_runs_end_to_end(tmp_path: Path, monkeypatch) -> None:

@@ -1,4 +1,4 @@
-"""The production architecture's path, on a tiny random OLMo 3 (tests/olmo3_tiny.py), on the CPU:
+"""The production architecture's path, on a tiny random OLMo 3 (tests/support/olmo3_tiny.py), on the CPU:
 train_flow trains (float LoRA, and 4-bit QLoRA through bitsandbytes' CPU path), llama.cpp's own
 convert_lora_to_gguf.py exports, verification compares llama.cpp (base GGUF from
 convert_hf_to_gguf.py + adapter) with transformers + PEFT, and the adapter is promoted."""
@@ -13,8 +13,8 @@ import pytest
 
 from tasks.training.params import build_params
 from tasks.training.registry import ArtifactStore
-from tests import olmo3_tiny as tiny
-from tests.integration.test_train import sft_parquet, train_profile, write_recipe
+from tests.support import olmo3_tiny as tiny
+from tests.support.training import sft_parquet, train_profile, write_recipe
 
 
 def _fields(path: Path) -> dict[str, Any]:
@@ -41,7 +41,6 @@ def test_base_gguf_is_olmo2_with_the_configs_sliding_window_pattern(
     assert {f"blk.0.attn_{n}_norm.weight" for n in ("q", "k")} <= set(f["tensors"])
 
 
-@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
 @pytest.mark.parametrize("four_bit", [False, True], ids=["lora", "qlora-4bit"])
 def test_olmo3_trains_exports_verifies_and_promotes(olmo3_tiny: dict[str, Any], four_bit: bool,

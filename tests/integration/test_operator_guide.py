@@ -13,7 +13,7 @@ a saved GceCompute block for the fake Compute Engine (driven by google-cloud-com
 emulator for the bucket (application-default credentials), the test FalkorDB for the graph, an
 OpenAI-compatible fake for the engine, SmolLM2 for training. The Prefect server is real, on
 127.0.0.1:4200, as the guide's `prefect config set` names it. The node is the fake Compute
-Engine's instance whose boot runs the rendered startup script (tests/fake_node.py): its worker
+Engine's instance whose boot runs the rendered startup script (tests/fakes/node_runtime.py): its worker
 runs from this checkout's environment and pulls the deployed code from the emulator.
 
 The orchestrator's worker is the guide's own systemd unit (its ExecStart, with /opt/slm-nightly
@@ -33,10 +33,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT
-from tests.conftest import prefect_server as start_server
-from tests.gcs_emulator import GcsEmulator
-from tests.integration.test_code_storage import orchestrator_checkout
+from tests.fakes.gcs import GcsEmulator
+from tests.support.checkout import orchestrator_checkout
+from tests.support.paths import ROOT
+from tests.support.prefect import prefect_server as start_server
 
 GUIDE = ROOT / "docs" / "operator-gcp.md"
 PORT = 4200  # the guide's `prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`
@@ -147,7 +147,7 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
     """The world the guide's commands run in (module docstring)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from tests.integration.test_node_path import Node
+    from tests.support.worker_node import WorkerNode
 
     if subprocess.run(["bash", "-c", f"echo > /dev/tcp/127.0.0.1/{PORT}"],
                       capture_output=True).returncode == 0:
@@ -166,7 +166,7 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
         _create_bucket(gcs, bucket)
         for key, value in gcs.adc().items():  # this process is the orchestrator too (ADC)
             monkeypatch.setenv(key, value)
-        node = Node(tmp_path)
+        node = WorkerNode(tmp_path)
         node.runtime.env.update(gcs.adc())
         with temporary_settings({PREFECT_API_URL: api}), node.fake:
             from prefect.blocks.notifications import SlackWebhook

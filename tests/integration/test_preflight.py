@@ -21,8 +21,8 @@ import pytest
 from tasks.training import memory
 from tasks.training.params import build_params
 from tasks.training.registry import ArtifactStore
-from tests.integration.test_train import sft_parquet, train_profile, write_recipe
-from tests.random_lora import TARGETS, random_lora
+from tests.support.random_lora import TARGETS, random_lora
+from tests.support.training import sft_parquet, train_profile, write_recipe
 
 # The estimate's measured parts are the runtime (384 MiB: torch, transformers, llama_cpp,
 # tokenizer) and what the HF phase adds (128 MiB); the weights (514 MiB here) are exact. Both

@@ -16,8 +16,9 @@ from blocks.gce import GceCompute
 from flows.cli import main
 from tasks.image.layout import MANIFEST
 from tasks.profile import load_profile
-from tests.conftest import ROOT, toml_profile
-from tests.integration.test_weights import BASE_GGUF, GGUF_NAME, REPO, source  # noqa: F401
+from tests.support.paths import ROOT
+from tests.support.profiles import toml_profile
+from tests.support.weights import BASE_GGUF, GGUF_NAME, REPO
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -71,13 +72,13 @@ def test_prepare_weights_refuses_a_saved_block_that_is_not_a_gce_node(tmp_path: 
     from blocks.compute import LocalCompute
     from tasks.errors import ConfigError
     from tasks.image.cli import cli_main
-    from tests.unit.test_profile_env import _weights_args
+    from tests.support.weights import weights_args
 
     LocalCompute().save("weights-local", overwrite=True)
     profile = toml_profile(tmp_path / "p.toml", compute={"type": "local",
                                                          "block": "weights-local"})
     with pytest.raises(ConfigError) as e:
-        cli_main(_weights_args("--profile", str(profile), "--check"))
+        cli_main(weights_args("--profile", str(profile), "--check"))
     assert str(e.value) == (
         f"profile {profile}: [compute] is the saved block 'weights-local', a LocalCompute with "
         "no node settings — slm-nightly node prepare-weights builds a GCE node's model folder: "

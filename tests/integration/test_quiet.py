@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, write_profile
-from tests.fake_openai import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI
+from tests.support.paths import ROOT
+from tests.support.profiles import extraction_profile
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
 BUCKET = "engineering-pointsav"
@@ -103,7 +104,7 @@ def profile(tmp: Path, fake: FakeOpenAI, falkordb: int, train: bool) -> Path:
     recipe = yaml.safe_load((ROOT / "recipes" / "local.yaml").read_text())
     recipe["sft"]["max_steps"] = 2
     (tmp / "recipe.yaml").write_text(yaml.safe_dump(recipe))
-    path = write_profile(tmp, base_url=fake.url, falkordb_port=falkordb,
+    path = extraction_profile(tmp, base_url=fake.url, falkordb_port=falkordb,
                          graph=f"quiet_{tmp.name}"[:60].replace("-", "_"), sources=src,
                          request_timeout=30.0)
     path.write_text(path.read_text() + f"""
@@ -132,7 +133,6 @@ def run_log(terminal: str) -> Path:
     return Path(found[0])
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(1800)  # measured 10+ min with six engineers' jobs on the 2 cores
 def test_quiet_terminal_keeps_library_output_in_the_run_log_and_verbose_shows_it(
         tmp_path: Path, falkordb: int) -> None:

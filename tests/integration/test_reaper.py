@@ -13,9 +13,9 @@ from prefect.states import Cancelled, Running
 from blocks.gce import GceCompute
 from flows.nightly import nightly
 from flows.reaper import reaper
-from tests.conftest import toml_profile
-from tests.fake_compute_engine import FakeComputeEngine
-from tests.integration.test_gce import PROJECT, creds
+from tests.fakes.compute_engine import FakeComputeEngine
+from tests.support.gce import PROJECT, creds
+from tests.support.profiles import toml_profile
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -71,7 +71,7 @@ def test_gcp_profile_loads_with_its_saved_graph_block() -> None:
 
     from blocks.graph import Neo4jGraph
     from tasks.profile import load_profile
-    from tests.conftest import ROOT
+    from tests.support.paths import ROOT
 
     Neo4jGraph(uri="neo4j://graph.internal:7687", password=SecretStr("pw-gcp")).save(
         "slm-neo4j", overwrite=True)

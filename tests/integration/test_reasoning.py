@@ -1,5 +1,5 @@
 """A Think model that may think, on the real llama-server: the tiny random OLMo 3
-(tests/olmo3_tiny.py) served with a chat template that marks reasoning (the assistant turn
+(tests/support/olmo3_tiny.py) served with a chat template that marks reasoning (the assistant turn
 opens `<think>`, and `reasoning_content` renders between `<think>` and `</think>`:
 tests/fixtures/think-template.jinja). With a reasoning budget the model thinks up to N tokens
 into `reasoning_content`, then answers in `content` under the schema; off, the grammar holds
@@ -25,7 +25,7 @@ from tasks.extraction.schema import json_schema
 from tasks.llama_cpp import require_server
 from tasks.ontology import default_schema
 from tasks.processes import ManagedServer, free_port
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 TEMPLATE = ROOT / "tests" / "fixtures" / "think-template.jinja"
 SCHEMA = json_schema(2, 1, max_name=16, max_description=16)
@@ -67,14 +67,12 @@ def _extract(url: str, budget: int | None) -> Any:
     return asyncio.run(go())
 
 
-@pytest.mark.slow
 def test_the_template_marks_reasoning(think_server: tuple[str, Path]) -> None:
     url, _ = think_server
     props = httpx.get(f"{url}/props").json()
     assert "<think>" in props["chat_template"]
 
 
-@pytest.mark.slow
 def test_with_a_budget_the_model_thinks_then_answers_under_the_schema(
         think_server: tuple[str, Path]) -> None:
     url, _ = think_server
@@ -93,7 +91,6 @@ def test_with_a_budget_the_model_thinks_then_answers_under_the_schema(
     assert usage.unusable_answers == {}
 
 
-@pytest.mark.slow
 def test_off_the_grammar_holds_from_the_first_token(think_server: tuple[str, Path]) -> None:
     url, _ = think_server
     raw = _raw(url, None)

@@ -11,7 +11,7 @@ from prefect import flow
 
 from tasks.training.reconcile import reconcile_store
 from tasks.training.registry import ArtifactStore
-from tests.unit.training.test_reconcile import manifest
+from tests.support.records import manifest
 
 
 @flow(name="train")
@@ -33,7 +33,7 @@ def test_manifests_of_gone_runs_are_marked_and_the_cli_filters_by_state(
     from prefect.states import Cancelled, Crashed, Failed, Running
 
     from flows.cli import main
-    from tests.conftest import toml_profile
+    from tests.support.profiles import toml_profile
 
     store = ArtifactStore(tmp_path / "artifacts")
     runs = {"preempted": _flow_run(Crashed(message="Instance preempted")),

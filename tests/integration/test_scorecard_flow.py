@@ -6,8 +6,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import toml_profile
-from tests.unit.corpus.test_scorecard import APP, ENG, a, dpo, q, sft, write
+from tests.support.corpus import APP, ENG, a, dpo, q, sft, write
+from tests.support.profiles import toml_profile
 
 
 @pytest.mark.usefixtures("prefect_api")

@@ -16,7 +16,7 @@ from tasks.records import AdapterManifest, BaseRef
 from tasks.training.base_model import gguf_digest
 from tasks.training.registry import ArtifactStore
 from tasks.training.serving import local_serving, publish
-from tests.random_lora import random_lora
+from tests.support.random_lora import random_lora
 
 BUCKET = "engineering-pointsav"
 ALIAS = "SmolLM2-135M-Instruct"  # what phase 1 asks for
@@ -71,7 +71,6 @@ def _in_process(gguf: Path, lora: Path | None) -> str:
         llm.close()
 
 
-@pytest.mark.slow
 def test_the_promoted_adapter_answers_by_the_bucket_name(promoted: ArtifactStore,
                                                          base_cache: dict[str, Any],
                                                          tmp_path: Path) -> None:
@@ -126,7 +125,6 @@ def test_the_promoted_adapter_answers_by_the_bucket_name(promoted: ArtifactStore
         stop_llama_server(state)
 
 
-@pytest.mark.slow
 def test_an_adapter_trained_on_another_base_is_not_served(promoted: ArtifactStore,
                                                           base_cache: dict[str, Any]) -> None:
     """The F32 copy is another file (another digest): the server serves the base, and says why."""

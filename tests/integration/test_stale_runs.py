@@ -31,7 +31,7 @@ from prefect.states import Crashed, Running
 
 from tasks.compute.gpu import NIGHTLY_LIMIT, ensure_limit
 from tasks.compute.stale_runs import cancel_stale_node_runs
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 

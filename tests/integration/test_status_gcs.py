@@ -11,8 +11,8 @@ import pytest
 from flows.cli import main
 from tasks.gcs_sync import mirror_records
 from tasks.records import RunSummary
-from tests.conftest import toml_profile
-from tests.gcs_emulator import GcsEmulator
+from tests.fakes.gcs import GcsEmulator
+from tests.support.profiles import toml_profile
 
 
 def test_status_reads_the_newest_summary_in_the_bucket(

@@ -30,10 +30,11 @@ import httpx
 import pytest
 
 from tasks.processes import free_port
-from tests.conftest import PREFECT, ROOT, prefect_server, toml_profile
-from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
-from tests.integration.test_gce import PROJECT, SA
-from tests.integration.test_nightly_gce import VLLM_NODE
+from tests.fakes.compute_engine import FakeComputeEngine, FakeInstance
+from tests.support.gce import PROJECT, SA, VLLM_NODE
+from tests.support.paths import PREFECT, ROOT
+from tests.support.prefect import prefect_server
+from tests.support.profiles import toml_profile
 
 LATENCY = 3.0  # seconds per LLM answer: 8 documents, one request at a time → phase 1 ≥ 24 s
 
@@ -48,8 +49,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         yield env
 
 
-class Node:
-    """The fake Compute Engine with one instance whose 'vLLM' is tests/fake_openai.py (with
+class FakeEngineNodes:
+    """The fake Compute Engine with one instance whose 'vLLM' is tests/fakes/openai_server.py (with
     `nodes` > 1, as many: node i ≥ 2 is the instance node-i, each VM on its own address)."""
 
     def __init__(self, tmp: Path, falkordb: int, graph: str, docs: int, nodes: int = 1) -> None:
@@ -87,10 +88,10 @@ class Node:
             extraction={"max_failed_share": 1.0, "batch_documents": 1})
 
     def _vllm(self, inst: FakeInstance) -> list[str]:
-        return [sys.executable, "-m", "tests.fake_openai", "--port", str(self.port),
+        return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(self.port),
                 "--host", inst.network_ip, "--latency", str(self.latency)]
 
-    def __enter__(self) -> Node:
+    def __enter__(self) -> FakeEngineNodes:
         self.fake.__enter__()
         return self
 
@@ -145,7 +146,7 @@ def extract_running(env: dict[str, str], parent_run: str | None = None) -> str |
     return None
 
 
-def start_nightly(env: dict[str, str], node: Node, log: Path, **params: Any) -> subprocess.Popen:
+def start_nightly(env: dict[str, str], node: FakeEngineNodes, log: Path, **params: Any) -> subprocess.Popen:
     """The nightly flow in its own Python process (the orchestrator), against the server."""
     code = ("import json, sys; from flows.nightly import nightly; "
             "nightly(**json.loads(sys.argv[1]))")
@@ -170,7 +171,7 @@ def test_cancel_mid_phase_1_stops_both_nodes(server: dict[str, str], tmp_path: P
                                              falkordb: int) -> None:
     """With nodes = 2 (the one-node case is the timeout's and kill -9's below)."""
     env = server
-    with Node(tmp_path, falkordb, "teardown_cancel", docs=8, nodes=2) as node:
+    with FakeEngineNodes(tmp_path, falkordb, "teardown_cancel", docs=8, nodes=2) as node:
         env = {**env, **node.env}
         prefect(env, "work-pool", "create", "local-process", "--type", "process")
         prefect(env, "--no-prompt", "deploy", "--name", "nightly/local")
@@ -214,7 +215,7 @@ def test_phase_1_out_of_budget_ends_partial_and_stops_the_node(
         server: dict[str, str], tmp_path: Path, falkordb: int) -> None:
     """Phase 1's budget (6 s) covers about two 3 s answers of 8: it ends `partial` on time —
     the night goes on, no longer failed by a timeout — and the node is stopped."""
-    with Node(tmp_path, falkordb, "teardown_timeout", docs=8) as node:
+    with FakeEngineNodes(tmp_path, falkordb, "teardown_timeout", docs=8) as node:
         log = tmp_path / "nightly.log"
         proc = start_nightly(server, node, log, phase1_timeout_seconds=6)
         try:
@@ -236,7 +237,7 @@ def test_phase_1_out_of_budget_ends_partial_and_stops_the_node(
 
 def test_kill_9_then_the_next_nightly_reaps_the_node(server: dict[str, str], tmp_path: Path,
                                                      falkordb: int) -> None:
-    with Node(tmp_path, falkordb, "teardown_kill", docs=8) as node:
+    with FakeEngineNodes(tmp_path, falkordb, "teardown_kill", docs=8) as node:
         log = tmp_path / "killed.log"
         proc = start_nightly(server, node, log)
         try:

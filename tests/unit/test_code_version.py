@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tasks.code_version import code_files, code_folder, code_version
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def test_the_files_are_what_prefectignore_lets_through() -> None:

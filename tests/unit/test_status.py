@@ -12,7 +12,7 @@ from flows.cli import main
 from tasks.records import RunSummary
 from tasks.status import read_status, records_place, render
 from tasks.summary import render_text
-from tests.conftest import toml_profile
+from tests.support.profiles import toml_profile
 
 NOW = datetime(2026, 12, 1, 8, 30, tzinfo=UTC)
 

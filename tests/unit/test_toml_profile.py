@@ -1,9 +1,9 @@
-"""The shared test-profile writer (tests/conftest.py toml_profile) writes what it is given."""
+"""The shared test-profile writer (tests/support/profiles.py toml_profile) writes what it is given."""
 
 import tomllib
 from pathlib import Path
 
-from tests.conftest import toml_profile
+from tests.support.profiles import toml_profile
 
 
 def test_tables_nested_tables_and_quoting(tmp_path: Path) -> None:

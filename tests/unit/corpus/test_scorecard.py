@@ -1,7 +1,6 @@
 """The corpus scorecard: exact counts on constructed inputs, real QMSum and HH-RLHF data.
 (The flow and the CLI around it: tests/integration/test_scorecard_flow.py.)"""
 
-import gzip
 import json
 import os
 import shutil
@@ -14,36 +13,14 @@ from tasks.corpus.buckets import read_bucket, split_dialogue, split_implicit
 from tasks.corpus.scorecard import RULES, ScorecardConfig, score_bucket
 from tasks.errors import ConfigError
 from tasks.files import write_atomic
+from tests.support.corpus import APP, ENG, a, dpo, q, sft, write
+from tests.support.paths import FIXTURES
 
-FIX = Path(__file__).parents[2] / "fixtures"
-ENG, APP = "engineering-pointsav", "apprenticeship-pointsav"
-
-
-def sft(q: str, a: str, **extra: object) -> str:
-    return json.dumps({"messages": [{"role": "user", "content": q},
-                                    {"role": "assistant", "content": a}], **extra})
-
-
-def dpo(p: str, c: str, r: str, **extra: object) -> str:
-    return json.dumps({"prompt": p, "chosen": c, "rejected": r, **extra})
-
-
-def write(path: Path, lines: list[str] | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = lines if isinstance(lines, bytes) else ("\n".join(lines) + "\n").encode()
-    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
+FIX = FIXTURES
 
 
 def cfg(**kw: object) -> ScorecardConfig:
     return ScorecardConfig(**{"floor": 1, "min_tokens": 3, "max_tokens": 2000, **kw})  # type: ignore[arg-type]
-
-
-def q(i: int) -> str:
-    return f"Question number {i} about the design review of component {i * 7} in the plant?"
-
-
-def a(i: int) -> str:
-    return f"Answer {i}: the review approved part {i * 13} after testing batch {i * 3}."
 
 
 def test_qmsum_sft_pairs_fail_the_3000_floor_and_say_why(tmp_path: Path) -> None:

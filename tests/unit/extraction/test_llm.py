@@ -8,7 +8,7 @@ from tasks.extraction.documents import Document
 from tasks.extraction.extract import extract_document
 from tasks.extraction.llm import LLMClient, response_format, strip_reasoning
 from tasks.extraction.schema import json_schema
-from tests.fake_openai import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI
 
 SCHEMA = json_schema(12, 12)
 

@@ -24,7 +24,7 @@ from tasks.errors import Deferred
 from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.pacing import Endpoint, Pacing, Ticket
 from tasks.extraction.schema import json_schema
-from tests.fake_openai import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI
 
 SCHEMA = json_schema(4, 4)
 

@@ -90,7 +90,7 @@ def test_a_base_model_missing_from_the_cache_fails_without_the_hub(
 def test_node_memory_from_the_profile_else_a_g2_standard_4(tmp_path: Path) -> None:
     from tasks.profile import load_profile
     from tasks.training.preflight import node_limits
-    from tests.conftest import toml_profile
+    from tests.support.profiles import toml_profile
 
     gce = {"type": "gce", "project": "p", "zone": "us-central1-a", "instance": "slm-node"}
     default = toml_profile(tmp_path / "a.toml", state_dir=tmp_path / "s", compute=gce)

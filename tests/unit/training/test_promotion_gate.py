@@ -128,3 +128,12 @@ def test_the_pointer_keeps_every_earlier_adapter_with_times(tmp_path: Path) -> N
     # an operator reads the pointer file: indented, like the manifests
     path = tmp_path / "promoted" / "eng.json"
     assert path.read_text() == json.dumps(ptr, indent=2)
+
+
+def test_promotion_gate_both_ways() -> None:
+    ok, why = gate({"base": 3.5, "new": 3.2}, 0.05)
+    assert ok and "beats base 3.5000" in why
+    ok, why = gate({"base": 3.5, "new": 3.4}, 0.05)  # better, but not by 5 %
+    assert not ok and "does not beat the base" in why
+    ok, why = gate({"base": 3.5, "promoted": 3.1, "new": 3.2}, 0.0)
+    assert not ok and "promoted model's 3.1000" in why

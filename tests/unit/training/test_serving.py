@@ -81,7 +81,7 @@ def test_the_nightly_serves_the_base_when_the_adapter_was_trained_on_another(
     returned the promoted adapter whatever base it was trained on."""
     from flows.nightly import _served_adapter
     from tasks.profile import load_profile
-    from tests.conftest import toml_profile
+    from tests.support.profiles import toml_profile
 
     trained_on = gguf(tmp_path / "trained-on.gguf", b"weights")
     served = gguf(tmp_path / "served.gguf", b"other weights")

@@ -14,7 +14,7 @@ import pytest
 from tasks.errors import ConfigError
 from tasks.image.cli import add_arguments, cli_main
 from tasks.image.layout import COMMAND, MANIFEST
-from tests.conftest import toml_profile
+from tests.support.profiles import toml_profile
 
 REPO = "allenai/Olmo-3-7B-Think"
 GGUF_NAME = "Olmo-3-32B-Think-Q3_K_M.gguf"

@@ -1,4 +1,4 @@
-"""A node runtime for the fake Compute Engine (tests/fake_compute_engine.py `node_runtime`): when
+"""A node runtime for the fake Compute Engine (tests/fakes/compute_engine.py `node_runtime`): when
 an instance reaches RUNNING it EXECUTES the instance's `startup-script` metadata with bash, as
 GCE's google-startup-scripts.service does, with node paths mapped to the test's.
 
@@ -29,7 +29,7 @@ the mapped /run, cleared at the next boot as a reboot clears /run.
 The engine may be replaced (`unit_overrides={"slm-engine": argv}`) by a faster stand-in; the
 worker's unit may not: it runs the rendered ExecStart, mapped.
 
-The shims run as `python -m tests.fake_node CMD ARGS` with FAKE_NODE_DIR naming the instance's
+The shims run as `python -m tests.fakes.node_runtime CMD ARGS` with FAKE_NODE_DIR naming the instance's
 folder (its config.json).
 """
 
@@ -42,12 +42,13 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fakes.loopback import JsonHandler, LoopbackServer
+from tests.support.paths import ROOT
+
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance"
 SHIMS = ("systemctl", "gcloud", "useradd", "id", "chown")
 STRIPPED_ENV = ("PREFECT_API_URL", "PREFECT_API_KEY", "HF_HUB_OFFLINE", "HF_HOME",
@@ -80,10 +81,8 @@ class FakeNode:
         self.env = dict(env or {})  # on top of this process's environment at each boot
         self.fake: Any = None
         self._scripts: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.metadata_url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = LoopbackServer(self._handler()).__enter__()
+        self.metadata_url = self._server.url
 
     def attach(self, fake: Any) -> FakeNode:
         """Become `fake`'s node runtime."""
@@ -92,8 +91,7 @@ class FakeNode:
         return self
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.__exit__()
 
     # ---- the runtime hooks (called with the fake's lock held: never wait on the fake) -------
     def boot(self, inst: Any) -> None:
@@ -115,7 +113,7 @@ class FakeNode:
         for shim in SHIMS:
             path = d / "bin" / shim
             path.write_text(f"#!/bin/bash\nPYTHONPATH={shlex.quote(str(ROOT))} exec "
-                            f"{shlex.quote(sys.executable)} -m tests.fake_node {shim} \"$@\"\n")
+                            f"{shlex.quote(sys.executable)} -m tests.fakes.node_runtime {shim} \"$@\"\n")
             path.chmod(0o755)
         mapped = d / "startup-script.sh"
         mapped.write_text(self.map_script(script, inst.zone, inst.name))
@@ -183,17 +181,9 @@ class FakeNode:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         node = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def _answer(self, code: int, text: str) -> None:
-                body = text.encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/text")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_body(code, text.encode(), "application/text")
 
             def _route(self, method: str) -> None:
                 m = re.fullmatch(r"/([^/]+)/([^/]+)/computeMetadata/v1/instance/(.*)",
@@ -206,8 +196,7 @@ class FakeNode:
                 inst = node.fake.instances.get((zone, name))
                 if inst is None:
                     return self._answer(404, "not found")
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length).decode() if length else ""
+                body = self.read_body().decode()
                 if method == "GET" and rest == "network-interfaces/0/ip":
                     return self._answer(200, inst.network_ip)  # the fake's networkIP
                 if method == "GET" and rest.startswith("attributes/"):

@@ -58,7 +58,7 @@ def _refused(request: Any, response: Any, storage: Any) -> bool:
             and request.query.get("uploadType", [""])[0] == "resumable"):
         response.status = HTTPStatus.NOT_IMPLEMENTED
         response.json({"error": {"code": 501, "message": "precondition not modelled by "
-                                 "tests/gcs_preconditions.py"}})
+                                 "tests/support/gcs_preconditions.py"}})
         return True
     if "ifGenerationMatch" not in request.query:
         return False

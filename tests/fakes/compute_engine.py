@@ -51,7 +51,7 @@ Simulated behaviour, on the wall clock (durations are attributes, in seconds):
     RUNNING time     per instance, `running_seconds(zone, name)`
     node runtime     optional `node_runtime` object: boot(inst) when an instance reaches RUNNING,
                      power_off(inst) when it leaves RUNNING (stop, preemption, max run duration),
-                     metadata_changed(inst) on setMetadata while RUNNING (tests/fake_node.py)
+                     metadata_changed(inst) on setMetadata while RUNNING (tests/fakes/node_runtime.py)
     node agent       optional `on_start` argv: launched when an instance reaches RUNNING and
                      killed on stop/preemption, as the node's startup script starts vLLM; the
                      metadata key `slm-vllm` = "stopped" / "running" stops / restarts it, as
@@ -131,12 +131,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fakes.loopback import JsonHandler, LoopbackServer
+from tests.support.paths import ROOT
+
 TOKEN = "ya29.fake-compute-token-7f3c"  # what /token hands out (+ a per-principal suffix)
 AGENT_KEY = "slm-vllm"
 GUEST_ATTRIBUTES_KEY = "enable-guest-attributes"
@@ -175,7 +177,7 @@ VERB_PERMISSION = {"get": "compute.instances.get", "start": "compute.instances.s
 
 
 class NodeRuntime(Protocol):
-    """What runs "on" a fake instance (tests/fake_node.py). Called with the fake's lock held."""
+    """What runs "on" a fake instance (tests/fakes/node_runtime.py). Called with the fake's lock held."""
 
     def boot(self, inst: FakeInstance) -> None: ...
     def power_off(self, inst: FakeInstance) -> None: ...
@@ -314,10 +316,6 @@ class _Fault:
     kind: str | None  # "instances" | "operations" | None (both)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-
 class _Reset(Exception):
     """Close the connection without an answer (a reset, as a dropped proxy connection)."""
 
@@ -357,23 +355,21 @@ class FakeComputeEngine:
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
-        self.server = _Server(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.http = LoopbackServer(self._handler())
+        self.url = self.http.url
         self.token_uri = f"{self.url}/token"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._clock = threading.Thread(target=self._run_clock, daemon=True)
         self._closed = threading.Event()
 
     # ---- test controls -------------------------------------------------------------------
     def __enter__(self) -> FakeComputeEngine:
-        self._thread.start()
+        self.http.__enter__()
         self._clock.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._closed.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.__exit__(*exc)
         with self._lock:
             for inst in self.instances.values():
                 if inst.status in ("RUNNING", "STOPPING") and self.node_runtime is not None:
@@ -1117,15 +1113,11 @@ class FakeComputeEngine:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
             def _serve(self, method: str) -> None:
-                length = int(self.headers.get("Content-Length", 0) or 0)
-                raw = self.rfile.read(length) if length else b""
+                raw = self.read_body()
                 body: dict[str, Any] = {}
                 ctype = self.headers.get("Content-Type") or "json"
                 if raw and "x-www-form-urlencoded" in ctype:  # the /token grant
@@ -1142,12 +1134,8 @@ class FakeComputeEngine:
                     self.close_connection = True
                     self.connection.shutdown(2)  # socket.SHUT_RDWR: the client sees a reset
                     return
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_body(status, json.dumps(payload).encode(),
+                               "application/json; charset=UTF-8")
 
             def do_GET(self) -> None:  # noqa: N802
                 self._serve("GET")

@@ -26,10 +26,10 @@ Errors are {"error": {"message", "type", "param", "code"}} with code = the HTTP 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from tests.fakes.loopback import JsonHandler, LoopbackServer
 
 
 class FakeVllm:
@@ -40,18 +40,12 @@ class FakeVllm:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []  # (method, path, body)
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *_: Any) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def _send(self, status: int, body: Any) -> None:
-                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain" if isinstance(body, str)
-                                 else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                if isinstance(body, str):
+                    self.send_body(status, body.encode(), "text/plain")
+                else:
+                    self.send_json(status, body)
 
             def _authorized(self) -> bool:
                 if fake.api_key and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
@@ -69,8 +63,7 @@ class FakeVllm:
                     self._send(404, {"detail": "Not Found"})
 
             def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                                  or b"{}")
+                body = json.loads(self.read_body() or b"{}")
                 fake.calls.append(("POST", self.path, body))
                 if not self._authorized():
                     return
@@ -83,19 +76,16 @@ class FakeVllm:
                     return
                 self._send(*routes[self.path](body))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         # a short poll: shutdown() waits for it (the default 0.5 s, per test)
-        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,),
-                                        daemon=True)
+        self.http = LoopbackServer(Handler, poll=0.02)
+        self.url = self.http.url
 
     def __enter__(self) -> FakeVllm:
-        self._thread.start()
+        self.http.__enter__()
         return self
 
     def __exit__(self, *_: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.__exit__()
 
     # --- vLLM's behaviour ------------------------------------------------------------------
     @staticmethod

@@ -38,8 +38,10 @@ import re
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.loopback import JsonHandler, LoopbackServer
 
 NAME = re.compile(r"\b([A-Z][a-z]+(?:[-'][A-Z][a-z]+)? [A-Z][a-z]+(?:-[A-Z][a-z]+)?)\b")
 
@@ -66,11 +68,6 @@ def flood(n: int = 3000) -> dict[str, Any]:
                                "description": "z" * 400} for m in names[1:]]}
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024  # listen backlog: many clients connect at once
-
-
 class FakeOpenAI:
     def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0, port: int = 0,
                  host: str = "127.0.0.1") -> None:
@@ -83,20 +80,16 @@ class FakeOpenAI:
         self.max_in_flight = 0
         self._lock = threading.Lock()
         # host: a loopback address (127.x.y.z) — a fake node's own "VPC IP" when several
-        # serve on one port (tests/fake_compute_engine.py)
-        if not host.startswith("127."):
-            raise ValueError(f"host {host!r}: the fake serves on loopback only (127.x.y.z)")
-        self.server = _Server((host, port), self._handler())
-        self.url = f"http://{host}:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # serve on one port (tests/fakes/compute_engine.py); backlog: many clients connect at once
+        self.http = LoopbackServer(self._handler(), host=host, port=port, backlog=1024)
+        self.url = self.http.url
 
     def __enter__(self) -> FakeOpenAI:
-        self._thread.start()
+        self.http.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.__exit__(*exc)
 
     @property
     def calls(self) -> int:
@@ -182,25 +175,12 @@ class FakeOpenAI:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # headers and body leave as separate writes
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
             def _send(self, status: int, payload: dict[str, Any] | str) -> None:
-                data = (json.dumps(payload) if isinstance(payload, dict) else payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if status == 429:
-                    self.send_header("Retry-After", "0")
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                self.send_json(status, payload, {"Retry-After": "0"} if status == 429 else None)
 
             def do_GET(self) -> None:  # noqa: N802
                 if self.path == "/v1/models":
@@ -211,8 +191,7 @@ class FakeOpenAI:
                     self._send(404, "not found")
 
             def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length))
+                body = self.read_json()
                 with fake._lock:
                     fake.requests.append(body)
                     fake.in_flight += 1
@@ -230,7 +209,7 @@ class FakeOpenAI:
 
 
 def main() -> None:
-    """Serve in this process until killed: `python -m tests.fake_openai --latency 0.2`."""
+    """Serve in this process until killed: `python -m tests.fakes.openai_server --latency 0.2`."""
     import argparse
 
     ap = argparse.ArgumentParser()
@@ -245,7 +224,7 @@ def main() -> None:
     fake = FakeOpenAI(latency=args.latency, port=args.port, host=args.host)
     fake.model_id = args.model
     print(fake.url, flush=True)
-    fake.server.serve_forever()
+    fake.http.serve_forever()
 
 
 if __name__ == "__main__":

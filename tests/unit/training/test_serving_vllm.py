@@ -1,5 +1,5 @@
 """Publishing promoted adapters by name to a vLLM endpoint, through its runtime LoRA API (the
-fake in tests/fake_vllm.py follows vLLM's source, failure modes included)."""
+fake in tests/fakes/vllm_server.py follows vLLM's source, failure modes included)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tasks.errors import ServingError
 from tasks.records import AdapterManifest, BaseRef
 from tasks.training.registry import ArtifactStore
 from tasks.training.serving import _Client, publish, publish_promoted
-from tests.fake_vllm import FakeVllm
+from tests.fakes.vllm_server import FakeVllm
 
 BUCKET = "engineering-pointsav"
 BASE = "allenai/Olmo-3-7B-Think@main"
@@ -168,7 +168,7 @@ def test_the_nightly_publishes_after_phase_2_and_a_failure_does_not_fail_it(
     from flows.nightly import _publish
     from tasks.profile import load_profile
     from tasks.summary import new_summary, render_text
-    from tests.conftest import toml_profile
+    from tests.support.profiles import toml_profile
 
     with FakeVllm(runtime_lora=False) as off, FakeVllm() as fake:
         for server, state in ((fake, "served"), (off, "failed")):

@@ -17,7 +17,7 @@ whose text it is, and answers in one of two modes:
              - Zorblax Quintane RELATED_TO that entity: a triple no gold has.
 
 A chunk that is no case's text (a case split into parts) gets an empty answer. Like
-tests/fake_openai.py it is deterministic, answers /v1/models and /health, and answers chat
+tests/fakes/openai_server.py it is deterministic, answers /v1/models and /health, and answers chat
 completions unstreamed (the "vllm" and "openai" dialects' shape); answers carry usage.
 """
 
@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
+
+from tests.fakes.loopback import JsonHandler, LoopbackServer
 
 INVENTED = "Zorblax Quintane"
 
@@ -56,10 +58,6 @@ def noise_answer(case: dict[str, Any]) -> dict[str, Any]:
                                "description": ""}]}
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-
 class FakeEvalOpenAI:
     def __init__(self, gold: Path, mode: Literal["gold", "noise"], model_id: str = "fake",
                  port: int = 0) -> None:
@@ -69,17 +67,15 @@ class FakeEvalOpenAI:
         self.cases = {c["text"].strip(): c for c in (json.loads(x) for x in lines if x.strip())}
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self.server = _Server(("127.0.0.1", port), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.http = LoopbackServer(self._handler(), port=port)
+        self.url = self.http.url
 
     def __enter__(self) -> FakeEvalOpenAI:
-        self._thread.start()
+        self.http.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.__exit__(*exc)
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         user = next(m["content"] for m in body["messages"] if m["role"] == "user")
@@ -91,34 +87,23 @@ class FakeEvalOpenAI:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, payload: dict[str, Any] | str) -> None:
-                data = (json.dumps(payload) if isinstance(payload, dict) else payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def do_GET(self) -> None:  # noqa: N802
                 if self.path == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": fake.model_id}]})
+                    self.send_json(200, {"object": "list", "data": [{"id": fake.model_id}]})
                 elif self.path == "/health":
-                    self._send(200, "")
+                    self.send_json(200, "")
                 else:
-                    self._send(404, "not found")
+                    self.send_json(404, "not found")
 
             def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                body = self.read_json()
                 with fake._lock:
                     fake.requests.append(body)
                 text = json.dumps(fake.answer(body))
-                self._send(200, {
+                self.send_json(200, {
                     "id": "fake-eval", "object": "chat.completion", "model": fake.model_id,
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": text}}],
@@ -129,7 +114,7 @@ class FakeEvalOpenAI:
 
 
 def main() -> None:
-    """Serve until killed: `python -m tests.fake_eval_openai GOLD --mode noise`."""
+    """Serve until killed: `python -m tests.fakes.eval_server GOLD --mode noise`."""
     import argparse
 
     ap = argparse.ArgumentParser()
@@ -139,7 +124,7 @@ def main() -> None:
     args = ap.parse_args()
     fake = FakeEvalOpenAI(args.gold, args.mode, port=args.port)
     print(fake.url, flush=True)
-    fake.server.serve_forever()
+    fake.http.serve_forever()
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ from types import ModuleType
 import pytest
 
 from tasks.extraction.resolve import normalize
+from tests.support.paths import ROOT
 
-EVAL = Path(__file__).resolve().parents[2] / "evals" / "extraction"
+EVAL = ROOT / "evals" / "extraction"
 GOLD = EVAL / "gold.jsonl"
 ENTITY_TYPES = {"Person", "Organization", "Project", "Topic", "Decision", "Product", "Location",
                 "Event"}

@@ -5,7 +5,7 @@ lives in tasks/."""
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def imported_modules(path: Path) -> list[str]:

@@ -26,3 +26,12 @@ def test_relationship_types_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="relationship type") as e:
         relationship_type(bad)
     assert repr(bad) in str(e.value)
+
+
+def test_labels_and_types_only_as_identifiers() -> None:
+    assert entity_label("Person") == "Person"
+    for bad in ("Person) DETACH DELETE (n", "Entity:Admin", "person"):
+        with pytest.raises(ValueError, match="not an identifier"):
+            entity_label(bad)
+    with pytest.raises(ValueError, match="not an identifier"):
+        relationship_type("WORKS_FOR]->() DELETE r //")

@@ -19,8 +19,9 @@ from tasks.evaluation.metrics import (
     score_case,
 )
 from tasks.extraction.resolve import resolve
+from tests.support.paths import FIXTURES
 
-GOLD = Path(__file__).resolve().parents[1] / "fixtures" / "eval-gold.jsonl"
+GOLD = FIXTURES / "eval-gold.jsonl"
 
 
 def _ent(type_: str, *names: str) -> PredictedEntity:
@@ -40,7 +41,7 @@ def _perfect(case: GoldCase) -> CasePrediction:
 
 
 def _noise(case: GoldCase) -> CasePrediction:
-    """What tests/fake_eval_openai.py's noise mode answers, as the pipeline resolves it."""
+    """What tests/fakes/eval_server.py's noise mode answers, as the pipeline resolves it."""
     first = case.entities[0]
     wrong = "Topic" if first.type == "Location" else "Location"
     return CasePrediction(case.id, [_ent("Topic", "Zorblax Quintane"), _ent(wrong, first.name)],

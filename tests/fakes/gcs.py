@@ -1,6 +1,6 @@
 """gcp-storage-emulator on loopback, plus a fake OAuth token endpoint, so prefect-gcp's
 GcsBucket (google-cloud-storage underneath) runs unmodified against it. The emulator runs with
-GCS's generation preconditions added (tests/gcs_preconditions.py)."""
+GCS's generation preconditions added (tests/support/gcs_preconditions.py)."""
 
 from __future__ import annotations
 
@@ -8,27 +8,19 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 from tasks.processes import free_port, port_open
+from tests.fakes.loopback import JsonHandler, LoopbackServer
+from tests.support.paths import ROOT
 
 
-class _Token(BaseHTTPRequestHandler):
+class _Token(JsonHandler):
     def do_POST(self) -> None:  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        body = json.dumps({"access_token": "fake-token", "expires_in": 3600,
-                           "token_type": "Bearer"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.read_body()
+        self.send_json(200, {"access_token": "fake-token", "expires_in": 3600,
+                             "token_type": "Bearer"})
 
 
 def service_account(token_uri: str,
@@ -47,13 +39,13 @@ def service_account(token_uri: str,
 class GcsEmulator:
     def __init__(self, data: Path) -> None:
         self.port = free_port()
-        self.token = HTTPServer(("127.0.0.1", 0), _Token)
+        self.token = LoopbackServer(_Token)
         self.data = data
 
     def __enter__(self) -> GcsEmulator:
-        threading.Thread(target=self.token.serve_forever, daemon=True).start()
+        self.token.__enter__()
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("gcs_preconditions.py")), "start",
+            [sys.executable, str(ROOT / "tests" / "support" / "gcs_preconditions.py"), "start",
              "--host", "127.0.0.1",
              "--port", str(self.port), "--default-bucket", "slm-corpus"],
             cwd=self.data, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -72,10 +64,10 @@ class GcsEmulator:
             os.environ["STORAGE_EMULATOR_HOST"] = self._old
         self.proc.terminate()
         self.proc.wait(10)
-        self.token.shutdown()
+        self.token.__exit__()
 
     def token_uri(self) -> str:
-        return f"http://127.0.0.1:{self.token.server_address[1]}/token"
+        return f"{self.token.url}/token"
 
     def adc(self) -> dict[str, str]:
         """Environment for application-default credentials (GOOGLE_APPLICATION_CREDENTIALS: a
@@ -88,7 +80,7 @@ class GcsEmulator:
     def bucket(self, name: str = "slm-corpus", folder: str = ""):  # type: ignore[no-untyped-def]
         from prefect_gcp import GcpCredentials, GcsBucket
 
-        # a key of its own account: not the orchestrator's (test_gce's SA), whose key in a
+        # a key of its own account: not the orchestrator's (tests/support/gce.py SA), whose key in a
         # bucket block preflight refuses (the node would act as the orchestrator)
         info = service_account(self.token_uri(), "gcs-key@test-project.iam.gserviceaccount.com")
         creds = GcpCredentials(service_account_info=info, project="test-project")

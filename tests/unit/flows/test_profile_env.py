@@ -12,7 +12,9 @@ import pytest
 
 from flows.cli import PROFILE_ENV, build_parser, main
 from tasks.errors import ConfigError
-from tests.conftest import ROOT, toml_profile
+from tests.support.paths import ROOT
+from tests.support.profiles import toml_profile
+from tests.support.weights import weights_args
 
 # every subcommand whose --profile has a default, with that default
 DEFAULTS = {
@@ -186,14 +188,6 @@ def test_the_shipped_gcp_comment_names_the_rule() -> None:
     assert "a key left beside `block` is refused, not ignored" in text
 
 
-def _weights_args(*argv: str) -> argparse.Namespace:
-    from tasks.image.cli import add_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return parser.parse_args(list(argv))
-
-
 def test_prepare_weights_with_a_saved_block_and_inline_node_keys_is_refused(
         tmp_path: Path) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -203,7 +197,7 @@ def test_prepare_weights_with_a_saved_block_and_inline_node_keys_is_refused(
     path = toml_profile(tmp_path / "p.toml", compute=TABLES["compute"])
     with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}), \
             pytest.raises(ConfigError) as e:
-        cli_main(_weights_args("--profile", str(path), "--check"))
+        cli_main(weights_args("--profile", str(path), "--check"))
     assert str(e.value) == (
         f"profile {path}: [compute] loads the saved block 'slm-gce-compute/slm-gce' and would "
         "ignore its other key(s) ['node', 'zone'] — put those fields in the saved block, or "
@@ -218,7 +212,7 @@ def test_prepare_weights_with_a_saved_block_needs_the_prefect_api(tmp_path: Path
     path = toml_profile(tmp_path / "p.toml", compute={"type": "gce", "block": "slm-gce"})
     with temporary_settings(restore_defaults={PREFECT_API_URL}), \
             pytest.raises(ConfigError) as e:
-        cli_main(_weights_args("--profile", str(path), "--check"))
+        cli_main(weights_args("--profile", str(path), "--check"))
     assert str(e.value) == (
         f"profile {path}: [compute] is the saved block 'slm-gce' and PREFECT_API_URL is not "
         "set — set PREFECT_API_URL to the server it is saved on (under sudo: `sudo env "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tasks.graph import falkordb_server
 from tasks.graph.backends import FalkorDBStore, Neo4jStore
-from tests.integration.test_graph_store import batch_for, mark
+from tests.support.graph_batches import batch_for, mark
 
 BOLT = 7687
 

@@ -19,7 +19,7 @@ from tasks.compute.engines import (
 )
 from tasks.compute.startup_script import render_startup_script
 from tasks.errors import ConfigError
-from tests.conftest import toml_profile
+from tests.support.profiles import toml_profile
 
 
 def test_the_operators_model_loads_in_llama_cpp_and_not_in_vllm() -> None:

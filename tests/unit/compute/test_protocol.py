@@ -88,7 +88,7 @@ def test_nodes_for_names_node_i_after_the_first_in_every_zone() -> None:
 def test_a_local_profile_has_one_node_and_refuses_more(tmp_path: Path) -> None:
     from tasks.compute.protocol import nodes_for
     from tasks.profile import load_profile
-    from tests.conftest import toml_profile
+    from tests.support.profiles import toml_profile
 
     [local] = nodes_for(LocalCompute(state_dir=str(tmp_path)))
     assert type(local) is LocalNode
@@ -106,7 +106,7 @@ def test_several_nodes_refuse_one_fixed_inference_url(tmp_path: Path) -> None:
     """Each node serves phase 1 at its own address: a fixed base_url would send every node's
     share to one server while the others idle (and are paid for)."""
     from tasks.profile import load_profile
-    from tests.conftest import toml_profile
+    from tests.support.profiles import toml_profile
 
     gce = {"type": "gce", "project": "p", "zone": "z", "instance": "n", "nodes": 2}
     with pytest.raises(ConfigError, match=r"nodes = 2 with \[inference\] base_url "

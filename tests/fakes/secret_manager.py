@@ -8,17 +8,17 @@ Modelled: a request without `Authorization: Bearer …` is 401 UNAUTHENTICATED; 
 Google's "(or it may not exist)" wording — Secret Manager does not say whether the secret
 exists to a caller who may not see it; an unknown secret, or one with no version, is 404
 NOT_FOUND "Secret [projects/…/secrets/NAME] not found or has no versions." (the text gcloud
-prints, tests/fake_node.py); `latest` resolves to the newest version, whose state is ENABLED,
+prints, tests/fakes/node_runtime.py); `latest` resolves to the newest version, whose state is ENABLED,
 DISABLED or DESTROYED. The caller's identity is not modelled: `viewer` says whether the
 orchestrator holds the role on every secret."""
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.loopback import JsonHandler, LoopbackServer
 
 PATH = re.compile(r"^/v1/projects/([^/]+)/secrets/([^/]+)/versions/latest$")
 
@@ -29,37 +29,25 @@ class FakeSecretManager:
         self.secrets: dict[str, list[str]] = {}  # name → the states of its versions, oldest first
         self.viewer = True
         self.requests: list[str] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.http = LoopbackServer(self._handler())
+        self.url = self.http.url
 
     def add(self, name: str, *states: str) -> None:
         self.secrets[name] = list(states or ("ENABLED",))
 
     def __enter__(self) -> FakeSecretManager:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.__exit__(*exc)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def _answer(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(code, body)
 
             def _error(self, code: int, status: str, message: str) -> None:
                 self._answer(code, {"error": {"code": code, "message": message,

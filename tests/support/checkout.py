@@ -1,0 +1,22 @@
+"""A copy of this checkout, as an orchestrator's would be."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.support.paths import ROOT
+
+
+def orchestrator_checkout(dest: Path) -> Path:
+    """A checkout of this repository's files as they are now (tracked, and new files git does
+    not ignore), without its .venv, state or caches."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for rel in files:
+        if not (ROOT / rel).is_file():  # deleted in the working tree
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, dest / rel)
+    return dest

@@ -1,0 +1,15 @@
+"""The graph backends (tasks/graph/backends.py) where no database answers: an error that names
+the store, never its password."""
+
+import pytest
+
+from tasks.graph.backends import Neo4jStore
+from tasks.processes import free_port
+
+
+def test_neo4j_connection_error_never_shows_the_password() -> None:
+    from tasks.errors import GraphError
+
+    with pytest.raises(GraphError) as e:
+        Neo4jStore(f"bolt://127.0.0.1:{free_port()}", "neo4j", "s3cret-pw")
+    assert "s3cret-pw" not in str(e.value) and "neo4j" in str(e.value)
