@@ -24,7 +24,7 @@ from typing import NoReturn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tasks import prefect_env  # noqa: E402
+from tasks.runtime import prefect_env  # noqa: E402
 
 prefect_env.apply()
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

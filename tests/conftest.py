@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tasks import prefect_env
+from tasks.runtime import prefect_env
 
 prefect_env.apply()
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

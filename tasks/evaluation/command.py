@@ -6,12 +6,12 @@ import json
 import time
 from pathlib import Path
 
-from tasks import logs
 from tasks.evaluation.gate import check_comparable, compare, load_baseline
 from tasks.evaluation.gold import DEFAULT_GOLD, load_gold
 from tasks.evaluation.report import render, render_gate
 from tasks.evaluation.runner import run_eval, shown
 from tasks.files import write_atomic
+from tasks.runtime import logs
 
 
 def _num(v: float | None) -> str:
@@ -27,7 +27,7 @@ def eval_extraction(profile: str, split: str = "validation", out: str | None = N
                     base_url: str | None = None, gold: str | None = None,
                     verbose: bool = False) -> int:
     """Run the eval and print its figures; 1 when the baseline's gate fails, else 0.
-    Library output goes to <state_dir>/eval/runs/run-<time>.log (tasks/logs.py)."""
+    Library output goes to <state_dir>/eval/runs/run-<time>.log (tasks/runtime/logs.py)."""
     from tasks.profile import load_profile
 
     cfg = load_profile(profile)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tasks.logs import say as _say  # the terminal, also while a run's output goes to its log
+from tasks.runtime.logs import say as _say  # the terminal, also while a run's output goes to its log
 from tasks.processes import ManagedServer, free_port
 
 DEFAULTS = {
