@@ -261,7 +261,7 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _scorecard(args: argparse.Namespace) -> int:
-    from tasks.corpus.phase2 import render_card, score_corpus
+    from tasks.corpus.handoff import render_card, score_corpus
     from tasks.corpus.scorecard import card_json
     from tasks.profile import CorpusSettings, load_profile
 
