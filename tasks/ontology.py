@@ -15,7 +15,6 @@ tasks/graph/queries.py before any statement is formatted).
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
 import tomllib
@@ -26,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.errors import ConfigError
+from tasks.files import sha256_hex
 
 DEFAULT_SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "graph.toml"
 WILDCARD = "*"
@@ -272,7 +272,7 @@ def parse_schema(data: dict[str, Any], path: Path) -> GraphSchema:
                          unknown_patterns=spec.unknown_patterns,
                          fallback=spec.fallback_relationship, examples=spec.example,
                          path=str(path),
-                         _digest=hashlib.sha256(_canonical(spec).encode()).hexdigest()[:16])
+                         _digest=sha256_hex(_canonical(spec), 16))
     for i, ex in enumerate(schema.examples):
         _check_example(schema, ex, f"example[{i}]", path)
     return schema

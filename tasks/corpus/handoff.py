@@ -14,13 +14,13 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from tasks.corpus.buckets import Kind
-from tasks.corpus.scorecard import RULES, BucketCard, ScorecardConfig, card_json, score_bucket
+from tasks.corpus.scorecard import RULES, ScorecardConfig, card_json, score_bucket
 from tasks.files import replacing
-from tasks.records import BucketVerdict, Scorecard, ScorecardSummary, TrainingMarker
+from tasks.records import BucketScore, BucketVerdict, Scorecard, ScorecardSummary, TrainingMarker
 
 
 def score_corpus(corpus: Path, buckets: dict[str, Kind], cfg: ScorecardConfig
-                 ) -> tuple[list[BucketCard], dict[str, pl.DataFrame]]:
+                 ) -> tuple[list[BucketScore], dict[str, pl.DataFrame]]:
     cards, clean = [], {}
     for bucket, kind in buckets.items():
         card, rows = score_bucket(corpus, bucket, kind, cfg)

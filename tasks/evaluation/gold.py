@@ -6,7 +6,6 @@ from it is wrong (precision and recall); an incomplete one lists some (recall on
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Literal
@@ -14,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tasks.errors import ConfigError
+from tasks.files import sha256_hex
 
 SPLITS = ("train", "validation", "examples")
 DEFAULT_GOLD = Path(__file__).resolve().parents[2] / "evals" / "extraction" / "gold.jsonl"
@@ -86,4 +86,4 @@ def load_gold(path: Path, split: str = "all") -> tuple[list[GoldCase], str]:
         have = sorted({c.split for c in cases})
         raise ConfigError(f"gold set {path}: no case in split {split!r} (splits there: "
                           f"{', '.join(have) or 'none'})")
-    return chosen, hashlib.sha256(raw).hexdigest()[:16]
+    return chosen, sha256_hex(raw, 16)

@@ -9,7 +9,6 @@ the graph would get from that chunk.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import signal
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 from tasks.errors import ConfigError
 from tasks.evaluation.gold import GoldCase
 from tasks.evaluation.metrics import CasePrediction, PredictedEntity, score
+from tasks.files import sha256_hex
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = "slm-nightly/eval-extraction"
@@ -119,7 +119,7 @@ def _document(case: GoldCase) -> Any:
     from tasks.extraction.documents import Document
 
     return Document(id=case.id, stream="research", path=f"gold:{case.id}",
-                    hash=hashlib.sha256(case.text.encode()).hexdigest(), text=case.text,
+                    hash=sha256_hex(case.text), text=case.text,
                     metadata={"title": case.title or case.id})
 
 
