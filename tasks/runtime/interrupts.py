@@ -24,8 +24,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tasks.runtime.logs import say  # to the terminal, also while the run's output goes to its log
 from tasks.processes import ManagedServer
+from tasks.runtime.logs import say  # to the terminal, also while the run's output goes to its log
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
