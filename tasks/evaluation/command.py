@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Literal
 
 from tasks.evaluation.gate import check_comparable, compare, load_baseline
-from tasks.evaluation.gold import DEFAULT_GOLD, load_gold
+from tasks.evaluation.gold import DEFAULT_GOLD, Split, load_gold
 from tasks.evaluation.report import render, render_gate
 from tasks.evaluation.runner import run_eval, shown
 from tasks.files import write_atomic
@@ -22,7 +23,7 @@ def default_out(state_dir: Path, split: str) -> Path:
     return state_dir / "eval" / f"extraction-{split}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
 
 
-def eval_extraction(profile: str, split: str = "validation", out: str | None = None,
+def eval_extraction(profile: str, split: Split | Literal["all"] = "validation", out: str | None = None,
                     baseline: str | None = None, tolerance: float = 0.02,
                     base_url: str | None = None, gold: str | None = None,
                     verbose: bool = False) -> int:

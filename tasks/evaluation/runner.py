@@ -18,12 +18,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tasks.errors import ConfigError
 from tasks.evaluation.gold import GoldCase
 from tasks.evaluation.metrics import CasePrediction, PredictedEntity, score
 from tasks.files import sha256_hex
+
+if TYPE_CHECKING:
+    from tasks.extraction.llm import Dialect
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = "slm-nightly/eval-extraction"
@@ -47,7 +50,7 @@ def small_model_note(model: str) -> str | None:
 @dataclass
 class Engine:
     base_url: str
-    dialect: str
+    dialect: Dialect
     started_here: bool  # this run started (and stops) the profile's local llama-server
     model_path: str | None = None
 
