@@ -24,7 +24,7 @@ from typing import NoReturn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tasks import prefect_env  # noqa: E402
+from tasks.runtime import prefect_env  # noqa: E402
 
 prefect_env.apply()
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -57,7 +57,7 @@ def fake_endpoint(latency: float) -> Iterator[str]:
 @contextlib.contextmanager
 def prefect_server(home: Path, **settings: str) -> Iterator[dict[str, str]]:
     """A real Prefect server, loop services included, on a free port with its own PREFECT_HOME
-    (started as the CLI starts its own: tasks/prefect_env.py); yields the environment for
+    (started as the CLI starts its own: tasks/runtime/prefect_env.py); yields the environment for
     subprocesses (CLI, workers, flows) to talk to it."""
     from tasks.processes import free_port
 

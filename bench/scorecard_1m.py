@@ -154,7 +154,7 @@ def sample(root: Path, out: Path, rows: int) -> None:
 
 
 def run_polars(root: Path) -> dict[str, Any]:
-    from tasks.corpus.phase2 import score_corpus
+    from tasks.corpus.handoff import score_corpus
     from tasks.corpus.scorecard import ScorecardConfig
 
     t = time.perf_counter()

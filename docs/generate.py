@@ -408,7 +408,7 @@ ENVIRONMENT = (
     ("SLM_LEASE_SECONDS", "the concurrency slots' lease (at least 60 s, the server's minimum).",
      "tasks/compute/gpu.py"),
     ("SLM_TEMPORARY_PREFECT_API", "set by the CLI itself: the API URL of the temporary Prefect "
-     "server a local run starts (never set it by hand).", "tasks/prefect_env.py"),
+     "server a local run starts (never set it by hand).", "tasks/runtime/prefect_env.py"),
     ("SLM_PROFILE", "the notebook's profile.", "notebooks/debug_document.ipynb"),
     ("SLM_DOCUMENT", "the notebook's document.", "notebooks/debug_document.ipynb"),
     ("SLM_BASE_URL", "the notebook's running endpoint (else it starts the profile's local "

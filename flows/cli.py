@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tasks import logs, prefect_env
 from tasks.errors import ConfigError, SlmNightlyError
 from tasks.records import STATES
+from tasks.runtime import logs, prefect_env
 
 # The default of every `--profile` that has one (run, graph, train, adapters, status: local;
 # preflight, node smoke, node prepare-weights: gcp) when set: `export SLM_NIGHTLY_PROFILE=gcp`
@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = load_profile(args.profile)  # fail fast, before Prefect starts, on a bad profile
     # Library output (llama.cpp, tqdm, warnings, Prefect's engine lines) goes to the run's log
-    # file unless --verbose: tasks/logs.py.
+    # file unless --verbose: tasks/runtime/logs.py.
     with logs.route(cfg.state_dir, verbose=args.verbose) as log:
         code = _run_logged(args, cfg, log)
         print(f"run log: {log.path}", file=log.out)
@@ -69,7 +69,7 @@ def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
     from prefect.exceptions import TerminationSignal
 
     from tasks.extraction.inputs import source_roots
-    from tasks.interrupts import RunStopper, say
+    from tasks.runtime.interrupts import RunStopper, say
     from tasks.summary import render_text
 
     last = cfg.state_dir / "runs" / "last-run.json"
@@ -77,7 +77,7 @@ def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
     print(f"slm-nightly: running the nightly pipeline on profile '{args.profile}' "
           f"(documents: {', '.join(f'{k}={v}' for k, v in source_roots(cfg.sources).items())})",
           file=log.out, flush=True)
-    stopper = RunStopper(cfg)  # Ctrl-C / SIGTERM / SIGHUP: tasks/interrupts.py
+    stopper = RunStopper(cfg)  # Ctrl-C / SIGTERM / SIGHUP: tasks/runtime/interrupts.py
     stopper.install()
     stopper.stop_orphans()
     state = None
@@ -261,7 +261,7 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _scorecard(args: argparse.Namespace) -> int:
-    from tasks.corpus.phase2 import render_card, score_corpus
+    from tasks.corpus.handoff import render_card, score_corpus
     from tasks.corpus.scorecard import card_json
     from tasks.profile import CorpusSettings, load_profile
 

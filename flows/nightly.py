@@ -101,7 +101,7 @@ def _final_status(e: BaseException) -> Literal["preempted", "cancelled", "failed
 
     if isinstance(e, NodePreempted):
         return "preempted"
-    # KeyboardInterrupt: `slm-nightly run` stopped by Ctrl-C or SIGTERM (tasks/interrupts.py).
+    # KeyboardInterrupt: `slm-nightly run` stopped by Ctrl-C or SIGTERM (tasks/runtime/interrupts.py).
     return "cancelled" if isinstance(e, TerminationSignal | KeyboardInterrupt) else "failed"
 
 

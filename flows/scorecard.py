@@ -10,7 +10,7 @@ from typing import Any
 
 from prefect import flow
 
-from tasks.corpus.phase2 import hand_over, score_and_publish, summary_of, sync_corpus
+from tasks.corpus.handoff import hand_over, score_and_publish, summary_of, sync_corpus
 from tasks.errors import ConfigError
 from tasks.profile import load_profile
 

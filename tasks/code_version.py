@@ -16,11 +16,12 @@ version of a checkout (preflight compares it with the deployment's).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from tasks.files import file_sha256, sha256_hex
 
 IGNORE_FILE = ".prefectignore"
 VERSION_CHARS = 16
@@ -49,11 +50,11 @@ def code_files(root: Path) -> list[str]:
 def code_version(root: Path | str = ".") -> str:
     """A digest of the code files' paths and bytes (VERSION_CHARS hex characters)."""
     root = Path(root).resolve()
-    h = hashlib.sha256()
-    for rel in code_files(root):
-        h.update(rel.encode() + b"\0")
-        h.update(hashlib.sha256((root / rel).read_bytes()).digest())
-    return h.hexdigest()[:VERSION_CHARS]
+    # each file: its path, a NUL, its raw 32-byte sha256 — the value is persisted (code folders
+    # in GCS, run records), so this layout is fixed
+    parts = [rel.encode() + b"\0" + bytes.fromhex(file_sha256(root / rel))
+             for rel in code_files(root)]
+    return sha256_hex(b"".join(parts), VERSION_CHARS)
 
 
 def code_folder(bucket_folder: str | None, version: str) -> str:

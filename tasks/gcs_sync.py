@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError
+from tasks.files import replacing
 
 ENV_BUCKET = "SLM_YOYO_WEIGHTS_GCS_BUCKET"
 
@@ -129,10 +130,8 @@ def upload_file(block: str, path: Path, key: str) -> str:
 def download_file(block: str, key: str, path: Path) -> Path:
     """Fetch one object (through a temp file, so a half download is never taken for data)."""
     bucket = _load(block)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.part")
-    bucket.download_object_to_path(key, tmp)
-    tmp.replace(path)
+    with replacing(path) as tmp:
+        bucket.download_object_to_path(key, tmp)
     return path
 
 
@@ -214,10 +213,8 @@ class GcsFolder:
         """A listed object at `path`, downloaded unless the file there has its MD5 (through a
         temp file: a half download is never taken for the file)."""
         if not (path.is_file() and _md5_b64(path) == blob.md5_hash):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.part")
-            blob.download_to_filename(str(tmp))
-            tmp.replace(path)
+            with replacing(path) as tmp:
+                blob.download_to_filename(str(tmp))
         return path
 
     def pull(self, sub: str, local: Path) -> int:

@@ -6,26 +6,34 @@ request's JSON schema (tasks/extraction/schema.py), the system prompt
 (tasks/extraction/prompt.py), the mapping of a model's labels onto the schema's, and the
 pruning of relationships no pattern allows. Its digest, with the prompt's, is the extraction
 version documents are marked with, so an edit re-extracts what it affects without a hand-bumped
-version. A leaf module: it imports nothing of the project but its errors.
+version. A leaf module: it imports nothing of the project but its errors and the digest helper.
 
-Labels become Cypher labels, so they are checked as identifiers here (and again by
-tasks/graph/queries.py before any statement is formatted).
+Labels become Cypher labels, so they are checked as identifiers here (and again, by the same
+`checked_name`, in tasks/graph/queries.py before any statement is formatted).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tasks.errors import ConfigError
+from tasks.files import sha256_hex
 
 DEFAULT_SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "graph.toml"
 WILDCARD = "*"
@@ -35,8 +43,36 @@ RESERVED_TYPES = frozenset({"MENTIONED_IN", "CHUNK_OF"})
 # An entity's own fields (tasks/graph/store.py EntityRow): no schema property may shadow one.
 RESERVED_PROPERTIES = frozenset({"key", "type", "name", "aliases", "description", "affiliation",
                                  "emails", "phones", "first_seen", "last_seen", "properties"})
-_LABEL = re.compile(r"^[A-Z][A-Za-z0-9_]{0,63}$")
-_TYPE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+# fullmatch, not ^…$: "$" also matches before a trailing newline.
+LABEL_PATTERN = re.compile(r"[A-Z][A-Za-z0-9_]{0,63}")
+TYPE_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+
+NameKind = Literal["label", "type"]  # a node label, a relationship type
+NAME_RULES: dict[NameKind, tuple[re.Pattern[str], frozenset[str]]] = {
+    "label": (LABEL_PATTERN, RESERVED_LABELS), "type": (TYPE_PATTERN, RESERVED_TYPES)}
+# What a schema file is told: (not an identifier, one of the graph's own).
+_SCHEMA_NAME_ERRORS: dict[NameKind, tuple[str, str]] = {
+    "label": ("node label {name!r} must be an identifier starting with a capital (e.g. 'Person')",
+              "node label {name!r} is the graph's own — choose another name"),
+    "type": ("relationship type {name!r} must be upper case with underscores (e.g. 'WORKS_FOR')",
+             "relationship type {name!r} is the graph's own — choose another name")}
+
+
+def checked_name(value: object, kind: NameKind, malformed: str, taken: str) -> str:
+    """`value` when it is a string the kind's pattern matches whole and not one of its reserved
+    names; else a ValueError: `malformed` or `taken`, formatted with the value as {name!r} and
+    the reserved names as {reserved}."""
+    pattern, reserved = NAME_RULES[kind]
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ValueError(malformed.format(name=value, reserved=", ".join(sorted(reserved))))
+    if value in reserved:
+        raise ValueError(taken.format(name=value, reserved=", ".join(sorted(reserved))))
+    return value
+
+
+def _schema_name(kind: NameKind) -> AfterValidator:
+    return AfterValidator(lambda v: checked_name(v, kind, *_SCHEMA_NAME_ERRORS[kind]))
+
 
 Pruning = Literal["kept", "reversed", "fallback", "dropped"]
 
@@ -60,7 +96,7 @@ class PropertySpec(_Strict):
 
 
 class NodeType(_Strict):
-    label: str
+    label: Annotated[str, _schema_name("label")]
     description: str
     properties: tuple[PropertySpec, ...] = ()
     synonyms: tuple[str, ...] = ()  # model-written labels that mean this one (any case)
@@ -69,31 +105,11 @@ class NodeType(_Strict):
     # types (a decision, a topic) are named in the model's words, so they only count.
     require_grounding: bool = False
 
-    @field_validator("label")
-    @classmethod
-    def _label(cls, v: str) -> str:
-        if not _LABEL.fullmatch(v):
-            raise ValueError(f"node label {v!r} must be an identifier starting with a capital "
-                             "(e.g. 'Person')")
-        if v in RESERVED_LABELS:
-            raise ValueError(f"node label {v!r} is the graph's own — choose another name")
-        return v
-
 
 class RelationshipType(_Strict):
-    type: str
+    type: Annotated[str, _schema_name("type")]
     description: str
     synonyms: tuple[str, ...] = ()
-
-    @field_validator("type")
-    @classmethod
-    def _type(cls, v: str) -> str:
-        if not _TYPE.fullmatch(v):
-            raise ValueError(f"relationship type {v!r} must be upper case with underscores "
-                             "(e.g. 'WORKS_FOR')")
-        if v in RESERVED_TYPES:
-            raise ValueError(f"relationship type {v!r} is the graph's own — choose another name")
-        return v
 
 
 class ExampleEntity(_Strict):
@@ -272,7 +288,7 @@ def parse_schema(data: dict[str, Any], path: Path) -> GraphSchema:
                          unknown_patterns=spec.unknown_patterns,
                          fallback=spec.fallback_relationship, examples=spec.example,
                          path=str(path),
-                         _digest=hashlib.sha256(_canonical(spec).encode()).hexdigest()[:16])
+                         _digest=sha256_hex(_canonical(spec), 16))
     for i, ex in enumerate(schema.examples):
         _check_example(schema, ex, f"example[{i}]", path)
     return schema

@@ -288,6 +288,8 @@ class SourceShare(_Strict):
 
 
 class BucketScore(_Strict):
+    """One bucket's score: what `score_bucket` returns and the scorecard JSON holds."""
+
     bucket: str
     kind: str
     path: str

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tasks import prefect_env
+from tasks.runtime import prefect_env
 
 prefect_env.apply()
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from tasks import prefect_env
 from tasks.processes import start_ticks
+from tasks.runtime import prefect_env
 
 GPU_LIMIT = "gpu"
 NIGHTLY_LIMIT = "nightly"

@@ -11,7 +11,7 @@ import hashlib
 import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +19,8 @@ import numpy as np
 import polars as pl
 
 from tasks.corpus.buckets import Kind, bucket_files, empty_bucket, read_file
+from tasks.files import sha256_hex
+from tasks.records import BucketScore, SourceShare
 
 SCORECARD_VERSION = 1
 CLEAN_PAIR_FLOOR = 3000
@@ -235,24 +237,8 @@ def _jaccard(a: str, b: str) -> float:
     return common / union if union else 1.0
 
 
-@dataclass
-class BucketCard:
-    bucket: str
-    kind: Kind
-    path: str
-    raw_lines: int
-    total: int
-    clean: int
-    passed: bool
-    reasons: list[str]
-    rules: dict[str, int]
-    pii_flagged: int
-    sources: list[dict[str, Any]] = field(default_factory=list)
-    digest: str = ""
-
-
 def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
-                 ) -> tuple[BucketCard, pl.DataFrame]:
+                 ) -> tuple[BucketScore, pl.DataFrame]:
     """Score one bucket; returns its card and the clean rows (with a stable `split`).
 
     Files are read and put through the per-row rules one at a time; only the rows' ids,
@@ -360,33 +346,33 @@ def _key_hashes(low: pl.Series) -> np.ndarray:
 
 
 def _compose(bucket: str, kind: Kind, path: Path, df: pl.DataFrame, clean: pl.DataFrame,
-             counts: dict[str | None, int], cfg: ScorecardConfig, raw_lines: int) -> BucketCard:
+             counts: dict[str | None, int], cfg: ScorecardConfig, raw_lines: int) -> BucketScore:
     total, n_clean = df.height, clean.height
     by_source = df.group_by("source").agg(total=pl.len(),
                                           clean=pl.col("status").is_null().sum()) \
         .sort(["clean", "source"], descending=[True, False])
-    sources = [{"source": s, "total": t, "clean": c, "share_of_clean": round(c / n_clean, 4)
-                if n_clean else 0.0} for s, t, c in by_source.iter_rows()]
+    sources = [SourceShare(source=s, total=t, clean=c,
+                           share_of_clean=round(c / n_clean, 4) if n_clean else 0.0)
+               for s, t, c in by_source.iter_rows()]
     reasons = []
     if n_clean < cfg.floor:
         reasons.append(f"{n_clean} clean pairs < floor {cfg.floor}")
-    distinct = sum(1 for s in sources if s["clean"])
+    distinct = sum(1 for s in sources if s.clean)
     if distinct < cfg.min_sources:
         reasons.append(f"{distinct} distinct sources < minimum {cfg.min_sources}")
     for s in sources:
-        if n_clean and s["share_of_clean"] > cfg.max_source_share:
-            reasons.append(f"source '{s['source']}' is {s['share_of_clean']:.0%} of clean "
+        if n_clean and s.share_of_clean > cfg.max_source_share:
+            reasons.append(f"source '{s.source}' is {s.share_of_clean:.0%} of clean "
                            f"pairs > cap {cfg.max_source_share:.0%}")
-    digest = hashlib.sha256()
-    digest.update(clean["stable"].sort().to_numpy().astype("<u8").tobytes())
-    return BucketCard(
+    digest = sha256_hex(clean["stable"].sort().to_numpy().astype("<u8").tobytes())
+    return BucketScore(
         bucket=bucket, kind=kind, path=str(path.resolve()), raw_lines=raw_lines, total=total,
         clean=n_clean, passed=not reasons, reasons=reasons,
         rules={r: int(counts.get(r, 0)) for r in RULES},
         pii_flagged=int(df["pii"].sum()) if cfg.pii_policy == "flag" else 0,
-        sources=sources, digest=digest.hexdigest())
+        sources=sources, digest=digest)
 
 
-def card_json(cards: list[BucketCard], cfg: ScorecardConfig, corpus: Path) -> dict[str, Any]:
+def card_json(cards: list[BucketScore], cfg: ScorecardConfig, corpus: Path) -> dict[str, Any]:
     return {"version": SCORECARD_VERSION, "corpus": str(corpus.resolve()), "floor": cfg.floor,
-            "config": asdict(cfg), "buckets": [asdict(c) for c in cards]}
+            "config": asdict(cfg), "buckets": [c.model_dump() for c in cards]}

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Literal
 
-from tasks import logs
 from tasks.evaluation.gate import check_comparable, compare, load_baseline
-from tasks.evaluation.gold import DEFAULT_GOLD, load_gold
+from tasks.evaluation.gold import DEFAULT_GOLD, Split, load_gold
 from tasks.evaluation.report import render, render_gate
 from tasks.evaluation.runner import run_eval, shown
 from tasks.files import write_atomic
+from tasks.runtime import logs
 
 
 def _num(v: float | None) -> str:
@@ -22,12 +23,12 @@ def default_out(state_dir: Path, split: str) -> Path:
     return state_dir / "eval" / f"extraction-{split}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
 
 
-def eval_extraction(profile: str, split: str = "validation", out: str | None = None,
+def eval_extraction(profile: str, split: Split | Literal["all"] = "validation", out: str | None = None,
                     baseline: str | None = None, tolerance: float = 0.02,
                     base_url: str | None = None, gold: str | None = None,
                     verbose: bool = False) -> int:
     """Run the eval and print its figures; 1 when the baseline's gate fails, else 0.
-    Library output goes to <state_dir>/eval/runs/run-<time>.log (tasks/logs.py)."""
+    Library output goes to <state_dir>/eval/runs/run-<time>.log (tasks/runtime/logs.py)."""
     from tasks.profile import load_profile
 
     cfg = load_profile(profile)

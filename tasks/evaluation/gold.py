@@ -6,16 +6,17 @@ from it is wrong (precision and recall); an incomplete one lists some (recall on
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tasks.errors import ConfigError
+from tasks.files import sha256_hex
 
-SPLITS = ("train", "validation", "examples")
+Split = Literal["train", "validation", "examples"]
+SPLITS: tuple[Split, ...] = get_args(Split)
 DEFAULT_GOLD = Path(__file__).resolve().parents[2] / "evals" / "extraction" / "gold.jsonl"
 
 
@@ -39,7 +40,7 @@ class GoldRelationship(BaseModel):
 class GoldCase(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str
-    split: Literal["train", "validation", "examples"]
+    split: Split
     source: str = ""
     complete: bool = False
     stream: str = "research"
@@ -61,7 +62,7 @@ class GoldCase(BaseModel):
         return self
 
 
-def load_gold(path: Path, split: str = "all") -> tuple[list[GoldCase], str]:
+def load_gold(path: Path, split: Split | Literal["all"] = "all") -> tuple[list[GoldCase], str]:
     """The cases of `split` ("all": every case) in file order, and the file's sha256 (16 hex).
     ConfigError for a missing file, a bad line, a repeated id or a split with no case."""
     if not path.is_file():
@@ -86,4 +87,4 @@ def load_gold(path: Path, split: str = "all") -> tuple[list[GoldCase], str]:
         have = sorted({c.split for c in cases})
         raise ConfigError(f"gold set {path}: no case in split {split!r} (splits there: "
                           f"{', '.join(have) or 'none'})")
-    return chosen, hashlib.sha256(raw).hexdigest()[:16]
+    return chosen, sha256_hex(raw, 16)

@@ -9,7 +9,6 @@ the graph would get from that chunk.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import signal
 import threading
@@ -19,11 +18,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tasks.errors import ConfigError
 from tasks.evaluation.gold import GoldCase
 from tasks.evaluation.metrics import CasePrediction, PredictedEntity, score
+from tasks.files import sha256_hex
+
+if TYPE_CHECKING:
+    from tasks.extraction.llm import Dialect
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = "slm-nightly/eval-extraction"
@@ -47,7 +50,7 @@ def small_model_note(model: str) -> str | None:
 @dataclass
 class Engine:
     base_url: str
-    dialect: str
+    dialect: Dialect
     started_here: bool  # this run started (and stops) the profile's local llama-server
     model_path: str | None = None
 
@@ -119,7 +122,7 @@ def _document(case: GoldCase) -> Any:
     from tasks.extraction.documents import Document
 
     return Document(id=case.id, stream="research", path=f"gold:{case.id}",
-                    hash=hashlib.sha256(case.text.encode()).hexdigest(), text=case.text,
+                    hash=sha256_hex(case.text), text=case.text,
                     metadata={"title": case.title or case.id})
 
 

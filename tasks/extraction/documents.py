@@ -6,7 +6,6 @@ structured records) or a LoadFailure with a reason. Nothing raises on bad input.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tasks.errors import DocumentError
+from tasks.files import sha256_hex
 
 STREAMS = ("transcripts", "research", "contacts")
 PATTERNS = {
@@ -219,7 +219,7 @@ def load_document(stream: str, root: Path, path: Path, max_bytes: int) -> Docume
         raw = path.read_bytes()
     except OSError as e:
         return LoadFailure(doc_id, stream, str(path), None, f"unreadable: {e.strerror}")
-    digest = hashlib.sha256(raw).hexdigest()
+    digest = sha256_hex(raw)
     try:
         text = _decode(raw, max_bytes)
         records: list[dict[str, Any]] = []

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import random
 import re
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from tasks.errors import ChunkTooLong, Deferred, LLMError, ServerDied
 from tasks.extraction.pacing import Outcome, Pacing
 from tasks.extraction.schema import Extraction, SchemaViolation, parse_answer
 from tasks.ontology import GraphSchema
+from tasks.waiting import backoff_seconds
 
 Dialect = Literal["vllm", "llama.cpp", "openai"]
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -265,13 +265,12 @@ class LLMClient:
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         """Seconds to wait before the next attempt: what a Retry-After header says (seconds or
-        an HTTP date), else exponential backoff with jitter; at most retry_max_seconds."""
+        an HTTP date), else exponential backoff with full jitter; at most retry_max_seconds."""
         if retry_after:
             wait = _retry_after_seconds(retry_after)
             if wait is not None:
                 return min(max(wait, 0.0), self.retry_max_seconds)
-        base = min(self.retry_max_seconds, self.retry_base_seconds * 2**attempt)
-        return base * random.uniform(0.5, 1.5)
+        return backoff_seconds(attempt, self.retry_base_seconds, self.retry_max_seconds)
 
     def sampling(self, resend: int) -> dict[str, Any]:
         """Sampling for the request: greedy first; the n-th resend of an unusable answer a step

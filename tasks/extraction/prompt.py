@@ -8,11 +8,11 @@ hand: the extraction version is a digest of the schema and of the prompts themse
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from typing import Any
 
 from tasks.extraction.documents import Document
+from tasks.files import sha256_hex
 from tasks.ontology import WILDCARD, GraphSchema
 
 RULES = (
@@ -84,7 +84,7 @@ _USER_SHAPE = "Document: {title} ({stream})[, part {i} of {n}]\n---\n{chunk}"
 def prompt_digest(schema: GraphSchema) -> str:
     """sha256 (16 hex) of everything the model is told."""
     text = "\n\x00".join((system_prompt(schema), _USER_SHAPE, GLEAN_PROMPT))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return sha256_hex(text, 16)
 
 
 # What deterministic rows (front matter, contact records) depend on, besides the resolver:
@@ -98,7 +98,7 @@ _DETERMINISTIC_ROWS = (("Person", "PARTICIPATED_IN", "Event"),
 def deterministic_version(schema: GraphSchema) -> str:
     uses = [[s, schema.node(s) is not None, r, schema.allows(s, r, d), d,
              schema.node(d) is not None] for s, r, d in _DETERMINISTIC_ROWS]
-    return f"{_DETERMINISTIC}-" + hashlib.sha256(json.dumps(uses).encode()).hexdigest()[:8]
+    return f"{_DETERMINISTIC}-" + sha256_hex(json.dumps(uses), 8)
 
 
 def extraction_version(schema: GraphSchema, gleanings: int = 0) -> str:

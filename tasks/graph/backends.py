@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.errors import GraphError
+from tasks.graph.queries import Dialect
 from tasks.graph.store import GraphStore
 
 
@@ -72,7 +73,7 @@ class Neo4jStore(GraphStore):
     when the driver talks to FalkorDB's Bolt port (docs/pipeline.md: tested that way here)."""
 
     def __init__(self, uri: str, user: str, password: str, database: str | None = None,
-                 batch_size: int = 1000, dialect: str = "neo4j") -> None:
+                 batch_size: int = 1000, dialect: Dialect = "neo4j") -> None:
         super().__init__(batch_size)
         import neo4j
 

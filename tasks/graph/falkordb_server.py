@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import GraphError, ServerError
+from tasks.files import replacing
 from tasks.processes import ManagedServer, ServerRecord, alive, free_port, port_open, tail
+from tasks.waiting import poll
 
 Progress = Callable[[str], None]
 DEFAULT_LOAD_TIMEOUT = 600.0
@@ -54,64 +56,68 @@ def wait_loaded(host: str, port: int, password: str | None = None,
     last_report = start
     last_answer = start
     state = "not answering"
+
+    def answered() -> float | None:
+        nonlocal last_report, last_answer, state
+        try:
+            r.ping()
+            return time.monotonic() - start
+        except redis.exceptions.BusyLoadingError:
+            last_answer = time.monotonic()
+            try:  # INFO is served while loading
+                info = r.info("persistence")
+                state = (f"loading its data: {float(info.get('loading_loaded_perc', 0)):.0f}%"
+                         f" of {int(info.get('loading_total_bytes', 0)) / 1e6:.1f} MB, "
+                         f"eta {info.get('loading_eta_seconds', '?')} s")
+            except redis.RedisError:
+                state = "loading its data"
+        except redis.exceptions.AuthenticationError as e:
+            raise GraphError(f"FalkorDB at {host}:{port} refused the password — fix the "
+                             "graph block's password") from e
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            state = f"not answering ({type(e).__name__})"
+            if server is None and not isinstance(e, redis.TimeoutError):
+                # Redis listens while it loads: a refused connection is no server at all.
+                raise GraphError(f"cannot reach FalkorDB at {host}:{port}: {e} — is it "
+                                 "running? (the graph block's host and port)") from e
+            if server is not None and not alive(server.pid):
+                raise GraphError(f"FalkorDB{where} exited while loading its data; last log "
+                                 f"lines:\n{tail(server.log)}") from e
+            if server is not None and isinstance(e, redis.TimeoutError) and \
+                    time.monotonic() - last_answer > STALL_SECONDS:
+                raise GraphError(
+                    f"FalkorDB{where} accepts connections but has not answered for "
+                    f"{STALL_SECONDS:.0f} s while loading its data: the data file is most "
+                    "likely damaged — restore a snapshot (slm-nightly graph restore); last "
+                    f"log lines:\n{tail(server.log)}") from e
+        if progress and time.monotonic() - last_report >= PROGRESS_EVERY:
+            progress(f"FalkorDB{where} {state} ({time.monotonic() - start:.0f} s)")
+            last_report = time.monotonic()
+        return None
+
     r = _client(host, port, password, timeout=2.0)
     try:
-        while True:
-            try:
-                r.ping()
-                return time.monotonic() - start
-            except redis.exceptions.BusyLoadingError:
-                last_answer = time.monotonic()
-                try:  # INFO is served while loading
-                    info = r.info("persistence")
-                    state = (f"loading its data: {float(info.get('loading_loaded_perc', 0)):.0f}%"
-                             f" of {int(info.get('loading_total_bytes', 0)) / 1e6:.1f} MB, "
-                             f"eta {info.get('loading_eta_seconds', '?')} s")
-                except redis.RedisError:
-                    state = "loading its data"
-            except redis.exceptions.AuthenticationError as e:
-                raise GraphError(f"FalkorDB at {host}:{port} refused the password — fix the "
-                                 "graph block's password") from e
-            except (redis.ConnectionError, redis.TimeoutError) as e:
-                state = f"not answering ({type(e).__name__})"
-                if server is None and not isinstance(e, redis.TimeoutError):
-                    # Redis listens while it loads: a refused connection is no server at all.
-                    raise GraphError(f"cannot reach FalkorDB at {host}:{port}: {e} — is it "
-                                     "running? (the graph block's host and port)") from e
-                if server is not None and not alive(server.pid):
-                    raise GraphError(f"FalkorDB{where} exited while loading its data; last log "
-                                     f"lines:\n{tail(server.log)}") from e
-                if server is not None and isinstance(e, redis.TimeoutError) and \
-                        time.monotonic() - last_answer > STALL_SECONDS:
-                    raise GraphError(
-                        f"FalkorDB{where} accepts connections but has not answered for "
-                        f"{STALL_SECONDS:.0f} s while loading its data: the data file is most "
-                        "likely damaged — restore a snapshot (slm-nightly graph restore); last "
-                        f"log lines:\n{tail(server.log)}") from e
-            waited = time.monotonic() - start
-            if waited > timeout:
-                raise GraphError(
-                    f"FalkorDB at {host}:{port}{where} is still {state} after {timeout:.0f} s — "
-                    + ("a large append-only file is being replayed: wait, raise the graph "
-                       "block's load_timeout_seconds, or compact it (slm-nightly graph compact)"
-                       if "loading" in state else "is the server running?"))
-            if progress and time.monotonic() - last_report >= PROGRESS_EVERY:
-                progress(f"FalkorDB{where} {state} ({waited:.0f} s)")
-                last_report = time.monotonic()
-            time.sleep(0.05 if waited < 1 else 0.25)
+        waited = poll(answered, timeout, first=0.05, cap=0.25)
     finally:
         r.close()
+    if waited is None:
+        raise GraphError(
+            f"FalkorDB at {host}:{port}{where} is still {state} after {timeout:.0f} s — "
+            + ("a large append-only file is being replayed: wait, raise the graph "
+               "block's load_timeout_seconds, or compact it (slm-nightly graph compact)"
+               if "loading" in state else "is the server running?"))
+    return waited
 
 
 def _wait_info(r: Any, done: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        info = r.info("persistence")
-        if done(info):
-            return dict(info)
-        if time.monotonic() > deadline:
-            raise GraphError(f"FalkorDB: {what} did not finish within {timeout:.0f} s")
-        time.sleep(0.05)
+    def finished() -> dict[str, Any] | None:
+        info = dict(r.info("persistence"))
+        return info if done(info) else None
+
+    info = poll(finished, timeout, first=0.05, factor=1.0, cap=0.05)
+    if info is None:
+        raise GraphError(f"FalkorDB: {what} did not finish within {timeout:.0f} s")
+    return info
 
 
 def compact(port: int, timeout: float = DEFAULT_LOAD_TIMEOUT, force: bool = False,
@@ -159,10 +165,8 @@ def save_rdb(port: int, dest: Path, timeout: float = DEFAULT_LOAD_TIMEOUT,
             raise GraphError("FalkorDB: BGSAVE failed — see its log (disk full?)")
     finally:
         r.close()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.part")
-    shutil.copyfile(folder / name, tmp)
-    tmp.replace(dest)
+    with replacing(dest) as tmp:
+        shutil.copyfile(folder / name, tmp)
     (folder / name).unlink(missing_ok=True)  # the copy is the snapshot; no stale RDB left
     return dest
 

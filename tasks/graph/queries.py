@@ -9,9 +9,13 @@ refused, so no schema can make a Document an Entity or a fact a MENTIONED_IN.
 
 from __future__ import annotations
 
-import re
+from typing import Literal
 
-SCHEMA = {
+from tasks.ontology import NameKind, checked_name
+
+Dialect = Literal["falkordb", "neo4j"]  # which schema statements a store runs
+
+SCHEMA: dict[Dialect, list[str]] = {
     "falkordb": [
         "CREATE INDEX FOR (e:Entity) ON (e.key)",
         "CREATE INDEX FOR (d:Document) ON (d.id)",
@@ -24,33 +28,26 @@ SCHEMA = {
     ],
 }
 
-# fullmatch, not ^…$: "$" also matches before a trailing newline.
-LABEL_PATTERN = re.compile(r"[A-Z][A-Za-z0-9_]{0,63}")
-TYPE_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
-RESERVED_LABELS = frozenset({"Entity", "Document", "Chunk"})
-RESERVED_TYPES = frozenset({"MENTIONED_IN", "CHUNK_OF"})
+
+# What a store's caller is told: (not an identifier, one of the store's own).
+_STORE_NAME_ERRORS: dict[NameKind, tuple[str, str]] = {
+    "label": ("entity label {name!r} is not an identifier: a label starts with a capital letter "
+              "and has up to 64 letters, digits or underscores — fix it in the graph schema",
+              "entity label {name!r} is reserved by the graph store ({reserved}) — rename it in "
+              "the graph schema"),
+    "type": ("relationship type {name!r} is not an identifier: a type starts with a capital "
+             "letter and has up to 64 capitals, digits or underscores — fix it in the graph "
+             "schema",
+             "relationship type {name!r} is reserved by the graph store ({reserved}) — rename "
+             "it in the graph schema")}
 
 
 def entity_label(label: str) -> str:
-    if not isinstance(label, str) or not LABEL_PATTERN.fullmatch(label):
-        raise ValueError(f"entity label {label!r} is not an identifier: a label starts with a "
-                         "capital letter and has up to 64 letters, digits or underscores — "
-                         "fix it in the graph schema")
-    if label in RESERVED_LABELS:
-        raise ValueError(f"entity label {label!r} is reserved by the graph store "
-                         f"({', '.join(sorted(RESERVED_LABELS))}) — rename it in the graph schema")
-    return label
+    return checked_name(label, "label", *_STORE_NAME_ERRORS["label"])
 
 
 def relationship_type(rel: str) -> str:
-    if not isinstance(rel, str) or not TYPE_PATTERN.fullmatch(rel):
-        raise ValueError(f"relationship type {rel!r} is not an identifier: a type starts with a "
-                         "capital letter and has up to 64 capitals, digits or underscores — "
-                         "fix it in the graph schema")
-    if rel in RESERVED_TYPES:
-        raise ValueError(f"relationship type {rel!r} is reserved by the graph store "
-                         f"({', '.join(sorted(RESERVED_TYPES))}) — rename it in the graph schema")
-    return rel
+    return checked_name(rel, "type", *_STORE_NAME_ERRORS["type"])
 
 
 UPSERT_DOCUMENTS = """

@@ -123,7 +123,7 @@ class GraphBatch:
 class GraphStore(ABC):
     """A property graph holding Documents, Entities and their relationships."""
 
-    dialect: str = "neo4j"
+    dialect: q.Dialect = "neo4j"
     location: str = ""  # where the graph lives, for people
 
     def __init__(self, batch_size: int = 1000) -> None:

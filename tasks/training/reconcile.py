@@ -21,10 +21,10 @@ import os
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from tasks.processes import owner_alive, start_ticks
 from tasks.records import FINAL, AdapterManifest, JobState, Owner
 
 log = logging.getLogger(__name__)
@@ -49,19 +49,8 @@ class Reconciled:
     reason: str
 
 
-def _proc_start(pid: int) -> int | None:
-    """Start time of `pid` in clock ticks since boot (Linux /proc), None if there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 2 (comm) may hold spaces or parentheses: split after its last ')'.
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[19])  # field 22 overall; fields[0] is field 3
-
-
 def this_process() -> Owner:
-    return Owner(host=socket.gethostname(), pid=os.getpid(), started=_proc_start(os.getpid()))
+    return Owner(host=socket.gethostname(), pid=os.getpid(), started=start_ticks(os.getpid()))
 
 
 def owner_gone(owner: Owner | None, host: str | None = None) -> bool:
@@ -69,10 +58,7 @@ def owner_gone(owner: Owner | None, host: str | None = None) -> bool:
     another process counts as gone: its start time differs)."""
     if owner is None or owner.host != (host or socket.gethostname()):
         return False
-    started = _proc_start(owner.pid)
-    if started is None:
-        return True
-    return owner.started is not None and started != owner.started
+    return not owner_alive(owner.pid, owner.started)
 
 
 def _flow_run_state(flow_run_id: str) -> tuple[str, str] | None:

@@ -86,7 +86,7 @@ def test_the_emulator_refuses_writes_whose_generation_precondition_fails(gcs: Gc
 def test_the_operators_variable_names_the_bucket_for_artifacts_records_and_corpus(
         bucket_env: str, gcs: GcsEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ) -> None:
-    from tasks.corpus.phase2 import sync_corpus
+    from tasks.corpus.handoff import sync_corpus
     from tasks.gcs_sync import mirror_records
 
     corpus = tmp_path / "corpus"

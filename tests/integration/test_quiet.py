@@ -49,8 +49,8 @@ from pathlib import Path
 import llama_cpp
 from tqdm import tqdm
 
-from tasks import logs
 from tasks.llama_cpp import default_model_path
+from tasks.runtime import logs
 
 with logs.route(Path(sys.argv[1]), verbose=sys.argv[2] == "verbose") as log:
     llama_cpp.Llama(model_path=str(default_model_path()), vocab_only=True, verbose=True)

@@ -1,4 +1,4 @@
-"""A real Prefect server for a test (started as the CLI starts its own: tasks/prefect_env.py),
+"""A real Prefect server for a test (started as the CLI starts its own: tasks/runtime/prefect_env.py),
 and the `prefect` command of this environment."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tasks import prefect_env
+from tasks.runtime import prefect_env
 from tasks.processes import free_port
 from tests.support.paths import PREFECT, ROOT
 

@@ -34,7 +34,7 @@ def test_qmsum_sft_pairs_fail_the_3000_floor_and_say_why(tmp_path: Path) -> None
     assert not card.passed
     assert f"{card.clean} clean pairs < floor 3000" in card.reasons
     assert card.total == card.clean + sum(card.rules.values())
-    assert {s["source"] for s in card.sources} == {"qmsum/product", "qmsum/academic",
+    assert {s.source for s in card.sources} == {"qmsum/product", "qmsum/academic",
                                                    "qmsum/committee"}
     # product meetings are 55% of the clean rows: above the 50% cap, and the card says so
     assert any("qmsum/product" in r and "> cap 50%" in r for r in card.reasons)
@@ -116,7 +116,7 @@ def test_sft_prompt_completion_form_and_sources_from_folders(tmp_path: Path) -> 
     write(tmp_path / ENG / "repo-b" / "y.jsonl", [sft(q(i), a(i)) for i in range(10, 12)])
     write(tmp_path / ENG / "top.jsonl", [sft(q(20), a(20), source="ci-cluster")])
     card, clean = score_bucket(tmp_path, ENG, "sft", cfg(max_source_share=0.5, min_sources=4))
-    assert {s["source"]: s["clean"] for s in card.sources} == {"repo-a": 6, "repo-b": 2,
+    assert {s.source: s.clean for s in card.sources} == {"repo-a": 6, "repo-b": 2,
                                                                "ci-cluster": 1}
     assert not card.passed
     assert "source 'repo-a' is 67% of clean pairs > cap 50%" in card.reasons

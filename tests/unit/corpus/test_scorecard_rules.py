@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.corpus.scorecard import RULES, BucketCard, ScorecardConfig, card_json, score_bucket
+from tasks.corpus.scorecard import RULES, ScorecardConfig, card_json, score_bucket
+from tasks.records import BucketScore
 
 B = "bucket"
 
@@ -26,7 +27,7 @@ def words(i: int, n: int = 6) -> str:
     return " ".join(f"w{i}x{k}" for k in range(n))
 
 
-def card(tmp_path: Path, lines: list[str], kind: str = "sft", **kw: object) -> BucketCard:
+def card(tmp_path: Path, lines: list[str], kind: str = "sft", **kw: object) -> BucketScore:
     (tmp_path / B).mkdir(exist_ok=True)
     (tmp_path / B / "a.jsonl").write_text("\n".join(lines) + "\n")
     cfg = ScorecardConfig(**{"floor": 0, "min_tokens": 1, "max_tokens": 1000, "max_source_share": 1,
@@ -34,7 +35,7 @@ def card(tmp_path: Path, lines: list[str], kind: str = "sft", **kw: object) -> B
     return score_bucket(tmp_path, B, kind, cfg)[0]  # type: ignore[arg-type]
 
 
-def failures(c: BucketCard) -> dict[str, int]:
+def failures(c: BucketScore) -> dict[str, int]:
     return {r: n for r, n in c.rules.items() if n}
 
 
@@ -122,7 +123,7 @@ def test_a_source_at_exactly_the_cap_passes(tmp_path: Path) -> None:
     lines = [sft(words(i), words(100 + i), source="a" if i < 2 else "b") for i in range(4)]
     ok = card(tmp_path, lines, max_source_share=0.5, min_sources=2)
     assert ok.passed and ok.reasons == []
-    assert [(s["source"], s["clean"], s["share_of_clean"]) for s in ok.sources] == [
+    assert [(s.source, s.clean, s.share_of_clean) for s in ok.sources] == [
         ("a", 2, 0.5), ("b", 2, 0.5)]
     over = card(tmp_path, lines + [sft(words(9), words(109), source="a")],
                 max_source_share=0.5, min_sources=3)
@@ -134,7 +135,7 @@ def test_a_source_with_no_clean_row_is_no_distinct_source(tmp_path: Path) -> Non
     c = card(tmp_path, [sft(words(1), words(2), source="a"), sft("hi", "ok", source="b")],
              min_tokens=3, min_sources=2)
     assert c.reasons == ["1 distinct sources < minimum 2"]
-    assert [(s["source"], s["total"], s["clean"]) for s in c.sources] == [("a", 1, 1),
+    assert [(s.source, s.total, s.clean) for s in c.sources] == [("a", 1, 1),
                                                                           ("b", 1, 0)]
 
 
@@ -185,10 +186,10 @@ def test_card_json_carries_version_floor_and_config(tmp_path: Path) -> None:
 def test_sources_are_listed_by_clean_rows_then_name_with_rounded_shares(tmp_path: Path) -> None:
     lines = [sft(words(i), words(100 + i), source=s) for i, s in enumerate("zzyab")]
     c = card(tmp_path, lines + [sft("hi", "ok", source="a")], min_tokens=3)
-    assert [(s["source"], s["total"], s["clean"], s["share_of_clean"]) for s in c.sources] == [
+    assert [(s.source, s.total, s.clean, s.share_of_clean) for s in c.sources] == [
         ("z", 2, 2, 0.4), ("a", 2, 1, 0.2), ("b", 1, 1, 0.2), ("y", 1, 1, 0.2)]
     thirds = card(tmp_path, lines[2:])
-    assert [s["share_of_clean"] for s in thirds.sources] == [0.3333, 0.3333, 0.3333]
+    assert [s.share_of_clean for s in thirds.sources] == [0.3333, 0.3333, 0.3333]
     assert (thirds.bucket, thirds.kind, thirds.path) == (B, "sft", str((tmp_path / B).resolve()))
     assert (thirds.total, thirds.clean, thirds.raw_lines) == (3, 3, 3)
 

@@ -224,8 +224,9 @@ def test_a_request_the_deadline_cannot_cover_is_deferred_without_a_call() -> Non
 
 def test_a_retry_whose_backoff_would_overrun_the_deadline_is_deferred() -> None:
     with FakeOpenAI() as fake:
-        c = LLMClient(fake.url, "fake", timeout_seconds=1.0, retry_base_seconds=5.0,
-                      deadline=time.time() + 2.0)  # the backoff: 2.5 to 7.5 s
+        # the backoff (full jitter): uniform in [0, 1e6] s, under 2 s once in 500,000 runs
+        c = LLMClient(fake.url, "fake", timeout_seconds=1.0, retry_base_seconds=1e6,
+                      retry_max_seconds=1e6, deadline=time.time() + 2.0)
         t = time.monotonic()
         with pytest.raises(Deferred, match="a retry after"):
             call(c, "Ann Lee FAULT:500x1")

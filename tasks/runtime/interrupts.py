@@ -2,7 +2,7 @@
 
 A terminal's Ctrl-C goes to its whole foreground process group: `make`, the CLI and anything
 started in that group. The servers a run starts live in sessions of their own (the llama.cpp
-server, the embedded FalkorDB, the CLI's temporary Prefect server: tasks/prefect_env.py), so the
+server, the embedded FalkorDB, the CLI's temporary Prefect server: tasks/runtime/prefect_env.py), so the
 signal reaches the run only, and the run decides what stops.
 
 First signal: stop the profile's local inference server and embedded graph by their PIDs — the
@@ -24,8 +24,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tasks.logs import say  # to the terminal, also while the run's output goes to its log
 from tasks.processes import ManagedServer
+from tasks.runtime.logs import say  # to the terminal, also while the run's output goes to its log
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

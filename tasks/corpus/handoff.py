@@ -1,9 +1,9 @@
-"""Phase 2a: score the corpus, publish the card, and hand a passing bucket to training
-(a cleaned Parquet dataset and an atomically written training-pending marker)."""
+"""The corpus's hand-off to training (phase 2a): score the corpus, publish the card, and hand
+each passing bucket over (a cleaned Parquet dataset, then an atomically written
+training-pending marker); and the corpus's GCS sync."""
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,12 +14,13 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from tasks.corpus.buckets import Kind
-from tasks.corpus.scorecard import RULES, BucketCard, ScorecardConfig, card_json, score_bucket
-from tasks.records import BucketVerdict, Scorecard, ScorecardSummary, TrainingMarker
+from tasks.corpus.scorecard import RULES, ScorecardConfig, card_json, score_bucket
+from tasks.files import replacing
+from tasks.records import BucketScore, BucketVerdict, Scorecard, ScorecardSummary, TrainingMarker
 
 
 def score_corpus(corpus: Path, buckets: dict[str, Kind], cfg: ScorecardConfig
-                 ) -> tuple[list[BucketCard], dict[str, pl.DataFrame]]:
+                 ) -> tuple[list[BucketScore], dict[str, pl.DataFrame]]:
     cards, clean = [], {}
     for bucket, kind in buckets.items():
         card, rows = score_bucket(corpus, bucket, kind, cfg)
@@ -93,10 +94,8 @@ def hand_over(card: Scorecard, scorecard_path: Path, clean: dict[str, pl.DataFra
         if not b.passed:
             continue
         dataset = state_dir / "datasets" / b.bucket / f"{b.digest[:16]}.parquet"
-        dataset.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dataset.with_name(f".{dataset.name}.tmp")
-        clean[b.bucket].write_parquet(tmp)
-        os.replace(tmp, dataset)
+        with replacing(dataset) as tmp:
+            clean[b.bucket].write_parquet(tmp)
         marker = TrainingMarker(bucket=b.bucket, kind=b.kind, clean=b.clean,
                                 corpus_digest=b.digest, scorecard=str(scorecard_path.resolve()),
                                 dataset=str(dataset.resolve()),

@@ -35,7 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TextIO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OWN_CODE = tuple(str(ROOT / d) + os.sep for d in ("flows", "tasks", "blocks"))
 KEEP_LOGS = 30  # run logs kept under <state_dir>/runs; older ones are deleted
 FORMAT = "%(asctime)s.%(msecs)03d | %(levelname)-7s | %(name)s - %(message)s"
