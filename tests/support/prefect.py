@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tasks.runtime import prefect_env
 from tasks.processes import free_port
+from tasks.runtime import prefect_env
 from tests.support.paths import PREFECT, ROOT
 
 
