@@ -29,7 +29,8 @@ TOP = ("blocks", "tasks", "flows")
 DOMAINS = frozenset({"tasks.compute", "tasks.training", "tasks.extraction", "tasks.graph",
                      "tasks.corpus", "tasks.evaluation"})
 COMPOSITION = frozenset({"tasks.profile", "tasks.preflight", "tasks.image",
-                         "tasks.debug_document", "tasks.status"})
+                         "tasks.debug_document", "tasks.status",
+                         "tasks.runtime.interrupts"})
 RANKS = {"blocks": 0, "shared": 1, "domain": 2, "composition": 3, "flows": 4}
 # Upward imports other slices of issue 25 remove (a flow's helpers move into tasks/; the eval
 # command reads its profile above the evaluation domain). Delete each entry as it goes.
@@ -120,7 +121,7 @@ def layer_of(module: str) -> str:
         return unit
     if unit in DOMAINS:
         return "domain"
-    return "composition" if unit in COMPOSITION else "shared"
+    return "composition" if unit in COMPOSITION or module in COMPOSITION else "shared"
 
 
 def _cycles(edges: list[tuple[str, str, str]]) -> list[list[tuple[str, str, str]]]:
