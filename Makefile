@@ -51,6 +51,8 @@ MUTATE_QUALITY := tasks.ontology.* tasks.extraction.prompt.x_document_version__*
 	tasks.extraction.extract.x__join__* tasks.extraction.extract.x_grounded__* \
 	tasks.extraction.extract.x__ground_form__* tasks.extraction.extract.x__deterministic__* \
 	tasks.evaluation.metrics.*
+# Issue 25: the night's capacity figures and phase 1's request pacing.
+MUTATE_PACE := tasks.capacity.* tasks.extraction.pacing.*
 MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* \
 	tasks.extraction.schema.x__relabel__* tasks.extraction.resolve.* \
 	tasks.corpus.scorecard.x__row_rules__* tasks.corpus.scorecard.x__ties__* \
@@ -70,7 +72,7 @@ MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* 
 	tasks.llama_build.x_cached_server__* tasks.compute.kv_budget.* \
 	tasks.environment.x_differences__* tasks.environment.x_digest__* tasks.environment.x__name__* \
 	tasks.code_version.x_code_files__* tasks.code_version.x_code_version__* \
-	tasks.code_version.x_code_folder__* $(MUTATE_QUALITY)
+	tasks.code_version.x_code_folder__* $(MUTATE_QUALITY) $(MUTATE_PACE)
 mutation: $(STAMP)
 	rm -rf mutants
 	nice $(VENV)/bin/mutmut run --max-children 2 $(MUTATE) > /dev/null
