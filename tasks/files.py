@@ -37,6 +37,17 @@ def _fsync_dir(folder: Path) -> None:
         os.close(dir_fd)
 
 
+def _new_file_mode(path: Path) -> int:
+    """The mode `path` keeps (when it exists) or a plain open() would give it: mkstemp makes
+    its files 0600, which must not leak into what replaces an ordinary file."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 @contextmanager
 def replacing(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside `path` for the caller to write (a file, by any means:
@@ -52,6 +63,7 @@ def replacing(path: Path) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, _new_file_mode(path))
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

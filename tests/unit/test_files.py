@@ -33,3 +33,20 @@ def test_digests(tmp_path):
     assert file_sha256(p) == expected == sha256_hex("abc") == sha256_hex(b"abc")
     assert sha256_hex("abc", 16) == expected[:16]
     assert hashlib.sha256(b"abc").hexdigest() == expected
+
+
+def test_a_replaced_file_keeps_an_ordinary_mode(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        fresh = tmp_path / "fresh.json"
+        write_atomic(fresh, "{}")
+        assert fresh.stat().st_mode & 0o777 == 0o644  # what open() would have made
+        kept = tmp_path / "kept.sh"
+        kept.write_text("old")
+        kept.chmod(0o750)
+        write_atomic(kept, "new")
+        assert kept.stat().st_mode & 0o777 == 0o750
+    finally:
+        os.umask(umask)
