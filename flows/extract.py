@@ -33,7 +33,7 @@ from tasks.extraction.extract import (
 from tasks.extraction.inputs import chunk_tokens as chunk_size
 from tasks.extraction.inputs import llm_client, response_schema, source_roots
 from tasks.extraction.llm import Usage
-from tasks.extraction.phase1 import (
+from tasks.extraction.stages import (
     count_documents,
     extract_batch,
     prune_orphans,

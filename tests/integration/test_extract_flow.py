@@ -292,7 +292,7 @@ def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
     """Floods, unknown fields, think blocks, truncated JSON, 500s and stalls: the graph gets
     only answers within the schema's bounds, and every good record of every file."""
     from tasks.extraction.inputs import response_schema
-    from tasks.extraction.phase1 import markdown_report
+    from tasks.extraction.stages import markdown_report
     from tasks.profile import load_profile
 
     profile, src, store, fake = setup
