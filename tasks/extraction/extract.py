@@ -151,6 +151,16 @@ class BatchReport:
     gleaning_failures: int = 0
     write_seconds: float = 0.0  # the graph writes' time (phase 1 keeps it back from its budget)
 
+    def add(self, other: BatchReport) -> None:
+        """Fold in another batch's report: the run's totals are one BatchReport."""
+        self.extracted.update(other.extracted)
+        self.failed.extend(other.failed)
+        self.deferred.extend(other.deferred)
+        self.usage.add(other.usage)
+        self.entities += other.entities
+        self.relationships += other.relationships
+        self.add_labels(other)
+
     def add_labels(self, other: BatchReport) -> None:
         """Take over the answer-quality counts of `other` (one write attempt's)."""
         for name in ("rejected_entity_types", "remapped_relationship_types", "dropped_fields",
