@@ -76,7 +76,7 @@ def main() -> None:
             subprocess.run([PREFECT, *argv], cwd=ROOT, env=env, check=True,
                            capture_output=True)
         card = scorecard(profile=str(profile))
-        bucket = card["training_pending"][0]
+        bucket = card.training_pending[0]
         dataset = next((tmp / "state" / "datasets" / bucket).glob("*.parquet"))
         params = build_params(str(recipe), {"dataset": str(dataset), "bucket": bucket,
                                             "method": "sft"}, where="bench")

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tasks.errors import ConfigError
-from tasks.files import write_atomic
+from tasks.files import replacing, write_atomic
 from tasks.records import STATES, AdapterManifest, Promotion
 
 if TYPE_CHECKING:
@@ -302,9 +302,7 @@ def gate(losses: dict[str, float], margin: float) -> tuple[bool, str]:
 
 
 def pack(folder: Path, out: Path) -> Path:
-    tmp = out.with_name(f".{out.name}.tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
+    with replacing(out) as tmp, tarfile.open(tmp, "w:gz") as tar:
         for f in sorted(folder.iterdir()):
             tar.add(f, arcname=f"{folder.name}/{f.name}")
-    tmp.replace(out)
     return out

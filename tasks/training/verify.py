@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import AdapterVerificationError, ConfigError
+from tasks.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]  # the project root: the child runs from it
 STAGE = "STAGE "  # progress lines the child prints, so a crash can be placed
@@ -223,9 +224,7 @@ def _memory_now() -> dict[str, int]:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data))
 
 
 def _child(request: dict[str, Any], result: Path) -> int:
