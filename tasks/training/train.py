@@ -1,8 +1,8 @@
 """QLoRA / LoRA training with TRL: SFT on engineering tuples, DPO on apprenticeship pairs.
 
-Plain functions (no Prefect): the flow in flows/train.py wraps them with the `gpu` slot,
-reporting and the registry. The flow loads the dataset and checks the device once, before it
-takes the slot, and hands both to `train`. Heavy imports (torch, transformers, trl) happen
+Plain functions (no Prefect): the training job (tasks/training/job.py) wraps them with the
+`gpu` slot, reporting and the registry. The job loads the dataset and checks the device once,
+before it takes the slot, and hands both to `train`, which returns a `TrainRun`. Heavy imports (torch, transformers, trl) happen
 inside the functions so that importing this module, and a bad parameter, cost nothing.
 """
 
