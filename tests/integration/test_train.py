@@ -224,8 +224,8 @@ def write_recipe(tmp: Path, **over: Any) -> Path:
 
 
 def _count_calls(monkeypatch: pytest.MonkeyPatch, *names: str) -> Counter[str]:
-    """Count calls of tasks.training.train functions, wherever the flow or `train` call them."""
-    import flows.train
+    """Count calls of tasks.training.train functions, wherever the job or `train` call them."""
+    import tasks.training.job as job_mod
     import tasks.training.train as train_mod
 
     calls: Counter[str] = Counter()
@@ -236,7 +236,7 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, *names: str) -> Counter[str]:
             calls[_name] += 1
             return _f(*a, **k)
 
-        for mod in (train_mod, flows.train):
+        for mod in (train_mod, job_mod):
             monkeypatch.setattr(mod, name, counted)
     return calls
 
