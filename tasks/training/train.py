@@ -2,8 +2,9 @@
 
 Plain functions (no Prefect): the training job (tasks/training/job.py) wraps them with the
 `gpu` slot, reporting and the registry. The job loads the dataset and checks the device once,
-before it takes the slot, and hands both to `train`, which returns a `TrainRun`. Heavy imports (torch, transformers, trl) happen
-inside the functions so that importing this module, and a bad parameter, cost nothing.
+before it takes the slot, and hands both to `train`, which returns a `TrainRun`. Heavy imports
+(torch, transformers, trl) happen inside the functions so that importing this module, and a
+bad parameter, cost nothing.
 """
 
 from __future__ import annotations
