@@ -120,24 +120,24 @@ def main() -> None:
     finally:
         falkordb_server.stop(tmp / "graph")
         shutil.rmtree(tmp, ignore_errors=True)
-    docs = summary["documents"]["transcripts"]
-    seconds = float(summary["seconds"])
+    docs = summary.documents["transcripts"]
+    seconds = summary.seconds
     late = seconds / args.budget - 1
-    share = docs["extracted"] / allowed
-    ok = {"partial": summary["status"] == "partial", "on time": abs(late) <= ON_TIME,
+    share = docs.extracted / allowed
+    ok = {"partial": summary.status == "partial", "on time": abs(late) <= ON_TIME,
           "share of capacity": share >= SHARE,
-          "no failures": docs["failed"] == 0 and sim["requests_aborted"] == 0}
+          "no failures": docs.failed == 0 and sim["requests_aborted"] == 0}
     report({"bench": "deadline", "preset": args.preset, "speed": args.speed,
             "budget_s": args.budget, "documents": n, "sweep": sweep,
             "best_fixed": {"concurrency": best, "docs_per_s": rate},
             "capacity_in_budget_docs": round(allowed, 1),
-            "status": summary["status"], "flow_seconds": seconds, "wall_s": round(wall, 2),
-            "off_budget": round(late, 4), "extracted": docs["extracted"],
-            "pending": sum((summary.get("pending") or {}).values()),
-            "failed": docs["failed"], "timeouts": sim["requests_aborted"],
+            "status": summary.status, "flow_seconds": seconds, "wall_s": round(wall, 2),
+            "off_budget": round(late, 4), "extracted": docs.extracted,
+            "pending": sum(summary.pending.values()),
+            "failed": docs.failed, "timeouts": sim["requests_aborted"],
             "share_of_capacity": round(share, 3),
-            "extract_seconds": summary.get("extract_seconds"),
-            "endpoints": json.loads(json.dumps(summary.get("endpoints") or {})),
+            "extract_seconds": summary.extract_seconds,
+            "endpoints": json.loads(json.dumps(summary.endpoints)),
             "targets": {"status": "partial", "off_budget": f"within ±{ON_TIME}",
                         "share_of_capacity": f">= {SHARE}", "failed": "== 0",
                         "timeouts": "== 0"}})

@@ -76,7 +76,7 @@ def main() -> None:
             subprocess.run([PREFECT, *argv], cwd=ROOT, env=env, check=True,
                            capture_output=True)
         card = scorecard(profile=str(profile))
-        bucket = card["training_pending"][0]
+        bucket = card.training_pending[0]
         dataset = next((tmp / "state" / "datasets" / bucket).glob("*.parquet"))
         params = build_params(str(recipe), {"dataset": str(dataset), "bucket": bucket,
                                             "method": "sft"}, where="bench")
@@ -98,14 +98,14 @@ def main() -> None:
                     t = time.perf_counter()
                     m = train_flow(params=params, profile=str(profile))
                     local_s.append(time.perf_counter() - t)
-                    assert m.get("reused") and m["name"] == first["name"]
+                    assert m.reused and m.name == first.name
                     t = time.perf_counter()
                     row = run_on_node(LocalNode(LocalCompute()), "train/node",
                                       {"params": params.model_dump(mode="json"),
                                        "profile": str(profile)}, 600, label=f"bench-{i}",
                                       poll_seconds=0.2)
                     node_s.append(time.perf_counter() - t)
-                    assert row.reused and row.name == first["name"] and row.node_run
+                    assert row.reused and row.name == first.name and row.node_run
                     with get_client(sync_client=True) as c:
                         r = c.read_flow_run(row.node_run.id)
                     assert r.start_time and r.end_time

@@ -53,7 +53,7 @@ def main() -> None:
         t = time.perf_counter()
         calls = plain(p_plain)
         plain_s = time.perf_counter() - t
-    assert summary["llm_calls"] == calls == N
+    assert summary.llm_calls == calls == N
     report({"bench": "orchestration_overhead", "documents": N, "batch_documents": BATCH,
             "flow_s": round(flow_s, 2), "plain_s": round(plain_s, 2),
             "overhead_s": round(flow_s - plain_s, 2),

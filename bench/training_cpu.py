@@ -37,11 +37,11 @@ def one(mode: str, steps: int, dataset: Path, hf_dir: Path, work: Path) -> dict:
     splits = load_splits(dataset, "sft", recipe.project.max_eval_rows)
     r = train(recipe, splits, device_report(0), hf_dir, work / f"ck-{mode}", work / f"out-{mode}",
               Hooks())
-    tokens = max((h.get("num_tokens", 0) for h in r["history"]), default=0)
-    return {"mode": mode, "steps": r["steps"], "train_seconds": r["seconds"],
-            "steps_per_s": r["steps_per_second"], "tokens": tokens,
-            "tokens_per_s": round(tokens / r["seconds"], 1) if r["seconds"] else None,
-            "peak_rss_mb": r["peak_mib"], "wall_s": round(time.perf_counter() - t, 1)}
+    tokens = max((h.get("num_tokens", 0) for h in r.history), default=0)
+    return {"mode": mode, "steps": r.steps, "train_seconds": r.seconds,
+            "steps_per_s": r.steps_per_second, "tokens": tokens,
+            "tokens_per_s": round(tokens / r.seconds, 1) if r.seconds else None,
+            "peak_rss_mb": r.peak_mib, "wall_s": round(time.perf_counter() - t, 1)}
 
 
 def main() -> int:

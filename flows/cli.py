@@ -305,7 +305,7 @@ def _train(args: argparse.Namespace) -> int:
     if not state.is_completed():
         print(f"training ended {state.name}: {state.message}", file=sys.stderr)
         return 1
-    m = state.result()
+    m = state.result().to_dict()
     print(json.dumps({k: m.get(k) for k in ("name", "state", "step", "steps", "loss",
                                             "eval_loss", "verified", "promoted", "gate")},
                      indent=2, default=str))

@@ -473,7 +473,7 @@ def _phase1(summary: RunSummary, cfg: Profile, profile: str, clock: NightClock,
                 phase1 = extract.with_options(timeout_seconds=_phase1_timeout(budget1))(
                     profile=profile, base_url=urls[0], full=full,
                     retry_failed=retry_failed, max_failed_share=max_failed_share,
-                    base_urls=urls, budget_seconds=budget1)
+                    base_urls=urls, budget_seconds=budget1).model_dump(mode="json")
             except Exception as e:
                 lost = _node_lost(cfg.node)
                 if lost is None:

@@ -6,18 +6,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from prefect import flow
 
 from tasks.corpus.handoff import hand_over, score_and_publish, summary_of, sync_corpus
 from tasks.errors import ConfigError
 from tasks.profile import load_profile
+from tasks.records import ScorecardSummary
 
 
 @flow(name="scorecard", log_prints=True)
 def scorecard(profile: str = "local", corpus: str | None = None,
-              floor: int | None = None) -> dict[str, Any]:
+              floor: int | None = None) -> ScorecardSummary:
     """Score both buckets against the composition scorecard (floor: CLEAN_PAIR_FLOOR, 3000 by
     default); for each passing bucket write the cleaned Parquet and a training-pending marker."""
     cfg = load_profile(profile)
@@ -28,4 +28,4 @@ def scorecard(profile: str = "local", corpus: str | None = None,
     card, path, clean = score_and_publish(Path(root), cfg.corpus.buckets(), sc, cfg.state_dir)
     markers = hand_over(card, path, clean, cfg.state_dir)
     synced = sync_corpus(Path(root), cfg.corpus.gcs_block) if markers else None
-    return summary_of(card, path, markers, synced).model_dump(mode="json")
+    return summary_of(card, path, markers, synced)

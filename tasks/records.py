@@ -5,8 +5,9 @@ training result a run hands to the nightly (from this process or from the GPU no
 Every record carries `schema_version` and forbids unknown keys, so a misspelled key fails
 where it is written instead of silently missing where it is read. Files are written from the
 models (`Record.save`, atomically) and read back into them (`Record.load`): a file written
-before records had a `schema_version` (today's shapes) is migrated on load; a file with a
-version this code does not know fails with a message naming the file and both versions.
+before records had a `schema_version` (today's shapes), or with an older version a record
+migrates (`Record.migrate`: the run summary's version 1 → 2), is migrated on load; a file with
+a version this code does not know fails with a message naming the file and both versions.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Record(_Strict):
             if found is None:  # written before records were versioned: today's shape
                 data = {**cls.migrate_unversioned(dict(data)), "schema_version": cls.SCHEMA_VERSION}
             elif found != cls.SCHEMA_VERSION:
-                raise RecordError(version_message(cls, found))
+                data = {**cls.migrate(dict(data), found), "schema_version": cls.SCHEMA_VERSION}
         return data
 
     @model_validator(mode="after")
@@ -57,6 +58,12 @@ class Record(_Strict):
     def migrate_unversioned(cls, data: dict[str, Any]) -> dict[str, Any]:
         """A record written before `schema_version` existed, in the current shape."""
         return data
+
+    @classmethod
+    def migrate(cls, data: dict[str, Any], found: Any) -> dict[str, Any]:
+        """A record of the older version `found`, in the current shape; RecordError for a
+        version this code does not read (a newer one, or one without a migration)."""
+        raise RecordError(version_message(cls, found))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict (what flows return and artifacts carry)."""
@@ -454,8 +461,10 @@ class ExtractionReport(_Strict):
     dangling_relationships: int = 0
     failures: list[dict[str, Any]]  # tasks/extraction/extract.py failure_record rows
     dead_letter: str | None
-    graph: GraphSummary
-    seconds: float
+    # None only in a run summary written before it held this report, whose graph block was
+    # empty (RunSummary's migration drops it)
+    graph: GraphSummary | None = None
+    seconds: float = 0.0  # 0.0 in run summaries written before they held this report
     # "partial": the budget ended phase 1 before every document was reached; the rest are
     # pending (not failed, not held) and go first on the next run.
     status: Literal["completed", "partial"] = "completed"
@@ -466,44 +475,50 @@ class ExtractionReport(_Strict):
     endpoints: dict[str, dict[str, Any]] = {}  # base URL → the client's stats (LLMClient.stats)
     quality: AnswerQuality = AnswerQuality()
 
+    @classmethod
+    def empty(cls) -> ExtractionReport:
+        """What a run whose phase 1 did not run reports: nothing counted."""
+        return cls(documents={}, llm_calls=0, prompt_tokens=0, completion_tokens=0,
+                   entities=0, relationships=0, deleted=0, pruned=0, rejected_entity_types={},
+                   remapped_relationship_types={}, dropped_fields={}, unusable_answers={},
+                   bad_records={}, failures=[], dead_letter=None)
 
-# The extraction fields the run summary takes over from phase 1.
-MERGED_FROM_EXTRACTION = ("documents", "llm_calls", "prompt_tokens", "completion_tokens",
-                          "entities", "relationships", "failures", "graph", "dead_letter",
-                          "deleted", "pruned", "rejected_entity_types",
-                          "remapped_relationship_types", "unusable_answers", "dropped_fields",
-                          "bad_records", "pending", "quality")
+
+# Version 1 of the run summary copied these fields of phase 1's report to its top level;
+# version 2 holds the report whole, as `extraction`.
+V1_EXTRACTION_FIELDS = ("documents", "llm_calls", "prompt_tokens", "completion_tokens",
+                        "entities", "relationships", "failures", "graph", "dead_letter",
+                        "deleted", "pruned", "rejected_entity_types",
+                        "remapped_relationship_types", "unusable_answers", "dropped_fields",
+                        "bad_records", "pending", "quality")
+# … and wrote these (zeros) from the start, whether phase 1 ran or not (tasks/summary.py)
+V1_ALWAYS_WRITTEN = frozenset({"documents", "llm_calls", "prompt_tokens", "completion_tokens",
+                               "entities", "relationships", "failures"})
+
+
+def _extraction_held(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 summary's flat extraction fields as the report they were copied from (none
+    when phase 1 never reported: only the zeros every summary started with)."""
+    flat = {k: data.pop(k) for k in V1_EXTRACTION_FIELDS if k in data}
+    if set(flat) - V1_ALWAYS_WRITTEN:
+        data["extraction"] = flat
+    return data
 
 
 class RunSummary(Record):
     """<state_dir>/runs/<time>-<run>.json and last-run.json. A key is written once the phase
     that fills it ran (the dump leaves out fields never set), as the files always had it."""
 
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: phase 1's report held whole, as `extraction`
     WRITE_UNSET: ClassVar[bool] = False
 
     profile: str
     status: RunStatus = "running"
     started_at: str | None = None
     finished_at: str | None = None
-    documents: dict[str, DocumentCounts] = {}
-    llm_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    entities: int = 0
-    relationships: int = 0
-    failures: list[dict[str, Any]] = []
     phases: dict[str, PhaseRecord] = {}
-    graph: GraphSummary | None = None
-    dead_letter: str | None = None
-    deleted: int | None = None
-    pruned: int | None = None
-    rejected_entity_types: dict[str, int] | None = None
-    remapped_relationship_types: dict[str, int] | None = None
-    unusable_answers: dict[str, int] | None = None
-    dropped_fields: dict[str, int] | None = None
-    bad_records: dict[str, int] | None = None
-    pending: dict[str, int] | None = None  # phase 1's documents left for the next run, by stream
-    quality: AnswerQuality | None = None  # phase 1's answers: grounding, pruning, aliases
+    # phase 1's report (also from a failed phase 1: PhaseFailed.summary); None: it did not report
+    extraction: ExtractionReport | None = None
     reaper: dict[str, Any] | None = None  # flows/reaper.py reap's record
     # Training manifests found unfinished for a run that is gone, marked at the start
     # (tasks/training/reconcile.py): {name, was, now, reason}.
@@ -526,16 +541,22 @@ class RunSummary(Record):
     def migrate_unversioned(cls, data: dict[str, Any]) -> dict[str, Any]:
         if data.get("graph") == {}:  # the old summary started with an empty graph block
             del data["graph"]
-        return data
+        return _extraction_held(data)
+
+    @classmethod
+    def migrate(cls, data: dict[str, Any], found: Any) -> dict[str, Any]:
+        if found == 1:
+            return _extraction_held(data)
+        return super().migrate(data, found)
 
     def merge_extraction(self, phase1: ExtractionReport | dict[str, Any]) -> None:
-        """Take over phase 1's counts (also from a failed phase 1: PhaseFailed.summary)."""
+        """Hold phase 1's report (also from a failed phase 1: PhaseFailed.summary, where an
+        empty dict says it counted nothing)."""
         if isinstance(phase1, dict):
             if not phase1:
                 return
             phase1 = ExtractionReport.model_validate(phase1)
-        for key in MERGED_FROM_EXTRACTION:
-            setattr(self, key, getattr(phase1, key))
+        self.extraction = phase1
 
     def set_phase(self, name: str, status: PhaseStatus, seconds: float = 0.0,
                   note: str | None = None) -> PhaseRecord:

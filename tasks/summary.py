@@ -5,13 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.records import AnswerQuality, CapacityReport, CostSummary, RunSummary
+from tasks.records import (
+    AnswerQuality,
+    CapacityReport,
+    CostSummary,
+    ExtractionReport,
+    RunSummary,
+)
 
 
 def new_summary(profile: str) -> RunSummary:
-    return RunSummary(profile=profile, status="running", documents={}, llm_calls=0,
-                      prompt_tokens=0, completion_tokens=0, entities=0, relationships=0,
-                      failures=[], phases={})
+    return RunSummary(profile=profile, status="running", phases={})
+
+
+def _extraction(s: RunSummary) -> ExtractionReport:
+    """Phase 1's report, or zeros when it did not report (the summary prints them)."""
+    return s.extraction or ExtractionReport.empty()
 
 
 def as_summary(s: RunSummary | dict[str, Any]) -> RunSummary:
@@ -45,12 +54,13 @@ def _training_lines(s: RunSummary) -> list[str]:
 def cost_summary(usage: dict[str, Any] | None, s: RunSummary) -> CostSummary:
     """The run's cost block: GPU-hours and estimated USD from the node's RUNNING time
     (compute.usage(): one L4 per node, so GPU-hours = node hours) and the tokens in/out."""
+    x = _extraction(s)
     if usage is None:
-        return CostSummary(tokens_in=s.prompt_tokens, tokens_out=s.completion_tokens,
+        return CostSummary(tokens_in=x.prompt_tokens, tokens_out=x.completion_tokens,
                            gpu_hours=None, estimated_usd=None,
                            note="node usage unavailable (see the run log)")
     rates = sorted({(z["provisioning"], z["usd_per_hour"]) for z in usage.get("zones", {}).values()})
-    return CostSummary(tokens_in=s.prompt_tokens, tokens_out=s.completion_tokens,
+    return CostSummary(tokens_in=x.prompt_tokens, tokens_out=x.completion_tokens,
                        gpu_hours=usage["gpu_hours"], running_seconds=usage["running_seconds"],
                        estimated_usd=usage["estimated_usd"],
                        rates=[f"{p} ${r:.2f}/h" for p, r in rates], zones=usage.get("zones", {}),
@@ -138,16 +148,17 @@ def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local"
                 f"FAILED ({sync['error']}); local corpus kept" if sync["error"] else
                 f"{sync['uploaded']} uploaded, {sync['unchanged']} unchanged"))
     lines += _training_lines(s)
-    if s.documents:
+    x = _extraction(s)
+    if x.documents:
         lines += ["", "Documents      seen  extracted  skipped  failed"]
-        for stream, c in s.documents.items():
+        for stream, c in x.documents.items():
             lines.append(f"  {stream:<12}{c.seen:>5}{c.extracted:>11}{c.skipped:>9}{c.failed:>8}")
-    if s.pending:
-        lines.append(f"  pending: {_pending(s.pending)}")
-    lines += ["", f"LLM calls: {s.llm_calls}  (prompt tokens {s.prompt_tokens}, "
-              f"completion tokens {s.completion_tokens})",
-              f"Upserted: {s.entities} entities, {s.relationships} relationships"]
-    lines += quality_lines(s.quality)
+    if x.pending:
+        lines.append(f"  pending: {_pending(x.pending)}")
+    lines += ["", f"LLM calls: {x.llm_calls}  (prompt tokens {x.prompt_tokens}, "
+              f"completion tokens {x.completion_tokens})",
+              f"Upserted: {x.entities} entities, {x.relationships} relationships"]
+    lines += quality_lines(x.quality)
     if s.capacity:
         lines += capacity_lines(s.capacity)
     if s.cost:
@@ -158,13 +169,13 @@ def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local"
     for r in s.reconciled or []:
         lines.append(f"Adapter {r['name']}: {r['was']} → {r['now']} at start ({r['reason']})")
     lines += _stale_lines(s)
-    if s.failures:
-        lines += ["", f"Failed documents ({len(s.failures)}), also in {s.dead_letter}:"]
-        for f in s.failures[:20]:
+    if x.failures:
+        lines += ["", f"Failed documents ({len(x.failures)}), also in {x.dead_letter}:"]
+        for f in x.failures[:20]:
             lines.append(f"  {f['id']}: {f['message']}")
-        if len(s.failures) > 20:
-            lines.append(f"  … {len(s.failures) - 20} more")
-    g = s.graph
+        if len(x.failures) > 20:
+            lines.append(f"  … {len(x.failures) - 20} more")
+    g = x.graph
     if g:
         nodes = ", ".join(f"{k} {v}" for k, v in g.nodes.items())
         rels = ", ".join(f"{k} {v}" for k, v in g.relationships.items())
@@ -205,14 +216,15 @@ def render_markdown(summary: RunSummary | dict[str, Any]) -> str:
              "|---|---|---:|---|"]
     for name, p in s.phases.items():
         lines.append(f"| {name} | {p.status} | {p.seconds:.1f} | {p.note or ''} |")
-    lines += ["", f"LLM calls {s.llm_calls}, tokens in {s.prompt_tokens} / out "
-              f"{s.completion_tokens}; entities {s.entities}, relationships "
-              f"{s.relationships}; failed documents {len(s.failures)}."]
-    quality = quality_lines(s.quality)
+    x = _extraction(s)
+    lines += ["", f"LLM calls {x.llm_calls}, tokens in {x.prompt_tokens} / out "
+              f"{x.completion_tokens}; entities {x.entities}, relationships "
+              f"{x.relationships}; failed documents {len(x.failures)}."]
+    quality = quality_lines(x.quality)
     if quality:
-        lines += ["", " · ".join(x.strip() for x in quality)]
-    if s.pending:
-        lines += ["", f"Pending: {_pending(s.pending)}."]
+        lines += ["", " · ".join(q.strip() for q in quality)]
+    if x.pending:
+        lines += ["", f"Pending: {_pending(x.pending)}."]
     train = _training_lines(s)
     if train:
         lines += ["", "## Training", ""] + [f"- {x.strip()}" for x in train if x.strip()]

@@ -2,7 +2,7 @@
 
 Deterministic parts (transcript participants, contact fields) never go to the LLM; free text
 does, chunked to fit the endpoint's context. Everything here is plain Python; the Prefect
-tasks in tasks/extraction/phase1.py call it.
+tasks in tasks/extraction/stages.py call it.
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from tasks.extraction.resolve import looks_like_person_name, normalize, resolve
 from tasks.extraction.schema import Extraction
 from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, GraphStore, RelRow, now_iso
 from tasks.ontology import GraphSchema, default_schema
+from tasks.waiting import backoff_seconds
 
 MAX_SPLIT_DEPTH = 2
 GRAPH_ATTEMPTS = 3
 GRAPH_RETRY_SECONDS = 1.0
+GRAPH_RETRY_CAP_SECONDS = GRAPH_RETRY_SECONDS * 2 ** (GRAPH_ATTEMPTS - 2)  # the old longest wait
 UNGROUNDED_SAMPLES = 20  # names listed in the report (the count is whole)
 
 
@@ -148,6 +150,16 @@ class BatchReport:
     dropped_ungrounded: Counter[str] = field(default_factory=Counter)
     gleaning_failures: int = 0
     write_seconds: float = 0.0  # the graph writes' time (phase 1 keeps it back from its budget)
+
+    def add(self, other: BatchReport) -> None:
+        """Fold in another batch's report: the run's totals are one BatchReport."""
+        self.extracted.update(other.extracted)
+        self.failed.extend(other.failed)
+        self.deferred.extend(other.deferred)
+        self.usage.add(other.usage)
+        self.entities += other.entities
+        self.relationships += other.relationships
+        self.add_labels(other)
 
     def add_labels(self, other: BatchReport) -> None:
         """Take over the answer-quality counts of `other` (one write attempt's)."""
@@ -554,7 +566,7 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
         except GraphError:
             if attempt == GRAPH_ATTEMPTS - 1:
                 raise
-            time.sleep(GRAPH_RETRY_SECONDS * 2**attempt)
+            time.sleep(backoff_seconds(attempt, GRAPH_RETRY_SECONDS, GRAPH_RETRY_CAP_SECONDS))
     report.write_seconds = time.monotonic() - wrote
     report.add_labels(labels)
     for d in batch.documents:

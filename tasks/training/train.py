@@ -1,9 +1,10 @@
 """QLoRA / LoRA training with TRL: SFT on engineering tuples, DPO on apprenticeship pairs.
 
-Plain functions (no Prefect): the flow in flows/train.py wraps them with the `gpu` slot,
-reporting and the registry. The flow loads the dataset and checks the device once, before it
-takes the slot, and hands both to `train`. Heavy imports (torch, transformers, trl) happen
-inside the functions so that importing this module, and a bad parameter, cost nothing.
+Plain functions (no Prefect): the training job (tasks/training/job.py) wraps them with the
+`gpu` slot, reporting and the registry. The job loads the dataset and checks the device once,
+before it takes the slot, and hands both to `train`, which returns a `TrainRun`. Heavy imports
+(torch, transformers, trl) happen inside the functions so that importing this module, and a
+bad parameter, cost nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -304,9 +305,37 @@ def _bf16() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
+@dataclass
+class TrainRun:
+    """What one call of `train` did: the trainer's report (kept in the adapter's manifest as
+    `training`, without the history) and the loss history (losses.json, loss.png)."""
+
+    device: dict[str, Any]
+    steps: int
+    max_steps: int
+    resumed_from: str | None  # the checkpoint's folder name, None: from step 0
+    resumed_step: int
+    train_rows: int
+    eval_rows: int
+    train_loss: float
+    seconds: float
+    steps_per_second: float | None
+    tokens_per_second: float | None
+    peak_mib: float
+    peak_kind: str  # "gpu" (CUDA's peak allocation) or "rss" (the process's peak)
+    eval_loss: dict[str, float]  # held-out loss of "base", "new" and (if any) "promoted"
+    history: list[dict[str, Any]]  # the Trainer's log rows with a loss or an eval loss
+    peft_dir: str
+    pid: int
+
+    def report(self) -> dict[str, Any]:
+        """The manifest's `training`: every field but the history, in this order."""
+        return {k: v for k, v in asdict(self).items() if k != "history"}
+
+
 def train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, Any]]],
           dev: dict[str, Any], hf_dir: Path, ckpt_dir: Path, out_dir: Path, hooks: Hooks,
-          promoted_adapter: Path | None = None) -> dict[str, Any]:
+          promoted_adapter: Path | None = None) -> TrainRun:
     """Train on `splits` (from `load_splits`) on the device `dev` (from `device_report`),
     resuming from the newest checkpoint in `ckpt_dir`; save the adapter to `out_dir/peft`, and
     measure held-out loss for the base, the promoted adapter and the new one.
@@ -317,7 +346,7 @@ def train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, Any
 
 def _train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, Any]]],
            dev: dict[str, Any], hf_dir: Path, ckpt_dir: Path, out_dir: Path, hooks: Hooks,
-           promoted_adapter: Path | None) -> dict[str, Any]:
+           promoted_adapter: Path | None) -> TrainRun:
     import torch
     from transformers import TrainerCallback
 
@@ -395,15 +424,15 @@ def _train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, An
                                        "promoted", ref)
         model.delete_adapter("promoted")
     history = [h for h in trainer.state.log_history if "loss" in h or "eval_loss" in h]
-    return {
-        "device": dev, "steps": step, "max_steps": trainer.state.max_steps,
-        "resumed_from": resume.name if resume else None, "resumed_step": run["step0"],
-        "train_rows": len(train_rows), "eval_rows": len(eval_rows),
-        "train_loss": round(float(train_loss), 4), "seconds": round(seconds, 2),
-        "steps_per_second": round((step - run["step0"]) / seconds, 3) if seconds else None,
-        "tokens_per_second": next((round(h["num_tokens"] / seconds, 1) for h in reversed(history)
-                                   if "num_tokens" in h and seconds), None),
-        "peak_mib": peak_memory_mib(cuda), "peak_kind": "gpu" if cuda else "rss",
-        "eval_loss": {k: round(v, 5) for k, v in losses.items()},
-        "history": history, "peft_dir": str(peft_dir), "pid": os.getpid(),
-    }
+    return TrainRun(
+        device=dev, steps=step, max_steps=trainer.state.max_steps,
+        resumed_from=resume.name if resume else None, resumed_step=run["step0"],
+        train_rows=len(train_rows), eval_rows=len(eval_rows),
+        train_loss=round(float(train_loss), 4), seconds=round(seconds, 2),
+        steps_per_second=round((step - run["step0"]) / seconds, 3) if seconds else None,
+        tokens_per_second=next((round(h["num_tokens"] / seconds, 1) for h in reversed(history)
+                                if "num_tokens" in h and seconds), None),
+        peak_mib=peak_memory_mib(cuda), peak_kind="gpu" if cuda else "rss",
+        eval_loss={k: round(v, 5) for k, v in losses.items()},
+        history=history, peft_dir=str(peft_dir), pid=os.getpid(),
+    )

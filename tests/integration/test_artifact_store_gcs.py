@@ -309,14 +309,14 @@ def test_a_node_in_another_zone_resumes_the_preempted_run_from_gcs(
         "dataset": str(zones["b"] / "toy.parquet"), "bucket": "toy", "method": "sft",
         "base_model": str(tiny_base)})
     m = train_flow(params=params, profile=str(zones["b"] / "train.toml"), created_by="cli")
-    assert m["state"] == "done"
-    assert (m["training"]["resumed_from"], m["training"]["resumed_step"]) == (
+    assert m.state == "done"
+    assert (m.training["resumed_from"], m.training["resumed_step"]) == (
         f"checkpoint-{newest}", newest)
-    assert m["step"] == m["steps"] == max_steps  # where an uninterrupted run ends
+    assert m.step == m.steps == max_steps  # where an uninterrupted run ends
     assert complete() == []  # a done run's checkpoints are gone from GCS too
 
     orchestrator = toml_profile(tmp_path / "orch.toml", state_dir=tmp_path / "orch")
     assert cli(["adapters", "list", "--json", "--bucket", "toy",
                 "--profile", str(orchestrator)]) == 0
     rows = {r["name"]: r["state"] for r in json.loads(capsys.readouterr().out)}
-    assert rows[m["name"]] == "done" and len(rows) == 2  # and zone A's unfinished job
+    assert rows[m.name] == "done" and len(rows) == 2  # and zone A's unfinished job

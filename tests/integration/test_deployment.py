@@ -58,7 +58,7 @@ def test_local_nightly_deployment_runs_on_a_process_worker(tmp_path: Path,
     assert "nightly-summary" in {a.get("key") for a in arts}
     summary = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
     assert summary["status"] == "completed"
-    assert summary["documents"]["transcripts"]["seen"] == 1
+    assert summary["extraction"]["documents"]["transcripts"]["seen"] == 1
 
 
 def _recipe() -> list[str]:

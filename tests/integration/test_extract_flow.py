@@ -43,7 +43,7 @@ def setup(tmp_path: Path, falkordb: int, fake_llm: FakeOpenAI, request: pytest.F
 
 def test_three_streams_into_the_graph_with_provenance(setup) -> None:
     profile, src, store, fake = setup
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert s["documents"] == {
         "transcripts": {"seen": 3, "extracted": 3, "skipped": 0, "failed": 0},
         "research": {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0},
@@ -72,14 +72,14 @@ def test_incremental_rerun_edit_and_delete(setup) -> None:
     first = dump(store)
     fake.reset()
 
-    s = extract(profile=str(profile))  # nothing changed
+    s = extract(profile=str(profile)).model_dump(mode="json")  # nothing changed
     assert fake.calls == 0 and s["llm_calls"] == 0
     assert sum(c["skipped"] for c in s["documents"].values()) == 5
     assert dump(store) == first
 
     # edit b.md: Cy Young is replaced by Eve Park → one call, Cy's relationship gone
     (src / "transcripts" / "b.md").write_text(transcript(["Eve Park", "Bob Stone"]))
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert fake.calls == 1
     assert s["documents"]["transcripts"] == {"seen": 3, "extracted": 1, "skipped": 2, "failed": 0}
     names = {r["n"] for r in store.query("MATCH (p:Person) RETURN p.name AS n")}
@@ -92,7 +92,7 @@ def test_incremental_rerun_edit_and_delete(setup) -> None:
     # delete a.md: its provenance goes, Ann stays (research + contacts mention her)
     fake.reset()
     (src / "transcripts" / "a.md").unlink()
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert fake.calls == 0 and s["deleted"] == 1
     docs = {r["id"] for r in store.query("MATCH (d:Document) RETURN d.id AS id")}
     assert "transcripts/a.md" not in docs
@@ -151,7 +151,7 @@ def test_bad_inputs_are_counted_with_reasons_and_never_crash(setup) -> None:
     (src / "research" / "bomb.yaml").write_text("a: &a [1,2]\nb: [*a, *a]\n")
     (src / "research" / "broken.yml").write_text("a: [1,\n")
     (src / "contacts" / "broken.json").write_text("{")
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert s["documents"]["transcripts"] == {"seen": 7, "extracted": 3, "skipped": 0, "failed": 4}
     assert s["documents"]["research"]["failed"] == 2
     assert s["documents"]["contacts"]["failed"] == 1
@@ -171,11 +171,11 @@ def test_bad_inputs_are_counted_with_reasons_and_never_crash(setup) -> None:
 def test_llm_failures_dead_letter_then_hold_and_share_gate(setup, tmp_path: Path) -> None:
     profile, src, store, fake = setup
     (src / "transcripts" / "bad.md").write_text(transcript(["Zed Zulu"], "FAULT:500x99"))
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     failed = [f for f in s["failures"] if f["id"] == "transcripts/bad.md"]
     assert failed and failed[0]["error"] == "LLMError" and failed[0]["attempts"] == 4
     fake.reset()
-    s = extract(profile=str(profile))  # unchanged since it failed: held, no calls
+    s = extract(profile=str(profile)).model_dump(mode="json")  # unchanged since it failed: held, no calls
     assert fake.calls == 0
     assert s["documents"]["transcripts"]["failed"] == 1
     assert "retry-failed" in s["failures"][0]["message"]
@@ -197,13 +197,13 @@ def test_an_unreachable_endpoint_fails_documents_without_holding_them(setup,
     profile, src, store, fake = setup
     down = tmp_path / "down.toml"
     down.write_text(profile.read_text().replace(fake.url, f"http://127.0.0.1:{free_port()}"))
-    s = extract(profile=str(down))
+    s = extract(profile=str(down)).model_dump(mode="json")
     llm_failed = [f for f in s["failures"] if f["error"] == "LLMError"]
     assert len(llm_failed) == 5 and all(  # every document has text for the model
         "ConnectError" in f["message"] and "retried on the next run" in f["message"]
         for f in llm_failed)
     fake.reset()
-    s = extract(profile=str(profile))  # the endpoint is back: no hold, no flag needed
+    s = extract(profile=str(profile)).model_dump(mode="json")  # the endpoint is back: no hold, no flag needed
     assert s["failures"] == [] and fake.calls > 0
     assert sum(c["extracted"] for c in s["documents"].values()) == 5
 
@@ -216,7 +216,7 @@ def test_labels_outside_the_schema_are_mapped_or_rejected_and_counted(setup) -> 
     # names acme corp (in lower case, so the fake's own name finder skips it) but no ship
     (src / "transcripts" / "x.md").write_text(transcript(["Ann Lee"], "She works at acme corp. "
                                                                       "FAULT:badlabels"))
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert s["rejected_entity_types"] == {"Spaceship": 1}
     assert s["quality"]["ungrounded"] == []  # the ship was rejected before its name was read
     assert s["remapped_relationship_types"] == {"LOVES": 1}
@@ -241,7 +241,7 @@ def test_graph_hiccup_retries_the_writes_not_the_llm_calls(setup, monkeypatch) -
         return real(self, batch)
 
     monkeypatch.setattr(FalkorDBStore, "upsert", flaky)
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert fails["n"] == 0 and s["llm_calls"] == fake.calls == 5
     assert sum(c["extracted"] for c in s["documents"].values()) == 5
 
@@ -254,7 +254,7 @@ def test_a_bad_record_is_listed_every_run_and_the_file_keeps_the_others(setup) -
         {"name": "", "emails": ["nobody@acme.test"]},
         {"name": "A. Lee", "emails": ["ANN@acme.test"]},
     ]))
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert s["documents"]["contacts"] == {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0}
     assert s["bad_records"] == {"contacts": 1}
     bad = [f for f in s["failures"] if f["id"] == "contacts/c.json#1"]
@@ -265,14 +265,15 @@ def test_a_bad_record_is_listed_every_run_and_the_file_keeps_the_others(setup) -
     assert store.query("MATCH (p:Person) WHERE p.name = '' RETURN count(p) AS n") == [{"n": 0}]
 
     fake.reset()
-    s = extract(profile=str(profile))  # unchanged: skipped, and the bad record listed again
+    # unchanged: skipped, and the bad record listed again
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert fake.calls == 0 and s["documents"]["contacts"]["skipped"] == 1
     assert [f["id"] for f in s["failures"]] == ["contacts/c.json#1"]
     lines = [json.loads(x) for x in Path(s["dead_letter"]).read_text().splitlines()]
     assert [x["id"] for x in lines] == ["contacts/c.json#1"] * 2
 
     (src / "contacts" / "c.json").write_text(json.dumps([{"name": "Ann Lee"}]))  # fixed
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert s["failures"] == [] and s["bad_records"] == {}
     assert s["documents"]["contacts"]["extracted"] == 1
 
@@ -287,7 +288,7 @@ def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
     """Floods, unknown fields, think blocks, truncated JSON, 500s and stalls: the graph gets
     only answers within the schema's bounds, and every good record of every file."""
     from tasks.extraction.inputs import response_schema
-    from tasks.extraction.phase1 import markdown_report
+    from tasks.extraction.stages import markdown_report
     from tasks.profile import load_profile
 
     profile, src, store, fake = setup
@@ -316,7 +317,7 @@ def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
         "- title: Briefing\n  summary: Sam Vale joined the board.\n- 42\n"
         "- title: Update\n  summary: Tia Ross left.\n")
 
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert s["documents"] == {
         "transcripts": {"seen": 9, "extracted": 6, "skipped": 0, "failed": 3},
         "research": {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0},
@@ -358,7 +359,7 @@ def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
     # unchanged next run: good documents skipped, failed ones held, bad records listed again
     fake.reset()
     before = dump(store)
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     assert fake.calls == 0 and dump(store) == before
     assert {f["id"] for f in s["failures"]} == set(reasons)
 
@@ -375,14 +376,14 @@ def test_one_edited_type_description_re_extracts_exactly_what_the_model_reads(se
     profile.write_text(profile.read_text() + f'schema = "{schema}"\n')
     (src / "contacts" / "plain.json").write_text(json.dumps(
         {"name": "Eve Park", "emails": ["eve@acme.test"], "organization": "Acme Corp"}))
-    first = extract(profile=str(profile))
+    first = extract(profile=str(profile)).model_dump(mode="json")
     assert sum(c["extracted"] for c in first["documents"].values()) == 6
-    assert extract(profile=str(profile))["llm_calls"] == 0  # unchanged: nothing asked
+    assert extract(profile=str(profile)).llm_calls == 0  # unchanged: nothing asked
     schema.write_text(schema.read_text().replace(
         'description = "A named product, device, tool or piece of software."',
         'description = "A named product or service sold to customers."'))
     fake.reset()
-    again = extract(profile=str(profile))
+    again = extract(profile=str(profile)).model_dump(mode="json")
     assert again["documents"] == {
         "transcripts": {"seen": 3, "extracted": 3, "skipped": 0, "failed": 0},
         "research": {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0},

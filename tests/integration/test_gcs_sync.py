@@ -50,7 +50,7 @@ def test_scorecard_flow_syncs_through_a_saved_gcs_bucket_block(tmp_path: Path) -
     with GcsEmulator(tmp_path) as gcs:
         gcs.bucket().save("test-corpus", overwrite=True)
         out = scorecard(profile=str(profile))
-        assert out["gcs_sync"]["error"] is None
-        assert out["gcs_sync"]["uploaded"] == len([p for p in corpus.rglob("*") if p.is_file()])
+        assert out.gcs_sync["error"] is None
+        assert out.gcs_sync["uploaded"] == len([p for p in corpus.rglob("*") if p.is_file()])
         again = scorecard(profile=str(profile))
-        assert again["gcs_sync"]["uploaded"] == 0
+        assert again.gcs_sync["uploaded"] == 0

@@ -146,7 +146,7 @@ def graph_stats(profile: Path, capsys: pytest.CaptureFixture) -> dict[str, Any]:
 def test_data_lost_at_rest_stops_the_run_with_the_ways_back(embedded, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture) -> None:
     profile, src, data, fake = embedded
-    first = extract(profile=str(profile))
+    first = extract(profile=str(profile)).model_dump(mode="json")
     assert first["graph"]["check"] == "unrecorded"
     good = open_dump(data)
     with open_graph(FalkorDBGraph(data_dir=str(data))) as store:  # lose the relationships
@@ -167,27 +167,27 @@ def test_data_lost_at_rest_stops_the_run_with_the_ways_back(embedded, tmp_path: 
     assert open_dump(data) == good
     restored = graph_stats(profile, capsys)
     assert restored["check"] == "ok" and restored["relationships"]["RELATED_TO"] == 2
-    second = extract(profile=str(profile))
+    second = extract(profile=str(profile)).model_dump(mode="json")
     assert second["graph"]["check"] == "ok" and fake.calls == 1  # only the new document
 
 
 def test_a_deleted_data_folder_comes_back_from_a_snapshot(embedded, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture) -> None:
     profile, src, data, fake = embedded
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     name = s["graph"]["snapshot"]["name"]
     assert Path(s["graph"]["snapshot"]["path"], "graph.rdb").is_file()
     good = open_dump(data)
     assert len(good["nodes"]) == 8  # one "Meeting" event, 3 people, 2 documents, 2 chunks
     # an unchanged re-run writes nothing and takes no new snapshot
-    again = extract(profile=str(profile))
+    again = extract(profile=str(profile)).model_dump(mode="json")
     assert again["graph"]["snapshot"]["name"] == name and again["graph"]["snapshot"]["reused"]
     shutil.rmtree(data)
     assert cli(["graph", "restore", name, "--profile", str(profile)]) == 0
     assert f"restored snapshot {name}" in capsys.readouterr().out
     assert open_dump(data) == good
     fake.reset()
-    third = extract(profile=str(profile))
+    third = extract(profile=str(profile)).model_dump(mode="json")
     assert fake.calls == 0 and third["graph"]["check"] == "ok"
     assert third["documents"]["transcripts"]["skipped"] == 2
 
@@ -197,7 +197,7 @@ def test_snapshots_are_kept_to_the_configured_number(embedded, tmp_path: Path) -
     names = []
     for i in range(3):
         (src / "transcripts" / f"n{i}.md").write_text(transcript([f"New Person{chr(65 + i)}x"]))
-        names.append(extract(profile=str(profile))["graph"]["snapshot"]["name"])
+        names.append(extract(profile=str(profile)).graph.snapshot["name"])
     kept = [s["name"] for s in snap.list_local(tmp_path / "state" / "artifacts")]
     assert kept == names[::-1][:2]
     meta = json.loads((tmp_path / "state" / "artifacts" / "graph-snapshots" / kept[0] /
@@ -207,7 +207,7 @@ def test_snapshots_are_kept_to_the_configured_number(embedded, tmp_path: Path) -
 
 def test_a_damaged_snapshot_is_refused(embedded, tmp_path: Path) -> None:
     profile, src, data, fake = embedded
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     rdb = Path(s["graph"]["snapshot"]["path"]) / "graph.rdb"
     rdb.write_bytes(rdb.read_bytes()[:-10] + b"0123456789")
     before = open_dump(data)
@@ -225,7 +225,7 @@ def test_a_lost_disk_comes_back_from_the_snapshot_in_gcs(embedded, tmp_path: Pat
     with GcsEmulator(tmp_path) as gcs:
         bucket = gcs.bucket(folder="nightly")
         bucket.save("test-graph", overwrite=True)
-        s = extract(profile=str(profile))
+        s = extract(profile=str(profile)).model_dump(mode="json")
         name = s["graph"]["snapshot"]["name"]
         assert s["graph"]["snapshot"]["gcs"] == \
             f"gs://slm-corpus/nightly/artifacts/graph-snapshots/{name}/graph.rdb"
@@ -235,7 +235,7 @@ def test_a_lost_disk_comes_back_from_the_snapshot_in_gcs(embedded, tmp_path: Pat
         assert cli(["graph", "restore", "--profile", str(profile)]) == 0
         assert open_dump(data) == good
         fake.reset()
-        again = extract(profile=str(profile))
+        again = extract(profile=str(profile)).model_dump(mode="json")
     assert fake.calls == 0 and again["documents"]["transcripts"]["skipped"] == 2
 
 
@@ -246,7 +246,7 @@ def test_a_snapshot_that_does_not_load_leaves_the_graph_as_it_was(
     the load timeout, stops that server, and leaves the data folder as it was."""
     monkeypatch.setattr(falkordb_server, "STALL_SECONDS", 3.0)
     profile, src, data, fake = embedded
-    s = extract(profile=str(profile))
+    s = extract(profile=str(profile)).model_dump(mode="json")
     folder = Path(s["graph"]["snapshot"]["path"])
     rdb = folder / "graph.rdb"
     rdb.write_bytes(rdb.read_bytes()[:-10] + b"0123456789")
@@ -262,7 +262,7 @@ def test_a_snapshot_that_does_not_load_leaves_the_graph_as_it_was(
 def test_a_run_killed_while_writing_is_not_taken_for_damage(
         embedded, monkeypatch: pytest.MonkeyPatch) -> None:
     profile, src, data, fake = embedded
-    assert extract(profile=str(profile))["graph"]["check"] == "unrecorded"
+    assert extract(profile=str(profile)).graph.check == "unrecorded"
     (src / "transcripts" / "t2.md").write_text(transcript(["Dee Fox", "Eve Gray"]))
     real_write = FalkorDBStore._write
     calls = {"n": 0}
@@ -278,6 +278,6 @@ def test_a_run_killed_while_writing_is_not_taken_for_damage(
         extract(profile=str(profile))
     monkeypatch.setattr(FalkorDBStore, "_write", real_write)
     fake.reset()
-    after = extract(profile=str(profile))
+    after = extract(profile=str(profile)).model_dump(mode="json")
     assert after["graph"]["check"] == "interrupted" and fake.calls == 1
-    assert extract(profile=str(profile))["graph"]["check"] == "ok"
+    assert extract(profile=str(profile)).graph.check == "ok"

@@ -204,10 +204,10 @@ def test_ctrl_c_stops_the_run_and_the_next_run_redoes_only_what_was_not_recorded
     finally:
         again.kill_all()
     s = summary(tmp_path)
-    docs = s["documents"]["research"]
+    docs = s["extraction"]["documents"]["research"]
     assert docs["seen"] == DOCS and docs["skipped"] == len(done)
     assert docs["extracted"] + docs["failed"] == DOCS - len(done)
-    assert s["llm_calls"] >= DOCS - len(done | failed)  # held failures make no call
+    assert s["extraction"]["llm_calls"] >= DOCS - len(done | failed)  # held failures make no call
     done_now, failed_now = recorded(tmp_path)
     assert done <= done_now and len(done_now | failed_now) == DOCS
 

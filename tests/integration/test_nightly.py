@@ -87,12 +87,13 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
     assert 0.9 * card["buckets"]["apprenticeship-pointsav"]["clean"] < manifest["pairs"]["train"] \
         < card["buckets"]["apprenticeship-pointsav"]["clean"]
     assert Path(manifest["dataset"]).is_file()
-    docs = s["documents"]
+    docs = s["extraction"]["documents"]
     assert {k: v["seen"] for k, v in docs.items()} == {"transcripts": 1, "research": 1,
                                                       "contacts": 1}
     assert sum(v["extracted"] + v["failed"] for v in docs.values()) == 3
-    assert s["llm_calls"] >= 2 and s["prompt_tokens"] > 0  # contacts file has no notes
-    assert s["entities"] > 0
+    # contacts file has no notes
+    assert s["extraction"]["llm_calls"] >= 2 and s["extraction"]["prompt_tokens"] > 0
+    assert s["extraction"]["entities"] > 0
     streams = {r["stream"] for r in _query(tmp_path, "MATCH (:Entity)-[:MENTIONED_IN]->(d:Document) "
                                                      "RETURN DISTINCT d.stream AS stream")}
     assert {"transcripts", "contacts"} <= streams
@@ -218,10 +219,11 @@ def test_a_phase_1_budget_too_small_ends_partial_on_time_then_phase_2_trains(
         # on time: the last requests were dispatched with room to finish (1 s each) and the
         # graph writes kept back; the phase is not cut by Prefect's timeout
         assert 4.0 <= s["phases"]["extract"]["seconds"] <= 8.0, s["phases"]["extract"]
-        done = s["documents"]["transcripts"]["extracted"]
-        assert 2 <= done <= 10, s["documents"]
-        assert s["pending"] == {"transcripts": 12 - done}
-        assert s["documents"]["transcripts"]["failed"] == 0 and s["failures"] == []
+        done = s["extraction"]["documents"]["transcripts"]["extracted"]
+        assert 2 <= done <= 10, s["extraction"]["documents"]
+        assert s["extraction"]["pending"] == {"transcripts": 12 - done}
+        assert s["extraction"]["documents"]["transcripts"]["failed"] == 0
+        assert s["extraction"]["failures"] == []
         assert f"{12 - done} documents pending" in s["phases"]["extract"]["note"]
         assert s["training"]["engineering-pointsav"]["state"] == "done"
         assert s["capacity"]["backlog_documents"] == 12 - done
@@ -269,8 +271,8 @@ def test_a_server_that_dies_with_sigill_stops_phase_1_and_phase_2_still_runs(
                                  f"signal 4 (SIGILL), see its log {log}")
     assert "3 documents were not extracted: they go first on the next run" in s["error"]
     assert "llama-server" in log.read_text().splitlines()[0]
-    assert s["pending"] == {"transcripts": 1, "research": 1, "contacts": 1}
-    assert s["failures"] == [] and not (tmp_path / "state" / "dead-letter.jsonl").exists()
+    assert s["extraction"]["pending"] == {"transcripts": 1, "research": 1, "contacts": 1}
+    assert s["extraction"]["failures"] == [] and not (tmp_path / "state" / "dead-letter.jsonl").exists()
     assert s["scorecard"]["buckets"]["engineering-pointsav"]["passed"] is True
     assert s["phases"]["extract"]["seconds"] < 30  # no retries of a dead port per document
     assert ManagedServer("inference", tmp_path / "state").record() is None
@@ -307,9 +309,9 @@ def test_a_phase_1_over_max_failed_share_still_scores_and_trains(
         "inference_down": "completed", "scorecard": "completed",
         "train:engineering-pointsav": "completed", "compute_down": "completed"}
     assert s["error"].startswith("extract: PhaseFailed: 2 of 3 documents failed (more than 0%)")
-    assert s["documents"]["transcripts"] == {"seen": 3, "extracted": 1, "skipped": 0,
+    assert s["extraction"]["documents"]["transcripts"] == {"seen": 3, "extracted": 1, "skipped": 0,
                                              "failed": 2}
-    assert sorted(f["id"] for f in s["failures"]) == ["transcripts/a.md", "transcripts/b.md"]
+    assert sorted(f["id"] for f in s["extraction"]["failures"]) == ["transcripts/a.md", "transcripts/b.md"]
     assert s["scorecard"]["training_pending"] == ["engineering-pointsav"]
     assert s["training"]["engineering-pointsav"]["state"] == "done"
 
@@ -326,8 +328,8 @@ def test_a_night_with_one_core_held_busy_completes_with_no_document_failed(
         busy.kill()
         busy.wait()
     assert s["status"] == "completed", s.get("error")
-    assert s["failures"] == []
-    assert sum(v["extracted"] for v in s["documents"].values()) == 3
+    assert s["extraction"]["failures"] == []
+    assert sum(v["extracted"] for v in s["extraction"]["documents"].values()) == 3
     expected = auto_threads(usable_cores(), usable_cores() - 1.0)
     log = (tmp_path / "state" / "inference.log").read_text()
     assert f" -t {expected} -tb {expected} " in log.splitlines()[0], log[:2000]

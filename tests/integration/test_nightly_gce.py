@@ -41,7 +41,7 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         assert s["status"] == "completed", s.get("error")
         assert s["node"].startswith("GCE test-project/zone-b/node (spot, g2-standard-4)")
         assert "zone-a spot: stocked out" in s["node"]
-        assert s["documents"]["transcripts"]["seen"] == 1
+        assert s["extraction"]["documents"]["transcripts"]["seen"] == 1
         assert {k: v["status"] for k, v in s["phases"].items()}["inference_down"] == "completed"
         assert fake.instance("zone-b", "node").status == "TERMINATED"
         assert fake.instance("zone-b", "node").metadata["slm-vllm"] == "stopped"
@@ -58,8 +58,8 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         assert cost["gpu_hours"] == pytest.approx(cost["running_seconds"] / 3600, rel=1e-3)
         assert cost["estimated_usd"] == pytest.approx(cost["running_seconds"] / 3600 * 0.28, abs=1e-6)
         assert cost["rates"] == ["spot $0.28/h"] and list(cost["zones"]) == ["zone-b"]
-        assert cost["tokens_in"] == s["prompt_tokens"] > 0
-        assert cost["tokens_out"] == s["completion_tokens"] > 0
+        assert cost["tokens_in"] == s["extraction"]["prompt_tokens"] > 0
+        assert cost["tokens_out"] == s["extraction"]["completion_tokens"] > 0
         text, md = render_text(s), render_markdown(s)
         line = f"Cost: {cost['gpu_hours']:.4f} GPU-hours at spot $0.28/h ≈ $"
         assert line in text and line in md
@@ -107,8 +107,8 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
         s = json.loads((tmp_path / "state" / "runs" / "last-run.json").read_text())
         assert s["status"] == "preempted" and s["phases"]["extract"]["status"] == "preempted"
         assert "inference_down" not in s["phases"]
-        done = s["documents"]["transcripts"]["extracted"]
-        failed = [f for f in s["failures"] if f["error"] == "LLMError"]
+        done = s["extraction"]["documents"]["transcripts"]["extracted"]
+        failed = [f for f in s["extraction"]["failures"] if f["error"] == "LLMError"]
         assert 0 < done < 12 and len(failed) == 12 - done
         assert all("retried on the next run" in f["message"] for f in failed)
         assert fake.instance("zone-a", "node").status == "TERMINATED"

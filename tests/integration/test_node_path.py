@@ -275,7 +275,7 @@ def test_half_nights_extract_only_then_retrain_one_bucket(
         s = nightly(profile=str(profile), phases="extract")
         assert s["status"] == "completed", s.get("error")
         assert s["phases"]["extract"]["status"] == "completed"
-        assert s["documents"]["transcripts"]["seen"] == 1
+        assert s["extraction"]["documents"]["transcripts"]["seen"] == 1
         assert (s["phases"]["scorecard"]["status"], s["phases"]["scorecard"]["note"]) == (
             "skipped", "phases = extract")
         assert s["phases"]["train"]["status"] == "skipped" and not _child_runs(str(profile))

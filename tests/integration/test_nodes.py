@@ -214,7 +214,7 @@ def test_a_two_node_night_spreads_phase_1_over_both_and_stops_both(
         block(fake, tmp_path, port, node=VLLM_NODE).save("nodes-nightly", overwrite=True)
         s = nightly(profile=str(profile))
         assert s["status"] == "completed", s.get("error")
-        assert s["documents"]["transcripts"]["seen"] == 6
+        assert s["extraction"]["documents"]["transcripts"]["seen"] == 6
         assert "127.0.0.2" in s["node"] and "127.0.0.3" in s["node"]
         served = {name: engines.requests(name) for name in IPS}
         assert all(n > 0 for n in served.values()), served

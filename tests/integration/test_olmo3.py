@@ -58,12 +58,12 @@ def test_olmo3_trains_exports_verifies_and_promotes(olmo3_tiny: dict[str, Any], 
                                         "method": "sft", "bucket": "engineering-pointsav"})
     m = train_flow(params=params, profile=str(profile))
 
-    assert m["state"] == "done" and m["step"] == 4
-    assert m["verified"] is True and m["promoted"] is True, m["gate"]
-    assert m["export"]["arch"] == "olmo2" and m["export"]["type"] == "adapter"
-    assert m["export"]["tensors"] == tiny.LAYERS * len(tiny.TARGETS) * 2  # lora_a + lora_b each
-    assert "convert_lora_to_gguf.py" in m["export"]["tool"]
-    out = tmp_path / "state" / "artifacts" / "adapters" / m["name"]
+    assert m.state == "done" and m.step == 4
+    assert m.verified is True and m.promoted is True, m.gate
+    assert m.export["arch"] == "olmo2" and m.export["type"] == "adapter"
+    assert m.export["tensors"] == tiny.LAYERS * len(tiny.TARGETS) * 2  # lora_a + lora_b each
+    assert "convert_lora_to_gguf.py" in m.export["tool"]
+    out = tmp_path / "state" / "artifacts" / "adapters" / m.name
     f = _fields(out / "adapter.gguf")
     assert f["general.type"] == "adapter" and f["adapter.lora.alpha"] == 16.0
     assert "blk.3.attn_k.weight.lora_b" in f["tensors"]
@@ -75,4 +75,4 @@ def test_olmo3_trains_exports_verifies_and_promotes(olmo3_tiny: dict[str, Any], 
     assert manifest["state"] == "done" and manifest["verified"] and manifest["promoted"]
     assert manifest["params"]["load_in_4bit"] is four_bit
     store = ArtifactStore(tmp_path / "state" / "artifacts")
-    assert store.pointer("engineering-pointsav")["current"] == m["name"]
+    assert store.pointer("engineering-pointsav")["current"] == m.name

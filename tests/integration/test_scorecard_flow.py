@@ -22,9 +22,9 @@ def test_scorecard_flow_writes_card_dataset_and_marker_for_passing_buckets_only(
                            corpus={"root": corpus, "floor": 30, "min_tokens": 3,
                                    "max_source_share": 1.0})
     out = scorecard(profile=str(profile))
-    assert out["training_pending"] == [ENG]
-    assert out["buckets"][APP]["reasons"] == ["5 clean pairs < floor 30"]
-    card = json.loads(Path(out["scorecard"]).read_text())
+    assert out.training_pending == [ENG]
+    assert out.buckets[APP].reasons == ["5 clean pairs < floor 30"]
+    card = json.loads(Path(out.scorecard).read_text())
     assert card["version"] == 1 and card["floor"] == 30
     marker = json.loads((tmp_path / "state" / "training-pending" / f"{ENG}.json").read_text())
     assert marker["clean"] == 40 and marker["corpus_digest"] == card["buckets"][0]["digest"]

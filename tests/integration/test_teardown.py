@@ -204,7 +204,7 @@ def test_cancel_mid_phase_1_stops_both_nodes(server: dict[str, str], tmp_path: P
             assert s["status"] == "cancelled", s.get("error")
             assert s["phases"]["extract"]["status"] == "cancelled"
             assert s["phases"]["compute_down"]["status"] == "completed"
-            assert s["cost"]["gpu_hours"] > 0 and s["cost"]["tokens_in"] == s["prompt_tokens"]
+            assert s["cost"]["gpu_hours"] > 0 and s["cost"]["tokens_in"] == s["extraction"]["prompt_tokens"]
         finally:
             if worker.poll() is None:
                 os.killpg(worker.pid, signal.SIGTERM)  # our own worker's process group
@@ -227,7 +227,7 @@ def test_phase_1_out_of_budget_ends_partial_and_stops_the_node(
         assert s["status"] == "partial", s.get("error")
         assert s["phases"]["extract"]["status"] == "partial", s.get("error")
         assert s["phases"]["extract"]["seconds"] < 9
-        assert 0 < sum(s["pending"].values()) < 8
+        assert 0 < sum(s["extraction"]["pending"].values()) < 8
         assert s["phases"]["compute_down"]["status"] == "completed"
         assert len(node.stops()) == 1
         assert node.fake.instance("zone-a", "node").status == "TERMINATED"

@@ -123,8 +123,8 @@ def test_qlora_4bit_path_on_cpu(tiny_base: Path, tmp_path: Path) -> None:
 
 
 def _count_calls(monkeypatch: pytest.MonkeyPatch, *names: str) -> Counter[str]:
-    """Count calls of tasks.training.train functions, wherever the flow or `train` call them."""
-    import flows.train
+    """Count calls of tasks.training.train functions, wherever the job or `train` call them."""
+    import tasks.training.job as job_mod
     import tasks.training.train as train_mod
 
     calls: Counter[str] = Counter()
@@ -135,7 +135,7 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, *names: str) -> Counter[str]:
             calls[_name] += 1
             return _f(*a, **k)
 
-        for mod in (train_mod, flows.train):
+        for mod in (train_mod, job_mod):
             monkeypatch.setattr(mod, name, counted)
     return calls
 
@@ -155,12 +155,12 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
     calls = _count_calls(monkeypatch, "load_splits", "device_report")
     m = train_flow(params=params, profile=str(profile))
     assert calls == {"load_splits": 1, "device_report": 1}  # one load, one report per run
-    assert m["state"] == "done" and m["step"] == 4 and m["steps"] == 4
-    assert m["verified"] is True and m["promoted"] is True, m["gate"]
-    assert m["eval_loss"] < m["gate"]["eval_loss"]["base"]
-    assert m["pairs"] == {"train": 40, "eval": 4}
-    assert m["peak_mib"] > 100 and m["training"]["peak_kind"] == "rss"
-    out = tmp_path / "state" / "artifacts" / "adapters" / m["name"]
+    assert m.state == "done" and m.step == 4 and m.steps == 4
+    assert m.verified is True and m.promoted is True, m.gate
+    assert m.eval_loss < m.gate.eval_loss["base"]
+    assert m.pairs.model_dump() == {"train": 40, "eval": 4}
+    assert m.peak_mib > 100 and m.training["peak_kind"] == "rss"
+    out = tmp_path / "state" / "artifacts" / "adapters" / m.name
     for f in ("adapter.gguf", "adapter.tar.gz", "loss.png", "losses.json", "verify.json",
               "peft/adapter_config.json", "peft/adapter_model.safetensors", "manifest.json"):
         assert (out / f).is_file(), f
@@ -171,7 +171,7 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
     assert manifest["state"] == "done" and manifest["data_digest"] and manifest["created_by"]
     assert manifest["base"]["gguf"] and manifest["finished"] >= manifest["started"]
     store = ArtifactStore(tmp_path / "state" / "artifacts")
-    assert store.pointer("engineering-pointsav")["current"] == m["name"]
+    assert store.pointer("engineering-pointsav")["current"] == m.name
     assert store.serving("engineering-pointsav") == out / "adapter.gguf"
     assert active_slots() == 0
     with get_client(sync_client=True) as client:
@@ -180,17 +180,17 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
             "training-engineering-pointsav"} <= keys
 
     again = train_flow(params=params, profile=str(profile))
-    assert again["reused"] and again["name"] == m["name"]  # same data + params: no retraining
+    assert again.reused and again.name == m.name  # same data + params: no retraining
 
     # A stricter gate keeps the next adapter without promoting it; rollback goes back.
     strict = train_profile(tmp_path, base_cache["cache"], margin=0.9)
     kept = train_flow(params=params, profile=str(strict), retrain=True)
-    assert kept["state"] == "done" and not kept["promoted"]
-    assert "does not beat" in kept["gate"]["reason"]
-    assert store.pointer("engineering-pointsav")["current"] == m["name"]
-    store.promote(kept["name"], "by hand")
-    assert store.pointer("engineering-pointsav")["current"] == kept["name"]
-    assert store.rollback("engineering-pointsav")["current"] == m["name"]
+    assert kept.state == "done" and not kept.promoted
+    assert "does not beat" in kept.gate.reason
+    assert store.pointer("engineering-pointsav")["current"] == m.name
+    store.promote(kept.name, "by hand")
+    assert store.pointer("engineering-pointsav")["current"] == kept.name
+    assert store.rollback("engineering-pointsav")["current"] == m.name
 
 
 @pytest.mark.usefixtures("prefect_api")

@@ -18,6 +18,7 @@ from tasks.errors import IllegalTransition, RecordError
 from tasks.records import (
     STATES,
     AdapterManifest,
+    ExtractionReport,
     RunSummary,
     Scorecard,
     ScorecardSummary,
@@ -105,9 +106,9 @@ def test_an_old_run_summary_renders_the_same_text_as_before(name: str) -> None:
 
 def test_an_old_run_summary_loads_with_its_values() -> None:
     s = RunSummary.load(FIXTURES / "last-run.json")
-    assert s.schema_version == 1
+    assert s.schema_version == 2
     assert (s.profile, s.status, s.node) == ("local", "completed", "local machine")
-    assert s.documents["transcripts"].skipped == 11
+    assert s.extraction is not None and s.extraction.documents["transcripts"].skipped == 11
     assert s.phases["train:engineering-pointsav"].seconds == 1.13
     assert s.scorecard is not None and s.scorecard.buckets["apprenticeship-pointsav"].clean == 297
     assert s.training is not None
@@ -119,7 +120,8 @@ def test_an_old_run_summary_loads_with_its_values() -> None:
 def test_an_old_run_summary_written_again_keeps_its_keys_and_values() -> None:
     old = _fixture("last-run.json")
     new = json.loads(RunSummary.load(FIXTURES / "last-run.json").to_json())
-    assert new.pop("schema_version") == 1
+    assert new.pop("schema_version") == 2
+    new.update(new.pop("extraction"))  # version 2 holds phase 1's report whole
     for row in new["training"].values():
         assert row.pop("schema_version") == 1
     assert new == old
@@ -127,8 +129,8 @@ def test_an_old_run_summary_written_again_keeps_its_keys_and_values() -> None:
 
 def test_the_empty_graph_block_of_an_old_summary_is_dropped() -> None:
     s = RunSummary.load(FIXTURES / "failed-run.json")
-    assert s.graph is None
-    assert "graph" not in json.loads(s.to_json())
+    assert s.extraction is not None and s.extraction.graph is None
+    assert "graph" not in json.loads(s.to_json())["extraction"]
 
 
 def test_an_old_manifest_loads_and_loses_its_old_version_number() -> None:
@@ -190,9 +192,7 @@ def test_a_new_summary_writes_only_what_its_phases_filled() -> None:
     s.set_phase("scorecard", "skipped", note="no [corpus] root in the profile")
     s.cost = cost_summary(None, s)
     assert s.to_dict() == {
-        "schema_version": 1, "profile": "local", "status": "running", "documents": {},
-        "llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "entities": 0,
-        "relationships": 0, "failures": [],
+        "schema_version": 2, "profile": "local", "status": "running",
         "phases": {"compute_up": {"status": "completed", "seconds": 0.5},
                    "scorecard": {"status": "skipped", "seconds": 0.0,
                                  "note": "no [corpus] root in the profile"}},
@@ -212,7 +212,7 @@ def test_the_serving_adapter_line_tells_not_started_from_base_model() -> None:
 def test_merge_extraction_takes_over_the_phase_1_counts() -> None:
     s = new_summary("local")
     s.merge_extraction({})  # a PhaseFailed raised before phase 1 counted anything
-    assert s.llm_calls == 0
+    assert s.extraction is None
     last = _fixture("last-run.json")
     report = {k: last[k] for k in ("documents", "llm_calls", "prompt_tokens",
                                    "completion_tokens", "entities", "relationships", "failures",
@@ -221,14 +221,16 @@ def test_merge_extraction_takes_over_the_phase_1_counts() -> None:
                                    "unusable_answers", "dropped_fields", "bad_records")}
     s.merge_extraction({**report, "llm_retries": 2, "dangling_relationships": 1,
                         "seconds": 1.2})
-    assert s.documents["research"].seen == 6
-    assert s.graph is not None and s.graph.nodes["Person"] == 164
-    assert s.dead_letter == "/work/main/.slm-nightly/dead-letter.jsonl"
+    x = s.extraction
+    assert x is not None and x.documents["research"].seen == 6
+    assert x.graph is not None and x.graph.nodes["Person"] == 164
+    assert x.dead_letter == "/work/main/.slm-nightly/dead-letter.jsonl"
 
 
 def test_cost_summary_of_a_gce_node() -> None:
     s = new_summary("gce")
-    s.prompt_tokens, s.completion_tokens = 10, 20
+    s.extraction = ExtractionReport.empty()
+    s.extraction.prompt_tokens, s.extraction.completion_tokens = 10, 20
     usage = {"gpu_hours": 0.5, "running_seconds": 1800.0, "estimated_usd": 0.35,
              "zones": {"us-central1-a": {"provisioning": "SPOT", "usd_per_hour": 0.7}}}
     s.cost = cost_summary(usage, s)
@@ -244,11 +246,13 @@ def test_cost_summary_of_a_gce_node() -> None:
 def test_a_future_version_is_refused_naming_the_file_and_both_versions(
         tmp_path: Path, cls: type[Any], fixture: str) -> None:
     path = tmp_path / fixture
-    path.write_text(json.dumps({**_fixture(fixture), "schema_version": 2}))
+    future = cls.SCHEMA_VERSION + 1
+    path.write_text(json.dumps({**_fixture(fixture), "schema_version": future}))
     with pytest.raises(RecordError) as e:
         cls.load(path)
     assert str(e.value) == (
-        f"{path}: {cls.__name__} schema_version 2 found, version 1 expected (files without a "
+        f"{path}: {cls.__name__} schema_version {future} found, version {cls.SCHEMA_VERSION} "
+        "expected (files without a "
         "schema_version are read as today's shape) — written by another version of "
         "slm-nightly: run that version, or move the file away")
 
@@ -278,7 +282,7 @@ def test_a_misspelled_key_in_a_file_fails_naming_it(tmp_path: Path, cls: type[An
     with pytest.raises(RecordError) as e:
         cls.load(path)
     assert str(e.value).splitlines()[:2] == [
-        f"{path}: not a valid {cls.__name__} (schema_version 1):",
+        f"{path}: not a valid {cls.__name__} (schema_version {cls.SCHEMA_VERSION}):",
         f"  - {key}: Extra inputs are not permitted (got 1)"]
 
 

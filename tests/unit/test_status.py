@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flows.cli import main
-from tasks.records import RunSummary
+from tasks.records import ExtractionReport, RunSummary
 from tasks.status import read_status, records_place, render
 from tasks.summary import render_text
 from tests.support.profiles import toml_profile
@@ -26,7 +26,8 @@ def _summary(status: str = "completed", finished: datetime = NOW - timedelta(hou
              error: str | None = None) -> RunSummary:
     s = RunSummary(profile="tiny", status=status, started_at=(finished - timedelta(hours=2))
                    .isoformat(timespec="seconds"), finished_at=finished.isoformat(
-                       timespec="seconds"), llm_calls=3, prompt_tokens=10, completion_tokens=5, phases={})
+                       timespec="seconds"), phases={}, extraction=ExtractionReport.empty().model_copy(
+                       update={"llm_calls": 3, "prompt_tokens": 10, "completion_tokens": 5}))
     s.set_phase("extract", "completed" if status == "completed" else "failed", 12.5)
     if error:
         s.error = error
