@@ -18,8 +18,8 @@ import pytest
 
 from blocks.gce import GceCompute
 from flows.cli import main
+from tasks.compute.gce.startup import WORKER_UNIT
 from tasks.compute.preflight import DEPLOY_ALL, PreflightFailed, PreflightReport, run_preflight
-from tasks.compute.startup_script import WORKER_UNIT
 from tasks.profile import load_profile
 from tasks.summary import render_text
 from tests.conftest import PREFECT, ROOT, toml_profile
@@ -340,7 +340,7 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
         assert "fits this checkout's pyproject.toml" in phases["_out"]
         assert "step 1/1" in phases["_out"]  # one step, though the recipe says 50
         inst = node.fake.instance("zone-a", "node")
-        assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
+        assert inst.status == "TERMINATED" and inst.metadata["slm-engine"] == "stopped"
         # boot 600 + readiness 60 + the training step's 3600 + stop 300 + margin 1800
         assert inst.max_run_seconds == 6360
         # the node's worker (started by its rendered startup script) ended with it
