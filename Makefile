@@ -64,7 +64,7 @@ MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* 
 	tasks.corpus.scorecard.x__shingles__* tasks.corpus.scorecard.x__distinct__* \
 	tasks.training.registry.x_gate__* tasks.training.registry.x*ArtifactStore*promote__* \
 	tasks.training.reconcile.x_verdict__* tasks.training.reconcile.x_reconcile__* \
-	tasks.compute.placement.* tasks.llama_build.x_pin__* tasks.llama_build.x_flags__* \
+	tasks.compute.gce.placement.* tasks.llama_build.x_pin__* tasks.llama_build.x_flags__* \
 	tasks.llama_build.x_build_key__* tasks.llama_build.x_cache_root__* \
 	tasks.llama_build.x_entry_dir__* tasks.llama_build.x_cached_wheel__* \
 	tasks.llama_cpp.x_features__* tasks.llama_build.x_server_flags__* \

@@ -5,7 +5,7 @@ port 9080 from its startup script.
 Zones and fallbacks. A spot start fails when the zone has no L4 capacity (Compute answers the
 start operation with ZONE_RESOURCE_POOL_EXHAUSTED). The node then tries `fallback_zones` in
 order, and after that — if `on_demand_fallback` — the same zones again on-demand
-(tasks/compute/placement.py). Each zone has its own pre-built instance (same image, disk with
+(tasks/compute/gce/placement.py). Each zone has its own pre-built instance (same image, disk with
 the weights, startup script): by default the instance has the same name in every zone
 (`instance`); `zone_instances` overrides the name per zone. Instances are never created or
 deleted by the flow. With `nodes` = N > 1 the nightly boots N such nodes: node i ≥ 2 is the
@@ -13,7 +13,7 @@ instance `{name}-{i}` of each zone (`node_blocks`), pre-built like the first. On
 reached by changing the stopped instance's provisioning model (instances.setScheduling); the
 next spot run sets it back to SPOT before starting. Quota errors, UNSUPPORTED_OPERATION,
 5xx/429 on the start call and a preemption during boot also move on to the next placement
-(tasks/compute/gce.py).
+(tasks/compute/gce/lifecycle.py).
 
 Self-stop. Every start sets scheduling.maxRunDuration (`max_run_seconds`, or the night's
 budget the nightly passes) with termination action STOP: Compute stops a node whose
@@ -21,7 +21,8 @@ orchestrator died, whatever the reaper does.
 
 This block holds the fields, the credentials and the client factory
 (`get_compute_clients`); the lifecycle — start, readiness of the engine, stop, cost — is
-tasks/compute/gce.py (GceNode), built from this block by tasks/compute/protocol.py (node_for, nodes_for).
+tasks/compute/gce/lifecycle.py (GceNode), built from this block by tasks/compute/protocol.py
+(node_for, nodes_for).
 """
 
 from __future__ import annotations
@@ -148,17 +149,14 @@ class GceCompute(Block):
 
     def get_compute_clients(self) -> tuple[Any, Any]:
         """(InstancesClient, ZoneOperationsClient), REST transport, on the block's credentials
-        — its GcpCredentials block, else Application Default Credentials (which raise
-        google.auth's DefaultCredentialsError when there are none) — and api_endpoint."""
+        and api_endpoint. With no GcpCredentials block, an empty one: prefect-gcp's own
+        fallback is Application Default Credentials (google.auth.default(), which raises
+        google.auth's DefaultCredentialsError when there are none)."""
         from google.api_core.client_options import ClientOptions
         from google.cloud import compute_v1
 
-        if self.gcp_credentials is not None:
-            creds = self.gcp_credentials.get_credentials_from_service_account()
-        else:
-            import google.auth
-
-            creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        creds = (self.gcp_credentials or GcpCredentials(project=self.project)
+                 ).get_credentials_from_service_account()
         opts = ClientOptions(api_endpoint=self.api_endpoint) if self.api_endpoint else None
         return (compute_v1.InstancesClient(transport="rest", credentials=creds, client_options=opts),
                 compute_v1.ZoneOperationsClient(transport="rest", credentials=creds,

@@ -1,6 +1,6 @@
 """How the GPU node serves the extraction model and runs its Prefect worker (the
 `[compute.node]` table of a GCE profile): configuration only. The engine command lines and the
-startup script built from them are tasks/compute/startup_script.py; which engine can load
+startup script built from them are tasks/compute/gce/startup.py; which engine can load
 which model is tasks/compute/engines.py.
 
 One environment on the node. `project_dir` is the node's checkout of this project with ONE

@@ -10,6 +10,8 @@ from typing import Literal
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator
 
+from blocks.inference import server_root
+
 
 class ServingEndpoint(Block):
     """Where promoted adapters are served by name (the `[serving]` section of a profile)."""
@@ -47,8 +49,7 @@ class ServingEndpoint(Block):
     def _url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
-        v = v.rstrip("/")
-        return v[: -len("/v1")] if v.endswith("/v1") else v
+        return server_root(v)
 
     def describe(self) -> str:
         return f"{self.kind} at {self.base_url} (base {self.base_model})"

@@ -343,7 +343,7 @@ def _served_adapter(cfg: Profile) -> LocalServing:
     if not bucket or not cfg.training.enabled:
         return LocalServing(None)
     store = cfg.artifact_store()  # from GCS when it is the truth
-    if not cfg.node.loads_adapters:  # the node says it does not load it (tasks/compute/gce.py)
+    if not cfg.node.loads_adapters:  # the node says it does not load it (tasks/compute/gce/)
         return LocalServing(store.serving(bucket))
     return local_serving(store, bucket, served_gguf(cfg.node.base_model))
 

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from blocks.compute import LocalCompute
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
-from tasks.compute.gce import GceNode
+from tasks.compute.gce.lifecycle import GceNode
 from tasks.compute.local import LocalNode
 from tasks.errors import ConfigError
 from tasks.processes import ManagedServer

@@ -13,7 +13,7 @@ from tasks.checks import Check, failure, passed, skipped
 
 MACHINE_TYPE = "g2-standard-4"
 ACCELERATOR = ("nvidia-l4", 1)
-# What GceNode calls on an instance (tasks/compute/gce.py), as Compute names the permissions
+# What GceNode calls on an instance (tasks/compute/gce/), as Compute names the permissions
 # (https://cloud.google.com/compute/docs/reference/rest/v1/instances: each method's IAM line).
 INSTANCE_PERMISSIONS = (
     "compute.instances.get", "compute.instances.start", "compute.instances.stop",

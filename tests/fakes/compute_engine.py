@@ -1,7 +1,7 @@
 """A local Compute Engine v1 REST server, for driving the real google-cloud-compute client
 (REST transport) without GCP.
 
-Implemented (the subset the GCE node, `tasks.compute.gce.GceNode`, and the preflight use):
+Implemented (the subset the GCE node, `tasks.compute.gce.lifecycle.GceNode`, and the preflight use):
     GET  /compute/v1/projects/P/zones/Z/instances/I                    instances.get
     POST /compute/v1/projects/P/zones/Z/instances/I/start              instances.start
     POST /compute/v1/projects/P/zones/Z/instances/I/stop               instances.stop
@@ -54,7 +54,7 @@ Simulated behaviour, on the wall clock (durations are attributes, in seconds):
                      metadata_changed(inst) on setMetadata while RUNNING (tests/fakes/node_runtime.py)
     node agent       optional `on_start` argv: launched when an instance reaches RUNNING and
                      killed on stop/preemption, as the node's startup script starts vLLM; the
-                     metadata key `slm-vllm` = "stopped" / "running" stops / restarts it, as
+                     metadata key `slm-engine` = "stopped" / "running" stops / restarts it, as
                      the node's watcher does.
     node worker      optional `node_worker` argv: launched when an instance reaches RUNNING
                      and killed (with everything it started) on stop/preemption only — the
@@ -140,7 +140,7 @@ from tests.fakes.loopback import JsonHandler, LoopbackServer
 from tests.support.paths import ROOT
 
 TOKEN = "ya29.fake-compute-token-7f3c"  # what /token hands out (+ a per-principal suffix)
-AGENT_KEY = "slm-vllm"
+AGENT_KEY = "slm-engine"
 GUEST_ATTRIBUTES_KEY = "enable-guest-attributes"
 NODE_SA = "slm-node@{project}.iam.gserviceaccount.com"  # add_instance's default service account
 MIN_RUN_SECONDS, MAX_RUN_SECONDS = 30, 120 * 86400  # [limit]

@@ -69,7 +69,7 @@ class FakeNode:
                  secrets: dict[str, str] | None = None, env: dict[str, str] | None = None,
                  unit_overrides: dict[str, list[str]] | None = None,
                  project: str = "test-project") -> None:
-        from tasks.compute.startup_script import WORKER_UNIT
+        from tasks.compute.gce.startup import WORKER_UNIT
 
         if unit_overrides and WORKER_UNIT in unit_overrides:
             raise ValueError("the worker unit runs the rendered ExecStart: no override")

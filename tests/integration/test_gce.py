@@ -1,4 +1,4 @@
-"""The GCE node (tasks/compute/gce.py on a GceCompute block) driven through the real
+"""The GCE node (tasks/compute/gce/ on a GceCompute block) driven through the real
 google-cloud-compute client (REST transport, service
 account credentials) against tests/fakes/compute_engine.py."""
 
@@ -288,7 +288,7 @@ def test_set_metadata_without_service_account_user_names_role_accounts_and_comma
     fake.grant(orchestrator, "roles/iam.serviceAccountUser",
                f"projects/{PROJECT}/serviceAccounts/{node_sa}")
     assert node.stop_inference() is False  # now allowed (no server was up)
-    assert fake.instance("zone-a", "node").metadata["slm-vllm"] == "stopped"
+    assert fake.instance("zone-a", "node").metadata["slm-engine"] == "stopped"
     node.stop()
 
 
@@ -385,15 +385,15 @@ def test_start_inference_waits_for_the_server_the_node_starts_and_stop_kills_it(
     assert url == f"http://127.0.0.1:{port}"
     assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "fake"
     assert node.inference_running()
-    assert node.stop_inference() is True  # metadata slm-vllm=stopped → the watcher kills it
+    assert node.stop_inference() is True  # metadata slm-engine=stopped → the watcher kills it
     assert not node.inference_running() and not fake.agent_running("zone-a", "node")
-    url = node.start_inference(endpoint)  # slm-vllm=running brings it back
+    url = node.start_inference(endpoint)  # slm-engine=running brings it back
     assert node.inference_running()
     node.stop_inference()
     node.stop()
     assert not fake.agent_running("zone-a", "node") and not node.inference_running()
-    node.start()  # the next night: start() resets slm-vllm so vLLM comes up at boot
-    assert fake.instance("zone-a", "node").metadata["slm-vllm"] == "running"
+    node.start()  # the next night: start() resets slm-engine so vLLM comes up at boot
+    assert fake.instance("zone-a", "node").metadata["slm-engine"] == "running"
     assert fake.agent_running("zone-a", "node")
     node.stop()
 
@@ -487,9 +487,9 @@ def test_readiness_reports_progress_and_checks_the_served_model(
     endpoint = InferenceEndpoint(model="olmo-3-32b-think", readiness_timeout_seconds=30)
     with caplog.at_level(logging.INFO, logger="slm_nightly.gce"):
         assert node.start_inference(endpoint) == f"http://127.0.0.1:{port}"
-    waits = [r.message for r in caplog.records if r.message.startswith("waiting for vLLM")]
+    waits = [r.message for r in caplog.records if r.message.startswith("waiting for the engine")]
     assert waits and "down (no answer on the port yet" in waits[0]
-    assert any("vLLM ready at" in r.message and "serving olmo-3-32b-think" in r.message
+    assert any("engine ready at" in r.message and "serving olmo-3-32b-think" in r.message
                for r in caplog.records)
     # a node whose vLLM serves another name: a clear error, not requests that 404 later
     node.stop_inference()

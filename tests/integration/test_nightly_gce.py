@@ -44,7 +44,7 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         assert s["extraction"]["documents"]["transcripts"]["seen"] == 1
         assert {k: v["status"] for k, v in s["phases"].items()}["inference_down"] == "completed"
         assert fake.instance("zone-b", "node").status == "TERMINATED"
-        assert fake.instance("zone-b", "node").metadata["slm-vllm"] == "stopped"
+        assert fake.instance("zone-b", "node").metadata["slm-engine"] == "stopped"
         # Compute would stop it by itself after the night's budget: boot 600 + readiness 30 +
         # phases 7200 + 7200 + stop 300 + margin 1800 (flows/nightly.py night_budget)
         assert fake.instance("zone-b", "node").max_run_seconds == 17130

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from blocks.inference import InferenceEndpoint
-from tasks.compute.gce import GceNode
-from tasks.compute.startup_script import ENGINE_UNIT, WORKER_UNIT
+from tasks.compute.gce.lifecycle import GceNode
+from tasks.compute.gce.startup import ENGINE_UNIT, WORKER_UNIT
 from tasks.errors import ServerError
 from tasks.processes import free_port
 from tests.fakes.compute_engine import FakeComputeEngine

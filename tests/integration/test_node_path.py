@@ -22,7 +22,7 @@ import pytest
 
 from blocks.gce import GceCompute
 from flows.nightly import nightly
-from tasks.compute.startup_script import ENGINE_UNIT, WORKER_UNIT
+from tasks.compute.gce.startup import ENGINE_UNIT, WORKER_UNIT
 from tasks.errors import NodePreempted
 from tasks.training.registry import ArtifactStore
 from tests.fakes.compute_engine import FakeComputeEngine
@@ -150,7 +150,7 @@ def test_nightly_trains_on_the_node_through_its_deployment(
         assert {"slm/records/runs/last-run.json", "slm/records/scorecards/latest.json"} <= names
         # the node is down and everything it ran is gone
         inst = node.fake.instance("zone-a", "node")
-        assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
+        assert inst.status == "TERMINATED" and inst.metadata["slm-engine"] == "stopped"
         assert not node.runtime.unit_running("zone-a", "node", ENGINE_UNIT)
         assert not node.runtime.unit_running("zone-a", "node", WORKER_UNIT)
         assert node.runtime.unit_user("zone-a", "node", WORKER_UNIT) == "slm"
@@ -225,7 +225,7 @@ def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
     to look, and the run it submitted is cancelled."""
     from prefect import flow
 
-    from tasks.compute.gce import GceNode
+    from tasks.compute.gce.lifecycle import GceNode
     from tasks.compute.node import run_on_node
     from tasks.errors import PhaseFailed
 

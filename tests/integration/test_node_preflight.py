@@ -19,7 +19,7 @@ import pytest
 from blocks.gce import GceCompute
 from flows.cli import main
 from tasks.checks import PreflightFailed
-from tasks.compute.startup_script import WORKER_UNIT
+from tasks.compute.gce.startup import WORKER_UNIT
 from tasks.preflight.prefect_api import DEPLOY_ALL
 from tasks.preflight.run import PreflightReport, run_preflight
 from tasks.profile import load_profile
@@ -343,7 +343,7 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
         assert "fits this checkout's pyproject.toml" in phases["_out"]
         assert "step 1/1" in phases["_out"]  # one step, though the recipe says 50
         inst = node.fake.instance("zone-a", "node")
-        assert inst.status == "TERMINATED" and inst.metadata["slm-vllm"] == "stopped"
+        assert inst.status == "TERMINATED" and inst.metadata["slm-engine"] == "stopped"
         # boot 600 + readiness 60 + the training step's 3600 + stop 300 + margin 1800
         assert inst.max_run_seconds == 6360
         # the node's worker (started by its rendered startup script) ended with it

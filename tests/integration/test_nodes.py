@@ -14,7 +14,7 @@ import pytest
 
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
-from tasks.compute.gce import GceNode
+from tasks.compute.gce.lifecycle import GceNode
 from tasks.compute.protocol import nodes_for
 from tasks.errors import NodeUnavailable
 from tasks.processes import free_port
@@ -31,7 +31,7 @@ class Engines:
     """The fake Compute Engine's node runtime (its NodeRuntime protocol): on each instance, an
     OpenAI-compatible server (tests/fakes/openai_server.py, standing in for vLLM) on the instance's own
     address and the block's inference port, up while the instance is RUNNING and its metadata
-    does not say slm-vllm=stopped — as the node's startup script and watcher run vLLM."""
+    does not say slm-engine=stopped — as the node's startup script and watcher run vLLM."""
 
     def __init__(self, port: int, latency: float = 0.0) -> None:
         self.port = port

@@ -9,7 +9,7 @@ from typing import Any
 from prefect_gcp import GcpCredentials
 
 from blocks.gce import GceCompute
-from tasks.compute.gce import GceNode
+from tasks.compute.gce.lifecycle import GceNode
 from tests.fakes.compute_engine import FakeComputeEngine
 from tests.fakes.gcs import service_account
 from tests.support.profiles import toml_profile

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from blocks.gce import GceCompute
-from tasks.compute.startup_script import ENGINE_UNIT
+from tasks.compute.gce.startup import ENGINE_UNIT
 from tasks.processes import free_port
 from tests.fakes.compute_engine import FakeComputeEngine
 from tests.fakes.node_runtime import FakeNode

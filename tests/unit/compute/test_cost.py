@@ -1,9 +1,10 @@
-"""What a GCE node cost (tasks/compute/cost.py), with values worked out by hand: seconds ×
+"""What a GCE node cost (tasks/compute/gce/cost.py), with values worked out by hand: seconds ×
 rate / 3600."""
 
 import pytest
 
-from tasks.compute.cost import timestamp, total_usage, zone_usage
+from tasks.compute.gce.cost import total_usage, zone_usage
+from tasks.compute.gce.instance import timestamp
 
 RATES = {"spot_usd_per_hour": 0.28, "on_demand_usd_per_hour": 0.71}
 

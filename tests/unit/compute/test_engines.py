@@ -1,6 +1,6 @@
 """The node's engine check from each engine's own list of GGUF architectures, the settings that
 replace [compute.vllm], and what the rendered startup script runs (tasks/compute/engines.py,
-blocks/node_serve.py, tasks/compute/startup_script.py)."""
+blocks/node_serve.py, tasks/compute/gce/startup.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tasks.compute.engines import (
     vllm_architectures,
     worker_command,
 )
-from tasks.compute.startup_script import render_startup_script
+from tasks.compute.gce.startup import render_startup_script
 from tasks.errors import ConfigError
 from tests.support.profiles import toml_profile
 
@@ -112,7 +112,7 @@ def test_the_worker_runs_from_the_nodes_one_environment() -> None:
 
 
 def test_a_startup_error_of_an_earlier_boot_is_not_this_boots() -> None:
-    from tasks.compute.boot_status import parse_error
+    from tasks.compute.gce.boot_status import parse_error
 
     # guest attributes outlive a stop/start: "<epoch> <message>" older than the last start
     # (beyond 5 s of clock slack) belongs to an earlier boot

@@ -1,10 +1,10 @@
-"""Where a GCE start is tried, in order (tasks/compute/placement.py). The expected orders are
+"""Where a GCE start is tried, in order (tasks/compute/gce/placement.py). The expected orders are
 the policy read off the block's docs: every zone with the configured model, then — spot with
 on_demand_fallback only — every zone again on-demand."""
 
 import pytest
 
-from tasks.compute.placement import (
+from tasks.compute.gce.placement import (
     is_stockout,
     placements,
     provisioning_name,

@@ -9,7 +9,7 @@ import pytest
 
 from blocks.compute import LocalCompute
 from blocks.gce import GceCompute
-from tasks.compute.gce import GceNode
+from tasks.compute.gce.lifecycle import GceNode
 from tasks.compute.local import LocalNode
 from tasks.compute.protocol import Node, node_for
 from tasks.errors import ConfigError
@@ -80,7 +80,7 @@ def test_nodes_for_names_node_i_after_the_first_in_every_zone() -> None:
     # the same zones, fallbacks and provisioning; a node record of its own
     assert {(tuple(n.block.zones()), n.block.provisioning, n.block.nodes)  # type: ignore[attr-defined]
             for n in nodes[1:]} == {(("z1", "z2", "z3"), "spot", 1)}
-    assert [n._record_path().name for n in nodes] == [  # type: ignore[attr-defined]
+    assert [n.record.path.name for n in nodes] == [  # type: ignore[attr-defined]
         "gce-n.json", "gce-n-2.json", "gce-n-3.json"]
     assert len(nodes_for(gce_block())) == 1
 

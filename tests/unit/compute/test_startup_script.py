@@ -1,4 +1,4 @@
-"""The node's startup script and its engine command line (tasks/compute/startup_script.py), as
+"""The node's startup script and its engine command line (tasks/compute/gce/startup.py), as
 rendered: the arguments vLLM gets, no secret in the text, valid bash."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from blocks.inference import InferenceEndpoint
 from blocks.node_serve import NodeServeSettings
-from tasks.compute.startup_script import render_startup_script, vllm_launch_args
+from tasks.compute.gce.startup import render_startup_script, vllm_launch_args
 
 
 def test_vllm_launch_args() -> None:

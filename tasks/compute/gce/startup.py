@@ -16,9 +16,13 @@ from the node's one environment ({project_dir}/.venv); the tokenizer is a local 
 Failures. The script runs under `set -e` with an ERR trap: whatever fails (a secret that
 cannot be read, a missing model file, the metadata server) is written to the guest attribute
 `slm/startup-error` as "<epoch seconds> <message>" before the script exits non-zero;
-tasks/compute/boot_status.py reads it, so the orchestrator's readiness wait fails at once with
+boot_status.py reads it, so the orchestrator's readiness wait fails at once with
 the cause. Guest attributes must be enabled on the instance (metadata
 `enable-guest-attributes=TRUE`, which install_startup_script sets).
+
+The script is the template startup.sh (with worker.sh when the node runs a worker), checked in
+and shipped as package data: its placeholders are @{name}, so bash's own $VAR and ${…} need no
+escaping; the parts that depend on the settings are rendered here.
 
 vLLM flags are those of vLLM ≥ 0.11 (`--structured-outputs-config`, `--reasoning-parser
 olmo3`); llama-server's are those of the llama.cpp that llama-cpp-python 0.3.36 vendors
@@ -29,6 +33,8 @@ from __future__ import annotations
 
 import json
 import shlex
+from importlib.resources import files
+from string import Template
 from typing import Any
 
 from blocks.inference import InferenceEndpoint
@@ -37,15 +43,16 @@ from tasks.compute.engines import worker_command
 from tasks.compute.inference_server import llama_server_args
 
 VPC_IP = "$VPC_IP"  # placeholder in argv: the startup script expands it on the node
-# Instance metadata key the node's watcher obeys: running | stopped. The name predates the
-# engine choice; it is kept so instances already configured keep working.
-AGENT_KEY = "slm-vllm"
+# Instance metadata key the node's watcher obeys: running | stopped (whichever the engine).
+# An instance's older `slm-vllm` is left unread: prepare() rewrites the startup script, and so
+# the watcher, before every start.
+ENGINE_STATE_KEY = "slm-engine"
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance"
 ERROR_ATTRIBUTE = "slm/startup-error"  # guest attribute namespace/key of a startup failure
 ENGINE_UNIT = "slm-engine"
 WATCH_UNIT = "slm-engine-watch"
 WORKER_UNIT = "slm-prefect-worker"
-WATCH_SECONDS = 2  # how often the watcher reads AGENT_KEY (the metadata server is local)
+WATCH_SECONDS = 2  # how often the watcher reads ENGINE_STATE_KEY (the metadata server is local)
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -169,42 +176,32 @@ def _image_checks(s: NodeServeSettings) -> str:
     return "\n".join(f"{test} || fail {q(msg)}" for test, msg in checks)
 
 
+class _Template(Template):
+    # bash's own `$VAR`s and `${…}` pass through untouched: placeholders are @{name}
+    delimiter = "@"
+
+
+def _template(name: str) -> _Template:
+    return _Template(files("tasks.compute.gce").joinpath(name).read_text(encoding="utf-8"))
+
+
 def _worker(s: NodeServeSettings) -> str:
     if not s.prefect_api_url:
         return "# no prefect_api_url in [compute.node]: this node runs no Prefect worker\n"
-    q = shlex.quote
-    return f"""
-# --- Prefect worker on the node's pool, from the node's one environment (its flow runs use
-# its interpreter: sys.executable -m prefect.engine) ---
-install -m 600 /dev/null /etc/slm-prefect.env
-printf 'PREFECT_API_URL=%s\\nPREFECT_API_KEY=%s\\n' {q(s.prefect_api_url)} "$PREFECT_API_KEY" \\
-  > /etc/slm-prefect.env
-cat > /etc/systemd/system/{WORKER_UNIT}.service <<'UNIT'
-[Unit]
-Description=Prefect worker ({s.work_pool})
-After=network-online.target
-[Service]
-User={s.service_user}
-WorkingDirectory={s.project_dir}
-{_offline_env(s)}
-EnvironmentFile=/etc/slm-prefect.env
-ExecStart={_shell(worker_command(s))}
-Restart=always
-[Install]
-WantedBy=multi-user.target
-UNIT
-systemctl daemon-reload
-systemctl restart {WORKER_UNIT}
-"""
+    return _template("worker.sh").substitute(
+        prefect_api_url=shlex.quote(s.prefect_api_url), worker_unit=WORKER_UNIT,
+        work_pool=s.work_pool, service_user_name=s.service_user, project_dir=s.project_dir,
+        offline_env=_offline_env(s), worker_command=_shell(worker_command(s)))
 
 
 def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,
                           *, port: int = 9080, settings: NodeServeSettings | None = None,
                           api_key_secret: str | None = None) -> str:
-    """The instance's `startup-script` metadata value: the service user, the engine on the VPC
-    address as a systemd unit, a watcher that stops/starts it when metadata `slm-vllm` changes
-    (stopped | running), and a Prefect worker on the node's pool — every failure written to the
-    guest attribute slm/startup-error.
+    """The instance's `startup-script` metadata value (startup.sh, with worker.sh when the node
+    runs a worker): the service user, the engine on the VPC address as a systemd unit, a
+    watcher that stops/starts it when metadata `slm-engine` changes (stopped | running), and a
+    Prefect worker on the node's pool — every failure written to the guest attribute
+    slm/startup-error.
 
     `api_key_secret`: Secret Manager secret with the engine's API key, when the endpoint has one."""
     s = settings or NodeServeSettings()
@@ -219,85 +216,13 @@ def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, s
     if s.prefect_api_url:
         key_line += (f"secret {shlex.quote(s.prefect_api_key_secret)} PREFECT_API_KEY\n"
                      if s.prefect_api_key_secret else "PREFECT_API_KEY=\n")
-    return f"""#!/bin/bash
-# Rendered by slm-nightly (tasks/compute/startup_script.py). Runs as root at every boot.
-# Any failure is written to the guest attribute {ERROR_ATTRIBUTE} before the script exits.
-set -Eeuo pipefail
-MD={METADATA}
-fail() {{  # fail MESSAGE [STATUS]: tell the orchestrator (guest attribute) and stop here
-  local msg="${{1:0:1500}}"
-  echo "slm-nightly startup failed: $msg" >&2
-  curl -sS -X PUT -H 'Metadata-Flavor: Google' --data-binary "$(date +%s) $msg" \\
-    "$MD/guest-attributes/{ERROR_ATTRIBUTE}" >/dev/null \\
-    || echo "could not write guest attribute {ERROR_ATTRIBUTE}" >&2
-  exit "${{2:-1}}"
-}}
-trap 'rc=$?; fail "line $LINENO: $BASH_COMMAND (exit $rc)" "$rc"' ERR
-secret() {{  # secret NAME VAR: Secret Manager secret NAME into VAR, never echoed
-  local err value
-  err=$(mktemp)
-  if ! value=$(gcloud secrets versions access latest --secret="$1" 2>"$err"); then
-    fail "reading Secret Manager secret $1 failed: $(head -c 600 "$err") — create it, or grant \\
-the node's service account roles/secretmanager.secretAccessor on it"
-  fi
-  rm -f "$err"
-  printf -v "$2" '%s' "$value"
-}}
-VPC_IP=$(curl -fsS -H 'Metadata-Flavor: Google' "$MD/network-interfaces/0/ip")
-{key_line}{_image_checks(s)}
-
-# --- the service user the engine and the worker run as ---
-{_service_user(s)}
-
-install -m 600 /dev/null /etc/slm-engine.env
-printf 'VPC_IP=%s\\n' "$VPC_IP" > /etc/slm-engine.env
-if [ -n "${{ENGINE_API_KEY:-}}" ]; then printf '{key_var}=%s\\n' "$ENGINE_API_KEY" >> /etc/slm-engine.env; fi
-
-# --- the engine ({s.engine}) on the VPC address, port {port} ---
-cat > /usr/local/bin/{ENGINE_UNIT}-serve <<'SERVE'
-#!/bin/bash
-exec {serve}
-SERVE
-chmod 755 /usr/local/bin/{ENGINE_UNIT}-serve
-cat > /etc/systemd/system/{ENGINE_UNIT}.service <<'UNIT'
-[Unit]
-Description=slm-nightly engine ({s.engine}: {endpoint.model})
-After=network-online.target
-[Service]
-User={s.service_user}
-WorkingDirectory={s.project_dir}
-{_offline_env(s)}
-EnvironmentFile=/etc/slm-engine.env
-ExecStart=/usr/local/bin/{ENGINE_UNIT}-serve
-Restart=on-failure
-KillMode=control-group
-TimeoutStopSec=60
-UNIT
-
-# --- watcher: metadata {AGENT_KEY}=stopped|running stops/starts the engine (frees the GPU) ---
-cat > /usr/local/bin/{WATCH_UNIT} <<'WATCH'
-#!/bin/bash
-MD={METADATA}
-while true; do
-  want=$(curl -fsS -H 'Metadata-Flavor: Google' "$MD/attributes/{AGENT_KEY}" 2>/dev/null || echo running)
-  if [ "$want" = stopped ]; then systemctl stop {ENGINE_UNIT}
-  elif ! systemctl is-active --quiet {ENGINE_UNIT}; then systemctl start {ENGINE_UNIT}; fi
-  sleep {WATCH_SECONDS}
-done
-WATCH
-chmod 755 /usr/local/bin/{WATCH_UNIT}
-cat > /etc/systemd/system/{WATCH_UNIT}.service <<'UNIT'
-[Unit]
-Description=slm-nightly engine watcher
-[Service]
-ExecStart=/usr/local/bin/{WATCH_UNIT}
-Restart=always
-[Install]
-WantedBy=multi-user.target
-UNIT
-systemctl daemon-reload
-systemctl restart {WATCH_UNIT}
-{_worker(s)}"""
+    return _template("startup.sh").substitute(
+        error_attribute=ERROR_ATTRIBUTE, metadata=METADATA, secret_lines=key_line,
+        image_checks=_image_checks(s), service_user=_service_user(s), key_var=key_var,
+        engine=s.engine, port=port, engine_unit=ENGINE_UNIT, serve=serve, model=endpoint.model,
+        service_user_name=s.service_user, project_dir=s.project_dir,
+        offline_env=_offline_env(s), state_key=ENGINE_STATE_KEY, watch_unit=WATCH_UNIT,
+        watch_seconds=WATCH_SECONDS, worker=_worker(s))
 
 
 def metadata_items(current: list[dict[str, Any]], updates: dict[str, str]) -> list[dict[str, str]]:

@@ -11,8 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-Provisioning = Literal["spot", "on-demand"]
-MODEL: dict[Provisioning, str] = {"spot": "SPOT", "on-demand": "STANDARD"}  # Compute's names
+Provisioning = Literal["spot", "on-demand"]  # the profile's words
+ProvisioningModel = Literal["SPOT", "STANDARD"]  # Compute's
+MODEL: dict[Provisioning, ProvisioningModel] = {"spot": "SPOT", "on-demand": "STANDARD"}
+# Why one placement did not come up when the next one may: the first three from a start's
+# errors (start_failure), the rest from the lifecycle (tasks/compute/gce/lifecycle.py)
+StartFailureKind = Literal["stocked out", "quota exceeded", "unsupported", "server error",
+                           "rate limited", "connection", "preempted while booting", "skipped",
+                           "state", "scheduling"]
 
 # Compute's error codes for "no capacity in this zone" (a start operation's errors, or the
 # reason of a refused call); a stockout sends the start on to the next placement.
@@ -30,7 +36,7 @@ UNSUPPORTED_CODES = frozenset({"UNSUPPORTED_OPERATION"})
 
 
 def placements(zones: Sequence[str], provisioning: Provisioning,
-               on_demand_fallback: bool) -> list[tuple[str, str]]:
+               on_demand_fallback: bool) -> list[tuple[str, ProvisioningModel]]:
     """(zone, provisioning model as Compute names it: SPOT | STANDARD) in the order a start
     tries them."""
     models = [MODEL[provisioning]]
@@ -44,7 +50,7 @@ def is_stockout(errors: Iterable[tuple[str, str]]) -> bool:
     return any(code in STOCKOUT_CODES or STOCKOUT_TEXT in message for code, message in errors)
 
 
-def start_failure(errors: Iterable[tuple[str, str]]) -> str | None:
+def start_failure(errors: Iterable[tuple[str, str]]) -> StartFailureKind | None:
     """Why a start failed, from its (code, message) errors, when the next placement may do
     better: "stocked out", "quota exceeded" or "unsupported"; None otherwise."""
     errors = list(errors)
@@ -62,6 +68,6 @@ def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-def provisioning_name(model: str) -> Provisioning:
+def provisioning_name(model: ProvisioningModel) -> Provisioning:
     """Compute's provisioning model (SPOT | STANDARD) in the profile's words."""
     return "spot" if model == "SPOT" else "on-demand"

@@ -3,20 +3,12 @@ block's hourly rates (unit-tested with exact values in tests/unit/compute/test_c
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
-UP = frozenset({"PROVISIONING", "STAGING", "RUNNING"})  # statuses that are billed as running
+from tasks.compute.gce.instance import UP
+
 NOTE = ("estimate from lastStart/lastStopTimestamp × the block's hourly rates; disk and egress "
         "not included")
-
-
-def timestamp(value: str | None) -> float | None:
-    """An RFC 3339 timestamp as Compute writes it (e.g. 2026-11-30T01:02:03.456-08:00 or …Z)
-    as epoch seconds; None when empty."""
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC).timestamp()
 
 
 def zone_usage(*, status: str, last_start: float | None, last_stop: float | None, spot: bool,

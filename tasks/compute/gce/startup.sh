@@ -1,0 +1,79 @@
+#!/bin/bash
+# Rendered by slm-nightly (tasks/compute/gce/startup.sh). Runs as root at every boot.
+# Any failure is written to the guest attribute @{error_attribute} before the script exits.
+set -Eeuo pipefail
+MD=@{metadata}
+fail() {  # fail MESSAGE [STATUS]: tell the orchestrator (guest attribute) and stop here
+  local msg="${1:0:1500}"
+  echo "slm-nightly startup failed: $msg" >&2
+  curl -sS -X PUT -H 'Metadata-Flavor: Google' --data-binary "$(date +%s) $msg" \
+    "$MD/guest-attributes/@{error_attribute}" >/dev/null \
+    || echo "could not write guest attribute @{error_attribute}" >&2
+  exit "${2:-1}"
+}
+trap 'rc=$?; fail "line $LINENO: $BASH_COMMAND (exit $rc)" "$rc"' ERR
+secret() {  # secret NAME VAR: Secret Manager secret NAME into VAR, never echoed
+  local err value
+  err=$(mktemp)
+  if ! value=$(gcloud secrets versions access latest --secret="$1" 2>"$err"); then
+    fail "reading Secret Manager secret $1 failed: $(head -c 600 "$err") — create it, or grant \
+the node's service account roles/secretmanager.secretAccessor on it"
+  fi
+  rm -f "$err"
+  printf -v "$2" '%s' "$value"
+}
+VPC_IP=$(curl -fsS -H 'Metadata-Flavor: Google' "$MD/network-interfaces/0/ip")
+@{secret_lines}@{image_checks}
+
+# --- the service user the engine and the worker run as ---
+@{service_user}
+
+install -m 600 /dev/null /etc/slm-engine.env
+printf 'VPC_IP=%s\n' "$VPC_IP" > /etc/slm-engine.env
+if [ -n "${ENGINE_API_KEY:-}" ]; then printf '@{key_var}=%s\n' "$ENGINE_API_KEY" >> /etc/slm-engine.env; fi
+
+# --- the engine (@{engine}) on the VPC address, port @{port} ---
+cat > /usr/local/bin/@{engine_unit}-serve <<'SERVE'
+#!/bin/bash
+exec @{serve}
+SERVE
+chmod 755 /usr/local/bin/@{engine_unit}-serve
+cat > /etc/systemd/system/@{engine_unit}.service <<'UNIT'
+[Unit]
+Description=slm-nightly engine (@{engine}: @{model})
+After=network-online.target
+[Service]
+User=@{service_user_name}
+WorkingDirectory=@{project_dir}
+@{offline_env}
+EnvironmentFile=/etc/slm-engine.env
+ExecStart=/usr/local/bin/@{engine_unit}-serve
+Restart=on-failure
+KillMode=control-group
+TimeoutStopSec=60
+UNIT
+
+# --- watcher: metadata @{state_key}=stopped|running stops/starts the engine (frees the GPU) ---
+cat > /usr/local/bin/@{watch_unit} <<'WATCH'
+#!/bin/bash
+MD=@{metadata}
+while true; do
+  want=$(curl -fsS -H 'Metadata-Flavor: Google' "$MD/attributes/@{state_key}" 2>/dev/null || echo running)
+  if [ "$want" = stopped ]; then systemctl stop @{engine_unit}
+  elif ! systemctl is-active --quiet @{engine_unit}; then systemctl start @{engine_unit}; fi
+  sleep @{watch_seconds}
+done
+WATCH
+chmod 755 /usr/local/bin/@{watch_unit}
+cat > /etc/systemd/system/@{watch_unit}.service <<'UNIT'
+[Unit]
+Description=slm-nightly engine watcher
+[Service]
+ExecStart=/usr/local/bin/@{watch_unit}
+Restart=always
+[Install]
+WantedBy=multi-user.target
+UNIT
+systemctl daemon-reload
+systemctl restart @{watch_unit}
+@{worker}
