@@ -68,6 +68,7 @@ from tasks.errors import (
 )
 from tasks.files import write_atomic
 from tasks.processes import ManagedServer
+from tasks.records import NodeUsage
 
 log = logging.getLogger("slm_nightly.gce")
 
@@ -115,6 +116,14 @@ class GceNode:
     @property
     def base_model(self) -> str | None:
         return None  # the node's vLLM weights are not a training base on this machine
+
+    @property
+    def boot_timeout_seconds(self) -> float | None:
+        return self.block.boot_timeout_seconds
+
+    @property
+    def stop_timeout_seconds(self) -> float | None:
+        return self.block.stop_timeout_seconds
 
     # ---- clients --------------------------------------------------------------------------
     def _clients(self) -> tuple[Any, Any]:
@@ -742,7 +751,7 @@ class GceNode:
         """Nothing of the GCE node runs on this machine: the run's teardown stops the node."""
         return []
 
-    def usage(self, since: float | None = None) -> dict[str, Any]:
+    def usage(self, since: float | None = None) -> NodeUsage:
         """RUNNING seconds and estimated cost of the node since `since` (epoch seconds; default:
         this run's first start). From each instance's lastStart/lastStopTimestamp: the most
         recent RUNNING span per zone (tasks/compute/cost.py)."""
@@ -758,7 +767,7 @@ class GceNode:
                               on_demand_usd_per_hour=b.on_demand_usd_per_hour)
             if used is not None:
                 zones[zone] = used
-        return total_usage(zones)
+        return NodeUsage.model_validate(total_usage(zones))
 
 
 def _reasons(e: Any) -> set[str]:

@@ -13,6 +13,7 @@ import pytest
 from blocks.gce import GceCompute
 from flows.nightly import nightly
 from tasks.processes import free_port
+from tasks.records import RunSummary
 from tasks.summary import render_markdown, render_text
 from tests.conftest import ROOT
 from tests.fake_compute_engine import FakeComputeEngine, FakeInstance
@@ -86,7 +87,7 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         assert fake.instance("zone-b", "node").status == "TERMINATED"
         assert fake.instance("zone-b", "node").metadata["slm-vllm"] == "stopped"
         # Compute would stop it by itself after the night's budget: boot 600 + readiness 30 +
-        # phases 7200 + 7200 + stop 300 + margin 1800 (flows/nightly.py night_budget)
+        # phases 7200 + 7200 + stop 300 + margin 1800 (tasks/night/clock.py night_budget)
         assert fake.instance("zone-b", "node").max_run_seconds == 17130
         assert not fake.agent_running("zone-b", "node")
         assert len(fake.seen("stop", "zone-b", "node")) == 1
@@ -100,7 +101,8 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         assert cost["rates"] == ["spot $0.28/h"] and list(cost["zones"]) == ["zone-b"]
         assert cost["tokens_in"] == s["prompt_tokens"] > 0
         assert cost["tokens_out"] == s["completion_tokens"] > 0
-        text, md = render_text(s), render_markdown(s)
+        record = RunSummary.parse(s, "the run summary")
+        text, md = render_text(record), render_markdown(record)
         line = f"Cost: {cost['gpu_hours']:.4f} GPU-hours at spot $0.28/h ≈ $"
         assert line in text and line in md
         assert f"tokens in {s['prompt_tokens']} / out {s['completion_tokens']}" in text
