@@ -9,8 +9,6 @@ of their own (extract, scorecard, train) run here as subflows.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from flows.extract import extract
@@ -22,7 +20,7 @@ from tasks.night.handoff import TrainHere
 from tasks.night.slots import gpu_slot
 from tasks.night.stages import Night, RunExtract, check_buckets, check_phases
 from tasks.profile import load_profile
-from tasks.records import AdapterManifest, ExtractionReport, TrainingResult
+from tasks.records import AdapterManifest, ExtractionReport, RunSummary, TrainingResult
 from tasks.training.params import TrainParams
 
 
@@ -31,7 +29,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
             phase1_timeout_seconds: int = 7200, phase2_timeout_seconds: int = 7200,
             max_failed_share: float | None = None,
             night_budget_seconds: int | None = None, phases: str = "all",
-            buckets: list[str] | None = None, retrain: bool = False) -> dict[str, Any]:
+            buckets: list[str] | None = None, retrain: bool = False) -> RunSummary:
     """Run the nightly pipeline on the profile's blocks and return the run summary.
 
     `night_budget_seconds`: one deadline for the boot, the engine's readiness, phase 1 and
@@ -57,7 +55,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
         night.score(lambda: scorecard(profile=profile))
         night.train(profile, _train_here(profile, retrain), buckets, retrain)
         night.finish(phase1_error)
-    return night.summary.to_dict()
+    return night.summary
 
 
 def _extract(profile: str, full: bool, retry_failed: bool,

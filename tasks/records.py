@@ -501,7 +501,8 @@ class ReaperResult(_Strict):
     active_runs: list[NightlyRunSeen] = []
     orphaned_runs: list[NightlyRunSeen] = []
     stale_runs: list[NightlyRunSeen] = []
-    found: dict[str, str] | None = None  # where → status of what was up
+    # where → status of what was up (summaries before the fleet of nodes wrote it as text)
+    found: dict[str, str] | str | None = None
     stopped_zones: list[str] | None = None
     action: Literal["skipped", "none", "stopped", "error"] | None = None
     reason: str | None = None

@@ -78,7 +78,7 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
                    api_endpoint=fake.url, gcp_credentials=creds(fake), poll_seconds=0.1,
                    inference_port=port, state_dir=str(tmp_path / "state"), node=VLLM_NODE
                    ).save("nightly-gce-node", overwrite=True)
-        s = nightly(profile=str(profile))
+        s = nightly(profile=str(profile)).to_dict()
         assert s["status"] == "completed", s.get("error")
         assert s["node"].startswith("GCE test-project/zone-b/node (spot, g2-standard-4)")
         assert "zone-a spot: stocked out" in s["node"]
@@ -156,7 +156,7 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
         assert fake.instance("zone-a", "node").status == "TERMINATED"
         assert not fake.agent_running("zone-a", "node")
         # the next night (the node comes back): the rest is done, no --retry-failed needed
-        s2 = nightly(profile=str(profile))
+        s2 = nightly(profile=str(profile)).to_dict()
         assert s2["status"] == "completed", s2.get("error")
         assert s2["documents"]["transcripts"] == {"seen": 12, "extracted": 12 - done,
                                                  "skipped": done, "failed": 0}

@@ -212,7 +212,7 @@ def test_a_two_node_night_spreads_phase_1_over_both_and_stops_both(
     with FakeComputeEngine(PROJECT, node_runtime=engines) as fake:
         add_nodes(fake)
         block(fake, tmp_path, port, node=VLLM_NODE).save("nodes-nightly", overwrite=True)
-        s = nightly(profile=str(profile))
+        s = nightly(profile=str(profile)).to_dict()
         assert s["status"] == "completed", s.get("error")
         assert s["documents"]["transcripts"]["seen"] == 6
         assert "127.0.0.2" in s["node"] and "127.0.0.3" in s["node"]
