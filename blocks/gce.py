@@ -80,7 +80,7 @@ class GceCompute(Block):
         default=18000.0, ge=30, le=120 * 86400,
         description="Compute stops the node after this long RUNNING (scheduling.maxRunDuration, "
         "action STOP), set on every start. A nightly (and node smoke) passes its own run limit "
-        "instead: the night's budget + stop_timeout_seconds + 1800 s (flows/nightly.py "
+        "instead: the night's budget + stop_timeout_seconds + 1800 s (tasks/night/clock.py "
         "night_budget); this is the limit of every other start.")
     api_retries: int = Field(default=6, ge=0, description="Retries of a Compute call that "
                              "failed transiently (5xx, 429, rate limit, reset, timeout).")

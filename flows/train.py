@@ -7,16 +7,12 @@ ad-hoc run waits for the nightly (and the other way round).
 """
 
 
-import time
 from pathlib import Path
-from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 
-from tasks.compute.node import run_on_node
-from tasks.files import file_sha256
 from tasks.profile import load_profile
-from tasks.records import AdapterManifest, TrainingMarker, TrainingResult
+from tasks.records import AdapterManifest, TrainingResult
 from tasks.training.job import (
     TrainingJob,
     dataset_digest,
@@ -26,7 +22,7 @@ from tasks.training.job import (
     record_environment,
     reuse_or_resume,
 )
-from tasks.training.params import TrainParams, build_params, resolve
+from tasks.training.params import TrainParams, resolve
 from tasks.training.train import TrainingError
 
 
@@ -77,42 +73,7 @@ def result_row(m: AdapterManifest) -> TrainingResult:
     return TrainingResult.of_manifest(m)
 
 
-def run_for_marker(marker: TrainingMarker, profile: str, timeout_seconds: float,
-                   retrain: bool = False) -> TrainingResult:
-    """The nightly's hand-over: one training-pending marker → one training run, in this
-    process (local compute) or on the GCE node through its deployment (`[training]
-    node_deployment`, on the node's work pool). Returns the run's result row."""
-    cfg = load_profile(profile)
-    params = build_params(cfg.training.recipe, {
-        "dataset": marker.dataset, "bucket": marker.bucket, "method": marker.kind,
-        "base_model": cfg.training.base_model or cfg.node.base_model},
-        where=f"profile {profile} [training]")
-    started = time.monotonic()
-    if cfg.node.remote_training:  # the GPU is on the node: run it there
-        parameters: dict[str, Any] = {"params": params.model_dump(mode="json"),
-                                      "profile": profile, "created_by": "nightly",
-                                      "retrain": retrain}
-        if cfg.training.gcs_block:  # the node reads the dataset from GCS, not from this disk
-            from tasks.gcs_sync import upload_file
-
-            dataset = Path(params.dataset)
-            key = f"datasets/{marker.bucket}/{dataset.name}"
-            url = upload_file(cfg.training.gcs_block, dataset, key)
-            get_run_logger().info("dataset for the node uploaded to %s", url)
-            parameters.update(dataset_gcs_key=key, dataset_sha256=file_sha256(dataset))
-        row = run_on_node(cfg.node, cfg.training.node_deployment, parameters,
-                          timeout_seconds, label=f"train:{marker.bucket}",
-                          pickup_seconds=cfg.training.node_pickup_seconds)
-    else:
-        row = result_row(AdapterManifest.parse(
-            train.with_options(timeout_seconds=timeout_seconds)(
-                params=params, profile=profile, created_by="nightly", retrain=retrain),
-            "the train flow's result"))
-    row.seconds = round(time.monotonic() - started, 1)
-    return row
-
-
-__all__ = ["TrainParams", "TrainingError", "run_for_marker", "train_flow"]
+__all__ = ["TrainParams", "TrainingError", "train_flow"]
 
 
 # The flow's old name, kept for the callers that import it. The function carries the flow's

@@ -505,6 +505,63 @@ def _extraction_held(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+class NodeUsage(_Strict):
+    """What a node ran and cost this run (Node.usage; GCE: tasks/compute/cost.py)."""
+
+    running_seconds: float
+    gpu_hours: float
+    estimated_usd: float
+    zones: dict[str, dict[str, Any]] = {}  # where → its span: running_seconds, provisioning, …
+    note: str = ""
+
+
+class NightlyRunSeen(_Strict):
+    """A nightly flow run the reaper found in the Prefect API."""
+
+    id: str
+    name: str
+    state: str | None
+    start_time: str | None
+    age_seconds: float
+
+
+class ReaperResult(_Strict):
+    """What the reaper found and did (tasks/night/reaper.py reap)."""
+
+    profile: str | None = None  # None: the reaper at the start failed (see error)
+    nightly_slot_held: bool | None = None
+    active_runs: list[NightlyRunSeen] = []
+    orphaned_runs: list[NightlyRunSeen] = []
+    stale_runs: list[NightlyRunSeen] = []
+    # where → status of what was up (summaries before the fleet of nodes wrote it as text)
+    found: dict[str, str] | str | None = None
+    stopped_zones: list[str] | None = None
+    action: Literal["skipped", "none", "stopped", "error"] | None = None
+    reason: str | None = None
+    error: str | None = None  # the nightly's reaper at start failed: why
+
+
+class ReconciledManifest(_Strict):
+    """A training manifest found unfinished for a run that is gone, marked at the start
+    (tasks/training/reconcile.py)."""
+
+    name: str
+    was: str
+    now: str
+    reason: str
+
+
+class StaleNodeRun(_Strict):
+    """A train/node run no live nightly owned, cancelled at the start
+    (tasks/compute/stale_runs.py); only `error` when the check failed."""
+
+    id: str | None = None
+    name: str | None = None
+    was: str | None = None
+    reason: str | None = None
+    error: str | None = None
+
+
 class RunSummary(Record):
     """<state_dir>/runs/<time>-<run>.json and last-run.json. A key is written once the phase
     that fills it ran (the dump leaves out fields never set), as the files always had it."""
@@ -519,13 +576,9 @@ class RunSummary(Record):
     phases: dict[str, PhaseRecord] = {}
     # phase 1's report (also from a failed phase 1: PhaseFailed.summary); None: it did not report
     extraction: ExtractionReport | None = None
-    reaper: dict[str, Any] | None = None  # flows/reaper.py reap's record
-    # Training manifests found unfinished for a run that is gone, marked at the start
-    # (tasks/training/reconcile.py): {name, was, now, reason}.
-    reconciled: list[dict[str, str]] | None = None
-    # train/node runs no live nightly owned, cancelled at the start (tasks/compute/stale_runs.py):
-    # {id, name, was, reason}; {error} when the check failed.
-    stale_node_runs: list[dict[str, str]] | None = None
+    reaper: ReaperResult | None = None  # the reaper at the start (tasks/night/reaper.py)
+    reconciled: list[ReconciledManifest] | None = None
+    stale_node_runs: list[StaleNodeRun] | None = None
     node: str | None = None
     night_budget_seconds: float | None = None  # one deadline for boot, readiness, both phases
     serving_adapter: str | None = None  # unset: the server was not started; None: base model

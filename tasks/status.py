@@ -2,7 +2,7 @@
 
 With a bucket for the profile's run records (`gcs_block`, else SLM_YOYO_WEIGHTS_GCS_BUCKET),
 the summary is the newest `records/runs/<UTC time>-<run>.json` there (the nightly mirrors its
-records at its end: flows/nightly.py _write_summary, tasks/gcs_sync.py mirror_records), so any
+records at its end: tasks/night/stages.py _write_summary, tasks/gcs_sync.py mirror_records), so any
 shell with read access to the bucket sees what the orchestrator's night did. Without one, it
 is `<state_dir>/runs/last-run.json`. A night is healthy when it ended `completed` or `partial`
 and finished less than `max_age_hours` (26) ago.
@@ -21,7 +21,7 @@ from tasks.records import RunSummary
 
 MAX_AGE_HOURS = 26.0
 HEALTHY = ("completed", "partial")
-# flows/nightly.py _write_summary: runs/20261201T010203Z-1a2b3c4d.json
+# tasks/night/stages.py _write_summary: runs/20261201T010203Z-1a2b3c4d.json
 SUMMARY_NAME = re.compile(r"\d{8}T\d{6}Z-[^/]+\.json")
 
 

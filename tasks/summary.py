@@ -10,6 +10,7 @@ from tasks.records import (
     CapacityReport,
     CostSummary,
     ExtractionReport,
+    NodeUsage,
     RunSummary,
 )
 
@@ -21,11 +22,6 @@ def new_summary(profile: str) -> RunSummary:
 def _extraction(s: RunSummary) -> ExtractionReport:
     """Phase 1's report, or zeros when it did not report (the summary prints them)."""
     return s.extraction or ExtractionReport.empty()
-
-
-def as_summary(s: RunSummary | dict[str, Any]) -> RunSummary:
-    """A run summary from the model or its JSON dict (what the nightly flow returns)."""
-    return s if isinstance(s, RunSummary) else RunSummary.parse(s, "the run summary")
 
 
 def _training_lines(s: RunSummary) -> list[str]:
@@ -51,7 +47,7 @@ def _training_lines(s: RunSummary) -> list[str]:
     return lines
 
 
-def cost_summary(usage: dict[str, Any] | None, s: RunSummary) -> CostSummary:
+def cost_summary(usage: NodeUsage | None, s: RunSummary) -> CostSummary:
     """The run's cost block: GPU-hours and estimated USD from the node's RUNNING time
     (compute.usage(): one L4 per node, so GPU-hours = node hours) and the tokens in/out."""
     x = _extraction(s)
@@ -59,12 +55,12 @@ def cost_summary(usage: dict[str, Any] | None, s: RunSummary) -> CostSummary:
         return CostSummary(tokens_in=x.prompt_tokens, tokens_out=x.completion_tokens,
                            gpu_hours=None, estimated_usd=None,
                            note="node usage unavailable (see the run log)")
-    rates = sorted({(z["provisioning"], z["usd_per_hour"]) for z in usage.get("zones", {}).values()})
+    rates = sorted({(z["provisioning"], z["usd_per_hour"]) for z in usage.zones.values()})
     return CostSummary(tokens_in=x.prompt_tokens, tokens_out=x.completion_tokens,
-                       gpu_hours=usage["gpu_hours"], running_seconds=usage["running_seconds"],
-                       estimated_usd=usage["estimated_usd"],
-                       rates=[f"{p} ${r:.2f}/h" for p, r in rates], zones=usage.get("zones", {}),
-                       note=usage.get("note", ""))
+                       gpu_hours=usage.gpu_hours, running_seconds=usage.running_seconds,
+                       estimated_usd=usage.estimated_usd,
+                       rates=[f"{p} ${r:.2f}/h" for p, r in rates], zones=usage.zones,
+                       note=usage.note)
 
 
 def _cost_line(c: CostSummary) -> str:
@@ -124,8 +120,7 @@ def quality_lines(q: AnswerQuality | None) -> list[str]:
     return out
 
 
-def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local") -> str:
-    s = as_summary(summary)
+def render_text(s: RunSummary, profile_ref: str = "local") -> str:
     lines = [f"slm-nightly run — profile {s.profile}: {s.status.upper()}", ""]
     lines.append("Phases:")
     for name, p in s.phases.items():
@@ -163,11 +158,10 @@ def render_text(summary: RunSummary | dict[str, Any], profile_ref: str = "local"
         lines += capacity_lines(s.capacity)
     if s.cost:
         lines.append(_cost_line(s.cost))
-    reaped = s.reaper or {}
-    if reaped.get("action") == "stopped":
-        lines.append(f"Reaper at start: stopped a node left up ({reaped.get('found')})")
+    if s.reaper and s.reaper.action == "stopped":
+        lines.append(f"Reaper at start: stopped a node left up ({s.reaper.found})")
     for r in s.reconciled or []:
-        lines.append(f"Adapter {r['name']}: {r['was']} → {r['now']} at start ({r['reason']})")
+        lines.append(f"Adapter {r.name}: {r.was} → {r.now} at start ({r.reason})")
     lines += _stale_lines(s)
     if x.failures:
         lines += ["", f"Failed documents ({len(x.failures)}), also in {x.dead_letter}:"]
@@ -210,8 +204,7 @@ def _snapshot_lines(snap: dict[str, Any] | None, profile_ref: str) -> list[str]:
     return lines
 
 
-def render_markdown(summary: RunSummary | dict[str, Any]) -> str:
-    s = as_summary(summary)
+def render_markdown(s: RunSummary) -> str:
     lines = [f"# Nightly run: {s.status}", "", "| phase | status | seconds | note |",
              "|---|---|---:|---|"]
     for name, p in s.phases.items():
@@ -232,11 +225,10 @@ def render_markdown(summary: RunSummary | dict[str, Any]) -> str:
         lines += ["", " · ".join(x.strip() for x in capacity_lines(s.capacity))]
     if s.cost:
         lines += ["", _cost_line(s.cost)]
-    reaped = s.reaper or {}
-    if reaped.get("action") == "stopped":
-        lines += ["", f"Reaper at start: stopped a node left up ({reaped.get('found')})."]
+    if s.reaper and s.reaper.action == "stopped":
+        lines += ["", f"Reaper at start: stopped a node left up ({s.reaper.found})."]
     for r in s.reconciled or []:
-        lines += ["", f"Adapter {r['name']}: {r['was']} → {r['now']} at start ({r['reason']})."]
+        lines += ["", f"Adapter {r.name}: {r.was} → {r.now} at start ({r.reason})."]
     for line in _stale_lines(s):
         lines += ["", line + "."]
     if s.error:
@@ -246,6 +238,6 @@ def render_markdown(summary: RunSummary | dict[str, Any]) -> str:
 
 def _stale_lines(s: RunSummary) -> list[str]:
     """The node runs cancelled at the start (tasks/compute/stale_runs.py), or why none were."""
-    return [f"Stale node runs not checked: {r['error']}" if "error" in r else
-            f"Node run {r['name']} ({r['was']}) cancelled at start: {r['reason']}"
+    return [f"Stale node runs not checked: {r.error}" if r.error is not None else
+            f"Node run {r.name} ({r.was}) cancelled at start: {r.reason}"
             for r in s.stale_node_runs or []]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from blocks.compute import LocalCompute
 from blocks.inference import InferenceEndpoint
@@ -14,6 +13,7 @@ from tasks.compute import inference_server
 from tasks.compute.threads import auto_threads
 from tasks.llama_cpp import default_model_path
 from tasks.processes import ManagedServer
+from tasks.records import NodeUsage
 
 
 class LocalNode:
@@ -41,6 +41,9 @@ class LocalNode:
         if self._threads is None:
             self._threads = self.block.n_threads or auto_threads()
         return self._threads
+
+    boot_timeout_seconds = None  # nothing boots
+    stop_timeout_seconds = None  # nothing stops this machine by itself
 
     @property
     def watch_seconds(self) -> float:
@@ -110,7 +113,7 @@ class LocalNode:
         server = ManagedServer(inference_server.SERVER_NAME, self._state_dir)
         return [("the inference server (llama.cpp)", server, lambda: server.stop(grace=1.0))]
 
-    def usage(self, since: float | None = None) -> dict[str, Any]:
-        """Same keys as the GCE node's usage: this machine costs nothing per run."""
-        return {"running_seconds": 0.0, "gpu_hours": 0.0, "estimated_usd": 0.0, "zones": {},
-                "note": "local machine: no cost"}
+    def usage(self, since: float | None = None) -> NodeUsage:
+        """This machine costs nothing per run."""
+        return NodeUsage(running_seconds=0.0, gpu_hours=0.0, estimated_usd=0.0, zones={},
+                         note="local machine: no cost")

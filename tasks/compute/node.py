@@ -14,7 +14,8 @@ from prefect.cache_policies import NO_CACHE
 from blocks.inference import InferenceEndpoint
 from tasks.compute.protocol import Node
 from tasks.errors import NodePreempted
-from tasks.records import TrainingResult
+from tasks.records import NodeUsage, TrainingResult
+from tasks.waiting import poll
 
 
 @task(name="compute-up", cache_policy=NO_CACHE)
@@ -60,7 +61,7 @@ def inference_down(node: Node) -> bool:
 
 
 @task(name="compute-down", cache_policy=NO_CACHE)
-def compute_down(node: Node) -> dict[str, Any] | None:
+def compute_down(node: Node) -> NodeUsage | None:
     """Stop the node (always runs, from the flow's `finally`) and return its usage this run
     (RUNNING time, GPU-hours, estimated cost; see Node.usage), None if unavailable."""
     node.stop()
@@ -69,14 +70,14 @@ def compute_down(node: Node) -> dict[str, Any] | None:
     return node_usage(node, logger)
 
 
-def node_usage(node: Node, logger: Any) -> dict[str, Any] | None:
+def node_usage(node: Node, logger: Any) -> NodeUsage | None:
     try:
         used = node.usage()
     except Exception as e:  # noqa: BLE001 - the node is down; the estimate is a nicety
         logger.warning("node usage unavailable: %s", e)
         return None
     logger.info("node ran %.0f s this run (%.4f GPU-hours), estimated $%.2f",
-                used["running_seconds"], used["gpu_hours"], used["estimated_usd"])
+                used.running_seconds, used.gpu_hours, used.estimated_usd)
     return used
 
 
@@ -114,7 +115,7 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
     from tasks.errors import PhaseFailed
 
     logger = get_run_logger()
-    poll = node.watch_seconds if poll_seconds is None else poll_seconds
+    every = node.watch_seconds if poll_seconds is None else poll_seconds
     parent = current_run.get_id()
     child: Any = run_deployment(name=deployment, parameters=parameters, timeout=0,
                            idempotency_key=f"{parent}-{label}" if parent else None,
@@ -122,31 +123,33 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
     logger.info("%s: node run %s (%s) submitted to %s — waiting for the node's worker",
                 label, child.name, child.id, deployment)
     submitted = time.monotonic()
-    deadline = submitted + timeout_seconds
-    last_state: str | None = ""
+    last_state: list[str | None] = [""]
     with get_client(sync_client=True) as client:
+
+        def ended() -> Any:
+            """The run's final state; None while it runs (the node and the pickup checked)."""
+            state = client.read_flow_run(child.id).state
+            if state is not None and state.name != last_state[0]:
+                last_state[0] = state.name
+                logger.info("%s: node run %s is %s", label, child.name, state.name)
+            if state is not None and state.is_final():
+                return state
+            waited = time.monotonic() - submitted
+            if (state is None or state.is_scheduled()) and waited > pickup_seconds:
+                raise PhaseFailed(
+                    f"{label}: no worker on the node's pool took node run {child.name} "
+                    f"within {pickup_seconds:.0f} s — check the node's Prefect worker "
+                    "(`journalctl -u slm-prefect-worker` on the node: PREFECT_API_URL, "
+                    f"its API key, the pool name) and `prefect work-pool inspect` for "
+                    f"the pool of {deployment}", {})
+            node.check_running()  # NodePreempted when the node went away
+            return None
+
         try:
-            while True:
-                run = client.read_flow_run(child.id)
-                state = run.state
-                if state is not None and state.name != last_state:
-                    last_state = state.name
-                    logger.info("%s: node run %s is %s", label, child.name, state.name)
-                if state is not None and state.is_final():
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{label}: node run {child.name} did not finish within "
-                                       f"{timeout_seconds:.0f} s — cancelled")
-                waited = time.monotonic() - submitted
-                if (state is None or state.is_scheduled()) and waited > pickup_seconds:
-                    raise PhaseFailed(
-                        f"{label}: no worker on the node's pool took node run {child.name} "
-                        f"within {pickup_seconds:.0f} s — check the node's Prefect worker "
-                        "(`journalctl -u slm-prefect-worker` on the node: PREFECT_API_URL, "
-                        f"its API key, the pool name) and `prefect work-pool inspect` for "
-                        f"the pool of {deployment}", {})
-                node.check_running()  # NodePreempted when the node went away
-                time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+            state = poll(ended, timeout_seconds, first=every, factor=1.0, cap=every)
+            if state is None:
+                raise TimeoutError(f"{label}: node run {child.name} did not finish within "
+                                   f"{timeout_seconds:.0f} s — cancelled")
         except BaseException as e:
             _end_node_run(client, child.id, logger, label, e)
             raise
@@ -192,14 +195,17 @@ def _end_node_run(client: Any, run_id: Any, logger: Any, label: str, why: BaseEx
             return
         client.set_flow_run_state(run_id, Cancelling(message=f"the nightly stopped waiting: "
                                                      f"{type(why).__name__}"), force=True)
-        deadline = time.monotonic() + (0 if isinstance(why, TerminationSignal) else ack_seconds)
-        while time.monotonic() < deadline:
+        def final() -> Any:
             state = client.read_flow_run(run_id).state
-            if state is not None and state.is_final():
-                logger.warning("%s: node run %s %s by the node's worker", label, run_id,
-                               state.name.lower())
-                return
-            time.sleep(1.0)
+            return state if state is not None and state.is_final() else None
+
+        # a cancelled run's grace is for stopping the node: it does not wait for the worker
+        state = None if isinstance(why, TerminationSignal) else poll(
+            final, ack_seconds, first=1.0, factor=1.0, cap=1.0)
+        if state is not None:
+            logger.warning("%s: node run %s %s by the node's worker", label, run_id,
+                           state.name.lower())
+            return
         client.set_flow_run_state(run_id, Cancelled(message="cancelled by the nightly; the node "
                                                     "stop ends its process"), force=True)
         logger.warning("%s: node run %s marked cancelled (the node stop ends it)", label, run_id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from blocks.compute import LocalCompute
 from blocks.gce import GceCompute
@@ -16,6 +16,7 @@ from tasks.compute.gce.lifecycle import GceNode
 from tasks.compute.local import LocalNode
 from tasks.errors import ConfigError
 from tasks.processes import ManagedServer
+from tasks.records import NodeUsage
 
 
 @runtime_checkable
@@ -24,7 +25,7 @@ class Node(Protocol):
 
     remote_training: bool
     """True: the GPU is on another machine, and training runs there through the node's
-    deployment (flows/train.py: run_for_marker); False: in this process."""
+    deployment (tasks/night/handoff.py: run_for_marker); False: in this process."""
     loads_adapters: bool
     """Whether start_inference serves the promoted LoRA adapter it is given."""
 
@@ -35,6 +36,15 @@ class Node(Protocol):
     @property
     def cpu_threads(self) -> int:
         """Threads for CPU work on the node (adapter verification)."""
+
+    @property
+    def boot_timeout_seconds(self) -> float | None:
+        """How long one boot may take; None: nothing boots (this machine)."""
+
+    @property
+    def stop_timeout_seconds(self) -> float | None:
+        """How long a stop may take; None: nothing stops the node by itself (this machine), so
+        it gets no max run duration (tasks/night/clock.py night_budget)."""
 
     def prepare(self, endpoint: InferenceEndpoint) -> list[str]:
         """Make what the node boots match the profile before it starts (GCE: the startup script
@@ -84,9 +94,9 @@ class Node(Protocol):
         the servers of the node that run here, each with how to stop it (the local llama.cpp
         server); none for a remote node, whose teardown is the run's own."""
 
-    def usage(self, since: float | None = None) -> dict[str, Any]:
+    def usage(self, since: float | None = None) -> NodeUsage:
         """Running seconds, GPU-hours and estimated cost since `since` (default: this run's
-        start): keys running_seconds, gpu_hours, estimated_usd, zones, note."""
+        start)."""
 
 
 def node_for(block: LocalCompute | GceCompute) -> Node:

@@ -9,7 +9,7 @@ boot, picks it up: the night trains yesterday's data first, beside the inference
 Who can own a node run: only the nightly run that submitted it (the outermost flow run above
 it: run_deployment records its caller as the node run's parent task run, in the nightly or in a
 subflow of it), and only while that nightly holds the `nightly` slot — it takes the slot at its
-start and submits node runs only while it holds it (flows/nightly.py, tasks/compute/gpu.py). So a
+start and submits node runs only while it holds it (flows/nightly.py, tasks/night/slots.py). So a
 node run whose nightly is final (Completed, Failed, Cancelled, Crashed), gone, or absent
 (submitted by hand) has no owner. A nightly still Running may be a dead process that never
 reported: when the caller holds the `nightly` slot itself (the nightly at its start), no other
@@ -33,7 +33,8 @@ from prefect.client.schemas.objects import StateType
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled
 
-from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
+from tasks.night.slots import NIGHTLY_LIMIT, active_slots
+from tasks.records import StaleNodeRun
 
 # Not final, so a worker may still take or keep running them. SCHEDULED covers Scheduled, Late
 # and AwaitingRetry; CANCELLING is a cancel no worker is left to carry out; PAUSED waits for a
@@ -44,11 +45,11 @@ OPEN = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAU
 
 def cancel_stale_node_runs(deployment: str = "train/node", exclude: set[str] | None = None, *,
                            holding_slot: bool = False,
-                           logger: Any = None) -> list[dict[str, str]]:
+                           logger: Any = None) -> list[StaleNodeRun]:
     """Set Cancelled every open run of `deployment` that no live nightly owns (module
     docstring), with a message naming why. `exclude`: flow run ids to leave alone — a node run
     whose own id, or the id of a flow run above it, is in it (the caller's own nightly). `holding_slot`: the
-    caller holds the `nightly` slot. Returns {id, name, was, reason} per cancelled run; none
+    caller holds the `nightly` slot. Returns each cancelled run (id, name, was, reason); none
     when the deployment does not exist (a local profile)."""
     log = logger or logging.getLogger("slm_nightly.stale_runs")
     keep = {str(x) for x in exclude or ()}
@@ -62,7 +63,7 @@ def cancel_stale_node_runs(deployment: str = "train/node", exclude: set[str] | N
             state=FlowRunFilterState(type=FlowRunFilterStateType(any_=OPEN))))
         runs = [r for r in runs if str(r.id) not in keep]
         slot_held = None if holding_slot else active_slots(NIGHTLY_LIMIT) > 0
-        cancelled: list[dict[str, str]] = []
+        cancelled: list[StaleNodeRun] = []
         for run in runs:
             chain = _ancestors(client, run)
             if any(str(a.id) in keep for a in chain):
@@ -76,8 +77,8 @@ def cancel_stale_node_runs(deployment: str = "train/node", exclude: set[str] | N
                 message=f"stale node run cancelled at nightly start: {reason}"), force=True)
             log.warning("stale node run %s (%s, was %s) cancelled: %s", run.name, run.id, was,
                         reason)
-            cancelled.append({"id": str(run.id), "name": str(run.name), "was": was,
-                              "reason": reason})
+            cancelled.append(StaleNodeRun(id=str(run.id), name=str(run.name), was=was,
+                                          reason=reason))
     return cancelled
 
 

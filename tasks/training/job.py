@@ -23,9 +23,9 @@ from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
 from prefect.runtime import flow_run as current_run
 
-from tasks.compute.gpu import gpu_slot
 from tasks.errors import ConfigError
 from tasks.files import file_sha256, write_atomic
+from tasks.night.slots import gpu_slot
 from tasks.records import (
     FINAL,
     AdapterManifest,

@@ -64,7 +64,7 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
                                                               base_cache: dict) -> None:
     """Extract, score, train both buckets (SFT promoted), then the next night serves it."""
     profile = local_profile(tmp_path, model_cache=base_cache["cache"])
-    s = nightly(profile=str(profile))
+    s = nightly(profile=str(profile)).to_dict()
     assert s["status"] == "completed"
     assert [(k, v["status"]) for k, v in s["phases"].items()] == [
         ("compute_up", "completed"), ("inference_up", "completed"), ("extract", "completed"),
@@ -105,7 +105,7 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
 
     log = tmp_path / "state" / "inference.log"
     before = log.stat().st_size
-    again = nightly(profile=str(profile))
+    again = nightly(profile=str(profile)).to_dict()
     assert again["status"] == "completed"
     served = tmp_path / "state" / "artifacts" / "adapters" / eng["name"] / "adapter.gguf"
     assert again["serving_adapter"] == str(served)  # tonight's server loads yesterday's adapter
@@ -208,7 +208,7 @@ def test_a_phase_1_budget_too_small_ends_partial_on_time_then_phase_2_trains(
             corpus={"root": corpus, "floor": 250},
             training={"recipe": recipe, "model_cache": base_cache["cache"],
                       "serve_bucket": ""})
-        s = nightly(profile=str(profile), phase1_timeout_seconds=5)
+        s = nightly(profile=str(profile), phase1_timeout_seconds=5).to_dict()
         first = [r["messages"][-1]["content"] for r in fake.requests]
         assert s["status"] == "partial", s.get("error")
         phases = {k: v["status"] for k, v in s["phases"].items()}
@@ -234,7 +234,7 @@ def test_a_phase_1_budget_too_small_ends_partial_on_time_then_phase_2_trains(
         # a new document that sorts first: the pending ones still go before it
         (src / "transcripts" / "a-new.md").write_text("Cy Dunn met Di Eve.")
         fake.reset()
-        s2 = nightly(profile=str(profile))
+        s2 = nightly(profile=str(profile)).to_dict()
         second = [r["messages"][-1]["content"] for r in fake.requests]
     assert s2["status"] == "completed", s2.get("error")
     assert s2["documents"]["transcripts"] == {"seen": 13, "extracted": 12 - done + 1,
@@ -323,7 +323,7 @@ def test_a_night_with_one_core_held_busy_completes_with_no_document_failed(
     profile = local_profile(tmp_path)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        s = nightly(profile=str(profile))
+        s = nightly(profile=str(profile)).to_dict()
     finally:
         busy.kill()
         busy.wait()

@@ -12,6 +12,7 @@ import pytest
 from blocks.gce import GceCompute
 from flows.nightly import nightly
 from tasks.processes import free_port
+from tasks.records import RunSummary
 from tasks.summary import render_markdown, render_text
 from tests.fakes.compute_engine import FakeComputeEngine, FakeInstance
 from tests.support.gce import PROJECT, VLLM_NODE, creds, gce_profile
@@ -37,7 +38,7 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
                    api_endpoint=fake.url, gcp_credentials=creds(fake), poll_seconds=0.1,
                    inference_port=port, state_dir=str(tmp_path / "state"), node=VLLM_NODE
                    ).save("nightly-gce-node", overwrite=True)
-        s = nightly(profile=str(profile))
+        s = nightly(profile=str(profile)).to_dict()
         assert s["status"] == "completed", s.get("error")
         assert s["node"].startswith("GCE test-project/zone-b/node (spot, g2-standard-4)")
         assert "zone-a spot: stocked out" in s["node"]
@@ -46,7 +47,7 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         assert fake.instance("zone-b", "node").status == "TERMINATED"
         assert fake.instance("zone-b", "node").metadata["slm-engine"] == "stopped"
         # Compute would stop it by itself after the night's budget: boot 600 + readiness 30 +
-        # phases 7200 + 7200 + stop 300 + margin 1800 (flows/nightly.py night_budget)
+        # phases 7200 + 7200 + stop 300 + margin 1800 (tasks/night/clock.py night_budget)
         assert fake.instance("zone-b", "node").max_run_seconds == 17130
         assert not fake.agent_running("zone-b", "node")
         assert len(fake.seen("stop", "zone-b", "node")) == 1
@@ -60,10 +61,11 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         assert cost["rates"] == ["spot $0.28/h"] and list(cost["zones"]) == ["zone-b"]
         assert cost["tokens_in"] == s["extraction"]["prompt_tokens"] > 0
         assert cost["tokens_out"] == s["extraction"]["completion_tokens"] > 0
-        text, md = render_text(s), render_markdown(s)
+        record = RunSummary.parse(s, "the run summary")
+        text, md = render_text(record), render_markdown(record)
         line = f"Cost: {cost['gpu_hours']:.4f} GPU-hours at spot $0.28/h ≈ $"
         assert line in text and line in md
-        assert f"tokens in {s['prompt_tokens']} / out {s['completion_tokens']}" in text
+        assert f"tokens in {s['extraction']['prompt_tokens']} / out {s['extraction']['completion_tokens']}" in text
 
 
 def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_document(
@@ -114,7 +116,7 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
         assert fake.instance("zone-a", "node").status == "TERMINATED"
         assert not fake.agent_running("zone-a", "node")
         # the next night (the node comes back): the rest is done, no --retry-failed needed
-        s2 = nightly(profile=str(profile))
+        s2 = nightly(profile=str(profile)).to_dict()
         assert s2["status"] == "completed", s2.get("error")
         assert s2["documents"]["transcripts"] == {"seen": 12, "extracted": 12 - done,
                                                  "skipped": done, "failed": 0}

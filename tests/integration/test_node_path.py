@@ -112,7 +112,7 @@ def test_nightly_trains_on_the_node_through_its_deployment(
 
         t = threading.Thread(target=flaky_api_during_the_watch, daemon=True)
         t.start()
-        s = nightly(profile=str(profile))
+        s = nightly(profile=str(profile)).to_dict()
         assert s["status"] == "completed", (s.get("error"), node.log.read_text()[-4000:])
         # the node booted the script the nightly rendered from the profile into its metadata
         md = node.fake.instance("zone-a", "node").metadata
@@ -272,7 +272,7 @@ def test_half_nights_extract_only_then_retrain_one_bucket(
             nightly(profile=str(profile), phases="train", buckets=["nope"])
         assert node.fake.instance("zone-a", "node").status == "TERMINATED"  # nothing booted
 
-        s = nightly(profile=str(profile), phases="extract")
+        s = nightly(profile=str(profile), phases="extract").to_dict()
         assert s["status"] == "completed", s.get("error")
         assert s["phases"]["extract"]["status"] == "completed"
         assert s["extraction"]["documents"]["transcripts"]["seen"] == 1
@@ -282,7 +282,7 @@ def test_half_nights_extract_only_then_retrain_one_bucket(
 
         firsts = []
         for _ in range(2):
-            s = nightly(profile=str(profile), phases="train", buckets=[ENG], retrain=True)
+            s = nightly(profile=str(profile), phases="train", buckets=[ENG], retrain=True).to_dict()
             assert s["status"] == "completed", (s.get("error"), node.log.read_text()[-3000:])
             assert (s["phases"]["extract"]["status"], s["phases"]["extract"]["note"]) == (
                 "skipped", "phases = train")

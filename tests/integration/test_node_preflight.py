@@ -23,6 +23,7 @@ from tasks.compute.gce.startup import WORKER_UNIT
 from tasks.preflight.prefect_api import DEPLOY_ALL
 from tasks.preflight.run import PreflightReport, run_preflight
 from tasks.profile import load_profile
+from tasks.records import RunSummary
 from tasks.summary import render_text
 from tests.fakes.compute_engine import FakeComputeEngine
 from tests.fakes.gcs import GcsEmulator
@@ -218,7 +219,7 @@ def test_a_failing_preflight_fails_the_night_before_anything_boots(
     assert stale[str(left.id)]["reason"] == ("no nightly run owns it (submitted by hand, or its "
                                              "nightly run was deleted)")
     assert (f"Node run {left.name} ({stale[str(left.id)]['was']}) cancelled at start: no "
-            "nightly run owns it") in render_text(s)
+            "nightly run owns it") in render_text(RunSummary.parse(s, "last-run.json"))
     with get_client(sync_client=True) as client:
         state = client.read_flow_run(left.id).state
     assert state is not None and state.is_cancelled()
@@ -321,7 +322,7 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
         done = threading.Event()
 
         def watch_the_slot() -> None:  # what the reaper asks before it stops a node
-            from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
+            from tasks.night.slots import NIGHTLY_LIMIT, active_slots
 
             while not done.wait(0.5):
                 held.append(active_slots(NIGHTLY_LIMIT))
@@ -337,7 +338,7 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
             "environment": "ok", "stop": "ok", "verdict": "passed"}
         # the smoke held the `nightly` slot while its node was up: the reaper left it alone
         assert held and max(held) == 1, held
-        from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots
+        from tasks.night.slots import NIGHTLY_LIMIT, active_slots
 
         assert active_slots(NIGHTLY_LIMIT) == 0
         assert "fits this checkout's pyproject.toml" in phases["_out"]

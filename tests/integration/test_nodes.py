@@ -161,16 +161,16 @@ def test_a_second_node_stocked_out_everywhere_fails_and_the_first_is_still_stopp
 @pytest.mark.usefixtures("prefect_api")
 def test_the_teardown_hook_stops_every_node_even_when_one_stop_fails(
         fake: FakeComputeEngine, tmp_path: Path, port: int) -> None:
-    """flows/nightly.py's cancellation/crash hook: node 1's stop is refused (400), node 2 is
+    """The nightly's cancellation/crash hook (tasks/night/fleet.py): node 1's stop is refused (400), node 2 is
     stopped all the same."""
-    from flows.nightly import _stop_node_hook
+    from tasks.night.fleet import stop_nodes_hook
 
     add_nodes(fake, {("zone-a", "node"): "RUNNING", ("zone-b", "node-2"): "RUNNING"})
     block(fake, tmp_path, port).save("nodes-hook", overwrite=True)
     profile = toml_profile(tmp_path / "nodes.toml", state_dir=tmp_path / "state",
                            compute={"type": "gce", "block": "nodes-hook"})
     fake.fail_next("stop", 400, "badRequest")  # the first stop call: node 1's
-    _stop_node_hook(None, SimpleNamespace(parameters={"profile": str(profile)}), None)
+    stop_nodes_hook(None, SimpleNamespace(parameters={"profile": str(profile)}), None)
     assert fake.instance("zone-a", "node").status == "RUNNING"  # its stop was refused
     assert fake.instance("zone-b", "node-2").status == "TERMINATED"
     assert len(fake.seen("stop", "zone-b", "node-2")) == 1
@@ -186,12 +186,12 @@ def test_the_reaper_stops_a_second_node_left_running(
     profile = toml_profile(tmp_path / "nodes.toml", state_dir=tmp_path / "state",
                            compute={"type": "gce", "block": "nodes-reaper"})
     out = reaper(profile=str(profile))
-    assert out["action"] == "stopped"
-    assert out["found"] == {"zone-b (node 2)": "RUNNING"}
-    assert out["stopped_zones"] == ["zone-b (node 2)"]
+    assert out.action == "stopped"
+    assert out.found == {"zone-b (node 2)": "RUNNING"}
+    assert out.stopped_zones == ["zone-b (node 2)"]
     assert fake.instance("zone-b", "node-2").status == "TERMINATED"
     assert [c["instance"] for c in fake.seen("stop")] == ["node-2"]
-    assert reaper(profile=str(profile))["action"] == "none"
+    assert reaper(profile=str(profile)).action == "none"
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -212,7 +212,7 @@ def test_a_two_node_night_spreads_phase_1_over_both_and_stops_both(
     with FakeComputeEngine(PROJECT, node_runtime=engines) as fake:
         add_nodes(fake)
         block(fake, tmp_path, port, node=VLLM_NODE).save("nodes-nightly", overwrite=True)
-        s = nightly(profile=str(profile))
+        s = nightly(profile=str(profile)).to_dict()
         assert s["status"] == "completed", s.get("error")
         assert s["extraction"]["documents"]["transcripts"]["seen"] == 6
         assert "127.0.0.2" in s["node"] and "127.0.0.3" in s["node"]

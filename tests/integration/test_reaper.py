@@ -39,12 +39,12 @@ def test_reaper_stops_a_node_left_running(fake: FakeComputeEngine, tmp_path: Pat
     fake.add_instance("zone-a", "node")
     fake.add_instance("zone-b", "node", status="RUNNING")  # a fallback-zone node left up
     out = reaper(profile=profile(fake, tmp_path))
-    assert out["action"] == "stopped" and out["stopped_zones"] == ["zone-b"]
-    assert out["found"] == {"zone-b": "RUNNING"}
+    assert out.action == "stopped" and out.stopped_zones == ["zone-b"]
+    assert out.found == {"zone-b": "RUNNING"}
     assert len(fake.seen("stop", "zone-b", "node")) == 1
     assert fake.instance("zone-b", "node").status == "TERMINATED"
     again = reaper(profile=profile(fake, tmp_path))
-    assert again["action"] == "none" and len(fake.seen("stop")) == 1
+    assert again.action == "none" and len(fake.seen("stop")) == 1
 
 
 def test_reaper_leaves_the_node_to_an_active_nightly_run(fake: FakeComputeEngine,
@@ -55,11 +55,11 @@ def test_reaper_leaves_the_node_to_an_active_nightly_run(fake: FakeComputeEngine
         run = client.create_flow_run(nightly, parameters={"profile": "gcp"}, state=Running())
     try:
         out = reaper(profile=profile(fake, tmp_path))
-        assert out["action"] == "skipped" and str(run.id) in [r["id"] for r in out["active_runs"]]
+        assert out.action == "skipped" and str(run.id) in [r.id for r in out.active_runs]
         assert fake.seen("stop") == [] and fake.instance("zone-a", "node").status == "RUNNING"
         # a RUNNING run older than max_run_hours is a dead process, not a user of the node
         stale = reaper(profile=profile(fake, tmp_path), max_run_hours=0)
-        assert stale["action"] == "stopped" and str(run.id) in [r["id"] for r in stale["stale_runs"]]
+        assert stale.action == "stopped" and str(run.id) in [r.id for r in stale.stale_runs]
         assert fake.instance("zone-a", "node").status == "TERMINATED"
     finally:
         with get_client(sync_client=True) as client:
@@ -89,7 +89,7 @@ def test_reaper_stops_the_node_of_a_dead_run_but_not_of_a_live_one(fake: FakeCom
                                                                    tmp_path: Path) -> None:
     """A RUNNING nightly run past its start-up grace without the `nightly` slot is a dead
     process (kill -9): its node is stopped. While the slot is held, nothing is touched."""
-    from tasks.compute.gpu import NIGHTLY_LIMIT, active_slots, nightly_slot
+    from tasks.night.slots import NIGHTLY_LIMIT, active_slots, nightly_slot
 
     fake.add_instance("zone-a", "node", status="RUNNING")
     with get_client(sync_client=True) as client:
@@ -98,12 +98,12 @@ def test_reaper_stops_the_node_of_a_dead_run_but_not_of_a_live_one(fake: FakeCom
         with nightly_slot(timeout_seconds=30):  # a live nightly run holds the slot
             assert active_slots(NIGHTLY_LIMIT) == 1
             live = reaper(profile=profile(fake, tmp_path), startup_grace_seconds=0)
-        assert live["action"] == "skipped" and live["nightly_slot_held"]
-        assert "slot is held" in live["reason"] and fake.seen("stop") == []
+        assert live.action == "skipped" and live.nightly_slot_held
+        assert "slot is held" in live.reason and fake.seen("stop") == []
         assert active_slots(NIGHTLY_LIMIT) == 0
         dead = reaper(profile=profile(fake, tmp_path), startup_grace_seconds=0)
-        assert dead["action"] == "stopped" and dead["stopped_zones"] == ["zone-a"]
-        assert str(run.id) in [r["id"] for r in dead["orphaned_runs"]]
+        assert dead.action == "stopped" and dead.stopped_zones == ["zone-a"]
+        assert str(run.id) in [r.id for r in dead.orphaned_runs]
         assert fake.instance("zone-a", "node").status == "TERMINATED"
     finally:
         with get_client(sync_client=True) as client:

@@ -29,8 +29,8 @@ from prefect.exceptions import ObjectAlreadyExists
 from prefect.runtime import flow_run as current_run
 from prefect.states import Crashed, Running
 
-from tasks.compute.gpu import NIGHTLY_LIMIT, ensure_limit
 from tasks.compute.stale_runs import cancel_stale_node_runs
+from tasks.slots import NIGHTLY_LIMIT, ensure_limit
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -151,13 +151,13 @@ def test_runs_of_dead_nightlies_are_cancelled_and_the_live_nightlys_run_is_left(
 
     me, own, cancelled = live_nightly(dep)
 
-    by_id = {r["id"]: r for r in cancelled}
+    by_id = {r.id: r for r in cancelled}
     assert set(by_id) == {done, killed_scheduled, killed_running}
-    assert {k: by_id[k]["was"] for k in by_id} == {done: "Scheduled", killed_scheduled:
+    assert {k: by_id[k].was for k in by_id} == {done: "Scheduled", killed_scheduled:
                                                    "Scheduled", killed_running: "Running"}
-    assert by_id[done]["reason"].endswith("is Completed")
-    assert f"({killed_parent}) is still Running" in by_id[killed_scheduled]["reason"]
-    assert "does not hold the nightly slot" in by_id[killed_scheduled]["reason"]
+    assert by_id[done].reason.endswith("is Completed")
+    assert f"({killed_parent}) is still Running" in by_id[killed_scheduled].reason
+    assert "does not hold the nightly slot" in by_id[killed_scheduled].reason
     assert all(_state(k) == "Cancelled" for k in by_id)
     assert [_state(k) for k in own] == ["Scheduled", "Scheduled"]
     assert _worker_would_take() == set(own)  # the node's worker, booting now, takes tonight's
@@ -181,8 +181,8 @@ def test_without_the_slot_a_running_nightlys_runs_are_left_while_the_slot_is_hel
                                               GlobalConcurrencyLimitUpdate(active_slots=before))
     assert before == 0, "another run holds the nightly slot: this test needs it free"
     (cancelled,) = cancel_stale_node_runs(dep)
-    assert (cancelled["id"], cancelled["was"]) == (node_run, "Scheduled")
-    assert "no run holds the nightly slot" in cancelled["reason"]
+    assert (cancelled.id, cancelled.was) == (node_run, "Scheduled")
+    assert "no run holds the nightly slot" in cancelled.reason
     assert _state(node_run) == "Cancelled"
 
 

@@ -55,6 +55,7 @@ from tasks.errors import (
     ServerError,
 )
 from tasks.processes import ManagedServer, port_open
+from tasks.records import NodeUsage
 from tasks.waiting import poll
 
 log = logging.getLogger("slm_nightly.gce")
@@ -91,6 +92,14 @@ class GceNode:
     @property
     def base_model(self) -> str | None:
         return None  # the node's engine weights are not a training base on this machine
+
+    @property
+    def boot_timeout_seconds(self) -> float | None:
+        return self.block.boot_timeout_seconds
+
+    @property
+    def stop_timeout_seconds(self) -> float | None:
+        return self.block.stop_timeout_seconds
 
     # ---- start ----------------------------------------------------------------------------
     def start(self, max_run_seconds: float | None = None,
@@ -387,7 +396,7 @@ class GceNode:
         """Nothing of the GCE node runs on this machine: the run's teardown stops the node."""
         return []
 
-    def usage(self, since: float | None = None) -> dict[str, Any]:
+    def usage(self, since: float | None = None) -> NodeUsage:
         """RUNNING seconds and estimated cost of the node since `since` (epoch seconds; default:
         this run's first start). From each instance's lastStart/lastStopTimestamp: the most
         recent RUNNING span per zone (cost.py)."""
@@ -402,7 +411,7 @@ class GceNode:
                               on_demand_usd_per_hour=b.on_demand_usd_per_hour)
             if used is not None:
                 zones[inst.zone] = used
-        return total_usage(zones)
+        return NodeUsage.model_validate(total_usage(zones))
 
 
 def _tried(attempts: list[str]) -> str:

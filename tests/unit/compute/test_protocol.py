@@ -16,7 +16,8 @@ from tasks.errors import ConfigError
 
 METHODS = ["prepare", "start", "start_inference", "stop_inference", "inference_running", "request_stop",
            "stop", "check_running", "running", "signal_stops", "usage"]
-ATTRIBUTES = ["remote_training", "loads_adapters", "base_model", "cpu_threads", "watch_seconds"]
+ATTRIBUTES = ["remote_training", "loads_adapters", "base_model", "cpu_threads", "watch_seconds",
+              "boot_timeout_seconds", "stop_timeout_seconds"]
 
 
 def gce_block() -> GceCompute:
@@ -54,7 +55,7 @@ def test_the_local_node_has_nothing_to_preempt_reap_or_pay() -> None:
     assert node.check_running() is None
     assert node.running() == {}  # no server of ours: nothing for the reaper
     assert node.stop() == []
-    assert node.usage() == {"running_seconds": 0.0, "gpu_hours": 0.0, "estimated_usd": 0.0,
+    assert node.usage().model_dump() == {"running_seconds": 0.0, "gpu_hours": 0.0, "estimated_usd": 0.0,
                             "zones": {}, "note": "local machine: no cost"}
 
 

@@ -1,18 +1,20 @@
-"""The night's one deadline (flows/nightly.py NightClock): what each step gets, with the clock
+"""The night's one deadline (tasks/night/clock.py NightClock): what each step gets, with the clock
 pinned. The figures are the issue's: a 4-hour night, 7200 s phase timeouts."""
 
 from __future__ import annotations
 
 import pytest
 
-import flows.nightly as nightly_mod
-from flows.nightly import NightClock, _merge_usage
+import tasks.night.clock as clock_mod
+from tasks.night.clock import NightClock
+from tasks.night.fleet import merge_usage
+from tasks.records import NodeUsage
 
 
 @pytest.fixture
 def now(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     t = [1_000_000.0]
-    monkeypatch.setattr(nightly_mod.time, "time", lambda: t[0])
+    monkeypatch.setattr(clock_mod.time, "time", lambda: t[0])
     return t
 
 
@@ -41,15 +43,15 @@ def test_phase_2_is_set_aside_at_most_half_of_what_is_left(now: list[float]) -> 
 
 
 def test_usage_of_several_nodes_adds_up_and_keeps_each_zone() -> None:
-    a = {"running_seconds": 3600.0, "gpu_hours": 1.0, "estimated_usd": 0.28,
-         "zones": {"us-central1-a": {"provisioning": "spot", "usd_per_hour": 0.28}}, "note": ""}
-    b = {"running_seconds": 1800.0, "gpu_hours": 0.5, "estimated_usd": 0.355,
-         "zones": {"us-central1-a": {"provisioning": "on-demand", "usd_per_hour": 0.71}},
-         "note": ""}
-    merged = _merge_usage([a, b, None])
-    assert merged == {
+    a = NodeUsage(running_seconds=3600.0, gpu_hours=1.0, estimated_usd=0.28,
+                  zones={"us-central1-a": {"provisioning": "spot", "usd_per_hour": 0.28}}, note="")
+    b = NodeUsage(running_seconds=1800.0, gpu_hours=0.5, estimated_usd=0.355,
+                  zones={"us-central1-a": {"provisioning": "on-demand", "usd_per_hour": 0.71}},
+                  note="")
+    merged = merge_usage([a, b, None])
+    assert merged is not None and merged.model_dump() == {
         "running_seconds": 5400.0, "gpu_hours": 1.5, "estimated_usd": pytest.approx(0.635),
         "zones": {"us-central1-a": {"provisioning": "spot", "usd_per_hour": 0.28},
                   "us-central1-a (node 2)": {"provisioning": "on-demand", "usd_per_hour": 0.71}},
         "note": "usage unavailable for node 3"}
-    assert _merge_usage([a]) is a and _merge_usage([None]) is None
+    assert merge_usage([a]) is a and merge_usage([None]) is None

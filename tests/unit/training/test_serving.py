@@ -77,9 +77,9 @@ def test_local_serving_names_the_adapter_or_says_why_the_base(tmp_path: Path) ->
 
 def test_the_nightly_serves_the_base_when_the_adapter_was_trained_on_another(
         tmp_path: Path) -> None:
-    """flows/nightly.py _served_adapter with the compute block's own GGUF: before this check it
+    """tasks/night/stages.py served_adapter with the compute block's own GGUF: before this check it
     returned the promoted adapter whatever base it was trained on."""
-    from flows.nightly import _served_adapter
+    from tasks.night.stages import served_adapter
     from tasks.profile import load_profile
     from tests.support.profiles import toml_profile
 
@@ -92,10 +92,10 @@ def test_the_nightly_serves_the_base_when_the_adapter_was_trained_on_another(
     promote(ArtifactStore(cfg.training.artifact_store or ""),
             BaseRef(spec=str(trained_on), gguf=str(trained_on),
                     gguf_digest=gguf_digest(trained_on)))
-    serving = _served_adapter(cfg)
+    serving = served_adapter(cfg)
     assert serving.adapter is None and serving.note and "serving the base model" in serving.note
     same = toml_profile(tmp_path / "q.toml", state_dir=tmp_path / "state",
                         compute={"type": "local", "model_path": trained_on},
                         training={"serve_bucket": BUCKET})
-    ok = _served_adapter(load_profile(str(same)))
+    ok = served_adapter(load_profile(str(same)))
     assert ok.adapter is not None and ok.names == (BUCKET,) and ok.note is None

@@ -160,12 +160,12 @@ def test_every_configured_bucket_is_published_and_one_without_promotion_is_skipp
 
 def test_the_nightly_publishes_after_phase_2_and_a_failure_does_not_fail_it(
         tmp_path: Path) -> None:
-    """flows/nightly.py _publish with a profile's [serving] section: the result is in the run
+    """tasks/night/training.py publish_phase with a profile's [serving] section: the result is in the run
     summary (and its text); an endpoint that refuses is reported, not raised, and the
     promotion stands."""
     from prefect.logging import disable_run_logger
 
-    from flows.nightly import _publish
+    from tasks.night.training import publish_phase
     from tasks.profile import load_profile
     from tasks.summary import new_summary, render_text
     from tests.support.profiles import toml_profile
@@ -182,7 +182,7 @@ def test_the_nightly_publishes_after_phase_2_and_a_failure_does_not_fail_it(
                 promote(store, "eng-1")
             summary = new_summary(cfg.name)
             with disable_run_logger():
-                _publish(summary, cfg)
+                publish_phase(summary, cfg)
             assert summary.published is not None
             assert summary.published[BUCKET].state == state
             assert summary.phases["publish"].status == "completed"

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from tasks.processes import start_ticks
+from tasks.errors import PhaseFailed
+from tasks.files import write_atomic
+from tasks.processes import owner_alive, start_ticks
 from tasks.runtime import prefect_env
 
 GPU_LIMIT = "gpu"
@@ -134,16 +136,14 @@ def _record_holder(name: str, lease_id: UUID, api_url: str) -> Path:
            "api_url": api_url, "taken_at": datetime.now(UTC).isoformat(timespec="seconds")}
     path = _records() / f"{name}.{lease_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rec, indent=2))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(rec, indent=2))
     return path
 
 
 def _gone(rec: dict[str, Any]) -> bool:
     """The recorded holder's process is gone (never said of another host's)."""
     return rec.get("hostname") == socket.gethostname() and \
-        start_ticks(int(rec["pid"])) != rec.get("process_start")
+        not owner_alive(int(rec["pid"]), rec.get("process_start"))
 
 
 def _describe(rec: dict[str, Any]) -> str:
@@ -269,4 +269,32 @@ def gpu_slot(timeout_seconds: float | None = None) -> Iterator[None]:
 def nightly_slot(timeout_seconds: float | None = None) -> Iterator[None]:
     """Hold the `nightly` slot (this run owns the node) for the block."""
     with _slot(NIGHTLY_LIMIT, timeout_seconds):
+        yield
+
+
+NIGHTLY_SLOT_WAIT_SECONDS = 3 * LEASE_SECONDS  # > a dead run's lease + the repossessor's loop
+
+
+def held_by() -> str:
+    """The `nightly` slot's recorded holders, for a message that names them."""
+    return "; ".join(holders(NIGHTLY_LIMIT)) or "no holder recorded on this machine"
+
+
+@contextmanager
+def owning_the_node() -> Iterator[None]:
+    """Hold the `nightly` slot for the whole night: it tells the reaper this run is alive and
+    owns the node. A recorded holder on this machine whose process is gone is taken over at
+    once; one on another host loses its lease when it expires (≤ ~75 s)."""
+    held = ExitStack()
+    try:
+        held.enter_context(nightly_slot(timeout_seconds=NIGHTLY_SLOT_WAIT_SECONDS))
+    except TimeoutError as e:
+        raise PhaseFailed(
+            f"the 'nightly' concurrency slot is still held after {NIGHTLY_SLOT_WAIT_SECONDS:.0f} s "
+            f"(holders: {held_by()}) — another nightly run is alive (prefect flow-run ls --flow-name "
+            "nightly --state RUNNING: wait for it or cancel it); a holder on this machine whose "
+            "process is gone is taken over by itself. A slot held with no live run anywhere (a "
+            "killed run from before slot records, or a server restarted without its leases): "
+            "`prefect gcl update nightly --active-slots 0`", {}) from e
+    with held:
         yield

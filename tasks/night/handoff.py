@@ -1,0 +1,68 @@
+"""The training job's hand-off: one training-pending marker → one training run, in this process
+or on the node through its deployment (`[training] node_deployment`, on the node's work pool)
+— the nightly's and the smoke's one way to hand a dataset to the node."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prefect import get_run_logger
+
+from tasks.compute.node import run_on_node
+from tasks.files import file_sha256
+from tasks.records import TrainingMarker, TrainingResult
+from tasks.training.params import TrainParams, build_params
+
+if TYPE_CHECKING:
+    from tasks.profile import Profile
+
+TrainHere = Callable[[TrainParams, float], TrainingResult]
+"""Runs the train flow in this process on (params, timeout_seconds): the flow composing the
+night passes it in, so no module here imports a flow."""
+
+
+def train_params(cfg: Profile, profile: str, fields: dict[str, Any]) -> TrainParams:
+    """A run's parameters from the profile's recipe, on the node's base model unless the
+    profile names one."""
+    return build_params(cfg.training.recipe, {
+        **fields, "base_model": cfg.training.base_model or cfg.node.base_model},
+        where=f"profile {profile} [training]")
+
+
+def train_on_node(cfg: Profile, profile: str, params: TrainParams, timeout_seconds: float, *,
+                  label: str, **flags: Any) -> TrainingResult:
+    """Run the train flow on the node through its deployment; `flags` are the flow's other
+    parameters (created_by, retrain, promote). With a bucket the node reads the dataset from
+    GCS, not from this disk."""
+    parameters: dict[str, Any] = {"params": params.model_dump(mode="json"),
+                                  "profile": profile, **flags}
+    if cfg.training.gcs_block:
+        from tasks.gcs_sync import upload_file
+
+        dataset = Path(params.dataset)
+        key = f"datasets/{params.bucket}/{dataset.name}"
+        url = upload_file(cfg.training.gcs_block, dataset, key)
+        get_run_logger().info("dataset for the node uploaded to %s", url)
+        parameters.update(dataset_gcs_key=key, dataset_sha256=file_sha256(dataset))
+    return run_on_node(cfg.node, cfg.training.node_deployment, parameters, timeout_seconds,
+                       label=label, pickup_seconds=cfg.training.node_pickup_seconds)
+
+
+def run_for_marker(cfg: Profile, profile: str, marker: TrainingMarker, timeout_seconds: float,
+                   train_here: TrainHere, retrain: bool = False) -> TrainingResult:
+    """The nightly's hand-over: the marker's bucket trained where the node says training runs
+    (Node.remote_training), in `timeout_seconds`. Returns the run's result row."""
+    params = train_params(cfg, profile, {"dataset": marker.dataset, "bucket": marker.bucket,
+                                         "method": marker.kind})
+    started = time.monotonic()
+    if cfg.node.remote_training:
+        row = train_on_node(cfg, profile, params, timeout_seconds,
+                            label=f"train:{marker.bucket}", created_by="nightly",
+                            retrain=retrain)
+    else:
+        row = train_here(params, timeout_seconds)
+    row.seconds = round(time.monotonic() - started, 1)
+    return row

@@ -1,0 +1,58 @@
+"""The one phase timer, and the night's phase records (RunSummary.phases): each phase's status,
+its seconds, and the first failure's reason in `summary.error`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from tasks.errors import NodePreempted, PhaseFailed, PhaseTimedOut
+from tasks.records import RunSummary
+
+
+@contextmanager
+def timed(ended: Callable[[float, BaseException | None], None]) -> Iterator[None]:
+    """Time the block: `ended(seconds, error)` when it ends (error None on success); the error
+    goes on up."""
+    start = time.monotonic()
+    try:
+        yield
+    except BaseException as e:
+        ended(time.monotonic() - start, e)
+        raise
+    ended(time.monotonic() - start, None)
+
+
+def final_status(e: BaseException) -> Literal["preempted", "cancelled", "failed"]:
+    from prefect.exceptions import TerminationSignal
+
+    if isinstance(e, NodePreempted):
+        return "preempted"
+    # KeyboardInterrupt: `slm-nightly run` stopped by Ctrl-C or SIGTERM (tasks/interrupts.py).
+    return "cancelled" if isinstance(e, TerminationSignal | KeyboardInterrupt) else "failed"
+
+
+@contextmanager
+def phase(summary: RunSummary, name: str) -> Iterator[None]:
+    """The block as the summary's phase `name`: running, then how it ended and in how long."""
+    record = summary.set_phase(name, "running")
+
+    def ended(seconds: float, e: BaseException | None) -> None:
+        record.seconds = round(seconds, 2)
+        if e is None:
+            record.status = "completed"
+            return
+        # Prefect's FlowRunTimeoutError and TaskRunTimeoutError are TimeoutErrors, and so is
+        # PhaseTimedOut; run_on_node raises TimeoutError when a node run outlives its budget.
+        record.status = "timed_out" if isinstance(e, TimeoutError | PhaseTimedOut) \
+            else final_status(e)
+        if isinstance(e, PhaseFailed):
+            summary.merge_extraction(e.summary)
+        why = str(e) or ("the run was cancelled" if final_status(e) == "cancelled" else "")
+        if summary.error is None:  # the first phase that failed says why
+            summary.error = f"{name}: {type(e).__name__}" + (f": {why}" if why else "")
+
+    with timed(ended):
+        yield

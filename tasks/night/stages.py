@@ -1,0 +1,351 @@
+"""The night's stages, in the order the runbook reads: own the node (the `nightly` slot, the
+checks at start, the teardown and the summary at the end), preflight, boot, serve, extract,
+release, score, train, publish. flows/nightly.py composes them with the flows it runs as
+subflows (extract, scorecard, train), which it passes in as callables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from prefect.runtime import flow_run as current_run
+
+from tasks.compute.node import compute_up, inference_down, inference_up
+from tasks.compute.protocol import Node
+from tasks.errors import ConfigError, NodePreempted, PhaseFailed
+from tasks.night.clock import NightClock, night_budget, night_seconds
+from tasks.night.fleet import Fleet, drop_failed, each, node_lost, raise_first
+from tasks.night.handoff import TrainHere
+from tasks.night.phases import final_status, phase
+from tasks.night.reaper import reap
+from tasks.night.slots import owning_the_node
+from tasks.night.training import publish_phase, train_passing_buckets
+from tasks.records import (
+    ExtractionReport,
+    ReaperResult,
+    ReconciledManifest,
+    RunSummary,
+    ScorecardSummary,
+    StaleNodeRun,
+)
+from tasks.summary import new_summary, render_markdown
+from tasks.training.serving import LocalServing, local_serving, served_gguf
+
+if TYPE_CHECKING:
+    from tasks.profile import Profile
+
+PHASES = ("all", "extract", "train")  # the nightly's `phases`: the whole night, or one half
+
+RunExtract = Callable[[float, list[str]], ExtractionReport]
+"""Phase 1 on (budget_seconds, the serving nodes' base URLs): the extract flow."""
+
+
+def check_phases(phases: str, buckets: list[str] | None) -> None:
+    if phases not in PHASES:
+        raise ConfigError(f"nightly: phases {phases!r} — one of {', '.join(PHASES)}")
+    if buckets is not None and phases == "extract":
+        raise ConfigError("nightly: buckets name what to train; phases = \"extract\" trains "
+                          "nothing — drop buckets, or run phases = \"train\"")
+
+
+def check_buckets(cfg: Profile, buckets: list[str] | None) -> None:
+    known = set(cfg.corpus.buckets()) if buckets is not None else set()
+    unknown = sorted(set(buckets or []) - known)
+    if unknown:
+        raise ConfigError(f"nightly: buckets {unknown} are not the profile's corpus buckets "
+                          f"({', '.join(sorted(known))}) — fix the buckets parameter")
+
+
+class Night:
+    """One night on a profile: its summary, its clock, its nodes."""
+
+    def __init__(self, cfg: Profile, phases: str, phase1_timeout_seconds: float,
+                 phase2_timeout_seconds: float, night_budget_seconds: float | None) -> None:
+        self.cfg, self.phases = cfg, phases
+        self.phase1_seconds, self.phase2_seconds = phase1_timeout_seconds, phase2_timeout_seconds
+        self.logger = get_run_logger()
+        self.summary = new_summary(cfg.name)
+        self.summary.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        night = float(night_budget_seconds or night_seconds(cfg, phase1_timeout_seconds,
+                                                            phase2_timeout_seconds))
+        self.clock = NightClock(night)
+        self.summary.night_budget_seconds = night
+        # the primary (phase 2's) first; once booting, every one is stopped. Phase 2 alone needs
+        # only the primary (its worker takes the node runs).
+        self.fleet = Fleet(cfg.nodes if phases != "train" else cfg.nodes[:1])
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Own the node for the block (the `nightly` slot), after the checks at start; then,
+        whatever happened, stop every node, and write and publish the summary."""
+        s = self.summary
+        with owning_the_node():
+            self._at_start()
+            try:
+                try:
+                    yield
+                except BaseException as e:
+                    s.status = final_status(e)
+                    raise
+                finally:
+                    try:
+                        self.fleet.down(s, self.logger)
+                    except Exception:
+                        s.status = "failed"
+                        raise
+            finally:
+                s.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+                path = _write_summary(s, self.cfg.state_dir)
+                _mirror_records(self.cfg, self.logger)
+                create_markdown_artifact(render_markdown(s), key="nightly-summary",
+                                         description="Nightly run summary")
+                self.logger.info("run summary written to %s", path)
+
+    def _at_start(self) -> None:
+        """While holding the slot: a node up now was left by a dead run; so were manifests
+        left `running` and node runs left open."""
+        self.summary.reaper = _reap_at_start(self.cfg, self.logger)
+        self.summary.reconciled = _reconcile_at_start(self.cfg, self.logger)
+        if self.cfg.node.remote_training:  # a local node has no node runs
+            self.summary.stale_node_runs = _cancel_stale_node_runs(self.cfg, self.logger)
+
+    def preflight(self) -> None:
+        """A node that trains remotely (GCE): nothing boots before its preflight passes."""
+        if self.cfg.node.remote_training:
+            with phase(self.summary, "preflight"):
+                _preflight(self.cfg, self.logger)
+
+    def boot(self) -> list[Node]:
+        """Every node up, within the night's budget; the nodes that booted."""
+        nodes, s = self.fleet.nodes, self.summary
+        with phase(s, "compute_up"):
+            booted = each(compute_up, nodes, max_run_seconds=night_budget(
+                self.cfg, self.phase1_seconds, self.phase2_seconds, self.clock.budget),
+                endpoint=self.cfg.inference,
+                timeout_seconds=self.clock.give_or_none(self.cfg.node.boot_timeout_seconds))
+            up, where = drop_failed(nodes, booted, "boot", self.logger)
+            s.node = where[0] if len(nodes) == 1 else " | ".join(
+                f"node {i}: {w}" for i, w in enumerate(where, 1)) + (
+                f" ({len(nodes) - len(where)} of {len(nodes)} did not boot)"
+                if len(where) < len(nodes) else "")
+        return up
+
+    def serve_and_extract(self, nodes: list[Node], run_extract: RunExtract
+                          ) -> tuple[list[Node], Exception | None]:
+        """Serve and extract on `nodes`: the nodes that served, and phase 1's failure, if any.
+        The corpus does not depend on tonight's graph, so a failed phase 1 is returned, not
+        raised: the caller releases the GPU and runs phase 2, then fails the night with this
+        reason (`summary.error` holds it already). A node that is gone (NodePreempted) and a
+        cancelled run (BaseException) are raised: there is nothing left to train on."""
+        if self.phases == "train":  # the engine the node booted gives the GPU up at once
+            self.summary.set_phase("extract", "skipped", note="phases = train")
+            return nodes, None
+        s, cfg = self.summary, self.cfg
+        try:
+            nodes, urls = self._serve(nodes)
+            with phase(s, "extract"):
+                budget = self.clock.phase1(self.phase1_seconds, self.phase2_seconds)
+                try:
+                    report = run_extract(budget, urls)
+                except Exception as e:
+                    lost = node_lost(cfg.node)
+                    if lost is None:
+                        raise
+                    if isinstance(e, PhaseFailed):
+                        s.merge_extraction(e.summary)
+                    raise lost from e
+                s.merge_extraction(report)
+                lost = node_lost(cfg.node)  # documents failed with it: done next run
+                if lost is not None:
+                    raise lost
+            _mark_partial(s, report)
+            if report.extract_seconds or report.pending:  # something to measure
+                s.capacity = _capacity(report, len(nodes))
+        except NodePreempted:
+            raise
+        except Exception as e:
+            self.logger.error("phase 1 failed (%s); the inference server is stopped and phase 2 "
+                              "runs", s.error or f"{type(e).__name__}: {e}")
+            return nodes, e
+        return nodes, None
+
+    def _serve(self, nodes: list[Node]) -> tuple[list[Node], list[str]]:
+        s, cfg = self.summary, self.cfg
+        with phase(s, "inference_up"):
+            serving = served_adapter(cfg)
+            s.serving_adapter = str(serving.adapter) if serving.adapter else None
+            if serving.note:
+                s.serving_note = serving.note
+                self.logger.warning("%s", serving.note)
+            elif serving.adapter and serving.names:
+                s.serving_note = f"served as {cfg.inference.model} and {', '.join(serving.names)}"
+            endpoint = cfg.inference.model_copy(update={
+                "readiness_timeout_seconds":
+                    self.clock.give(cfg.inference.readiness_timeout_seconds)})
+            ready = each(inference_up, nodes, endpoint=endpoint, adapter=serving.adapter,
+                         names=serving.names)
+            return drop_failed(nodes, ready, "inference", self.logger)
+
+    def release(self, nodes: list[Node]) -> None:
+        """The inference servers down: the accelerator is phase 2's."""
+        with phase(self.summary, "inference_down"):
+            raise_first(each(inference_down, nodes))
+
+    def down_extra_nodes(self) -> None:
+        """Only the primary's worker may take phase 2's node runs: the others go down now."""
+        if len(self.fleet.nodes) > 1:
+            with phase(self.summary, "extra_nodes_down"):
+                self.fleet.down_extra()
+
+    def score(self, run_scorecard: Callable[[], Any]) -> None:
+        """Phase 2a: the scorecard flow's verdict in the summary."""
+        s = self.summary
+        if self.phases == "extract":
+            s.set_phase("scorecard", "skipped", note="phases = extract")
+        elif self.cfg.corpus.root:
+            with phase(s, "scorecard"):
+                s.scorecard = ScorecardSummary.model_validate(run_scorecard())
+        else:
+            s.set_phase("scorecard", "skipped", note="no [corpus] root in the profile")
+
+    def train(self, profile: str, train_here: TrainHere, buckets: list[str] | None,
+              retrain: bool) -> None:
+        """Phase 2b, then what was promoted served by name (though a bucket failed)."""
+        try:
+            if self.phases == "extract":
+                self.summary.set_phase("train", "skipped", note="phases = extract")
+            else:
+                train_passing_buckets(self.summary, self.cfg, profile, train_here,
+                                      self.clock.give(self.phase2_seconds), buckets, retrain)
+        except Exception:
+            publish_phase(self.summary, self.cfg)
+            raise
+        publish_phase(self.summary, self.cfg)
+
+    def finish(self, phase1_error: Exception | None) -> None:
+        """A failed phase 1 fails the night once phase 2 has had its turn."""
+        if phase1_error is not None:
+            raise phase1_error
+        self.summary.status = "partial" if self.summary.phases["extract"].status == "partial" \
+            else "completed"
+
+
+def _reap_at_start(cfg: Profile, logger: Any) -> ReaperResult:
+    """Run the reaper's logic while holding the slot: a node up now was left by a dead run."""
+    try:
+        return reap(cfg, exclude=current_run.get_id(), holding_slot=True, logger=logger)
+    except Exception as e:  # noqa: BLE001 - compute_up reuses or restarts the node anyway
+        logger.warning("reaper at start failed: %s: %s", type(e).__name__, e)
+        return ReaperResult(action="error", error=f"{type(e).__name__}: {e}")
+
+
+def _reconcile_at_start(cfg: Profile, logger: Any) -> list[ReconciledManifest] | None:
+    """Training manifests left `running` by a run that is gone are marked failed/cancelled
+    with the reason (tasks/training/reconcile.py), before tonight's runs look at them."""
+    if not cfg.training.enabled:
+        return None
+    from tasks.training.reconcile import reconcile_store
+
+    store = cfg.artifact_store()
+    try:
+        done = reconcile_store(store)
+    except Exception as e:  # noqa: BLE001 - a registry that does not read must not stop the night
+        logger.warning("could not reconcile the training manifests: %s", e)
+        return None
+    for r in done:
+        logger.warning("adapter %s: %s → %s (%s)", r.name, r.was, r.now, r.reason)
+    return [ReconciledManifest(name=r.name, was=r.was, now=r.now, reason=r.reason)
+            for r in done] or None
+
+
+def _cancel_stale_node_runs(cfg: Profile, logger: Any) -> list[StaleNodeRun] | None:
+    """Node runs a dead orchestrator left open would be taken by the node's worker as soon as it
+    boots, before tonight's: cancel those no live nightly owns (this run holds the slot)."""
+    from tasks.compute.stale_runs import cancel_stale_node_runs
+
+    own = current_run.get_id()
+    try:
+        return cancel_stale_node_runs(cfg.training.node_deployment,
+                                      exclude={str(own)} if own else None, holding_slot=True,
+                                      logger=logger) or None
+    except Exception as e:  # noqa: BLE001 - the night goes on; the summary says it was not done
+        logger.warning("could not cancel stale node runs: %s: %s", type(e).__name__, e)
+        return [StaleNodeRun(error=f"{type(e).__name__}: {e}")]
+
+
+def _preflight(cfg: Profile, logger: Any) -> None:
+    """tasks/preflight/ for tonight (the orchestrator's own deployments left out):
+    a failing check fails the night, naming each failure and its fix, before anything boots."""
+    from tasks.preflight.run import run_preflight
+
+    report = run_preflight(cfg, night=True)
+    for check in report.checks:
+        (logger.info if check.ok else logger.error)("preflight %s", check.line())
+    if not report.ok:
+        raise report.error()
+
+
+def served_adapter(cfg: Profile) -> LocalServing:
+    """Tonight's server loads the promoted adapter of the profile's serve_bucket, if any, when
+    it was trained on the GGUF the server serves (else the base model, and why), and serves it
+    under the bucket's name too."""
+    bucket = cfg.training.serve_bucket
+    if not bucket or not cfg.training.enabled:
+        return LocalServing(None)
+    store = cfg.artifact_store()  # from GCS when it is the truth
+    if not cfg.node.loads_adapters:  # the node says it does not load it (tasks/compute/gce/)
+        return LocalServing(store.serving(bucket))
+    return local_serving(store, bucket, served_gguf(cfg.node.base_model))
+
+
+def _mark_partial(summary: RunSummary, report: ExtractionReport) -> None:
+    """Phase 1 ended on its budget: the phase is `partial`, and says how much is pending."""
+    if report.status != "partial":
+        return
+    record = summary.phases["extract"]
+    record.status = "partial"
+    record.note = (f"{sum(report.pending.values())} documents pending: the budget "
+                   f"({report.budget_seconds or 0:.0f} s) ended phase 1; they go first "
+                   "on the next run")
+
+
+def _capacity(report: ExtractionReport, nodes: int) -> Any:
+    """Tonight's phase-1 rate and the backlog it leaves (tasks/capacity.py)."""
+    from tasks.capacity import capacity_report
+
+    return capacity_report(
+        extracted_documents=sum(c.extracted for c in report.documents.values()),
+        completion_tokens=report.completion_tokens, prompt_tokens=report.prompt_tokens,
+        phase1_seconds=report.extract_seconds or 0.0,
+        phase1_budget_seconds=report.budget_seconds,
+        backlog_documents=sum(report.pending.values()),
+        backlog_tokens=report.pending_tokens, nodes=nodes)
+
+
+def _write_summary(summary: RunSummary, state_dir: Path) -> Path:
+    runs = state_dir / "runs"
+    path = summary.save(runs / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-"
+                               f"{(current_run.get_id() or 'local')[:8]}.json")
+    summary.save(runs / "last-run.json")
+    return path
+
+
+def _mirror_records(cfg: Profile, logger: Any) -> None:
+    """Run summaries, scorecards and the dead-letter file to the profile's GcsBucket."""
+    from tasks.gcs_sync import mirror_records
+
+    try:
+        report = mirror_records(cfg.state_dir, cfg.gcs_block)
+    except Exception as e:  # noqa: BLE001 - the local records are kept either way
+        report = {"error": f"{type(e).__name__}: {e}"}
+    if report and report.get("error"):
+        logger.warning("run records not copied to GCS (kept in %s): %s", cfg.state_dir,
+                       report["error"])
+    elif report:
+        logger.info("run records copied to gs://%s/%s (%d new or changed)", report["bucket"],
+                    report["prefix"], report["uploaded"])
