@@ -406,7 +406,7 @@ ENVIRONMENT = (
     ("SLM_LLAMA_CPP_TOOLS", "a folder holding llama.cpp's converters, instead of the "
      "environment's `share/slm-nightly`.", "tasks/llama_cpp.py"),
     ("SLM_LEASE_SECONDS", "the concurrency slots' lease (at least 60 s, the server's minimum).",
-     "tasks/night/slots.py"),
+     "tasks/slots.py"),
     ("SLM_TEMPORARY_PREFECT_API", "set by the CLI itself: the API URL of the temporary Prefect "
      "server a local run starts (never set it by hand).", "tasks/runtime/prefect_env.py"),
     ("SLM_PROFILE", "the notebook's profile.", "notebooks/debug_document.ipynb"),

@@ -428,7 +428,7 @@ def _alerts(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     """Phase 1 on the gold set: figures printed and written as JSON, gated on --baseline."""
-    from tasks.evaluation.command import eval_extraction
+    from tasks.eval_command import eval_extraction
 
     return eval_extraction(args.profile, split=args.split, out=args.out, baseline=args.baseline,
                            tolerance=args.tolerance, base_url=args.base_url, gold=args.gold,

@@ -17,10 +17,10 @@ from flows.train import train
 from tasks.night.clock import phase1_timeout
 from tasks.night.fleet import stop_nodes_hook
 from tasks.night.handoff import TrainHere
-from tasks.slots import gpu_slot
 from tasks.night.stages import Night, RunExtract, check_buckets, check_phases
 from tasks.profile import load_profile
 from tasks.records import AdapterManifest, ExtractionReport, RunSummary, TrainingResult
+from tasks.slots import gpu_slot
 from tasks.training.params import TrainParams
 
 

@@ -15,9 +15,9 @@ from prefect import flow
 
 from tasks.errors import ConfigError
 from tasks.night.clock import night_budget
-from tasks.night.slots import NIGHTLY_SLOT_WAIT_SECONDS, held_by, nightly_slot
 from tasks.night.smoke import Smoke, environment, one_request, one_step
 from tasks.profile import Profile, load_profile
+from tasks.slots import NIGHTLY_SLOT_WAIT_SECONDS, held_by, nightly_slot
 
 
 @flow(name="node-smoke")

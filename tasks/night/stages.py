@@ -23,7 +23,6 @@ from tasks.night.fleet import Fleet, drop_failed, each, node_lost, raise_first
 from tasks.night.handoff import TrainHere
 from tasks.night.phases import final_status, phase
 from tasks.night.reaper import reap
-from tasks.night.slots import owning_the_node
 from tasks.night.training import publish_phase, train_passing_buckets
 from tasks.records import (
     ExtractionReport,
@@ -33,6 +32,7 @@ from tasks.records import (
     ScorecardSummary,
     StaleNodeRun,
 )
+from tasks.slots import owning_the_node
 from tasks.summary import new_summary, render_markdown
 from tasks.training.serving import LocalServing, local_serving, served_gguf
 

@@ -25,7 +25,6 @@ from prefect.runtime import flow_run as current_run
 
 from tasks.errors import ConfigError
 from tasks.files import file_sha256, write_atomic
-from tasks.night.slots import gpu_slot
 from tasks.records import (
     FINAL,
     AdapterManifest,
@@ -35,6 +34,7 @@ from tasks.records import (
     Pairs,
     TrainingResult,
 )
+from tasks.slots import gpu_slot
 from tasks.training.base_model import gguf_digest
 from tasks.training.params import Recipe, TrainParams
 from tasks.training.preflight import node_limits, preflight, require, verify_plan

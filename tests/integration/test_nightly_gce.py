@@ -65,7 +65,8 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
         text, md = render_text(record), render_markdown(record)
         line = f"Cost: {cost['gpu_hours']:.4f} GPU-hours at spot $0.28/h ≈ $"
         assert line in text and line in md
-        assert f"tokens in {s['extraction']['prompt_tokens']} / out {s['extraction']['completion_tokens']}" in text
+        x = s["extraction"]
+        assert f"tokens in {x['prompt_tokens']} / out {x['completion_tokens']}" in text
 
 
 def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_document(

@@ -322,7 +322,7 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
         done = threading.Event()
 
         def watch_the_slot() -> None:  # what the reaper asks before it stops a node
-            from tasks.night.slots import NIGHTLY_LIMIT, active_slots
+            from tasks.slots import NIGHTLY_LIMIT, active_slots
 
             while not done.wait(0.5):
                 held.append(active_slots(NIGHTLY_LIMIT))
@@ -338,7 +338,7 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
             "environment": "ok", "stop": "ok", "verdict": "passed"}
         # the smoke held the `nightly` slot while its node was up: the reaper left it alone
         assert held and max(held) == 1, held
-        from tasks.night.slots import NIGHTLY_LIMIT, active_slots
+        from tasks.slots import NIGHTLY_LIMIT, active_slots
 
         assert active_slots(NIGHTLY_LIMIT) == 0
         assert "fits this checkout's pyproject.toml" in phases["_out"]
