@@ -33,7 +33,7 @@ def grounded_precision(grounded: int, ungrounded: int) -> float | None:
 
 class AnswerQuality(_Strict):
     """How the night's answers kept to the graph schema and to their text, with no gold: the
-    production model's quality, measured every night (tasks/extraction/extract.py)."""
+    production model's quality, measured every night (tasks/extraction/answers.py)."""
 
     grounded_names: int = 0  # names the model wrote that occur in their chunk's text
     ungrounded_names: int = 0  # … that do not (invented, reasoning, instructions)
@@ -68,7 +68,7 @@ class ExtractionReport(_Strict):
     unusable_answers: dict[str, int]
     bad_records: dict[str, int]
     dangling_relationships: int = 0
-    failures: list[dict[str, Any]]  # tasks/extraction/extract.py failure_record rows
+    failures: list[dict[str, Any]]  # tasks/extraction/batch.py failure_record rows
     dead_letter: str | None
     # None only in a run summary written before it held this report, whose graph block was
     # empty (RunSummary's migration drops it)
