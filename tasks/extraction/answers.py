@@ -13,9 +13,7 @@ from typing import Any
 from tasks.extraction.calls import DocOutcome
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import Usage
-from tasks.extraction.prompt import (
-    document_version,
-)
+from tasks.extraction.prompt import document_version
 from tasks.extraction.resolve import looks_like_person_name, normalize, resolve
 from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, RelRow, now_iso
 from tasks.ontology import GraphSchema, default_schema

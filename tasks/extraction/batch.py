@@ -17,9 +17,7 @@ from tasks.extraction.answers import BatchReport, build_batch
 from tasks.extraction.calls import DocOutcome, extract_documents, run_sync
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient, Usage
-from tasks.extraction.prompt import (
-    document_version,
-)
+from tasks.extraction.prompt import document_version
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.ontology import GraphSchema, default_schema
 from tasks.waiting import backoff_seconds

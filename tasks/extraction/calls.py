@@ -18,11 +18,7 @@ from tasks.errors import ChunkTooLong, Deferred, LLMError
 from tasks.extraction.chunking import Chunk, chunks, estimate_tokens, halve
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient
-from tasks.extraction.prompt import (
-    GLEAN_PROMPT,
-    system_prompt,
-    user_prompt,
-)
+from tasks.extraction.prompt import GLEAN_PROMPT, system_prompt, user_prompt
 from tasks.extraction.schema import Extraction
 from tasks.ontology import GraphSchema, default_schema
 

@@ -9,9 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.extraction.documents import Document, LoadFailure
-from tasks.extraction.prompt import (
-    document_version,
-)
+from tasks.extraction.prompt import document_version
 from tasks.ontology import GraphSchema, default_schema
 
 
