@@ -47,13 +47,13 @@ test-fast: $(STAMP)
 # Issue 24: the graph schema, the prompt's version, what build_batch keeps, the eval's scores.
 MUTATE_QUALITY := tasks.ontology.* tasks.extraction.prompt.x_document_version__* \
 	tasks.extraction.prompt.x_deterministic_version__* tasks.extraction.prompt.x_extraction_version__* \
-	tasks.extraction.extract.x__from_llm__* tasks.extraction.extract.x__surname_aliases__* \
-	tasks.extraction.extract.x__join__* tasks.extraction.extract.x_grounded__* \
-	tasks.extraction.extract.x__ground_form__* tasks.extraction.extract.x__deterministic__* \
+	tasks.extraction.answers.x__from_llm__* tasks.extraction.answers.x__surname_aliases__* \
+	tasks.extraction.answers.x__join__* tasks.extraction.answers.x_grounded__* \
+	tasks.extraction.answers.x__ground_form__* tasks.extraction.answers.x__deterministic__* \
 	tasks.evaluation.metrics.*
 # Issue 25: the night's capacity figures and phase 1's request pacing.
 MUTATE_PACE := tasks.capacity.* tasks.extraction.pacing.*
-MUTATE := tasks.extraction.extract.x_plan__* tasks.extraction.schema.x_map_*__* \
+MUTATE := tasks.extraction.plan.x_plan__* tasks.extraction.schema.x_map_*__* \
 	tasks.extraction.schema.x__relabel__* tasks.extraction.resolve.* \
 	tasks.corpus.scorecard.x__row_rules__* tasks.corpus.scorecard.x__ties__* \
 	tasks.corpus.scorecard.x__empty_turn__* tasks.corpus.scorecard.x*ScorecardConfig*__post_init__* \

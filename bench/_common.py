@@ -157,7 +157,7 @@ def sim_documents(n: int, tag: str, words: int = 900) -> list:
 def timed_extraction(client, docs: list, on_done=None) -> dict:
     """Extract `docs` through `client` (one request a document): the seconds from the start at
     which each document ended, the errors, and the wall time."""
-    from tasks.extraction.extract import extract_documents, run_sync
+    from tasks.extraction.calls import extract_documents, run_sync
     from tasks.extraction.schema import json_schema
 
     t0 = time.perf_counter()

@@ -10,8 +10,8 @@ import time
 
 from _common import fake_endpoint, report
 
+from tasks.extraction.calls import extract_documents, run_sync
 from tasks.extraction.documents import Document
-from tasks.extraction.extract import extract_documents, run_sync
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import json_schema
 

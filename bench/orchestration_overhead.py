@@ -13,9 +13,10 @@ import time
 from _common import phase1_setup, profile, report
 
 from flows.extract import extract
+from tasks.extraction.batch import process_batch
 from tasks.extraction.documents import scan
-from tasks.extraction.extract import plan, process_batch
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema, source_roots
+from tasks.extraction.plan import plan
 from tasks.graph.open import open_graph
 from tasks.graph.store import batched
 from tasks.profile import load_profile

@@ -15,9 +15,10 @@ from prefect.runtime import flow_run as current_run
 
 from blocks.compute import LocalCompute
 from tasks.compute.inference_server import server_exit
-from tasks.extraction.extract import Plan, append_dead_letters, plan
+from tasks.extraction.batch import append_dead_letters
 from tasks.extraction.inputs import chunk_tokens as chunk_size
 from tasks.extraction.inputs import llm_client, response_schema, source_roots
+from tasks.extraction.plan import Plan, plan
 from tasks.extraction.run import (
     Budget,
     Failures,

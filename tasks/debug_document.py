@@ -10,15 +10,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tasks.extraction.answers import BatchReport, build_batch
+from tasks.extraction.calls import DocOutcome, extract_document, run_sync
 from tasks.extraction.chunking import chunks
 from tasks.extraction.documents import Document, LoadFailure, load_document
-from tasks.extraction.extract import (
-    BatchReport,
-    DocOutcome,
-    build_batch,
-    extract_document,
-    run_sync,
-)
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema, source_roots
 from tasks.extraction.prompt import system_prompt, user_prompt
 from tasks.graph.store import GraphBatch, GraphStore

@@ -1,4 +1,4 @@
-"""The run summary (tasks/records.py RunSummary): printed for people, written as JSON,
+"""The run summary (tasks/records/summary.py RunSummary): printed for people, written as JSON,
 published as an artifact."""
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def _prediction(outcome: Any, batch: Any, report: Any) -> CasePrediction:
     pred.entities = [PredictedEntity(r.key, r.type, (r.name, *r.aliases))
                      for r in batch.entities.values()]
     pred.relationships = list(batch.relationships)
-    # the pipeline's own count (tasks/extraction/extract.py grounded): names in their chunk
+    # the pipeline's own count (tasks/extraction/answers.py grounded): names in their chunk
     pred.grounded, pred.ungrounded = report.grounded_names, report.ungrounded_names
     return pred
 
@@ -143,8 +143,9 @@ def _prediction(outcome: Any, batch: Any, report: Any) -> CasePrediction:
 def run_eval(cfg: Any, profile: str, cases: list[GoldCase], split: str, gold: dict[str, Any],
              base_url: str | None, say: Callable[[str], None]) -> dict[str, Any]:
     """Extract every case, score it, and return the result (the JSON the CLI writes)."""
+    from tasks.extraction.answers import BatchReport, build_batch
+    from tasks.extraction.calls import extract_documents, run_sync
     from tasks.extraction.chunking import chunk_text
-    from tasks.extraction.extract import BatchReport, build_batch, extract_documents, run_sync
     from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
     from tasks.extraction.llm import Usage
     from tasks.extraction.prompt import prompt_digest

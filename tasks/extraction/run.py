@@ -20,10 +20,12 @@ from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from tasks.errors import PhaseFailed, ServerDied
+from tasks.extraction.answers import BatchReport
+from tasks.extraction.batch import failure_record, record_failures
 from tasks.extraction.chunking import estimate_tokens
 from tasks.extraction.documents import Document, LoadFailure
-from tasks.extraction.extract import BatchReport, Plan, failure_record, record_failures
 from tasks.extraction.llm import LLMClient
+from tasks.extraction.plan import Plan
 from tasks.extraction.prompt import extraction_version
 from tasks.extraction.stages import count_documents
 from tasks.files import write_atomic
@@ -171,7 +173,7 @@ def run_batches(todo: list[Document], batch_documents: int, planned: int,
 
 @dataclass
 class Failures:
-    """The run's failure rows (tasks/extraction/extract.py failure_record), by kind."""
+    """The run's failure rows (tasks/extraction/batch.py failure_record), by kind."""
 
     load_failed: list[dict[str, Any]]
     bad_records: list[dict[str, Any]]  # listed every run until fixed, like load failures

@@ -10,8 +10,10 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from tasks.extraction.answers import BatchReport
+from tasks.extraction.batch import process_batch
+from tasks.extraction.calls import DocOutcome
 from tasks.extraction.documents import Document, LoadFailure, scan
-from tasks.extraction.extract import BatchReport, DocOutcome, process_batch
 from tasks.extraction.llm import LLMClient
 from tasks.graph.store import GraphStore
 from tasks.ontology import GraphSchema

@@ -62,7 +62,7 @@ class Smoke:
 
 def one_request(cfg: Profile, base_url: str) -> str:
     """One structured request through phase 1's client, as extraction sends it."""
-    from tasks.extraction.extract import run_sync
+    from tasks.extraction.calls import run_sync
     from tasks.extraction.inputs import llm_client, response_schema
     from tasks.extraction.prompt import system_prompt
 

@@ -3,8 +3,8 @@ not marked extracted, not marked failed — against the fake endpoint and a real
 
 import time
 
+from tasks.extraction.batch import process_batch
 from tasks.extraction.documents import Document
-from tasks.extraction.extract import process_batch
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import json_schema
 from tasks.graph.backends import FalkorDBStore

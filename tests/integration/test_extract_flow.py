@@ -226,7 +226,7 @@ def test_labels_outside_the_schema_are_mapped_or_rejected_and_counted(setup) -> 
 
 
 def test_graph_hiccup_retries_the_writes_not_the_llm_calls(setup, monkeypatch) -> None:
-    import tasks.extraction.extract as ex
+    import tasks.extraction.batch as ex
     from tasks.errors import GraphError
 
     profile, src, store, fake = setup

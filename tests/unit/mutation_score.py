@@ -24,7 +24,7 @@ KILLED = {"killed", "timeout", "caught by type check"}
 # the function returns or does, so no test can kill it. Matched by the mutant's function and
 # its new line, not by its number (numbers move when the code does).
 EQUIVALENT: dict[tuple[str, str], str] = {
-    ("tasks.extraction.extract.x_plan", "out = Plan([], [], [], None)"):
+    ("tasks.extraction.plan.x_plan", "out = Plan([], [], [], None)"):
         "`deleted` is always assigned before plan() returns",
     ("tasks.extraction.resolve.x__split_trailing_paren",
      "for i in range(len(s) - 1, -2, -1):"):

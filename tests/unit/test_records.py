@@ -1,4 +1,4 @@
-"""The typed records (tasks/records.py): the job state machine, round trips, files written by
+"""The typed records (tasks/records/): the job state machine, round trips, files written by
 the code before the records (tests/fixtures/records/: real files from `make run`, and one
 failed run written by hand in the same shape), unknown versions and misspelled keys.
 

@@ -4,8 +4,8 @@ import time
 import pytest
 
 from tasks.errors import ChunkTooLong, LLMError
+from tasks.extraction.calls import extract_document
 from tasks.extraction.documents import Document
-from tasks.extraction.extract import extract_document
 from tasks.extraction.llm import LLMClient, response_format, strip_reasoning
 from tasks.extraction.schema import json_schema
 from tests.fakes.openai_server import FakeOpenAI

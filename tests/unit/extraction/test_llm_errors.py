@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tasks.errors import ChunkTooLong, LLMError, ServerDied
+from tasks.extraction.calls import extract_document
 from tasks.extraction.documents import Document
-from tasks.extraction.extract import extract_document
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import Extraction, json_schema
 
@@ -266,7 +266,7 @@ def test_a_document_the_model_answered_is_not_unanswered() -> None:
 def test_a_document_that_only_timed_out_is_failed_but_not_held() -> None:
     """Every attempt times out: the document fails tonight and the next run retries it (a slow
     server is not the document's fault); only answers the model cannot produce hold one."""
-    from tasks.extraction.extract import process_batch
+    from tasks.extraction.batch import process_batch
 
     def slow(user: str) -> tuple[int, dict[str, str], str]:
         time.sleep(1.0)

@@ -267,8 +267,9 @@ def test_tickets_record_the_limit_they_were_sent_under() -> None:
 
 
 def test_a_deferred_chunk_defers_its_document_and_nothing_is_marked() -> None:
+    from tasks.extraction.answers import BatchReport, build_batch
+    from tasks.extraction.calls import extract_documents
     from tasks.extraction.documents import Document
-    from tasks.extraction.extract import BatchReport, build_batch, extract_documents
 
     def doc(name: str, text: str) -> Document:
         return Document(f"transcripts/{name}", "transcripts", f"/x/{name}", "h", text,

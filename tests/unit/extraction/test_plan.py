@@ -6,7 +6,7 @@ with (or failed with); the plan compares all three."""
 from typing import Any
 
 from tasks.extraction.documents import Document, LoadFailure
-from tasks.extraction.extract import plan
+from tasks.extraction.plan import plan
 from tasks.extraction.prompt import extraction_version
 from tasks.ontology import default_schema
 

@@ -4,9 +4,11 @@ chunk every fact came from."""
 
 from pathlib import Path
 
+from tasks.extraction.answers import BatchReport, build_batch
+from tasks.extraction.calls import ChunkAnswer, DocOutcome
 from tasks.extraction.chunking import Chunk
 from tasks.extraction.documents import Document
-from tasks.extraction.extract import BatchReport, ChunkAnswer, DocOutcome, build_batch, plan
+from tasks.extraction.plan import plan
 from tasks.extraction.prompt import deterministic_version, document_version
 from tasks.extraction.schema import Extraction
 from tasks.ontology import DEFAULT_SCHEMA, default_schema, load_schema
@@ -133,7 +135,7 @@ def test_one_edited_description_re_extracts_exactly_the_documents_the_model_read
 def test_gleaning_asks_again_and_merges_what_was_missed(fake_llm) -> None:  # type: ignore[no-untyped-def]
     import asyncio
 
-    from tasks.extraction.extract import extract_document
+    from tasks.extraction.calls import extract_document
     from tasks.extraction.llm import LLMClient
     from tasks.extraction.prompt import GLEAN_PROMPT
     from tasks.extraction.schema import json_schema

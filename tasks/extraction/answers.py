@@ -1,0 +1,266 @@
+"""The model's answers read into graph rows: labels mapped to the graph schema, names grounded
+in their chunk's text, one-word names joined to the document's full name, relationships no
+pattern allows pruned or turned around, and the deterministic rows (front matter, contact
+records) beside them; the batch's counts of all of it (BatchReport)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tasks.extraction.calls import DocOutcome
+from tasks.extraction.documents import Document
+from tasks.extraction.llm import Usage
+from tasks.extraction.prompt import document_version
+from tasks.extraction.resolve import looks_like_person_name, normalize, resolve
+from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, RelRow, now_iso
+from tasks.ontology import GraphSchema, default_schema
+
+UNGROUNDED_SAMPLES = 20  # names listed in the report (the count is whole)
+
+
+@dataclass
+class BatchReport:
+    extracted: Counter[str] = field(default_factory=Counter)  # per stream
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)  # ids: not marked, not dead-lettered
+    usage: Usage = field(default_factory=Usage)
+    entities: int = 0
+    relationships: int = 0
+    rejected_entity_types: Counter[str] = field(default_factory=Counter)
+    remapped_relationship_types: Counter[str] = field(default_factory=Counter)
+    dropped_fields: Counter[str] = field(default_factory=Counter)  # unknown fields, by name
+    dangling_relationships: int = 0
+    # relationships no pattern allows, by "Source TYPE Target" as written: dropped; and the
+    # ones turned around because the reverse is allowed
+    pruned_relationships: Counter[str] = field(default_factory=Counter)
+    reversed_relationships: Counter[str] = field(default_factory=Counter)
+    # names the model wrote that occur (or not) in their chunk's text: grounded precision
+    grounded_names: int = 0
+    ungrounded_names: int = 0
+    ungrounded: list[str] = field(default_factory=list)  # the first UNGROUNDED_SAMPLES
+    aliases_resolved: int = 0  # "Mr. Viersen" → the document's one "Arnold Viersen"
+    # ungrounded names of a type that requires grounding, dropped, by type
+    dropped_ungrounded: Counter[str] = field(default_factory=Counter)
+    gleaning_failures: int = 0
+    write_seconds: float = 0.0  # the graph writes' time (phase 1 keeps it back from its budget)
+
+    def add(self, other: BatchReport) -> None:
+        """Fold in another batch's report: the run's totals are one BatchReport."""
+        self.extracted.update(other.extracted)
+        self.failed.extend(other.failed)
+        self.deferred.extend(other.deferred)
+        self.usage.add(other.usage)
+        self.entities += other.entities
+        self.relationships += other.relationships
+        self.add_labels(other)
+
+    def add_labels(self, other: BatchReport) -> None:
+        """Take over the answer-quality counts of `other` (one write attempt's)."""
+        for name in ("rejected_entity_types", "remapped_relationship_types", "dropped_fields",
+                     "pruned_relationships", "reversed_relationships", "dropped_ungrounded"):
+            getattr(self, name).update(getattr(other, name))
+        for name in ("dangling_relationships", "grounded_names", "ungrounded_names",
+                     "aliases_resolved", "gleaning_failures"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.ungrounded.extend(other.ungrounded[:UNGROUNDED_SAMPLES - len(self.ungrounded)])
+
+
+def _entity(entity_type: str, raw: str, description: str = "") -> EntityRow:
+    key, r = resolve(entity_type, raw)
+    aliases = [raw.strip()] if raw.strip() != r.name else []
+    return EntityRow(key=key, type=entity_type, name=r.name, aliases=aliases,
+                     description=description.strip(), affiliation=r.affiliation)
+
+
+_GROUND = re.compile(r"[\W_]+")
+
+
+def _ground_form(s: str) -> str:
+    return f" {_GROUND.sub(' ', normalize(s)).strip()} "
+
+
+def grounded(name: str, text: str) -> bool:
+    """The name occurs in the text as whole words (case, accents, punctuation and spacing
+    aside): what grounded precision counts."""
+    form = _ground_form(name)
+    return form.strip() != "" and form in _ground_form(text)
+
+
+@dataclass
+class _DocRows:
+    """What one document contributes, before aliases are resolved and it joins the batch."""
+
+    doc: Document
+    entities: list[tuple[EntityRow, int | None]] = field(default_factory=list)  # chunk index
+    relationships: list[RelRow] = field(default_factory=list)
+
+    def add(self, row: EntityRow, chunk: int | None = None) -> None:
+        self.entities.append((row, chunk))
+
+
+def _deterministic(doc: Document, rows: _DocRows, email_keys: dict[str, str],
+                   ontology: GraphSchema, report: BatchReport) -> None:
+    """Front matter and contact records: no model, the schema's labels where it has them."""
+    def keep(src: str, rel: str, dst: str) -> bool:
+        if ontology.node(src) and ontology.node(dst) and ontology.allows(src, rel, dst):
+            return True
+        report.pruned_relationships[f"{src} {rel} {dst}"] += 1
+        return False
+
+    if doc.stream == "transcripts" and ontology.node("Event"):
+        meeting = _entity("Event", str(doc.metadata.get("title") or doc.id),
+                          f"Meeting {doc.metadata.get('meeting_id', '')}".strip())
+        rows.add(meeting)
+        for raw in doc.metadata.get("participants", []):
+            if not looks_like_person_name(raw) or not ontology.node("Person"):
+                continue
+            person = _entity("Person", raw)
+            rows.add(person)
+            if keep("Person", "PARTICIPATED_IN", "Event"):
+                rows.relationships.append(RelRow(person.key, "PARTICIPATED_IN", meeting.key,
+                                                 [doc.id]))
+    elif doc.stream == "contacts" and ontology.node("Person"):
+        for rec in doc.records:
+            person = _entity("Person", rec["name"], rec.get("title") or "")
+            # Contacts unify by e-mail: a known address wins over the spelling of the name.
+            known = next((email_keys[e] for e in rec["emails"] if e in email_keys), None)
+            if known and known != person.key:
+                person.aliases = sorted({*person.aliases, person.name})
+                person.key = known
+            person.emails, person.phones = list(rec["emails"]), list(rec["phones"])
+            for e in rec["emails"]:
+                email_keys.setdefault(e, person.key)
+            rows.add(person)
+            if rec.get("organization") and ontology.node("Organization"):
+                org = _entity("Organization", rec["organization"])
+                rows.add(org)
+                if keep("Person", "WORKS_FOR", "Organization"):
+                    rows.relationships.append(RelRow(person.key, "WORKS_FOR", org.key,
+                                                     [doc.id], rec.get("title") or ""))
+
+
+def _from_llm(outcome: DocOutcome, rows: _DocRows, report: BatchReport,
+              ontology: GraphSchema) -> None:
+    doc = outcome.doc
+    doc_names: dict[str, str] = {}  # a name of any chunk: relationships across chunks resolve
+    pending: list[tuple[Any, int, dict[str, str]]] = []
+    for ca in outcome.chunks:
+        by_name: dict[str, str] = {}
+        for ex in ca.answers:
+            # labels were mapped (or their items dropped) and unknown fields dropped on the way
+            report.rejected_entity_types.update(ex.repairs.rejected_entity_types)
+            report.remapped_relationship_types.update(ex.repairs.remapped_relationship_types)
+            report.dropped_fields.update(ex.repairs.dropped_fields)
+            for ent in ex.entities:
+                label = ontology.map_entity_type(ent.type)
+                if label is None or not ent.name.strip():
+                    report.rejected_entity_types[ent.type or "(empty)"] += 1
+                    continue
+                if grounded(ent.name, ca.chunk.text):
+                    report.grounded_names += 1
+                else:
+                    report.ungrounded_names += 1
+                    if len(report.ungrounded) < UNGROUNDED_SAMPLES:
+                        report.ungrounded.append(f"{doc.id}#{ca.chunk.index}: {ent.name[:80]}")
+                    if ontology.requires_grounding(label):
+                        report.dropped_ungrounded[label] += 1
+                        continue
+                row = _entity(label, ent.name[:200], ent.description[:500])
+                own = ontology.property_names(label)
+                for k, v in ent.properties.items():
+                    if k in own and v.strip():
+                        row.properties[k] = v.strip()[:500]
+                    elif k not in own:  # another type's property: not this entity's
+                        report.dropped_fields[f"entities[].properties.{k}"] += 1
+                rows.add(row, ca.chunk.index)
+                for n in (ent.name.strip(), row.name):
+                    by_name.setdefault(n.casefold(), row.key)
+                    doc_names.setdefault(n.casefold(), row.key)
+            pending += [(rel, ca.chunk.index, by_name) for rel in ex.relationships]
+    for rel, index, by_name in pending:
+        src, dst = (by_name.get(n.strip().casefold()) or doc_names.get(n.strip().casefold())
+                    for n in (rel.source, rel.target))
+        if not src or not dst or src == dst:
+            report.dangling_relationships += 1
+            continue
+        rtype, remapped = ontology.map_relationship_type(rel.type)
+        if remapped:
+            report.remapped_relationship_types[rel.type] += 1
+        s_type, d_type = src.split(":", 1)[0], dst.split(":", 1)[0]
+        action, rtype = ontology.prune(s_type, rtype, d_type)
+        written = f"{s_type} {rtype} {d_type}"
+        if action == "dropped":
+            report.pruned_relationships[written] += 1
+            continue
+        if action == "reversed":
+            report.reversed_relationships[written] += 1
+            src, dst = dst, src
+        elif action == "fallback":
+            report.remapped_relationship_types[written] += 1
+        rows.relationships.append(RelRow(src, rtype, dst, [doc.id], rel.description[:500],
+                                         chunks=[f"{doc.id}#{index}"]))
+
+
+def _surname_aliases(rows: _DocRows) -> dict[str, str]:
+    """Person keys of one word ("Mr. Viersen" → "Person:viersen") that match the last word of
+    exactly one full name of the same document: key → that name's key. Only within a
+    document: a surname alone never joins two documents' people."""
+    persons = {row.key: row for row, _ in rows.entities if row.type == "Person"}
+    full: dict[str, set[str]] = {}
+    for key, row in persons.items():
+        words = normalize(row.name).split()
+        if len(words) >= 2:
+            full.setdefault(words[-1], set()).add(key)
+    out = {}
+    for key, row in persons.items():
+        words = normalize(row.name).split()
+        if len(words) == 1 and len(full.get(words[0], ())) == 1:
+            out[key] = next(iter(full[words[0]]))
+    return out
+
+
+def _join(rows: _DocRows, batch: GraphBatch, report: BatchReport) -> None:
+    """The document's rows into the batch, each one-word alias under its full name."""
+    aliases = _surname_aliases(rows)
+    report.aliases_resolved += len(aliases)
+    names = {row.key: row.name for row, _ in rows.entities}
+    for row, index in rows.entities:
+        if row.key in aliases:
+            row = replace(row, key=aliases[row.key], name=names[aliases[row.key]],
+                          aliases=list(dict.fromkeys([*row.aliases, row.name])))
+        batch.add_entity(row, rows.doc.id, index)
+    for rel in rows.relationships:
+        src, dst = aliases.get(rel.src, rel.src), aliases.get(rel.dst, rel.dst)
+        if src == dst:
+            report.dangling_relationships += 1
+            continue
+        batch.add_relationship(replace(rel, src=src, dst=dst))
+
+
+def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, str],
+                report: BatchReport, ontology: GraphSchema | None = None,
+                gleanings: int = 0) -> GraphBatch:
+    ontology = ontology or default_schema()
+    batch = GraphBatch()
+    now = now_iso()
+    for o in outcomes:
+        if o.error or o.deferred:
+            continue
+        d = o.doc
+        batch.documents.append({"id": d.id, "stream": d.stream, "path": d.path, "hash": d.hash,
+                                "model": model,
+                                "prompt_version": document_version(d, ontology, gleanings),
+                                "extracted_at": now})
+        for ca in o.chunks:
+            c = ca.chunk
+            batch.add_chunk(ChunkRow(id=f"{d.id}#{c.index}", document=d.id, index=c.index,
+                                     start=c.start, end=c.end, text=c.text))
+        rows = _DocRows(d)
+        _deterministic(d, rows, email_keys, ontology, report)
+        _from_llm(o, rows, report, ontology)
+        report.gleaning_failures += o.gleaning_failures
+        _join(rows, batch, report)
+    return batch

@@ -1,0 +1,120 @@
+"""Phase 1's batch: extract a batch of documents and write it to the graph (crash-safe: retract,
+upsert, mark), the failure rows and the dead-letter file. Everything here is plain Python; the
+Prefect tasks in tasks/extraction/stages.py call it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tasks.errors import GraphError
+from tasks.extraction.answers import BatchReport, build_batch
+from tasks.extraction.calls import DocOutcome, extract_documents, run_sync
+from tasks.extraction.documents import Document
+from tasks.extraction.llm import LLMClient, Usage
+from tasks.extraction.prompt import document_version
+from tasks.graph.store import GraphBatch, GraphStore
+from tasks.ontology import GraphSchema, default_schema
+from tasks.waiting import backoff_seconds
+
+GRAPH_ATTEMPTS = 3
+GRAPH_RETRY_SECONDS = 1.0
+GRAPH_RETRY_CAP_SECONDS = GRAPH_RETRY_SECONDS * 2 ** (GRAPH_ATTEMPTS - 2)  # the old longest wait
+
+
+def failure_record(doc_id: str, stream: str, path: str, digest: str | None, error: str,
+                   message: str, attempts: int, **extra: Any) -> dict[str, Any]:
+    return {"id": doc_id, "path": path, "stream": stream, "hash": digest, "error": error,
+            "message": message, "attempts": attempts,
+            "time": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
+
+
+def record_failures(docs: Iterable[Document]) -> list[dict[str, Any]]:
+    """One failure per bad record of a loaded file, id "<document id>#<index>". The file's good
+    records go on as usual (extracted, or skipped while the file is unchanged); the bad ones
+    are listed again on every run until the file is fixed, like an unreadable file."""
+    return [failure_record(f"{d.id}#{b['record']}", d.stream, d.path, d.hash, "RecordError",
+                           f"{b['reason']} — fix or remove the record; the file's other "
+                           "records are used", 0, record=b["record"])
+            for d in docs for b in d.bad_records]
+
+
+def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, model: str,
+                  chunk_tokens: int, overlap_tokens: int, schema: dict[str, Any],
+                  changed: set[str], on_done: Callable[[DocOutcome], None] | None = None,
+                  ontology: GraphSchema | None = None, gleanings: int = 0) -> BatchReport:
+    """Extract a batch of documents and write it to the graph.
+
+    Order makes a crash harmless: retract what changed documents contributed before, upsert
+    (idempotent MERGEs), and only then mark the documents extracted. A crash anywhere leaves
+    them unmarked, so the next run does them again and reaches the same graph. Documents the
+    client's deadline deferred are listed in `deferred` and left alone: not written, not
+    marked, not failed."""
+    report = BatchReport()
+    client = replace(client, usage=Usage())
+    ontology = ontology or default_schema()
+    outcomes = run_sync(extract_documents(client, docs, chunk_tokens, overlap_tokens, schema,
+                                          on_done, ontology=ontology, gleanings=gleanings))
+    report.usage = client.usage
+    report.deferred = [o.doc.id for o in outcomes if o.deferred]
+    for o in outcomes:
+        if o.error:
+            d = o.doc
+            msg = o.error + (" — the endpoint was unreachable (node down or preempted?): "
+                             "retried on the next run" if o.endpoint_down else
+                             " — the server never answered (timeouts): retried on the next run"
+                             if o.unanswered else "")
+            report.failed.append(failure_record(d.id, d.stream, d.path, d.hash,
+                                                o.error_type or "Error", msg, o.attempts,
+                                                model=model, prompt_version=document_version(
+                                                    d, ontology, gleanings),
+                                                held=not o.unanswered))
+    emails = [e for o in outcomes if not (o.error or o.deferred)
+              for r in o.doc.records for e in r["emails"]]
+
+    def write() -> tuple[GraphBatch, BatchReport]:
+        labels = BatchReport()  # label counts of this attempt only
+        batch = build_batch(outcomes, model, store.keys_by_email(emails), labels, ontology,
+                            gleanings)
+        retract = [d["id"] for d in batch.documents if d["id"] in changed]
+        if retract:
+            store.retract(retract)
+        store.upsert(batch)
+        store.mark_extracted(batch.documents)
+        held = [f for f in report.failed if f["held"]]  # the rest is simply done next run
+        if held:
+            store.mark_failed(held)
+        return batch, labels
+
+    # The LLM work is done and paid for: a graph hiccup retries the writes, not the calls.
+    # (All writes are idempotent MERGEs, and the extraction mark comes last.)
+    wrote = time.monotonic()
+    for attempt in range(GRAPH_ATTEMPTS):
+        try:
+            batch, labels = write()
+            break
+        except GraphError:
+            if attempt == GRAPH_ATTEMPTS - 1:
+                raise
+            time.sleep(backoff_seconds(attempt, GRAPH_RETRY_SECONDS, GRAPH_RETRY_CAP_SECONDS))
+    report.write_seconds = time.monotonic() - wrote
+    report.add_labels(labels)
+    for d in batch.documents:
+        report.extracted[d["stream"]] += 1
+    report.entities = len(batch.entities)
+    report.relationships = len(batch.relationships)
+    return report
+
+
+def append_dead_letters(path: Path, records: list[dict[str, Any]]) -> None:
+    if not records:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")

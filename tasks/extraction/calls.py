@@ -1,0 +1,178 @@
+"""The documents' free text through the LLM: chunk by chunk (concurrently), a chunk too long
+halved, each chunk gleaned; what the model answered, per document, as a DocOutcome.
+
+Deterministic parts (transcript participants, contact fields) never go to the LLM
+(tasks/extraction/answers.py); free text does, chunked to fit the endpoint's context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasks.errors import ChunkTooLong, Deferred, LLMError
+from tasks.extraction.chunking import Chunk, chunks, estimate_tokens, halve
+from tasks.extraction.documents import Document
+from tasks.extraction.llm import LLMClient
+from tasks.extraction.prompt import GLEAN_PROMPT, system_prompt, user_prompt
+from tasks.extraction.schema import Extraction
+from tasks.ontology import GraphSchema, default_schema
+
+MAX_SPLIT_DEPTH = 2
+
+
+@dataclass
+class ChunkAnswer:
+    """One chunk and what the model answered for it (halves and gleanings included)."""
+
+    chunk: Chunk
+    answers: list[Extraction] = field(default_factory=list)
+
+
+@dataclass
+class DocOutcome:
+    doc: Document
+    chunks: list[ChunkAnswer] = field(default_factory=list)
+    error: str | None = None
+    error_type: str | None = None
+    attempts: int = 0
+    endpoint_down: bool = False  # failed because the endpoint was unreachable: not held
+    unanswered: bool = False  # no attempt got an answer (timeouts, server down): not held
+    # the deadline could not cover one of its requests: neither extracted nor failed, it
+    # waits for the next run (what its other chunks returned is dropped)
+    deferred: bool = False
+    gleaning_failures: int = 0  # gleaning passes that got no usable answer (first kept)
+
+    @property
+    def extraction(self) -> list[Extraction]:
+        return [a for c in self.chunks for a in c.answers]
+
+
+def _answer_json(ex: Extraction) -> str:
+    return json.dumps({"entities": [e.model_dump() for e in ex.entities],
+                       "relationships": [r.model_dump() for r in ex.relationships]},
+                      ensure_ascii=False)
+
+
+async def _extract_chunk(client: LLMClient, doc: Document, chunk: str, schema: dict[str, Any],
+                         depth: int, part: int, parts: int, ontology: GraphSchema
+                         ) -> list[Extraction]:
+    system = system_prompt(ontology)
+    try:
+        return [await client.extract(system, user_prompt(doc, chunk, part, parts), schema,
+                                     ontology=ontology)]
+    except ChunkTooLong as e:
+        halves = halve(chunk)
+        if depth >= MAX_SPLIT_DEPTH or len(halves) < 2:
+            if "max_tokens" not in str(e):
+                raise  # the prompt itself does not fit
+            # Nothing left to split: the answer, not the chunk, is too long (greedy decoding
+            # that loops) — other samples of the same chunk.
+            return [await client.extract(system, user_prompt(doc, chunk, part, parts),
+                                         schema, resample_cut=True, ontology=ontology)]
+        results = await asyncio.gather(*(
+            _extract_chunk(client, doc, h, schema, depth + 1, part, parts, ontology)
+            for h in halves))
+        return [x for r in results for x in r]
+
+
+async def _glean(client: LLMClient, doc: Document, chunk: str, schema: dict[str, Any],
+                 part: int, parts: int, ontology: GraphSchema, first: list[Extraction],
+                 passes: int) -> tuple[list[Extraction], int]:
+    """Ask `passes` times for what the answers so far missed (GraphRAG's gleaning). A pass
+    that gets no usable answer ends gleaning for the chunk; what was found is kept."""
+    if len(first) != 1:  # the chunk was halved: its answers are of other prompts
+        return [], 0
+    history: list[dict[str, str]] = []
+    last = first[0]
+    more: list[Extraction] = []
+    for _ in range(passes):
+        history += [{"role": "assistant", "content": _answer_json(last)},
+                    {"role": "user", "content": GLEAN_PROMPT}]
+        try:
+            last = await client.extract(system_prompt(ontology),
+                                        user_prompt(doc, chunk, part, parts), schema,
+                                        history=list(history), ontology=ontology)
+        except (LLMError, ChunkTooLong, Deferred):
+            return more, 1
+        if not last.entities and not last.relationships:
+            break  # nothing missed: no further pass
+        more.append(last)
+    return more, 0
+
+
+async def extract_document(client: LLMClient, doc: Document, chunk_tokens: int,
+                           overlap_tokens: int, schema: dict[str, Any],
+                           ontology: GraphSchema | None = None, gleanings: int = 0
+                           ) -> DocOutcome:
+    """Run the document's free text through the LLM, chunk by chunk (concurrently), each
+    chunk gleaned `gleanings` times. Every chunk ends before the outcome is decided (no
+    request outlives its document): a failed chunk fails the document, else a deferred one
+    defers it."""
+    ontology = ontology or default_schema()
+    outcome = DocOutcome(doc)
+    if not doc.text.strip():
+        return outcome
+    parts = chunks(doc.text, chunk_tokens, overlap_tokens)
+
+    async def one(c: Chunk) -> tuple[list[Extraction], int]:
+        got = await _extract_chunk(client, doc, c.text, schema, 0, c.index + 1, len(parts),
+                                   ontology)
+        if gleanings:
+            more, failed = await _glean(client, doc, c.text, schema, c.index + 1, len(parts),
+                                        ontology, got, gleanings)
+            return got + more, failed
+        return got, 0
+
+    results = await asyncio.gather(*(one(c) for c in parts), return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException) and not isinstance(r, LLMError | Deferred):
+            raise r
+    errors = [r for r in results if isinstance(r, LLMError)]
+    if errors:
+        e = errors[0]
+        outcome.error, outcome.error_type, outcome.attempts = str(e), type(e).__name__, e.attempts
+        outcome.endpoint_down = e.endpoint_down
+        outcome.unanswered = all(x.unanswered for x in errors)
+    elif any(isinstance(r, Deferred) for r in results):
+        outcome.deferred = True
+    else:
+        for c, r in zip(parts, results, strict=True):
+            answers, failed = r  # type: ignore[misc]
+            outcome.chunks.append(ChunkAnswer(c, answers))
+            outcome.gleaning_failures += failed
+    return outcome
+
+
+async def extract_documents(client: LLMClient, docs: list[Document], chunk_tokens: int,
+                            overlap_tokens: int, schema: dict[str, Any],
+                            on_done: Callable[[DocOutcome], None] | None = None, *,
+                            ontology: GraphSchema | None = None, gleanings: int = 0
+                            ) -> list[DocOutcome]:
+    async def one(d: Document) -> DocOutcome:
+        outcome = await extract_document(client, d, chunk_tokens, overlap_tokens, schema,
+                                         ontology, gleanings)
+        if on_done:
+            on_done(outcome)
+        return outcome
+
+    async with client:
+        return list(await asyncio.gather(*(one(d) for d in docs)))
+
+
+def run_sync(coro: Any) -> Any:
+    """asyncio.run, also from a thread that already has a running loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def prompt_overhead_tokens(ontology: GraphSchema | None = None) -> int:
+    return estimate_tokens(system_prompt(ontology or default_schema())) + 64

@@ -1,0 +1,93 @@
+"""Phase 1's records: the extraction report, its document counts, graph summary and answer
+quality."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from tasks.records.base import _Strict
+
+
+class DocumentCounts(_Strict):
+    seen: int = 0
+    extracted: int = 0
+    skipped: int = 0
+    failed: int = 0
+
+
+class GraphSummary(_Strict):
+    location: str | None = None
+    description: str | None = None
+    nodes: dict[str, int] = {}
+    relationships: dict[str, int] = {}
+    check: str | None = None
+    snapshot: dict[str, Any] | None = None  # tasks/graph/snapshots.py keep_snapshot's record
+
+
+def grounded_precision(grounded: int, ungrounded: int) -> float | None:
+    """The share of names the model wrote that occur in their chunk's text; None when it
+    wrote none (no figure rests on nothing)."""
+    total = grounded + ungrounded
+    return round(grounded / total, 4) if total else None
+
+
+class AnswerQuality(_Strict):
+    """How the night's answers kept to the graph schema and to their text, with no gold: the
+    production model's quality, measured every night (tasks/extraction/answers.py)."""
+
+    grounded_names: int = 0  # names the model wrote that occur in their chunk's text
+    ungrounded_names: int = 0  # … that do not (invented, reasoning, instructions)
+    grounded_precision: float | None = None
+    ungrounded: list[str] = []  # the first few, "<doc>#<chunk>: <name>"
+    # ungrounded names of a type the schema requires grounded (Person, …): dropped, by type
+    dropped_ungrounded: dict[str, int] = {}
+    pruned_relationships: dict[str, int] = {}  # "Person LOCATED_IN Decision": no pattern
+    reversed_relationships: dict[str, int] = {}  # written backwards, turned around
+    aliases_resolved: int = 0  # one-word names joined to the document's one full name
+    gleanings: int = 0  # extra passes per chunk
+    gleaning_failures: int = 0
+    graph_schema: str = ""  # the schema file
+    extraction_version: str = ""  # s<schema digest>-p<prompt digest>-g<gleanings>
+
+
+class ExtractionReport(_Strict):
+    """What phase 1 (flows/extract.py) returns, and carries in PhaseFailed when it fails."""
+
+    documents: dict[str, DocumentCounts]
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    llm_retries: int = 0
+    entities: int
+    relationships: int
+    deleted: int
+    pruned: int
+    rejected_entity_types: dict[str, int]
+    remapped_relationship_types: dict[str, int]
+    dropped_fields: dict[str, int]
+    unusable_answers: dict[str, int]
+    bad_records: dict[str, int]
+    dangling_relationships: int = 0
+    failures: list[dict[str, Any]]  # tasks/extraction/batch.py failure_record rows
+    dead_letter: str | None
+    # None only in a run summary written before it held this report, whose graph block was
+    # empty (RunSummary's migration drops it)
+    graph: GraphSummary | None = None
+    seconds: float = 0.0  # 0.0 in run summaries written before they held this report
+    # "partial": the budget ended phase 1 before every document was reached; the rest are
+    # pending (not failed, not held) and go first on the next run.
+    status: Literal["completed", "partial"] = "completed"
+    pending: dict[str, int] = {}  # stream → documents left pending (deferred by the budget)
+    pending_tokens: int = 0  # their estimated prompt tokens (the backlog's size)
+    budget_seconds: float | None = None  # what phase 1 was given (None: no deadline)
+    extract_seconds: float = 0.0  # spent on batches (LLM + graph writes): the rate's clock
+    endpoints: dict[str, dict[str, Any]] = {}  # base URL → the client's stats (LLMClient.stats)
+    quality: AnswerQuality = AnswerQuality()
+
+    @classmethod
+    def empty(cls) -> ExtractionReport:
+        """What a run whose phase 1 did not run reports: nothing counted."""
+        return cls(documents={}, llm_calls=0, prompt_tokens=0, completion_tokens=0,
+                   entities=0, relationships=0, deleted=0, pruned=0, rejected_entity_types={},
+                   remapped_relationship_types={}, dropped_fields={}, unusable_answers={},
+                   bad_records={}, failures=[], dead_letter=None)
