@@ -1,4 +1,4 @@
-"""`slm-nightly eval extraction`: load, run, print, write, gate (flows/cli.py parses)."""
+"""`slm-nightly eval extraction`: load, run, print, write, gate (flows/cli/evaluation.py parses)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from flows.cli import PROFILE_ENV, build_parser, main
+from flows.cli import build_parser, main
+from flows.cli.parsing import PROFILE_ENV
 from tasks.errors import ConfigError
 from tests.support.paths import ROOT
 from tests.support.profiles import toml_profile

@@ -115,7 +115,8 @@ def test_the_cli_prints_each_check_and_exits_1_on_a_failure(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
-    from flows.cli import _preflight, build_parser
+    from flows.cli import build_parser
+    from flows.cli.train import _preflight
     from tasks.training.params import RECIPE_DIR
 
     args = build_parser().parse_args(["train", "preflight", "--recipe", "production"])

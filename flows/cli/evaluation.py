@@ -1,0 +1,44 @@
+"""`slm-nightly eval extraction`: phase 1 measured against a gold set."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from flows.cli.parsing import add_profile, command_group
+
+
+def _eval(args: argparse.Namespace) -> int:
+    """Phase 1 on the gold set: figures printed and written as JSON, gated on --baseline."""
+    from tasks.eval_command import eval_extraction
+
+    return eval_extraction(args.profile, split=args.split, out=args.out, baseline=args.baseline,
+                           tolerance=args.tolerance, base_url=args.base_url, gold=args.gold,
+                           verbose=args.verbose)
+
+
+def add_eval(sub: Any) -> None:
+    evsub = command_group(sub, "eval", "measure phase 1 against a gold set", _eval)
+    ev_ex = evsub.add_parser("extraction", help="run the extraction on the gold set's chunks "
+                             "(phase 1's own prompt, schema, parsing and resolution), print "
+                             "entity, relationship and grounded precision figures, write them "
+                             "as JSON; exit 1 when --baseline's gate fails")
+    add_profile(ev_ex)
+    ev_ex.add_argument("--split", choices=("train", "validation", "examples", "all"),
+                       default="validation", help="the gold cases to run (default validation; "
+                       "tune on train)")
+    ev_ex.add_argument("--out", help="the result JSON (default: "
+                       "<state_dir>/eval/extraction-<split>-<time>.json)")
+    ev_ex.add_argument("--baseline", help="a saved result of the same model and split: exit 1 "
+                       "when entity F1 or recall (type-strict), relationship F1 or recall, or "
+                       "grounded precision drops by more than --tolerance (e.g. "
+                       "evals/extraction/baseline-local.json)")
+    ev_ex.add_argument("--tolerance", type=float, default=0.02,
+                       help="the drop the gate allows, absolute (default 0.02)")
+    ev_ex.add_argument("--base-url", help="ask this OpenAI-compatible endpoint (default: the "
+                       "profile's base_url, else the profile's local llama-server, started for "
+                       "the run and stopped after it)")
+    ev_ex.add_argument("--gold", help="the gold set, one JSON case a line (default "
+                       "evals/extraction/gold.jsonl)")
+    ev_ex.add_argument("--verbose", action="store_true", help="show library output on the "
+                       "terminal too (else it goes to <state_dir>/eval/runs/run-<time>.log)")
