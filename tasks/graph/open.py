@@ -40,6 +40,7 @@ def _open_falkordb(block: FalkorDBGraph,
     this call started it."""
     started = False
     pw = block.password.get_secret_value() if block.password else None
+    port: int | None
     if block.embedded:
         rec, started = falkordb_server.start(Path(block.data_dir), block.port,
                                              load_timeout=block.load_timeout_seconds,
