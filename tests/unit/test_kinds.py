@@ -90,3 +90,20 @@ def test_the_graph_blocks_say_whether_they_are_embedded() -> None:
     # a property, not a field: saved block documents load as they were written
     assert "embedded" not in FalkorDBGraph.model_fields
     assert FalkorDBGraph.model_validate({"host": None}).embedded
+
+
+def test_the_eval_starts_an_engine_only_where_the_node_runs_it_here(tmp_path: Path) -> None:
+    import pytest
+
+    from tasks.errors import ConfigError
+    from tasks.evaluation.runner import engine
+    from tasks.profile import load_profile
+    from tests.support.profiles import toml_profile
+
+    gce = load_profile(str(toml_profile(tmp_path / "gce.toml", state_dir=tmp_path, compute={
+        "type": "gce", "project": "p", "zone": "z", "instance": "n"})))
+    with pytest.raises(ConfigError, match="runs on a GCE node, which the eval does not boot — "
+                                          "pass --base-url"), engine(gce, None, print):
+        pass
+    with engine(gce, "http://127.0.0.1:9/v1", print) as given:  # an endpoint: nothing starts
+        assert (given.base_url, given.started_here) == ("http://127.0.0.1:9/v1", False)
