@@ -75,10 +75,11 @@ def _stop_on_signals() -> Callable[[], None]:
 @contextmanager
 def engine(cfg: Any, base_url: str | None, say: Callable[[str], None]) -> Iterator[Engine]:
     """The endpoint to ask: `base_url`; else the profile's [inference] base_url (an external
-    server); else, on a local-compute profile, its own llama-server started as the nightly
-    starts it (Node.engine_here, then start_inference: the profile's model, context, slots and threads) and
-    stopped on the way out, also on an error or Ctrl-C. It runs under
-    <state_dir>/eval-engine, so a nightly's own server is never touched."""
+    server); else, where the node runs its engine on this machine (Node.engine_here: a
+    local-compute profile), its own llama-server started as the nightly starts it
+    (start_inference: the profile's model, context, slots and threads) and stopped on the way
+    out, also on an error or Ctrl-C. It runs under <state_dir>/eval-engine, so a nightly's own
+    server is never touched."""
     endpoint = cfg.inference
     url = base_url or endpoint.base_url
     if url:
