@@ -28,9 +28,16 @@ class FalkorDBGraph(Block):
         default=3, ge=0, le=1000, description="Embedded only: graph snapshots kept after each "
         "run (in the artifact store, and GCS when configured); 0 = none.")
 
+    @property
+    def embedded(self) -> bool:
+        """Whether the project runs this server itself (no host): started on 127.0.0.1 with
+        its data in data_dir, stopped when done, snapshotted and restored here. A property,
+        not a field: saved block documents load as they are."""
+        return not self.host
+
     def snapshots_to_keep(self) -> int:
         """Snapshots kept after each run: embedded only (0 = none taken)."""
-        return 0 if self.host else self.snapshots_keep
+        return self.snapshots_keep if self.embedded else 0
 
     def describe(self) -> str:
         where = f"{self.host}:{self.port}" if self.host else \
@@ -59,6 +66,11 @@ class Neo4jGraph(Block):
         if v.split("://")[0] not in {"bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc"}:
             raise ValueError("must be a bolt:// or neo4j:// URI, e.g. neo4j://host:7687")
         return v
+
+    @property
+    def embedded(self) -> bool:
+        """Never: Neo4j is a server of its own (FalkorDBGraph.embedded)."""
+        return False
 
     def snapshots_to_keep(self) -> int:
         return 0  # Neo4j's own backups (neo4j-admin database dump) are the way there

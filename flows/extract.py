@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run as current_run
 
-from blocks.compute import LocalCompute
-from tasks.compute.inference_server import server_exit
 from tasks.extraction.batch import append_dead_letters
 from tasks.extraction.inputs import chunk_tokens as chunk_size
 from tasks.extraction.inputs import llm_client, response_schema, source_roots
@@ -64,10 +61,8 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
     endpoint, ontology, gleanings = cfg.inference, cfg.extraction.ontology(), cfg.extraction.gleanings
     roots = source_roots(cfg.sources)
     # A local server is this run's own: when it dies, phase 1 says how and stops asking it.
-    watch = partial(server_exit, Path(cfg.compute.state_dir)) \
-        if isinstance(cfg.compute, LocalCompute) else None
     client = llm_client(endpoint, base_url, base_urls=[u for u in (base_urls or []) if u] or None,
-                        deadline=budget.requests_until(), server_exit=watch)
+                        deadline=budget.requests_until(), server_exit=cfg.node.server_exit)
     schema = response_schema(endpoint, ontology)
     chunk_tokens = chunk_size(endpoint, ontology, gleanings)
     run_id = current_run.get_id()

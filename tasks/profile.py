@@ -256,7 +256,8 @@ def _build(path: Path, section: str, table: dict[str, Any]) -> Any:
                               "or fix 'block'") from e
     if section == "compute":
         refuse_renamed(path, table)
-    if cls is LocalCompute and "nodes" in table:  # symmetry with GceCompute.nodes
+    if section == "compute" and "nodes" in table and "nodes" not in cls.model_fields:
+        # a compute block without `nodes` is one machine: 1 is allowed, for symmetry
         if table.pop("nodes") != 1:
             raise ConfigError(f"profile {path}: [compute] nodes > 1 needs GCE nodes: the local "
                               "compute is this one machine — use a GCE profile ([compute] "
@@ -339,10 +340,11 @@ def load_profile(ref: str) -> Profile:
         # each profile's (local, gcp) stay apart
         compute = compute.model_copy(update={"state_dir": state_dir})
     inference = _build(path, "inference", data.get("inference", {}))
-    if getattr(compute, "nodes", 1) > 1 and inference.base_url:
+    nodes = len(nodes_for(compute))
+    if nodes > 1 and inference.base_url:
         # each node serves phase 1 at its own address; one fixed URL would send all N's work
         # to a single server
-        raise ConfigError(f"profile {path}: [compute] nodes = {compute.nodes} with [inference] "
+        raise ConfigError(f"profile {path}: [compute] nodes = {nodes} with [inference] "
                           f"base_url {inference.base_url!r} — drop base_url (each node's own "
                           "address is used) or set nodes = 1")
     return Profile(

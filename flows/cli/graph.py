@@ -117,9 +117,7 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
         if not rows and not args.json:
             print(f"no graph snapshots in {root / snap.SNAPSHOTS}")
         return 0
-    from blocks.graph import FalkorDBGraph
-
-    if not isinstance(cfg.graph, FalkorDBGraph) or cfg.graph.host:
+    if not cfg.graph.embedded:
         raise ConfigError("graph restore: only the embedded FalkorDB graph is restored here; "
                           "restore Neo4j or an external server with its own tools")
     chosen = snap.find(root, args.name, cfg.snapshot_gcs_block())

@@ -5,7 +5,9 @@ the GPU node's engine, started and stopped by PID. Nothing to boot, nothing to p
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Self
 
 from blocks.compute import LocalCompute
 from blocks.inference import InferenceEndpoint
@@ -112,6 +114,16 @@ class LocalNode:
         graceful exit: stopped with a 1 s grace."""
         server = ManagedServer(inference_server.SERVER_NAME, self._state_dir)
         return [("the inference server (llama.cpp)", server, lambda: server.stop(grace=1.0))]
+
+    @property
+    def server_exit(self) -> Callable[[], str | None] | None:
+        """The server is this run's own: when it dies, phase 1 says how."""
+        return partial(inference_server.server_exit, self._state_dir)
+
+    def engine_here(self, state_dir: Path) -> Self | None:
+        """This machine again, its server's state in `state_dir` (the profile's model, context,
+        slots and threads)."""
+        return type(self)(self.block.model_copy(update={"state_dir": str(state_dir)}))
 
     def usage(self, since: float | None = None) -> NodeUsage:
         """This machine costs nothing per run."""

@@ -1,13 +1,15 @@
 """One interface for the node, whatever it is: flows and tasks call these methods and never
 ask which kind of node they hold. `node_for(block)` builds the node for a profile's compute
 block (LocalCompute → LocalNode, GceCompute → GceNode); `nodes_for(block)` every node it
-describes (GceCompute.nodes), the primary first."""
+describes (GceCompute.nodes), the primary first; `gce_block(block)` the GCE block, for what
+only a cloud has (the preflight). The one place that asks which kind of compute block it
+holds (a unit test checks: tests/unit/test_kinds.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from blocks.compute import LocalCompute
 from blocks.gce import GceCompute
@@ -97,6 +99,23 @@ class Node(Protocol):
     def usage(self, since: float | None = None) -> NodeUsage:
         """Running seconds, GPU-hours and estimated cost since `since` (default: this run's
         start)."""
+
+    @property
+    def server_exit(self) -> Callable[[], str | None] | None:
+        """Why the inference server this machine started for the run is gone, when it died
+        under it (phase 1 then says how and stops asking it; inference_server.server_exit);
+        None where no server of this process's runs (a remote node)."""
+
+    def engine_here(self, state_dir: Path) -> Self | None:
+        """A node like this one whose inference server runs on this machine with its state in
+        `state_dir` (the eval's own engine, apart from a nightly's); None where the server
+        runs on another machine (a GCE node, which the eval does not boot)."""
+
+
+def gce_block(block: LocalCompute | GceCompute) -> GceCompute | None:
+    """The block when it describes GCE nodes (the preflight's cloud checks); None for this
+    machine."""
+    return block if isinstance(block, GceCompute) else None
 
 
 def node_for(block: LocalCompute | GceCompute) -> Node:

@@ -75,26 +75,23 @@ def _stop_on_signals() -> Callable[[], None]:
 @contextmanager
 def engine(cfg: Any, base_url: str | None, say: Callable[[str], None]) -> Iterator[Engine]:
     """The endpoint to ask: `base_url`; else the profile's [inference] base_url (an external
-    server); else, on a local-compute profile, its own llama-server started as the nightly
-    starts it (LocalNode.start_inference, the profile's model, context, slots and threads) and
-    stopped on the way out, also on an error or Ctrl-C. It runs under
-    <state_dir>/eval-engine, so a nightly's own server is never touched."""
-    from blocks.compute import LocalCompute
-
+    server); else, where the node runs its engine on this machine (Node.engine_here: a
+    local-compute profile), its own llama-server started as the nightly starts it
+    (start_inference: the profile's model, context, slots and threads) and stopped on the way
+    out, also on an error or Ctrl-C. It runs under <state_dir>/eval-engine, so a nightly's own
+    server is never touched."""
     endpoint = cfg.inference
     url = base_url or endpoint.base_url
     if url:
         yield Engine(url, endpoint.dialect, started_here=False)
         return
-    if not isinstance(cfg.compute, LocalCompute):
+    node = cfg.node.engine_here(Path(cfg.state_dir) / "eval-engine")
+    if node is None:
         raise ConfigError("eval: the profile's inference server runs on a GCE node, which the "
                           "eval does not boot — pass --base-url URL of a running endpoint")
-    from tasks.compute.local import LocalNode
     from tasks.llama_cpp import default_model_path
 
-    block = cfg.compute.model_copy(update={"state_dir": str(Path(cfg.state_dir) / "eval-engine")})
-    node = LocalNode(block)
-    model = block.model_path or str(default_model_path())
+    model = node.base_model or str(default_model_path())
     undo = _stop_on_signals()
     try:
         node.start()

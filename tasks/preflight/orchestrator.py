@@ -130,42 +130,26 @@ def secret_checks(cfg: Profile) -> Iterator[Check]:
 def graph_checks(cfg: Profile) -> Iterator[Check]:
     """Open the profile's graph as phase 1 does (tasks/graph/open.py) and read from it; the
     detail names the URI, never the password. An embedded FalkorDB is phase 1's to start."""
-    from blocks.graph import Neo4jGraph
-    from tasks.graph.backends import FalkorDBStore, Neo4jStore
-    from tasks.graph.store import GraphStore
+    from tasks.graph.open import graph_server
 
-    g = cfg.graph
-    secret = ""
+    server = graph_server(cfg.graph)
+    if server.connect is None:
+        yield skipped("graph", f"{server.where}: phase 1 starts it on this machine")
+        return
     try:
-        store: GraphStore
-        if isinstance(g, Neo4jGraph):
-            where = f"Neo4j at {g.uri} as {g.user!r}"
-            secret = g.password.get_secret_value()
-            fix = "fix the graph block's uri, user and password (docs/operator-gcp.md, section 6)"
-            store = Neo4jStore(g.uri, g.user, secret, g.database, 1, g.schema_dialect)
-        elif g.host is None:
-            yield skipped("graph", f"the embedded FalkorDB on {g.data_dir}: phase 1 starts it "
-                        "on this machine")
-            return
-        else:
-            where = f"FalkorDB at {g.host}:{g.port or 6379}"
-            secret = g.password.get_secret_value() if g.password else ""
-            fix = ("start the server, or fix the graph block's host, port and password "
-                   "(empty host: the embedded server)")
-            store = FalkorDBStore(g.host, g.port or 6379, g.graph_name, 1, secret or None)
-        with store:
+        with server.connect() as store:
             store._read("RETURN 1 AS one")
     except Exception as e:  # noqa: BLE001 - GraphError, the drivers' own
         cause = e.__cause__ or e
         text = f"{type(cause).__name__}: {str(cause)[:200]}"
-        if secret:
-            text = text.replace(secret, "***")
-        if "loading" in text.lower() and not isinstance(g, Neo4jGraph):
-            yield passed("graph", f"{where} answers, and is still loading its data")
+        if server.secret:
+            text = text.replace(server.secret, "***")
+        if "loading" in text.lower() and server.loads_data:
+            yield passed("graph", f"{server.where} answers, and is still loading its data")
             return
-        yield failure("graph", f"cannot open {where}: {text}", fix)
+        yield failure("graph", f"cannot open {server.where}: {text}", server.fix)
         return
-    yield passed("graph", f"{where} answers a read")
+    yield passed("graph", f"{server.where} answers a read")
 
 
 def folder_checks(cfg: Profile) -> Iterator[Check]:

@@ -56,8 +56,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from blocks.gce import GceCompute
 from tasks.checks import Check, PreflightFailed, failure, passed, skipped
+from tasks.compute.protocol import gce_block
 from tasks.errors import ConfigError
 from tasks.preflight.google import (
     account_email,
@@ -115,10 +115,10 @@ def run_preflight(cfg: Profile, *, night: bool = False) -> PreflightReport:
     tonight's run depends on — the orchestrator's own deployments are left out (the run is
     already going)."""
     report = PreflightReport(cfg.name)
-    block = cfg.compute
-    if not isinstance(block, GceCompute):
-        report.checks.append(skipped("compute", f"{type(block).__name__}: not a GCE node, "
-                                   "nothing to check"))
+    block = gce_block(cfg.compute)
+    if block is None:
+        report.checks.append(skipped("compute", f"{type(cfg.compute).__name__}: not a GCE "
+                                   "node, nothing to check"))
         return report
     add = report.checks.append
     creds, email = None, None

@@ -36,12 +36,11 @@ class RunStopper:
     def __init__(self, cfg: Any) -> None:
         from prefect.exceptions import TerminationSignal
 
-        from blocks.graph import FalkorDBGraph
         from tasks.graph import falkordb_server
 
         # Everything is resolved now: a signal handler must not import.
         self.servers: list[tuple[str, ManagedServer, Any]] = list(cfg.node.signal_stops())
-        if isinstance(cfg.graph, FalkorDBGraph) and cfg.graph.host is None:
+        if cfg.graph.embedded:
             data = Path(cfg.graph.data_dir).resolve()
             self.servers.append(("the embedded FalkorDB", ManagedServer("falkordb", data),
                                  lambda: falkordb_server.stop(data)))

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
@@ -395,6 +395,12 @@ class GceNode:
     def signal_stops(self) -> list[tuple[str, ManagedServer, Callable[[], bool]]]:
         """Nothing of the GCE node runs on this machine: the run's teardown stops the node."""
         return []
+
+    server_exit = None  # the engine is the node's; a preemption is check_running's to see
+
+    def engine_here(self, state_dir: Path) -> Self | None:
+        """None: the engine runs on the VM, which only the nightly boots."""
+        return None
 
     def usage(self, since: float | None = None) -> NodeUsage:
         """RUNNING seconds and estimated cost of the node since `since` (epoch seconds; default:

@@ -15,9 +15,9 @@ from tasks.compute.protocol import Node, node_for
 from tasks.errors import ConfigError
 
 METHODS = ["prepare", "start", "start_inference", "stop_inference", "inference_running", "request_stop",
-           "stop", "check_running", "running", "signal_stops", "usage"]
+           "stop", "check_running", "running", "signal_stops", "usage", "engine_here"]
 ATTRIBUTES = ["remote_training", "loads_adapters", "base_model", "cpu_threads", "watch_seconds",
-              "boot_timeout_seconds", "stop_timeout_seconds"]
+              "boot_timeout_seconds", "stop_timeout_seconds", "server_exit"]
 
 
 def gce_block() -> GceCompute:
@@ -46,6 +46,8 @@ def test_the_factory_builds_the_node_the_block_describes() -> None:
         == (False, True, "/m.gguf", 3)
     assert (gce.remote_training, gce.loads_adapters, gce.base_model, gce.cpu_threads) \
         == (True, False, None, 2)
+    assert local.server_exit is not None and gce.server_exit is None
+    assert gce.engine_here(Path("/elsewhere")) is None
     with pytest.raises(ConfigError, match="no node for a str block"):
         node_for("local")  # type: ignore[arg-type]
 
@@ -57,6 +59,18 @@ def test_the_local_node_has_nothing_to_preempt_reap_or_pay() -> None:
     assert node.stop() == []
     assert node.usage().model_dump() == {"running_seconds": 0.0, "gpu_hours": 0.0, "estimated_usd": 0.0,
                             "zones": {}, "note": "local machine: no cost"}
+
+
+def test_only_a_local_node_runs_an_engine_here_and_watches_it(tmp_path: Path) -> None:
+    from tasks.compute.protocol import gce_block as gce_of
+
+    local = node_for(LocalCompute(state_dir="/nonexistent", model_path="/m.gguf", n_threads=3))
+    here = local.engine_here(tmp_path / "eval-engine")
+    assert type(here) is LocalNode and here.block.state_dir == str(tmp_path / "eval-engine")
+    assert (here.base_model, here.cpu_threads) == ("/m.gguf", 3)
+    assert here.server_exit is not None and here.server_exit() is None  # no server of ours
+    gce = gce_block()
+    assert gce_of(gce) is gce and gce_of(LocalCompute()) is None
 
 
 def test_on_a_signal_the_cli_stops_the_local_server_and_nothing_of_a_gce_node(tmp_path: Path) -> None:
