@@ -15,9 +15,8 @@ KINDS = frozenset({"LocalCompute", "GceCompute", "FalkorDBGraph", "Neo4jGraph",
 FACTORIES = frozenset({"tasks/compute/protocol.py", "tasks/graph/open.py"})
 # what a block is read through: `hasattr(block, "nodes")` asks the kind too
 HOLDERS = frozenset({"compute", "graph", "block", "node_serve"})
-# Switches let through for now, by expression (the CLI is being split: its file may change).
-# An entry no longer found fails the test, so the list only shrinks. flows/cli.py's graph
-# restore becomes `if not cfg.graph.embedded:`.
+# Switches let through, by expression (none today). An entry no longer found fails the test,
+# so the list only shrinks.
 KNOWN: frozenset[str] = frozenset()
 
 
