@@ -147,16 +147,21 @@ class GceCompute(Block):
         """The instance's resource path in `zone` (for messages)."""
         return f"projects/{self.project}/zones/{zone}/instances/{self.instance_in(zone)}"
 
+    def get_credentials(self) -> Any:
+        """The credentials every Compute client of this block uses (the node's, the
+        preflight's). With no GcpCredentials block, an empty one: prefect-gcp's own fallback
+        is Application Default Credentials (google.auth.default(), which raises google.auth's
+        DefaultCredentialsError when there are none)."""
+        return (self.gcp_credentials or GcpCredentials(project=self.project)
+                ).get_credentials_from_service_account()
+
     def get_compute_clients(self) -> tuple[Any, Any]:
         """(InstancesClient, ZoneOperationsClient), REST transport, on the block's credentials
-        and api_endpoint. With no GcpCredentials block, an empty one: prefect-gcp's own
-        fallback is Application Default Credentials (google.auth.default(), which raises
-        google.auth's DefaultCredentialsError when there are none)."""
+        (get_credentials) and api_endpoint."""
         from google.api_core.client_options import ClientOptions
         from google.cloud import compute_v1
 
-        creds = (self.gcp_credentials or GcpCredentials(project=self.project)
-                 ).get_credentials_from_service_account()
+        creds = self.get_credentials()
         opts = ClientOptions(api_endpoint=self.api_endpoint) if self.api_endpoint else None
         return (compute_v1.InstancesClient(transport="rest", credentials=creds, client_options=opts),
                 compute_v1.ZoneOperationsClient(transport="rest", credentials=creds,

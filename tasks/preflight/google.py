@@ -26,13 +26,8 @@ SPOT_L4, ON_DEMAND_L4, ALL_GPUS = "PREEMPTIBLE_NVIDIA_L4_GPUS", "NVIDIA_L4_GPUS"
 
 
 def credentials(block: GceCompute) -> Any:
-    """The credentials the block's clients use (blocks/gce.py get_compute_clients)."""
-    if block.gcp_credentials is not None:
-        return block.gcp_credentials.get_credentials_from_service_account()
-    import google.auth
-
-    creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-    return creds
+    """The credentials the block's clients use (blocks/gce.py get_credentials)."""
+    return block.get_credentials()
 
 
 def account_email(creds: Any) -> str | None:
