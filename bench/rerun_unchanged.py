@@ -69,8 +69,9 @@ def run(profile: Path, summary: Path, log: Path, env: dict[str, str]) -> dict[st
                  f"ends:\n{''.join(log.read_text().splitlines(True)[-30:])}")
     s = json.loads(summary.read_text())
     phases = {k: v.get("seconds") for k, v in (s.get("phases") or {}).items()}
-    docs = s.get("documents", {}).get("transcripts", {})
-    return {"wall_s": round(wall, 2), "llm_calls": s.get("llm_calls"),
+    x = s.get("extraction") or {}  # phase 1's report (RunSummary schema 2)
+    docs = x.get("documents", {}).get("transcripts", {})
+    return {"wall_s": round(wall, 2), "llm_calls": x.get("llm_calls"),
             "extracted": docs.get("extracted"), "skipped": docs.get("skipped"),
             "phases_s": phases,
             "outside_phases_s": round(wall - sum(v or 0 for v in phases.values()), 2)}

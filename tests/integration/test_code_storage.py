@@ -41,9 +41,11 @@ def test_the_node_runs_the_code_the_orchestrator_deployed(tmp_path: Path) -> Non
     assert before == code_version(ROOT)  # the same files, the same folder
     init = orch / "tasks" / "__init__.py"
     init.write_text(init.read_text() + f'\nCODE_MARK = "{MARK}"\n')
-    _edit(orch / "flows" / "train.py", "    logger = get_run_logger()\n    cfg = load_profile",
-          "    logger = get_run_logger()\n    import tasks\n    logger.info('code: %s from %s', "
-          "getattr(tasks, 'CODE_MARK', None), tasks.__file__)\n    cfg = load_profile")
+    _edit(orch / "flows" / "train.py", "    cfg = load_profile(profile)\n",
+          "    import tasks\n    get_run_logger().info('code: %s from %s', "
+          "getattr(tasks, 'CODE_MARK', None), tasks.__file__)\n    cfg = load_profile(profile)\n")
+    _edit(orch / "flows" / "train.py", "from prefect import flow\n",
+          "from prefect import flow, get_run_logger\n")
     version = code_version(orch)
     assert version != before
 

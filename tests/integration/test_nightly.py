@@ -119,8 +119,8 @@ def test_nightly_with_real_llama_server_and_embedded_falkordb(tmp_path: Path,
     assert " -a SmolLM2-135M-Instruct,engineering-pointsav " in argv
     assert f" --lora {served} " in argv
     assert again["training"]["engineering-pointsav"]["reused"]  # same data: not retrained
-    assert again["llm_calls"] == 0
-    assert sum(v["skipped"] for v in again["documents"].values()) == \
+    assert again["extraction"]["llm_calls"] == 0
+    assert sum(v["skipped"] for v in again["extraction"]["documents"].values()) == \
         sum(v["extracted"] for v in docs.values())
 
 
@@ -237,9 +237,9 @@ def test_a_phase_1_budget_too_small_ends_partial_on_time_then_phase_2_trains(
         s2 = nightly(profile=str(profile)).to_dict()
         second = [r["messages"][-1]["content"] for r in fake.requests]
     assert s2["status"] == "completed", s2.get("error")
-    assert s2["documents"]["transcripts"] == {"seen": 13, "extracted": 12 - done + 1,
+    assert s2["extraction"]["documents"]["transcripts"] == {"seen": 13, "extracted": 12 - done + 1,
                                               "skipped": done, "failed": 0}
-    assert s2["pending"] == {}
+    assert s2["extraction"]["pending"] == {}
     assert not (tmp_path / "state" / "phase1-pending.json").exists()
     asked = [t.split("\n", 1)[0] for t in first + second]
     # every document went to the model exactly once over the two nights

@@ -119,5 +119,5 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
         # the next night (the node comes back): the rest is done, no --retry-failed needed
         s2 = nightly(profile=str(profile)).to_dict()
         assert s2["status"] == "completed", s2.get("error")
-        assert s2["documents"]["transcripts"] == {"seen": 12, "extracted": 12 - done,
+        assert s2["extraction"]["documents"]["transcripts"] == {"seen": 12, "extracted": 12 - done,
                                                  "skipped": done, "failed": 0}

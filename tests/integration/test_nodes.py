@@ -54,7 +54,7 @@ class Engines:
 
     def _start(self, inst: FakeInstance) -> None:
         engine = FakeOpenAI(latency=self.latency, port=self.port, host=inst.network_ip)
-        threading.Thread(target=engine.server.serve_forever, kwargs={"poll_interval": 0.05},
+        threading.Thread(target=engine.http.server.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()
         self.up[inst.name] = engine
 
@@ -62,8 +62,8 @@ class Engines:
         engine = self.up.pop(inst.name, None)
         if engine is not None:
             self.served[inst.name] = self.served.get(inst.name, 0) + engine.calls
-            engine.server.shutdown()
-            engine.server.server_close()
+            engine.http.server.shutdown()
+            engine.http.server.server_close()
 
     def requests(self, name: str) -> int:
         """Requests the instance's engine answered, over every boot so far."""
