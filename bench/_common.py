@@ -54,24 +54,7 @@ def fake_endpoint(latency: float) -> Iterator[str]:
         proc.wait(10)
 
 
-@contextlib.contextmanager
-def prefect_server(home: Path, **settings: str) -> Iterator[dict[str, str]]:
-    """A real Prefect server, loop services included, on a free port with its own PREFECT_HOME
-    (started as the CLI starts its own: tasks/runtime/prefect_env.py); yields the environment for
-    subprocesses (CLI, workers, flows) to talk to it."""
-    from tasks.processes import free_port
-
-    port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(home),
-           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PWD": str(ROOT),
-           "PREFECT_LOGGING_LEVEL": "INFO", "PYTHONPATH": str(ROOT), **settings}
-    env.pop("PREFECT_API_KEY", None)
-    server, _ = prefect_env.start_api_server(home.parent, f"prefect-{home.name}", env,
-                                             port=port, services=True)
-    try:
-        yield env
-    finally:
-        server.stop(grace=20.0)
+prefect_server = prefect_env.api_server  # the tests' server too
 
 
 def write_documents(root: Path, n: int) -> None:

@@ -49,12 +49,13 @@ def _new_file_mode(path: Path) -> int:
 
 
 @contextmanager
-def replacing(path: Path) -> Iterator[Path]:
+def replacing(path: Path, mode: int | None = None) -> Iterator[Path]:
     """Yield a temporary path beside `path` for the caller to write (a file, by any means:
     a download, a converter's output). When the block ends without an error the temporary
-    file is fsynced and renamed over `path`, and the folder fsynced; on an error it is
-    removed and `path` is left as it was. Readers, and a crash, see the old file or the
-    whole new one."""
+    file is fsynced, given `mode` (default: the mode `path` has, or the one open() would
+    give it — pass 0o755 for an executable, as the writer's own chmod is overridden), and
+    renamed over `path`, and the folder fsynced; on an error it is removed and `path` is
+    left as it was. Readers, and a crash, see the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
@@ -63,7 +64,7 @@ def replacing(path: Path) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, _new_file_mode(path))
+        os.chmod(tmp, _new_file_mode(path) if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

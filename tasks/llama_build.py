@@ -342,7 +342,7 @@ def install_server(variant: str = "cpu", rebuild: bool = False,
     else:
         print(f"llama.cpp: installing {SERVER} ({variant}, key {record['key']}) → {dest}",
               flush=True)
-        with replacing(dest) as tmp:
+        with replacing(dest, mode=0o755) as tmp:  # an executable, whatever dest was before
             shutil.copy2(binary, tmp)
     return {**record, "path": str(dest)}
 

@@ -67,9 +67,9 @@ def prefect_checks(cfg: Profile, block: GceCompute, night: bool, training: bool
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        failure = client.api_healthcheck()
-        if failure is not None:
-            yield failure("Prefect API", f"{url} does not answer: {failure}",
+        down = client.api_healthcheck()
+        if down is not None:
+            yield failure("Prefect API", f"{url} does not answer: {down}",
                         "start the Prefect server, or fix PREFECT_API_URL")
             return
         yield passed("Prefect API", str(url))

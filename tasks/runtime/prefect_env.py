@@ -101,6 +101,27 @@ def start_api_server(state_dir: Path, name: str, env: dict[str, str], *, port: i
     return server, url
 
 
+@contextmanager
+def api_server(home: Path, port: int | None = None, **settings: str) -> Iterator[dict[str, str]]:
+    """A real Prefect server, loop services included, on a free port (or `port`) with its own
+    PREFECT_HOME (its PID file and log beside it), for the tests and the benches; yields the
+    environment for subprocesses (CLI, workers, flows) to talk to it, with this checkout on
+    their path. `settings`: extra PREFECT_* variables for the server and its clients."""
+    from tasks.paths import PROJECT_ROOT
+
+    port = port or free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home),
+           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PWD": str(PROJECT_ROOT),
+           "PREFECT_LOGGING_LEVEL": "INFO", "PYTHONPATH": str(PROJECT_ROOT), **settings}
+    env.pop("PREFECT_API_KEY", None)
+    server, _ = start_api_server(home.parent, f"prefect-{home.name}", env, port=port,
+                                 services=True)
+    try:
+        yield env
+    finally:
+        server.stop(grace=20.0)
+
+
 def _stop(server: ManagedServer) -> None:
     rec = server.running()
     if server.stop(grace=5.0) and rec:

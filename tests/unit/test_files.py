@@ -50,3 +50,21 @@ def test_a_replaced_file_keeps_an_ordinary_mode(tmp_path):
         assert kept.stat().st_mode & 0o777 == 0o750
     finally:
         os.umask(umask)
+
+
+def test_an_explicit_mode_wins_over_the_writers_and_the_old_files(tmp_path):
+    import os
+    import shutil
+
+    src = tmp_path / "tool"
+    src.write_text("#!/bin/sh\n")
+    src.chmod(0o755)
+    dest = tmp_path / "bin" / "tool"
+    with replacing(dest, mode=0o755) as tmp:
+        shutil.copy2(src, tmp)
+    assert dest.stat().st_mode & 0o777 == 0o755
+    dest.chmod(0o600)
+    with replacing(dest, mode=0o750) as tmp:
+        shutil.copy2(src, tmp)
+    assert dest.stat().st_mode & 0o777 == 0o750
+    assert os.access(dest, os.X_OK)

@@ -158,3 +158,40 @@ def test_a_finished_server_entry_is_reused_and_the_binary_found(
     with pytest.raises(ConfigError, match=r"\$SLM_LLAMA_SERVER points at .*/nowhere, which is "
                                           "not an executable file"):
         lc.require_server()
+
+
+def test_the_installed_server_is_executable_and_replaced_only_when_it_differs(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # Stop 30's CI: install copied the binary through files.replacing, whose chmod gave it
+    # the mode of an ordinary new file (0644), and `make`'s check then found no llama-server.
+    import os
+
+    from tasks.files import file_sha256
+
+    monkeypatch.setenv(lb.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(lc.SERVER_ENV, raising=False)
+    monkeypatch.setattr(lb, "pin", lambda: "9.9.9")
+    entry = lb.server_entry("9.9.9")
+    entry.mkdir(parents=True)
+    binary = entry / "llama-server"
+    binary.write_bytes(b"#!/bin/sh\necho built\n")
+    binary.chmod(0o755)
+    (entry / "build.json").write_text(json.dumps({"key": "k1", "sha256": file_sha256(binary)}))
+    umask = os.umask(0o022)
+    try:
+        rec = lb.install_server(prefix=tmp_path / "venv")
+        dest = tmp_path / "venv" / "bin" / "llama-server"
+        assert rec["path"] == str(dest)
+        assert dest.stat().st_mode & 0o777 == 0o755
+        assert lc.require_server(tmp_path / "venv") == dest
+        assert "installing llama-server (cpu, key k1)" in capsys.readouterr().out
+        # an older, non-executable copy is replaced and made executable
+        dest.write_bytes(b"old")
+        dest.chmod(0o644)
+        lb.install_server(prefix=tmp_path / "venv")
+        assert dest.read_bytes() == binary.read_bytes()
+        assert dest.stat().st_mode & 0o777 == 0o755
+        lb.install_server(prefix=tmp_path / "venv")
+        assert "already installed" in capsys.readouterr().out.splitlines()[-1]
+    finally:
+        os.umask(umask)

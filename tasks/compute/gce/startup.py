@@ -147,6 +147,21 @@ def _offline_env(s: NodeServeSettings) -> str:
                                      {**OFFLINE, "HF_HOME": s.hf_home}.items())
 
 
+def _unit(s: NodeServeSettings, description: str, env_file: str, exec_start: str,
+          *service: str, wanted_by: str | None = None) -> str:
+    """A systemd service unit of the node (systemd.service(5)): after the network, as the
+    service user, from the project's folder, off the hub, with its own environment file;
+    `service`: the unit's own [Service] lines (restart, kill); `wanted_by`: its [Install]
+    target, for a unit enabled at boot (the engine has none: the watcher starts it)."""
+    lines = ["[Unit]", f"Description={description}", "After=network-online.target",
+             "[Service]", f"User={s.service_user}", f"WorkingDirectory={s.project_dir}",
+             _offline_env(s), f"EnvironmentFile={env_file}", f"ExecStart={exec_start}",
+             *service]
+    if wanted_by:
+        lines += ["[Install]", f"WantedBy={wanted_by}"]
+    return "\n".join(lines)
+
+
 def _service_user(s: NodeServeSettings) -> str:
     user, q = s.service_user, shlex.quote
     owned = []
@@ -188,10 +203,11 @@ def _template(name: str) -> _Template:
 def _worker(s: NodeServeSettings) -> str:
     if not s.prefect_api_url:
         return "# no prefect_api_url in [compute.node]: this node runs no Prefect worker\n"
+    unit = _unit(s, f"Prefect worker ({s.work_pool})", "/etc/slm-prefect.env",
+                 _shell(worker_command(s)), "Restart=always", wanted_by="multi-user.target")
     return _template("worker.sh").substitute(
         prefect_api_url=shlex.quote(s.prefect_api_url), worker_unit=WORKER_UNIT,
-        work_pool=s.work_pool, service_user_name=s.service_user, project_dir=s.project_dir,
-        offline_env=_offline_env(s), worker_command=_shell(worker_command(s)))
+        worker_service=unit)
 
 
 def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,
@@ -219,9 +235,12 @@ def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, s
     return _template("startup.sh").substitute(
         error_attribute=ERROR_ATTRIBUTE, metadata=METADATA, secret_lines=key_line,
         image_checks=_image_checks(s), service_user=_service_user(s), key_var=key_var,
-        engine=s.engine, port=port, engine_unit=ENGINE_UNIT, serve=serve, model=endpoint.model,
-        service_user_name=s.service_user, project_dir=s.project_dir,
-        offline_env=_offline_env(s), state_key=ENGINE_STATE_KEY, watch_unit=WATCH_UNIT,
+        engine=s.engine, port=port, engine_unit=ENGINE_UNIT, serve=serve,
+        engine_service=_unit(s, f"slm-nightly engine ({s.engine}: {endpoint.model})",
+                             "/etc/slm-engine.env", f"/usr/local/bin/{ENGINE_UNIT}-serve",
+                             "Restart=on-failure", "KillMode=control-group",
+                             "TimeoutStopSec=60"),
+        state_key=ENGINE_STATE_KEY, watch_unit=WATCH_UNIT,
         watch_seconds=WATCH_SECONDS, worker=_worker(s))
 
 

@@ -39,18 +39,7 @@ exec @{serve}
 SERVE
 chmod 755 /usr/local/bin/@{engine_unit}-serve
 cat > /etc/systemd/system/@{engine_unit}.service <<'UNIT'
-[Unit]
-Description=slm-nightly engine (@{engine}: @{model})
-After=network-online.target
-[Service]
-User=@{service_user_name}
-WorkingDirectory=@{project_dir}
-@{offline_env}
-EnvironmentFile=/etc/slm-engine.env
-ExecStart=/usr/local/bin/@{engine_unit}-serve
-Restart=on-failure
-KillMode=control-group
-TimeoutStopSec=60
+@{engine_service}
 UNIT
 
 # --- watcher: metadata @{state_key}=stopped|running stops/starts the engine (frees the GPU) ---

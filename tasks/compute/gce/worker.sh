@@ -5,18 +5,7 @@ install -m 600 /dev/null /etc/slm-prefect.env
 printf 'PREFECT_API_URL=%s\nPREFECT_API_KEY=%s\n' @{prefect_api_url} "$PREFECT_API_KEY" \
   > /etc/slm-prefect.env
 cat > /etc/systemd/system/@{worker_unit}.service <<'UNIT'
-[Unit]
-Description=Prefect worker (@{work_pool})
-After=network-online.target
-[Service]
-User=@{service_user_name}
-WorkingDirectory=@{project_dir}
-@{offline_env}
-EnvironmentFile=/etc/slm-prefect.env
-ExecStart=@{worker_command}
-Restart=always
-[Install]
-WantedBy=multi-user.target
+@{worker_service}
 UNIT
 systemctl daemon-reload
 systemctl restart @{worker_unit}

@@ -39,7 +39,11 @@ def test_a_busy_core_is_not_counted_idle() -> None:
         busy.kill()
         busy.wait()
     assert 0.0 <= held <= usable_cores()
-    assert held <= quiet - 0.6, (quiet, held)  # the loop took most of a core
+    # The loop took most of a core whatever else runs (other load only lowers `held`); and,
+    # on a machine that was quiet before it, that core came off the quiet figure.
+    assert held <= usable_cores() - 0.6, (quiet, held)
+    if quiet >= usable_cores() - 0.3:
+        assert held <= quiet - 0.6, (quiet, held)
 
 
 def test_the_local_node_picks_once_unless_the_profile_says(monkeypatch: pytest.MonkeyPatch) -> None:
