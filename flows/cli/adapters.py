@@ -39,22 +39,24 @@ def _adapters(args: argparse.Namespace) -> int:
 
 def add_adapters(sub: Any) -> None:
     asub = command_group(sub, "adapters", "the adapter registry", _adapters)
-    a_list = asub.add_parser("list", help="every adapter, oldest first")
-    a_list.add_argument("--bucket", help="only this bucket's adapters")
-    a_list.add_argument("--state", choices=STATES,
-                        help="only adapters in this job state (running: still training, or "
-                             "left so by a run that is gone until the next run reconciles it)")
-    add_json(a_list)
-    a_show = asub.add_parser("show", help="one adapter's manifest")
-    a_show.add_argument("name", help="adapter name (slm-nightly adapters list)")
-    a_prom = asub.add_parser("promote", help="promote by hand (skips the gate)")
-    a_prom.add_argument("name", help="adapter name (slm-nightly adapters list)")
-    a_prom.add_argument("--reason", default="operator decision", help="recorded in the pointer")
-    a_roll = asub.add_parser("rollback", help="back to the previously promoted adapter")
-    a_roll.add_argument("bucket", help="e.g. engineering-pointsav")
-    a_down = asub.add_parser("download", help="copy an adapter's files (manifest, peft/, GGUF, "
-                             "tarball) from the store (GCS when configured) to a local folder")
-    a_down.add_argument("name", help="adapter name (slm-nightly adapters list)")
-    a_down.add_argument("--to", help="the folder (default: ./NAME)")
-    for p in (a_list, a_show, a_prom, a_roll, a_down):
+    cmds = {cmd: asub.add_parser(cmd, help=text) for cmd, text in (
+        ("list", "every adapter, oldest first"),
+        ("show", "one adapter's manifest"),
+        ("promote", "promote by hand (skips the gate)"),
+        ("rollback", "back to the previously promoted adapter"),
+        ("download", "copy an adapter's files (manifest, peft/, GGUF, tarball) from the store "
+                     "(GCS when configured) to a local folder"))}
+    cmds["list"].add_argument("--bucket", help="only this bucket's adapters")
+    cmds["list"].add_argument("--state", choices=STATES,
+                              help="only adapters in this job state (running: still training, "
+                                   "or left so by a run that is gone until the next run "
+                                   "reconciles it)")
+    add_json(cmds["list"])
+    for cmd in ("show", "promote", "download"):
+        cmds[cmd].add_argument("name", help="adapter name (slm-nightly adapters list)")
+    cmds["promote"].add_argument("--reason", default="operator decision",
+                                 help="recorded in the pointer")
+    cmds["rollback"].add_argument("bucket", help="e.g. engineering-pointsav")
+    cmds["download"].add_argument("--to", help="the folder (default: ./NAME)")
+    for p in cmds.values():
         add_profile(p)

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from flows.cli.parsing import add_json, add_profile, command_group
+from flows.cli.parsing import add_json, add_profile, command, command_group
 from tasks.errors import ConfigError
 
 
@@ -51,13 +51,12 @@ def _node(args: argparse.Namespace) -> int:
 
 
 def add_preflight(sub: Any) -> None:
-    pf = sub.add_parser("preflight", help="check a GCE profile before a night: IAM, the "
-                        "instances, the bucket, blocks and secrets, work pools and deployments, "
-                        "the engine and the node's worker, the training recipe (prints each "
-                        "check; exit 1 when one fails; boots nothing)")
+    pf = command(sub, "preflight", _node_preflight,
+                   help="check a GCE profile before a night: IAM, the instances, the bucket, blocks and "
+                   "secrets, work pools and deployments, the engine and the node's worker, the training "
+                   "recipe (prints each check; exit 1 when one fails; boots nothing)")
     add_profile(pf, default="gcp")
     add_json(pf)
-    pf.set_defaults(func=_node_preflight)
 
 
 def add_node(sub: Any) -> None:
@@ -70,8 +69,8 @@ def add_node(sub: Any) -> None:
                          help="seconds for the training step on the node (default 3600)")
     from tasks.image import cli as weights
 
-    n_weights = nsub.add_parser("prepare-weights", help="build (or with --check only check) the "
-                                "node image's model folder: the GGUF, its tokenizer, the training "
-                                "base in the HF cache; run when the image is built, never at boot")
+    n_weights = command(nsub, "prepare-weights", weights.cli_main,
+                        help="build (or with --check only check) the node image's model "
+                        "folder: the GGUF, its tokenizer, the training base in the HF cache; "
+                        "run when the image is built, never at boot")
     weights.add_arguments(n_weights)
-    n_weights.set_defaults(func=weights.cli_main)

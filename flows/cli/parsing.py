@@ -56,6 +56,13 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
+def command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], help: str) -> Any:
+    """A command that `func` runs (`run`, `status`, `train preflight`, …); its parser."""
+    parser = sub.add_parser(name, help=help)
+    parser.set_defaults(func=func)
+    return parser
+
+
 def command_group(sub: Any, name: str, help: str,
                   func: Callable[[argparse.Namespace], int]) -> Any:
     """A command of subcommands (`graph stats`, `adapters list`, …): `func` runs them all and

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flows.cli.parsing import add_json, add_profile, command_group
+from flows.cli.parsing import add_json, add_profile, command, command_group
 from tasks.runtime import logs, prefect_env
 
 
@@ -115,7 +115,7 @@ def _alerts(args: argparse.Namespace) -> int:
 
 
 def add_run(sub: Any) -> None:
-    run = sub.add_parser("run", help="run the nightly pipeline")
+    run = command(sub, "run", _run, help="run the nightly pipeline")
     add_profile(run)
     run.add_argument("--summary", help="also write the run summary JSON here")
     run.add_argument("--full", action="store_true", help="re-extract unchanged documents too")
@@ -141,20 +141,19 @@ def add_run(sub: Any) -> None:
                      help="show library output on the terminal too (llama.cpp logs, progress "
                      "bars, warnings, Prefect's engine lines); without it they go to the run's "
                      "log file only, <state_dir>/runs/run-<time>.log")
-    run.set_defaults(func=_run)
 
 
 def add_status(sub: Any) -> None:
-    st = sub.add_parser("status", help="the newest night's run summary (from the profile's "
-                        "bucket, records/, else the local state_dir), its age; exit 1 when it "
-                        "did not end completed or partial, or finished over 26 h ago")
+    st = command(sub, "status", _status,
+                   help="the newest night's run summary (from the profile's bucket, records/, else the "
+                   "local state_dir), its age; exit 1 when it did not end completed or partial, or finished "
+                   "over 26 h ago")
     add_profile(st)
     st.add_argument("--bucket", help="read gs://BUCKET[/FOLDER]/records/ instead of the "
                     "profile's bucket (application-default credentials; no Prefect API needed)")
     st.add_argument("--max-age-hours", type=float, default=26.0,
                     help="a newest night older than this is reported (default 26)")
     add_json(st)
-    st.set_defaults(func=_status)
 
 
 def add_alerts(sub: Any) -> None:

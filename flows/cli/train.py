@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flows.cli.parsing import PROFILE_ENV, add_json, add_profile
+from flows.cli.parsing import PROFILE_ENV, add_json, add_profile, command
 from tasks.errors import ConfigError
 
 
@@ -93,17 +93,16 @@ def _preflight(args: argparse.Namespace) -> int:
 
 
 def add_scorecard(sub: Any) -> None:
-    card = sub.add_parser("scorecard", help="score the training corpus (prints; writes nothing)")
+    card = command(sub, "scorecard", _scorecard, help="score the training corpus (prints; writes nothing)")
     card.add_argument("--corpus", help="corpus root with the two bucket folders")
     card.add_argument("--floor", type=int, help="clean pairs a bucket needs (default 3000)")
     card.add_argument("--profile", help="take buckets and rule settings from this profile "
                       f"(default: none, the production rules; ${PROFILE_ENV} does not apply)")
     card.add_argument("--json", action="store_true", help="print the card as JSON")
-    card.set_defaults(func=_scorecard)
 
 
 def add_train(sub: Any) -> None:
-    tr = sub.add_parser("train", help="train an adapter on a bucket's dataset (ad hoc)")
+    tr = command(sub, "train", _train, help="train an adapter on a bucket's dataset (ad hoc)")
     add_profile(tr)
     tr.add_argument("--bucket", default="engineering-pointsav")
     tr.add_argument("--dataset", help="Parquet (default: the bucket's training-pending marker)")
@@ -113,11 +112,10 @@ def add_train(sub: Any) -> None:
     tr.add_argument("--max-steps", type=int)
     tr.add_argument("--lora-r", type=int)
     tr.add_argument("--no-promote", action="store_true", help="register only")
-    tr.set_defaults(func=_train)
     trsub = tr.add_subparsers(dest="train_command")
-    pre = trsub.add_parser("preflight", help="check a recipe before any weight loads: base "
-                           "model, export architecture, verification memory (prints each check; "
-                           "exit 1 when one fails)")
+    pre = command(trsub, "preflight", _preflight,
+                    help="check a recipe before any weight loads: base model, export architecture, "
+                    "verification memory (prints each check; exit 1 when one fails)")
     pre.add_argument("--recipe", help="recipes/NAME.yaml or a path (default: the profile's, "
                      "else production)")
     pre.add_argument("--profile", help="profiles/NAME.toml or a path: the node whose memory the "
@@ -130,4 +128,3 @@ def add_train(sub: Any) -> None:
                      "check the base model and GGUF are here too (the default with a local "
                      "compute profile; a GCE node's are on the node)")
     add_json(pre)
-    pre.set_defaults(func=_preflight)
