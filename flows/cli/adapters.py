@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ def _adapters(args: argparse.Namespace) -> int:
     cfg = load_profile(args.profile)
     store = cfg.artifact_store()
     if args.adapters_command == "list":
-        current = {b: store.pointer(b).get("current") for b in cfg.corpus.buckets()}
+        current = {b: store.pointer(b).current for b in cfg.corpus.buckets()}
         rows = [{"name": m.name, "bucket": m.bucket, "state": m.state,
                  "eval_loss": m.eval_loss, "verified": m.verified,
                  "promoted": m.name in current.values()} for m in store.list(args.bucket)
@@ -28,12 +27,12 @@ def _adapters(args: argparse.Namespace) -> int:
     elif args.adapters_command == "show":
         print(store.manifest(args.name).to_json())
     elif args.adapters_command == "promote":
-        print(json.dumps(store.promote(args.name, reason=f"by hand: {args.reason}"), indent=2))
+        print(store.promote(args.name, reason=f"by hand: {args.reason}").to_json())
     elif args.adapters_command == "download":
         dest = store.download(args.name, Path(args.to or args.name))
         print(f"{args.name} from {store.where}: {dest}")
     else:
-        print(json.dumps(store.rollback(args.bucket), indent=2))
+        print(store.rollback(args.bucket).to_json())
     return 0
 
 

@@ -76,6 +76,30 @@ class Promotion(_Strict):
     reason: str
 
 
+class PastPromotion(_Strict):
+    """An adapter a bucket served before: its name and when it stopped."""
+
+    name: str
+    until: str
+
+
+class PromotedPointer(_Strict):
+    """<artifacts>/promoted/<bucket>.json: the adapter a bucket's servers load (`current`;
+    None: the base model), since when and why, and the ones before it, newest first. Files
+    written before this record have the same keys (the empty pointer has only current and
+    history)."""
+
+    current: str | None = None
+    since: str | None = None
+    reason: str | None = None
+    history: list[PastPromotion] = []
+
+    def to_json(self) -> str:
+        """The file's text (the keys the pointer always had; an empty one has two)."""
+        keys = None if self.current or self.since else {"current", "history"}
+        return self.model_dump_json(indent=2, include=keys)
+
+
 class AdapterManifest(Record):
     """<artifacts>/adapters/<name>/manifest.json: one training job and the adapter it made.
     `state` moves only along TRANSITIONS; assigning an illegal one raises IllegalTransition."""

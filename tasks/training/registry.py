@@ -6,7 +6,7 @@
                            adapter.gguf    llama.cpp LoRA adapter
                            loss.png, losses.json, verify.json
     <root>/checkpoints/<run digest>/checkpoint-N   resumable Trainer checkpoints
-    <root>/promoted/<bucket>.json          {"current": name | null, "history": [...]}
+    <root>/promoted/<bucket>.json          PromotedPointer: {"current": name | null, "history": [...]}
 
 Without a bucket, <root> is a local folder and the whole truth. With one (the profile's
 `gcs_block`: a saved GcsBucket block or gs://bucket[/folder], else SLM_YOYO_WEIGHTS_GCS_BUCKET),
@@ -30,7 +30,6 @@ a reader never sees half a file.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tarfile
 from datetime import UTC, datetime
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.errors import ConfigError
 from tasks.files import replacing, write_atomic
-from tasks.records import STATES, AdapterManifest, Promotion
+from tasks.records import STATES, AdapterManifest, PastPromotion, PromotedPointer, Promotion
 
 if TYPE_CHECKING:
     from tasks.gcs_sync import GcsFolder
@@ -129,25 +128,25 @@ class ArtifactStore:
         return sorted(out, key=lambda m: m.created)
 
     # --- promotion ---
-    def pointer(self, bucket: str) -> dict[str, Any]:
+    def pointer(self, bucket: str) -> PromotedPointer:
         return self._read_pointer(bucket)[0]
 
-    def _read_pointer(self, bucket: str) -> tuple[dict[str, Any], int]:
+    def _read_pointer(self, bucket: str) -> tuple[PromotedPointer, int]:
         """The pointer and its GCS generation (0: none yet, the precondition for creating it)."""
         path = self._pointer(bucket)
         if self.remote:
             got = self.remote.read(f"promoted/{bucket}.json")
             if got is None:
                 path.unlink(missing_ok=True)
-                return {"current": None, "history": []}, 0
+                return PromotedPointer(), 0
             write_atomic(path, got[0].decode())
-            return json.loads(got[0]), got[1]
-        return (json.loads(path.read_text()) if path.is_file()
-                else {"current": None, "history": []}), 0
+            return PromotedPointer.model_validate_json(got[0]), got[1]
+        return (PromotedPointer.model_validate_json(path.read_bytes()) if path.is_file()
+                else PromotedPointer()), 0
 
-    def _write_pointer(self, bucket: str, ptr: dict[str, Any], generation: int) -> bool:
+    def _write_pointer(self, bucket: str, ptr: PromotedPointer, generation: int) -> bool:
         """False when GCS refused it: the pointer changed since it was read (`generation`)."""
-        text = json.dumps(ptr, indent=2)
+        text = ptr.to_json()
         if self.remote:
             from google.api_core.exceptions import PreconditionFailed
 
@@ -161,10 +160,10 @@ class ArtifactStore:
 
     def promoted(self, bucket: str) -> AdapterManifest | None:
         """The promoted adapter's manifest for a bucket, or None."""
-        name = self.pointer(bucket).get("current")
+        name = self.pointer(bucket).current
         return self.manifest(name) if name else None
 
-    def promote(self, name: str, reason: str) -> dict[str, Any]:
+    def promote(self, name: str, reason: str) -> PromotedPointer:
         m = self.manifest(name)
         if m.state != "done" or m.verified is False:
             raise ConfigError(f"adapter {name}: state {m.state!r}, verified "
@@ -172,11 +171,11 @@ class ArtifactStore:
                               "verification (or has no GGUF to verify) can be promoted")
         for _ in range(5):  # another writer won the pointer: apply this promotion to its result
             ptr, generation = self._read_pointer(m.bucket)
-            if ptr.get("current") == name:
+            if ptr.current == name:
                 return ptr
-            ptr["history"] = ([{"name": ptr["current"], "until": now()}] if ptr.get("current")
-                              else []) + ptr.get("history", [])
-            ptr.update(current=name, since=now(), reason=reason)
+            past = [PastPromotion(name=ptr.current, until=now())] if ptr.current else []
+            ptr = PromotedPointer(current=name, since=now(), reason=reason,
+                                  history=past + ptr.history)
             if self._write_pointer(m.bucket, ptr, generation):
                 break
         else:
@@ -187,15 +186,14 @@ class ArtifactStore:
         self.write_manifest(m)
         return ptr
 
-    def rollback(self, bucket: str) -> dict[str, Any]:
+    def rollback(self, bucket: str) -> PromotedPointer:
         """Back to the adapter promoted before the current one (or to the base model)."""
         ptr, generation = self._read_pointer(bucket)
-        if not ptr.get("current"):
+        if not ptr.current:
             raise ConfigError(f"bucket {bucket!r}: nothing is promoted, nothing to roll back")
-        history = ptr.get("history", [])
-        previous = history[0]["name"] if history else None
-        ptr = {"current": previous, "since": now(), "history": history[1:],
-               "reason": f"rollback from {ptr['current']}"}
+        previous = ptr.history[0].name if ptr.history else None
+        ptr = PromotedPointer(current=previous, since=now(), history=ptr.history[1:],
+                              reason=f"rollback from {ptr.current}")
         if not self._write_pointer(bucket, ptr, generation):  # retrying would roll back twice
             raise ConfigError(f"bucket {bucket!r}: the pointer at {self.where} changed while "
                               "rolling back (another promotion or rollback wrote first) — "

@@ -176,7 +176,7 @@ def test_two_promoters_in_two_zones_cannot_both_win(bucket_env: str, tmp_path: P
     assert refused[0] == 1  # both read "nothing promoted"; GCS took one write and refused one
     ptr = ArtifactStore(tmp_path / "orchestrator", block).pointer("eng")
     # The refused promoter read again and promoted over the winner: no promotion was lost.
-    assert [ptr["current"], *(h["name"] for h in ptr["history"])] in (["a1", "a2"],
+    assert [ptr.current, *(h.name for h in ptr.history)] in (["a1", "a2"],
                                                                      ["a2", "a1"])
 
     # Two rollbacks at once: one goes back one step, the other is refused, not applied twice.
@@ -187,7 +187,7 @@ def test_two_promoters_in_two_zones_cannot_both_win(bucket_env: str, tmp_path: P
     assert len(errors) == 1 and "changed while rolling back" in str(errors[0])
     assert refused[0] == 1
     after = ArtifactStore(tmp_path / "orchestrator", block).pointer("eng")
-    assert (after["current"], after["history"]) == (ptr["history"][0]["name"], [])
+    assert (after.current, after.history) == (ptr.history[0].name, [])
 
 
 def test_checkpoints_upload_state_last_and_restore_the_newest_complete_one(
@@ -246,7 +246,7 @@ def test_the_orchestrator_lists_shows_promotes_rolls_back_and_downloads_from_gcs
         ("e1", "done", True), ("e2", "done", False)]
     assert json.loads(run("show", "e2"))["files"] == {"peft": "peft", "gguf": "adapter.gguf"}
     assert json.loads(run("promote", "e2"))["current"] == "e2"
-    assert node.pointer("engineering-pointsav")["current"] == "e2"  # what a node reads
+    assert node.pointer("engineering-pointsav").current == "e2"  # what a node reads
     assert json.loads(run("rollback", "engineering-pointsav"))["current"] == "e1"
     out = tmp_path / "got"
     assert run("download", "e2", "--to", str(out)).strip().endswith(str(out))

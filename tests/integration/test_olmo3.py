@@ -75,4 +75,4 @@ def test_olmo3_trains_exports_verifies_and_promotes(olmo3_tiny: dict[str, Any], 
     assert manifest["state"] == "done" and manifest["verified"] and manifest["promoted"]
     assert manifest["params"]["load_in_4bit"] is four_bit
     store = ArtifactStore(tmp_path / "state" / "artifacts")
-    assert store.pointer("engineering-pointsav")["current"] == m.name
+    assert store.pointer("engineering-pointsav").current == m.name

@@ -171,7 +171,7 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
     assert manifest["state"] == "done" and manifest["data_digest"] and manifest["created_by"]
     assert manifest["base"]["gguf"] and manifest["finished"] >= manifest["started"]
     store = ArtifactStore(tmp_path / "state" / "artifacts")
-    assert store.pointer("engineering-pointsav")["current"] == m.name
+    assert store.pointer("engineering-pointsav").current == m.name
     assert store.serving("engineering-pointsav") == out / "adapter.gguf"
     assert active_slots() == 0
     with get_client(sync_client=True) as client:
@@ -187,10 +187,10 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
     kept = train_flow(params=params, profile=str(strict), retrain=True)
     assert kept.state == "done" and not kept.promoted
     assert "does not beat" in kept.gate.reason
-    assert store.pointer("engineering-pointsav")["current"] == m.name
+    assert store.pointer("engineering-pointsav").current == m.name
     store.promote(kept.name, "by hand")
-    assert store.pointer("engineering-pointsav")["current"] == kept.name
-    assert store.rollback("engineering-pointsav")["current"] == m.name
+    assert store.pointer("engineering-pointsav").current == kept.name
+    assert store.rollback("engineering-pointsav").current == m.name
 
 
 @pytest.mark.usefixtures("prefect_api")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tasks.errors import ConfigError
+from tasks.records import PromotedPointer
 from tasks.training.registry import ArtifactStore, gate
 
 
@@ -73,7 +74,7 @@ def test_only_a_finished_adapter_that_passed_verification_is_promoted(
     assert str(e.value) == (f"adapter a1: state '{state}', verified {verified} — only a finished "
                             "adapter that passed verification (or has no GGUF to verify) can be "
                             "promoted")
-    assert store.pointer("eng") == {"current": None, "history": []}
+    assert store.pointer("eng") == PromotedPointer()  # nothing promoted
     assert not (tmp_path / "promoted").exists()
 
 
@@ -83,8 +84,8 @@ def test_a_verified_or_gguf_less_adapter_is_promoted(tmp_path: Path, verified: b
     store = ArtifactStore(tmp_path)
     adapter(store, "a1", verified=verified)
     ptr = store.promote("a1", "gate passed")
-    assert (ptr["current"], ptr["reason"], ptr["history"]) == ("a1", "gate passed", [])
-    assert store.pointer("eng")["current"] == "a1"
+    assert (ptr.current, ptr.reason, ptr.history) == ("a1", "gate passed", [])
+    assert store.pointer("eng").current == "a1"
     promotions = json.loads((store.adapter_dir("a1") / "manifest.json").read_text())["promotions"]
     assert [p["reason"] for p in promotions] == ["gate passed"]
 
@@ -95,12 +96,12 @@ def test_promotion_history_and_rollback(tmp_path: Path) -> None:
         adapter(store, name)
     store.promote("a1", "first")
     ptr = store.promote("a2", "second")
-    assert ptr["current"] == "a2" and [h["name"] for h in ptr["history"]] == ["a1"]
+    assert ptr.current == "a2" and [h.name for h in ptr.history] == ["a1"]
     again = store.promote("a2", "once more")  # already current: nothing changes
     assert again == ptr
     assert len(json.loads((store.adapter_dir("a2") / "manifest.json").read_text())["promotions"]) == 1
-    assert store.rollback("eng")["current"] == "a1"
-    assert store.rollback("eng")["current"] is None
+    assert store.rollback("eng").current == "a1"
+    assert store.rollback("eng").current is None
     with pytest.raises(ConfigError, match="nothing is promoted"):
         store.rollback("eng")
 
@@ -120,14 +121,24 @@ def test_the_pointer_keeps_every_earlier_adapter_with_times(tmp_path: Path) -> N
         adapter(store, name)
         store.promote(name, f"gate passed for {name}")
     ptr = store.pointer("eng")
-    assert (ptr["current"], ptr["reason"]) == ("a3", "gate passed for a3")
-    assert [sorted(h) for h in ptr["history"]] == [["name", "until"], ["name", "until"]]
-    assert [h["name"] for h in ptr["history"]] == ["a2", "a1"]  # newest first
-    for stamp in [ptr["since"], *(h["until"] for h in ptr["history"])]:
+    assert (ptr.current, ptr.reason) == ("a3", "gate passed for a3")
+    assert [h.name for h in ptr.history] == ["a2", "a1"]  # newest first
+    for stamp in [ptr.since, *(h.until for h in ptr.history)]:
         assert datetime.fromisoformat(stamp).tzinfo is not None
     # an operator reads the pointer file: indented, like the manifests
     path = tmp_path / "promoted" / "eng.json"
-    assert path.read_text() == json.dumps(ptr, indent=2)
+    text = path.read_text()
+    assert text.startswith('{\n  "current": "a3",\n  "since": "')
+    assert [sorted(h) for h in json.loads(text)["history"]] == [["name", "until"]] * 2
+    assert PromotedPointer.model_validate_json(text) == ptr
+    # a pointer file written before the record (its keys in the old order) still reads
+    old = {"current": "a3", "history": [{"name": "a2", "until": "2026-11-30T01:00:00+00:00"}],
+           "since": "2026-11-30T01:00:00+00:00", "reason": "gate passed for a3"}
+    path.write_text(json.dumps(old, indent=2))
+    assert store.pointer("eng").model_dump() == old
+    path.write_text(json.dumps({"current": None, "history": []}, indent=2))
+    assert store.pointer("eng") == PromotedPointer()
+    assert PromotedPointer().to_json() == json.dumps({"current": None, "history": []}, indent=2)
 
 
 def test_promotion_gate_both_ways() -> None:

@@ -186,7 +186,7 @@ def test_the_nightly_publishes_after_phase_2_and_a_failure_does_not_fail_it(
             assert summary.published is not None
             assert summary.published[BUCKET].state == state
             assert summary.phases["publish"].status == "completed"
-            assert store.pointer(BUCKET)["current"] == "eng-1"  # promoted, whatever happened
+            assert store.pointer(BUCKET).current == "eng-1"  # promoted, whatever happened
             text = render_text(summary)
             assert f"Served by name {BUCKET}: {state.upper()} (eng-1 on {server.url})" in text
         assert summary.phases["publish"].note == f"not served by name: {BUCKET}"
