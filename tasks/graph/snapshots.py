@@ -25,6 +25,7 @@ from typing import Any
 
 from tasks.errors import ConfigError, GraphError
 from tasks.files import file_sha256, write_atomic
+from tasks.records import LedgerEntry
 
 Stats = dict[str, dict[str, int]]
 LEDGER = "graph-ledger.json"
@@ -52,37 +53,39 @@ class Ledger:
         except (OSError, ValueError):
             return {}
 
-    def entry(self) -> dict[str, Any] | None:
-        return self._all().get(self.graph)
+    def entry(self) -> LedgerEntry | None:
+        found = self._all().get(self.graph)
+        return None if found is None else LedgerEntry.model_validate(found)
 
-    def _put(self, entry: dict[str, Any]) -> None:
+    def _put(self, entry: LedgerEntry) -> None:
         data = self._all()
-        data[self.graph] = entry
+        data[self.graph] = entry.model_dump(exclude_unset=True)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, json.dumps(data, indent=2, sort_keys=True))
 
     def begin_write(self, run: str | None = None) -> None:
-        entry = self.entry() or {}
-        self._put({**entry, "writing": True, "writer": run, "writing_since": _now()})
+        kept = self.entry() or LedgerEntry()
+        self._put(LedgerEntry(**{**kept.model_dump(exclude_unset=True), "writing": True,
+                                 "writer": run, "writing_since": _now()}))
 
     def record(self, stats: Stats, run: str | None = None, note: str = "") -> None:
-        self._put({"nodes": stats["nodes"], "relationships": stats["relationships"],
-                   "recorded_at": _now(), "run": run, "writing": False,
-                   **({"note": note} if note else {})})
+        self._put(LedgerEntry(nodes=stats["nodes"], relationships=stats["relationships"],
+                              recorded_at=_now(), run=run, writing=False,
+                              **({"note": note} if note else {})))
 
     def check(self, stats: Stats) -> tuple[str, str]:
         """("ok" | "unrecorded" | "interrupted" | "damaged", message)."""
         entry = self.entry()
-        if entry is None or "nodes" not in entry:
+        if entry is None or entry.nodes is None:
             return "unrecorded", "no earlier run recorded this graph's counts"
-        if entry.get("writing"):
-            return "interrupted", (f"the run of {entry.get('writing_since')} stopped while "
+        if entry.writing:
+            return "interrupted", (f"the run of {entry.writing_since} stopped while "
                                    "writing; its unmarked documents are done again")
-        diffs = diff_counts({"nodes": entry["nodes"],
-                             "relationships": entry["relationships"]}, stats)
+        diffs = diff_counts({"nodes": entry.nodes,
+                             "relationships": entry.relationships or {}}, stats)
         if not diffs:
-            return "ok", f"matches the counts recorded {entry.get('recorded_at')}"
-        return "damaged", (f"the graph does not hold what the run of {entry.get('recorded_at')} "
+            return "ok", f"matches the counts recorded {entry.recorded_at}"
+        return "damaged", (f"the graph does not hold what the run of {entry.recorded_at} "
                            f"left: {'; '.join(diffs[:8])}" + (" …" if len(diffs) > 8 else ""))
 
 

@@ -27,6 +27,7 @@ from tasks.records.extraction import (
     DocumentCounts,
     ExtractionReport,
     GraphSummary,
+    LedgerEntry,
     grounded_precision,
 )
 from tasks.records.summary import (
@@ -78,6 +79,7 @@ __all__ = [
     "FINAL",
     "GateRecord",
     "GraphSummary",
+    "LedgerEntry",
     "JobState",
     "NightlyRunSeen",
     "NodeRun",

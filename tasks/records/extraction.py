@@ -8,6 +8,21 @@ from typing import Any, Literal
 from tasks.records.base import _Strict
 
 
+class LedgerEntry(_Strict):
+    """One graph's entry in <state_dir>/graph-ledger.json (tasks/graph/snapshots.py Ledger):
+    the counts a run left (`nodes`, `relationships`: type → count), and while a run writes,
+    `writing` with who and since when. Only the keys a run wrote are in the file."""
+
+    nodes: dict[str, int] | None = None
+    relationships: dict[str, int] | None = None
+    recorded_at: str | None = None
+    run: str | None = None
+    writing: bool = False
+    writer: str | None = None
+    writing_since: str | None = None
+    note: str | None = None
+
+
 class DocumentCounts(_Strict):
     seen: int = 0
     extracted: int = 0
