@@ -84,11 +84,11 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         _log_plan(work, len(load_failures), ontology)
         if work.deleted:
             retract_deleted(store, work.deleted)
-        todo, first = pending_first(cfg.state_dir, work.extract)
+        queue, first = pending_first(cfg.state_dir, work.extract)
         if first:
             logger.info("%d documents left pending by the last run's budget go first", first)
         budget.log()
-        out = run_batches(todo, cfg.extraction.batch_documents, len(work.extract), partial(
+        out = run_batches(queue, cfg.extraction.batch_documents, len(work.extract), partial(
             extract_batch, store=store, client=client, model=endpoint.model,
             chunk_tokens=chunk_tokens, overlap_tokens=endpoint.chunk_overlap_tokens,
             schema=schema, changed=set(work.changed), ontology=ontology, gleanings=gleanings),

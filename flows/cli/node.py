@@ -52,9 +52,9 @@ def _node(args: argparse.Namespace) -> int:
 
 def add_preflight(sub: Any) -> None:
     pf = command(sub, "preflight", _node_preflight,
-                   help="check a GCE profile before a night: IAM, the instances, the bucket, blocks and "
-                   "secrets, work pools and deployments, the engine and the node's worker, the training "
-                   "recipe (prints each check; exit 1 when one fails; boots nothing)")
+                 help="check a GCE profile before a night: IAM, the instances, the bucket, blocks and "
+                 "secrets, work pools and deployments, the engine and the node's worker, the training "
+                 "recipe (prints each check; exit 1 when one fails; boots nothing)")
     add_profile(pf, default="gcp")
     add_json(pf)
 

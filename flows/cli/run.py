@@ -145,9 +145,9 @@ def add_run(sub: Any) -> None:
 
 def add_status(sub: Any) -> None:
     st = command(sub, "status", _status,
-                   help="the newest night's run summary (from the profile's bucket, records/, else the "
-                   "local state_dir), its age; exit 1 when it did not end completed or partial, or finished "
-                   "over 26 h ago")
+                 help="the newest night's run summary (from the profile's bucket, records/, else the "
+                 "local state_dir), its age; exit 1 when it did not end completed or partial, or finished "
+                 "over 26 h ago")
     add_profile(st)
     st.add_argument("--bucket", help="read gs://BUCKET[/FOLDER]/records/ instead of the "
                     "profile's bucket (application-default credentials; no Prefect API needed)")

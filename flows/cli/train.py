@@ -114,8 +114,8 @@ def add_train(sub: Any) -> None:
     tr.add_argument("--no-promote", action="store_true", help="register only")
     trsub = tr.add_subparsers(dest="train_command")
     pre = command(trsub, "preflight", _preflight,
-                    help="check a recipe before any weight loads: base model, export architecture, "
-                    "verification memory (prints each check; exit 1 when one fails)")
+                  help="check a recipe before any weight loads: base model, export architecture, "
+                  "verification memory (prints each check; exit 1 when one fails)")
     pre.add_argument("--recipe", help="recipes/NAME.yaml or a path (default: the profile's, "
                      "else production)")
     pre.add_argument("--profile", help="profiles/NAME.toml or a path: the node whose memory the "

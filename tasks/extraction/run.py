@@ -111,7 +111,7 @@ class Budget:
 class Batches:
     """What the batches did: their reports folded into one, and how the loop ended."""
 
-    todo: list[Document]
+    queue: list[Document]
     totals: BatchReport = field(default_factory=BatchReport)
     died: str | None = None  # the inference server died: how (ServerDied)
     seconds: float = 0.0  # spent on batches (LLM + graph writes): the rate's clock
@@ -127,22 +127,22 @@ class Batches:
 
     def pending(self) -> tuple[Counter[str], int]:
         """The deferred documents by stream, and their estimated prompt tokens."""
-        by_id = {d.id: d for d in self.todo}
+        by_id = {d.id: d for d in self.queue}
         deferred = self.totals.deferred
         return (Counter(by_id[i].stream for i in deferred),
                 sum(estimate_tokens(by_id[i].text) for i in deferred))
 
 
-def run_batches(todo: list[Document], batch_documents: int, planned: int,
+def run_batches(queue: list[Document], batch_documents: int, planned: int,
                 extract_batch: Callable[[list[Document]], BatchReport], client: LLMClient,
                 budget: Budget) -> Batches:
-    """`extract_batch` on each batch of `todo` in turn, until the budget closes the gate or
+    """`extract_batch` on each batch of `queue` in turn, until the budget closes the gate or
     the server dies; the rest is deferred (no request sent, nothing marked or failed)."""
     logger = get_run_logger()
     progress = cast(UUID, create_progress_artifact(
         0.0, key="extraction-progress", description="Phase 1: documents extracted (%)"))
-    batches = list(batched(todo, batch_documents))
-    out = Batches(todo)
+    batches = list(batched(queue, batch_documents))
+    out = Batches(queue)
     total, done = out.totals, 0
     started = time.monotonic()
     for i, batch in enumerate(batches, 1):

@@ -130,17 +130,17 @@ class Fleet:
             return
         with phase(summary, "compute_down"):
             left = [i for i in range(len(self.nodes)) if i not in self.usages]
-            todo = [self.nodes[i] for i in left]
-            for n in todo:
+            stopping = [self.nodes[i] for i in left]
+            for n in stopping:
                 _request_stop(n, logger)
             try:
-                results = each(compute_down, todo)
+                results = each(compute_down, stopping)
                 self.usages.update((i, None if isinstance(r, BaseException) else r)
                                    for i, r in zip(left, results, strict=True))
                 raise_first(results)
             except BaseException:
                 # Cancellation can refuse new task runs: stop the nodes directly.
-                self._stop_directly(todo, left, logger)
+                self._stop_directly(stopping, left, logger)
                 raise
             finally:
                 summary.cost = cost_summary(merge_usage(
