@@ -166,7 +166,7 @@ def render_text(s: RunSummary, profile_ref: str = "local") -> str:
     if x.failures:
         lines += ["", f"Failed documents ({len(x.failures)}), also in {x.dead_letter}:"]
         for f in x.failures[:20]:
-            lines.append(f"  {f['id']}: {f['message']}")
+            lines.append(f"  {f.id}: {f.message}")
         if len(x.failures) > 20:
             lines.append(f"  … {len(x.failures) - 20} more")
     g = x.graph

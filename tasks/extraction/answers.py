@@ -17,6 +17,7 @@ from tasks.extraction.prompt import document_version
 from tasks.extraction.resolve import looks_like_person_name, normalize, resolve
 from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, RelRow, now_iso
 from tasks.ontology import GraphSchema, default_schema
+from tasks.records import FailedDocument
 
 UNGROUNDED_SAMPLES = 20  # names listed in the report (the count is whole)
 
@@ -24,7 +25,7 @@ UNGROUNDED_SAMPLES = 20  # names listed in the report (the count is whole)
 @dataclass
 class BatchReport:
     extracted: Counter[str] = field(default_factory=Counter)  # per stream
-    failed: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[FailedDocument] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)  # ids: not marked, not dead-lettered
     usage: Usage = field(default_factory=Usage)
     entities: int = 0

@@ -20,6 +20,7 @@ from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.prompt import document_version
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.ontology import GraphSchema, default_schema
+from tasks.records import FailedDocument
 from tasks.waiting import backoff_seconds
 
 GRAPH_ATTEMPTS = 3
@@ -28,13 +29,14 @@ GRAPH_RETRY_CAP_SECONDS = GRAPH_RETRY_SECONDS * 2 ** (GRAPH_ATTEMPTS - 2)  # the
 
 
 def failure_record(doc_id: str, stream: str, path: str, digest: str | None, error: str,
-                   message: str, attempts: int, **extra: Any) -> dict[str, Any]:
-    return {"id": doc_id, "path": path, "stream": stream, "hash": digest, "error": error,
-            "message": message, "attempts": attempts,
-            "time": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
+                   message: str, attempts: int, **extra: Any) -> FailedDocument:
+    """A failure row, stamped now; `extra`: the keys only some rows have (model, …)."""
+    return FailedDocument(id=doc_id, path=path, stream=stream, hash=digest, error=error,
+                          message=message, attempts=attempts,
+                          time=datetime.now(UTC).isoformat(timespec="seconds"), **extra)
 
 
-def record_failures(docs: Iterable[Document]) -> list[dict[str, Any]]:
+def record_failures(docs: Iterable[Document]) -> list[FailedDocument]:
     """One failure per bad record of a loaded file, id "<document id>#<index>". The file's good
     records go on as usual (extracted, or skipped while the file is unchanged); the bad ones
     are listed again on every run until the file is fixed, like an unreadable file."""
@@ -86,7 +88,7 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
             store.retract(retract)
         store.upsert(batch)
         store.mark_extracted(batch.documents)
-        held = [f for f in report.failed if f["held"]]  # the rest is simply done next run
+        held = [f for f in report.failed if f.held]  # the rest is simply done next run
         if held:
             store.mark_failed(held)
         return batch, labels
@@ -111,10 +113,11 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
     return report
 
 
-def append_dead_letters(path: Path, records: list[dict[str, Any]]) -> None:
+def append_dead_letters(path: Path, records: list[FailedDocument]) -> None:
+    """One JSON line per row, appended (the file is the history of what failed)."""
     if not records:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.write(json.dumps(r.model_dump(mode="json"), ensure_ascii=False) + "\n")

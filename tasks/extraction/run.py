@@ -35,6 +35,7 @@ from tasks.records import (
     AnswerQuality,
     DocumentCounts,
     ExtractionReport,
+    FailedDocument,
     GraphSummary,
     grounded_precision,
 )
@@ -175,14 +176,14 @@ def run_batches(queue: list[Document], batch_documents: int, planned: int,
 class Failures:
     """The run's failure rows (tasks/extraction/batch.py failure_record), by kind."""
 
-    load_failed: list[dict[str, Any]]
-    bad_records: list[dict[str, Any]]  # listed every run until fixed, like load failures
-    failed: list[dict[str, Any]]
-    held: list[dict[str, Any]]
+    load_failed: list[FailedDocument]
+    bad_records: list[FailedDocument]  # listed every run until fixed, like load failures
+    failed: list[FailedDocument]
+    held: list[FailedDocument]
 
     @classmethod
     def of(cls, docs: list[Document], load_failures: list[LoadFailure],
-           held: list[tuple[Document, str]], failed: list[dict[str, Any]]) -> Failures:
+           held: list[tuple[Document, str]], failed: list[FailedDocument]) -> Failures:
         return cls(
             [failure_record(f.id, f.stream, f.path, f.hash, "DocumentError", f.reason, 0)
              for f in load_failures],
@@ -191,11 +192,11 @@ class Failures:
                             f"unchanged since it failed ({reason}); not retried — fix the "
                             "document or run with --retry-failed", 0) for d, reason in held])
 
-    def dead_letters(self) -> list[dict[str, Any]]:
+    def dead_letters(self) -> list[FailedDocument]:
         """What goes to the dead-letter file (held documents are there from their failure)."""
         return self.load_failed + self.bad_records + self.failed
 
-    def listed(self) -> list[dict[str, Any]]:
+    def listed(self) -> list[FailedDocument]:
         return self.load_failed + self.bad_records + self.failed + self.held
 
 
@@ -224,7 +225,7 @@ def extraction_report(docs: list[Document], load_failures: list[LoadFailure], wo
         remapped_relationship_types=dict(t.remapped_relationship_types),
         dropped_fields=dict(t.dropped_fields),
         unusable_answers=dict(usage.unusable_answers),
-        bad_records=dict(Counter(r["stream"] for r in fails.bad_records)),
+        bad_records=dict(Counter(r.stream for r in fails.bad_records)),
         dangling_relationships=t.dangling_relationships,
         quality=AnswerQuality(
             grounded_names=t.grounded_names, ungrounded_names=t.ungrounded_names,

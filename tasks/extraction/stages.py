@@ -17,6 +17,7 @@ from tasks.extraction.documents import Document, LoadFailure, scan
 from tasks.extraction.llm import LLMClient
 from tasks.graph.store import GraphStore
 from tasks.ontology import GraphSchema
+from tasks.records import FailedDocument
 
 
 @task(name="scan-documents", cache_policy=NO_CACHE)
@@ -114,7 +115,7 @@ def publish_report(summary: dict[str, Any], top: list[dict[str, Any]]) -> None:
 
 
 def count_documents(docs: list[Document], failures: list[LoadFailure], skipped: list[Document],
-                    extracted: Counter[str], failed: list[dict[str, Any]],
+                    extracted: Counter[str], failed: list[FailedDocument],
                     streams: list[str]) -> dict[str, dict[str, int]]:
     out = {s: {"seen": 0, "extracted": 0, "skipped": 0, "failed": 0} for s in streams}
     for d in docs:
@@ -127,5 +128,5 @@ def count_documents(docs: list[Document], failures: list[LoadFailure], skipped: 
     for s, n in extracted.items():
         out[s]["extracted"] += n
     for rec in failed:
-        out[rec["stream"]]["failed"] += 1
+        out[rec.stream]["failed"] += 1
     return out

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from tasks.graph import queries as q
+from tasks.records import FailedDocument
 
 T = TypeVar("T")
 
@@ -210,9 +211,9 @@ class GraphStore(ABC):
                 for d in documents]
         self._write_batched(q.MARK_DOCUMENTS, rows)
 
-    def mark_failed(self, failures: list[dict[str, Any]]) -> None:
-        rows = [{k: f[k] for k in ("id", "stream", "path", "hash", "model", "prompt_version",
-                                   "message")} for f in failures]
+    def mark_failed(self, failures: list[FailedDocument]) -> None:
+        rows = [f.model_dump(include={"id", "stream", "path", "hash", "model", "prompt_version",
+                                      "message"}) for f in failures]
         self._write_batched(q.MARK_FAILED, rows)
 
     def prune_orphans(self) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import SerializerFunctionWrapHandler, model_serializer
+
 from tasks.records.base import _Strict
 
 
@@ -21,6 +23,33 @@ class LedgerEntry(_Strict):
     writer: str | None = None
     writing_since: str | None = None
     note: str | None = None
+
+
+class FailedDocument(_Strict):
+    """A document, or a record of a file, that phase 1 could not process, and why: a row of the
+    run's `failures` and of <state_dir>/dead-letter.jsonl (tasks/extraction/batch.py
+    failure_record). A row has the keys it was given only — a file that could not be read has
+    no model, a bad record has its index — in every dump, as the rows written before this
+    record had."""
+
+    id: str  # the document's id; "<document id>#<index>" for a bad record
+    path: str
+    stream: str
+    hash: str | None
+    error: str  # the kind: DocumentError, RecordError, HeldAfterFailure, LLMError, …
+    message: str  # the reason and the fix
+    attempts: int
+    time: str
+    model: str | None = None
+    prompt_version: str | None = None
+    # an extraction failure the graph holds (marked failed: not retried while unchanged);
+    # False: the server never answered, so it is simply tried again on the next run
+    held: bool | None = None
+    record: int | None = None  # a bad record's index in its file
+
+    @model_serializer(mode="wrap")
+    def _given_keys_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
 
 
 class DocumentCounts(_Strict):
@@ -83,7 +112,7 @@ class ExtractionReport(_Strict):
     unusable_answers: dict[str, int]
     bad_records: dict[str, int]
     dangling_relationships: int = 0
-    failures: list[dict[str, Any]]  # tasks/extraction/batch.py failure_record rows
+    failures: list[FailedDocument]
     dead_letter: str | None
     # None only in a run summary written before it held this report, whose graph block was
     # empty (RunSummary's migration drops it)

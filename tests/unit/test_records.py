@@ -309,3 +309,47 @@ def test_a_file_that_is_not_json_names_itself(tmp_path: Path) -> None:
     path.write_text('{"profile": ')
     with pytest.raises(RecordError, match=f"^{path}: not JSON"):
         RunSummary.load(path)
+
+
+# --- the failure rows ----------------------------------------------------------------------
+
+def test_a_failure_row_has_the_keys_it_was_given_in_every_dump(tmp_path: Path) -> None:
+    from tasks.extraction.batch import append_dead_letters, failure_record
+    load = failure_record("transcripts/b.md", "transcripts", "/d/b.md", None, "DocumentError",
+                          "not UTF-8 — re-save the file as UTF-8", 0)
+    llm = failure_record("transcripts/a.md", "transcripts", "/d/a.md", "h1", "LLMError",
+                         "boom", 3, model="m", prompt_version="v1", held=True)
+    bad = failure_record("contacts/c.json#1", "contacts", "/d/c.json", "h2", "RecordError",
+                         "no name", 0, record=1)
+    base = ["id", "path", "stream", "hash", "error", "message", "attempts", "time"]
+    assert list(load.model_dump()) == base
+    assert list(llm.model_dump(mode="json")) == base + ["model", "prompt_version", "held"]
+    assert list(bad.model_dump()) == base + ["record"]
+    # nested in a report dumped whole (flows/extract.py publishes it so): still no nulls
+    report = ExtractionReport.empty().model_copy(update={"failures": [load, bad]})
+    assert [list(r) for r in report.model_dump(mode="json")["failures"]] == \
+        [base, base + ["record"]]
+    # the dead-letter file: the lines json.dumps wrote of the dict rows before the record
+    path = tmp_path / "dl.jsonl"
+    append_dead_letters(path, [load, llm])
+    append_dead_letters(path, [])
+    t = load.time
+    assert path.read_text(encoding="utf-8").splitlines() == [
+        '{"id": "transcripts/b.md", "path": "/d/b.md", "stream": "transcripts", "hash": null, '
+        '"error": "DocumentError", "message": "not UTF-8 — re-save the file as UTF-8", '
+        f'"attempts": 0, "time": "{t}"}}',
+        '{"id": "transcripts/a.md", "path": "/d/a.md", "stream": "transcripts", "hash": "h1", '
+        f'"error": "LLMError", "message": "boom", "attempts": 3, "time": "{llm.time}", '
+        '"model": "m", "prompt_version": "v1", "held": true}']
+
+
+def test_an_old_failure_row_loads_and_a_misspelled_key_in_one_is_refused() -> None:
+    row = _fixture("last-run.json")["failures"][0]
+    s = RunSummary.parse({**_fixture("last-run.json")}, "test")
+    assert s.extraction is not None
+    (f,) = s.extraction.failures
+    assert (f.id, f.error, f.attempts, f.held) == ("transcripts/Bro003.md", "HeldAfterFailure",
+                                                   0, None)
+    with pytest.raises(RecordError, match="helld"):
+        RunSummary.parse({**_fixture("last-run.json"), "failures": [{**row, "helld": True}]},
+                         "test")

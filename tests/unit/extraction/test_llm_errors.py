@@ -286,7 +286,7 @@ def test_a_document_that_only_timed_out_is_failed_but_not_held() -> None:
         def mark_extracted(self, docs: Any) -> None:
             self.extracted.extend(docs)
 
-        def mark_failed(self, records: list[dict[str, Any]]) -> None:
+        def mark_failed(self, records: list[Any]) -> None:
             self.failed.extend(records)
 
     doc = Document("transcripts/a.md", "transcripts", "/x/a.md", "h1", "Ada met Charles.", {})
@@ -294,7 +294,7 @@ def test_a_document_that_only_timed_out_is_failed_but_not_held() -> None:
     with Scripted(route=slow) as srv:
         report = process_batch([doc], store, client(srv.url, max_retries=1, timeout_seconds=0.2),  # type: ignore[arg-type]
                                "m", 1000, 0, SCHEMA, set())
-    assert [f["id"] for f in report.failed] == ["transcripts/a.md"]
-    assert report.failed[0]["held"] is False and store.failed == []
-    assert report.failed[0]["message"].endswith(
+    assert [f.id for f in report.failed] == ["transcripts/a.md"]
+    assert report.failed[0].held is False and store.failed == []
+    assert report.failed[0].message.endswith(
         "— the server never answered (timeouts): retried on the next run")
