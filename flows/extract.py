@@ -35,7 +35,7 @@ from tasks.graph.open import embedded_port, open_graph
 from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
 from tasks.ontology import GraphSchema
 from tasks.profile import load_profile
-from tasks.records import ExtractionReport, GraphSummary
+from tasks.records import ExtractionReport, GraphSummary, SnapshotFailed
 
 
 @flow(name="extract", log_prints=True)
@@ -101,8 +101,8 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         snapshot = keep_snapshot(embedded_port(cfg.graph), cfg.snapshot_root(), graph_stats,
                                  cfg.graph.describe(), keep, cfg.snapshot_gcs_block(), run_id,
                                  changed=wrote)
-        if snapshot and snapshot.get("error"):
-            logger.warning("graph snapshot not taken: %s", snapshot["error"])
+        if isinstance(snapshot, SnapshotFailed):
+            logger.warning("graph snapshot not taken: %s", snapshot.error)
         graph = GraphSummary(location=store.location, description=cfg.graph.describe(),
                              **graph_stats, check=check, snapshot=snapshot)
     fails = Failures.of(docs, load_failures, work.held, out.totals.failed)

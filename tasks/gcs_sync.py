@@ -24,6 +24,7 @@ from typing import Any
 
 from tasks.errors import ConfigError
 from tasks.files import replacing
+from tasks.records import SyncReport
 
 ENV_BUCKET = "SLM_YOYO_WEIGHTS_GCS_BUCKET"
 
@@ -88,16 +89,16 @@ def _full(bucket: Any, key: str) -> str:
 
 
 def sync_folder(local: Path, bucket: Any, prefix: str = "corpus",
-                include: tuple[str, ...] | None = None) -> dict[str, Any]:
+                include: tuple[str, ...] | None = None) -> SyncReport:
     """Upload files under `local` whose MD5 differs from (or is missing in) gs://bucket/prefix.
     `include`: only these top-level names under `local` (files or folders)."""
-    report: dict[str, Any] = {"bucket": bucket.bucket, "prefix": _full(bucket, prefix),
-                              "uploaded": 0, "unchanged": 0, "error": None}
+    report = SyncReport(bucket=bucket.bucket, prefix=_full(bucket, prefix), uploaded=0,
+                        unchanged=0, error=None)
     try:
-        report["uploaded"], report["unchanged"] = GcsFolder(bucket, prefix).push(
-            local, "", include=include)
+        report.uploaded, report.unchanged = GcsFolder(bucket, prefix).push(local, "",
+                                                                           include=include)
     except Exception as e:  # noqa: BLE001 - reported in the summary; the local corpus is safe
-        report["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        report.error = SyncReport.failed(e).error
     return report
 
 
@@ -109,7 +110,7 @@ def _load(block: str) -> Any:
 RECORDS = ("runs", "scorecards", "dead-letter.jsonl")  # under state_dir: what a run leaves
 
 
-def mirror_records(state_dir: Path, block: str | None) -> dict[str, Any] | None:
+def mirror_records(state_dir: Path, block: str | None) -> SyncReport | None:
     """Copy the run records — summaries, scorecards, dead-letter file — to gs://…/records."""
     if not block:
         return None

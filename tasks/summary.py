@@ -3,15 +3,15 @@ published as an artifact."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from tasks.records import (
     AnswerQuality,
     CapacityReport,
     CostSummary,
     ExtractionReport,
+    GraphSnapshot,
     NodeUsage,
     RunSummary,
+    SnapshotFailed,
 )
 
 
@@ -139,9 +139,9 @@ def render_text(s: RunSummary, profile_ref: str = "local") -> str:
             lines.append(f"  training-pending markers: {', '.join(card.training_pending)}")
         sync = card.gcs_sync
         if sync:
-            lines.append(f"  GCS sync gs://{sync['bucket']}/{sync['prefix']}: " + (
-                f"FAILED ({sync['error']}); local corpus kept" if sync["error"] else
-                f"{sync['uploaded']} uploaded, {sync['unchanged']} unchanged"))
+            lines.append(f"  GCS sync gs://{sync.bucket}/{sync.prefix}: " + (
+                f"FAILED ({sync.error}); local corpus kept" if sync.error else
+                f"{sync.uploaded} uploaded, {sync.unchanged} unchanged"))
     lines += _training_lines(s)
     x = _extraction(s)
     if x.documents:
@@ -190,17 +190,17 @@ def _pending(pending: dict[str, int]) -> str:
             "not failed, first on the next run")
 
 
-def _snapshot_lines(snap: dict[str, Any] | None, profile_ref: str) -> list[str]:
+def _snapshot_lines(snap: GraphSnapshot | SnapshotFailed | None, profile_ref: str) -> list[str]:
     if not snap:
         return []
-    if snap.get("error"):
-        return [f"  snapshot: NOT taken ({snap['error']})"]
-    where = snap.get("gcs") or snap.get("path")
-    lines = [f"  snapshot: {snap['name']}" + (" (unchanged since)" if snap.get("reused") else "")
+    if isinstance(snap, SnapshotFailed):
+        return [f"  snapshot: NOT taken ({snap.error})"]
+    where = snap.gcs or snap.path
+    lines = [f"  snapshot: {snap.name}" + (" (unchanged since)" if snap.reused else "")
              + f" in {where}"]
-    if snap.get("gcs_error"):
-        lines.append(f"  snapshot NOT copied to GCS: {snap['gcs_error']}")
-    lines.append(f"  restore it: slm-nightly graph restore {snap['name']} --profile {profile_ref}")
+    if snap.gcs_error:
+        lines.append(f"  snapshot NOT copied to GCS: {snap.gcs_error}")
+    lines.append(f"  restore it: slm-nightly graph restore {snap.name} --profile {profile_ref}")
     return lines
 
 

@@ -51,10 +51,10 @@ def _graph(args: argparse.Namespace) -> int:
                                   "Neo4j or an external server with its own tools")
             out = snap.take(port, cfg.snapshot_root(), store.stats(), cfg.graph.describe(),
                             cfg.graph.snapshots_to_keep(), cfg.snapshot_gcs_block(), "cli")
-            print(json.dumps(out, indent=2) if args.json else
-                  f"snapshot {out['name']}: {out['path']} ({out['bytes'] / 1e6:.1f} MB)"
-                  + (f", copied to {out['gcs']}" if out.get("gcs") else "")
-                  + (f", NOT copied to GCS: {out['gcs_error']}" if out.get("gcs_error") else ""))
+            print(json.dumps(out.model_dump(), indent=2) if args.json else
+                  f"snapshot {out.name}: {out.path} ({out.bytes / 1e6:.1f} MB)"
+                  + (f", copied to {out.gcs}" if out.gcs else "")
+                  + (f", NOT copied to GCS: {out.gcs_error}" if out.gcs_error else ""))
         elif args.graph_command == "compact":
             port = embedded_port(cfg.graph)
             if port is None:
@@ -111,8 +111,8 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
 
     root = cfg.snapshot_root()
     if args.graph_command == "snapshots":
-        rows = [{k: s.get(k) for k in ("name", "created_at", "bytes", "nodes", "relationships",
-                                       "path")} for s in snap.list_local(root)]
+        rows = [s.model_dump(include={"name", "created_at", "bytes", "nodes", "relationships",
+                                      "path"}) for s in snap.list_local(root)]
         print_rows(rows, args.json)
         if not rows and not args.json:
             print(f"no graph snapshots in {root / snap.SNAPSHOTS}")
@@ -123,9 +123,8 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
     chosen = snap.find(root, args.name, cfg.snapshot_gcs_block())
     kept = snap.restore(Path(cfg.graph.data_dir), chosen)
     snap.Ledger(cfg.state_dir, cfg.graph.describe()).record(
-        {"nodes": chosen["nodes"], "relationships": chosen["relationships"]},
-        note=f"restored from snapshot {chosen['name']}")
-    print(f"restored snapshot {chosen['name']} ({chosen['created_at']}) into "
+        chosen.counts(), note=f"restored from snapshot {chosen.name}")
+    print(f"restored snapshot {chosen.name} ({chosen.created_at}) into "
           f"{Path(cfg.graph.data_dir).resolve()}"
           + (f"; the data it replaced is kept in {kept}" if kept != Path(cfg.graph.data_dir)
              .resolve() else ""))

@@ -16,7 +16,14 @@ from prefect.cache_policies import NO_CACHE
 from tasks.corpus.buckets import Kind
 from tasks.corpus.scorecard import RULES, ScorecardConfig, card_json, score_bucket
 from tasks.files import replacing
-from tasks.records import BucketScore, BucketVerdict, Scorecard, ScorecardSummary, TrainingMarker
+from tasks.records import (
+    BucketScore,
+    BucketVerdict,
+    Scorecard,
+    ScorecardSummary,
+    SyncReport,
+    TrainingMarker,
+)
 
 
 def score_corpus(corpus: Path, buckets: dict[str, Kind], cfg: ScorecardConfig
@@ -106,7 +113,7 @@ def hand_over(card: Scorecard, scorecard_path: Path, clean: dict[str, pl.DataFra
 
 
 @task(name="sync-corpus-to-gcs", cache_policy=NO_CACHE)
-def sync_corpus(corpus: Path, gcs_block: str | None) -> dict[str, Any] | None:
+def sync_corpus(corpus: Path, gcs_block: str | None) -> SyncReport | None:
     """Upload new and changed corpus files to GCS, if a bucket is configured; a failure is
     reported in the summary and the local corpus stays as it is."""
     from tasks.gcs_sync import ENV_BUCKET, gcs_bucket_from_env_or_block, sync_folder
@@ -117,16 +124,16 @@ def sync_corpus(corpus: Path, gcs_block: str | None) -> dict[str, Any] | None:
         logger.info("no GCS sync: set %s or [corpus] gcs_block to enable it", ENV_BUCKET)
         return None
     report = sync_folder(corpus, bucket)
-    if report["error"]:
-        logger.warning("GCS sync failed (local corpus kept): %s", report["error"])
+    if report.error:
+        logger.warning("GCS sync failed (local corpus kept): %s", report.error)
     else:
-        logger.info("GCS sync to gs://%s/%s: %d uploaded, %d unchanged", report["bucket"],
-                    report["prefix"], report["uploaded"], report["unchanged"])
+        logger.info("GCS sync to gs://%s/%s: %d uploaded, %d unchanged", report.bucket,
+                    report.prefix, report.uploaded, report.unchanged)
     return report
 
 
 def summary_of(card: Scorecard, path: Path, markers: list[TrainingMarker],
-               synced: dict[str, Any] | None) -> ScorecardSummary:
+               synced: SyncReport | None) -> ScorecardSummary:
     """What the run summary keeps of the scorecard."""
     return ScorecardSummary(
         floor=card.floor, scorecard=str(path.resolve()),

@@ -25,7 +25,7 @@ from typing import Any
 
 from tasks.errors import ConfigError, GraphError
 from tasks.files import file_sha256, write_atomic
-from tasks.records import LedgerEntry
+from tasks.records import GraphSnapshot, LedgerEntry, SnapshotFailed, SyncReport
 
 Stats = dict[str, dict[str, int]]
 LEDGER = "graph-ledger.json"
@@ -101,19 +101,25 @@ def diff_counts(expected: Stats, actual: Stats) -> list[str]:
 
 # --- snapshots ---------------------------------------------------------------------------
 
-def list_local(root: Path) -> list[dict[str, Any]]:
-    """Snapshots under <root>/graph-snapshots, newest first."""
+def _read(meta: Path) -> GraphSnapshot:
+    return GraphSnapshot.model_validate({**json.loads(meta.read_text()),
+                                         "path": str(meta.parent)})
+
+
+def list_local(root: Path) -> list[GraphSnapshot]:
+    """Snapshots under <root>/graph-snapshots, newest first (an unreadable one is passed
+    over)."""
     out = []
     for meta in sorted((Path(root) / SNAPSHOTS).glob("*/snapshot.json"), reverse=True):
         try:
-            out.append({**json.loads(meta.read_text()), "path": str(meta.parent)})
-        except (OSError, ValueError):
+            out.append(_read(meta))
+        except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
             continue
     return out
 
 
 def take(port: int, root: Path, stats: Stats, graph: str, keep: int,
-         gcs_block: str | None = None, run: str | None = None) -> dict[str, Any]:
+         gcs_block: str | None = None, run: str | None = None) -> GraphSnapshot:
     """Snapshot the embedded server listening on `port`; keep the newest `keep` locally;
     copy to GCS (artifacts/graph-snapshots/<name>/) when `gcs_block` is set."""
     from tasks.graph import falkordb_server
@@ -122,13 +128,13 @@ def take(port: int, root: Path, stats: Stats, graph: str, keep: int,
     name = f"{stamp}-{(run or 'adhoc')[:8]}"
     folder = Path(root) / SNAPSHOTS / name
     rdb = falkordb_server.save_rdb(port, folder / "graph.rdb")
-    meta = {"name": name, "graph": graph, "created_at": _now(), "run": run,
-            "bytes": rdb.stat().st_size, "sha256": file_sha256(rdb),
-            "nodes": stats["nodes"], "relationships": stats["relationships"]}
-    write_atomic(folder / "snapshot.json", json.dumps(meta, indent=2, sort_keys=True))
+    result = GraphSnapshot(name=name, graph=graph, created_at=_now(), run=run,
+                           bytes=rdb.stat().st_size, sha256=file_sha256(rdb),
+                           nodes=stats["nodes"], relationships=stats["relationships"])
+    write_atomic(folder / "snapshot.json", result.meta())
     for old in list_local(root)[keep:]:
-        shutil.rmtree(old["path"], ignore_errors=True)
-    result = {**meta, "path": str(folder)}
+        shutil.rmtree(str(old.path), ignore_errors=True)
+    result.path = str(folder)
     if gcs_block:
         from tasks.gcs_sync import _full, _load, sync_folder
 
@@ -137,15 +143,15 @@ def take(port: int, root: Path, stats: Stats, graph: str, keep: int,
             bucket = _load(gcs_block)
             report = sync_folder(folder, bucket, prefix=prefix)
         except Exception as e:  # noqa: BLE001 - the local snapshot stands; reported
-            report = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-        if report["error"]:
-            result["gcs_error"] = report["error"]
+            report = SyncReport.failed(e, limit=200)
+        if report.error:
+            result.gcs_error = report.error
         else:
-            result["gcs"] = f"gs://{bucket.bucket}/{_full(bucket, prefix)}/graph.rdb"
+            result.gcs = f"gs://{bucket.bucket}/{_full(bucket, prefix)}/graph.rdb"
     return result
 
 
-def _fetch_remote(root: Path, name: str | None, gcs_block: str) -> dict[str, Any] | None:
+def _fetch_remote(root: Path, name: str | None, gcs_block: str) -> GraphSnapshot | None:
     """Download a snapshot (the newest when `name` is None) from GCS into `root`."""
     from tasks.gcs_sync import _full, _load, download_file
 
@@ -160,40 +166,41 @@ def _fetch_remote(root: Path, name: str | None, gcs_block: str) -> dict[str, Any
     folder = Path(root) / SNAPSHOTS / pick
     for f in ("graph.rdb", "snapshot.json"):
         download_file(gcs_block, f"artifacts/{SNAPSHOTS}/{pick}/{f}", folder / f)
-    return {**json.loads((folder / "snapshot.json").read_text()), "path": str(folder)}
+    return _read(folder / "snapshot.json")
 
 
-def find(root: Path, name: str | None, gcs_block: str | None = None) -> dict[str, Any]:
+def find(root: Path, name: str | None, gcs_block: str | None = None) -> GraphSnapshot:
     """The snapshot called `name` (the newest when None), locally or else from GCS."""
     local = list_local(root)
-    hit = next((s for s in local if s["name"] == name), None) if name else \
+    hit = next((s for s in local if s.name == name), None) if name else \
         (local[0] if local else None)
     if hit is None and gcs_block:
         hit = _fetch_remote(root, name, gcs_block)
     if hit is None:
-        known = [s["name"] for s in local][:10]
+        known = [s.name for s in local][:10]
         raise ConfigError(f"graph snapshot {name or '(newest)'}: none in "
                           f"{Path(root) / SNAPSHOTS}" + (" or in GCS" if gcs_block else "") +
                           f" — known: {known or 'none'} (slm-nightly graph snapshots)")
     return hit
 
 
-def restore(data_dir: Path, snap: dict[str, Any], load_timeout: float = 600.0) -> Path:
+def restore(data_dir: Path, snap: GraphSnapshot, load_timeout: float = 600.0) -> Path:
     """Put snapshot `snap` in place of the embedded graph's data folder (the server must be
     stopped). Checks the file's sha256 first; returns where the replaced folder was kept."""
     from tasks.graph import falkordb_server
 
-    rdb = Path(snap["path"]) / "graph.rdb"
+    rdb = Path(str(snap.path)) / "graph.rdb"
     if not rdb.is_file():
-        raise ConfigError(f"graph snapshot {snap['name']}: {rdb} is missing")
-    if file_sha256(rdb) != snap["sha256"]:
-        raise GraphError(f"graph snapshot {snap['name']}: {rdb} does not match its sha256 — "
+        raise ConfigError(f"graph snapshot {snap.name}: {rdb} is missing")
+    if file_sha256(rdb) != snap.sha256:
+        raise GraphError(f"graph snapshot {snap.name}: {rdb} does not match its sha256 — "
                          "the copy is damaged; restore another (slm-nightly graph snapshots)")
     return falkordb_server.restore_rdb(Path(data_dir), rdb, load_timeout)
 
 
 def keep_snapshot(port: int | None, root: Path, stats: Stats, graph: str, keep: int,
-                  gcs_block: str | None, run: str | None, changed: bool) -> dict[str, Any] | None:
+                  gcs_block: str | None, run: str | None,
+                  changed: bool) -> GraphSnapshot | SnapshotFailed | None:
     """After a run: snapshot the embedded graph when the run wrote to it (or none exists
     yet); otherwise name the newest one, which still holds the same graph. Never raises: a
     snapshot that fails is reported (the graph itself is intact)."""
@@ -201,12 +208,13 @@ def keep_snapshot(port: int | None, root: Path, stats: Stats, graph: str, keep: 
         return None
     try:
         newest = list_local(root)
-        if newest and not changed and newest[0]["graph"] == graph and \
-                not diff_counts(newest[0], stats):
-            return {**newest[0], "reused": True}
+        if newest and not changed and newest[0].graph == graph and \
+                not diff_counts(newest[0].counts(), stats):
+            newest[0].reused = True  # (read from its file just now)
+            return newest[0]
         return take(port, root, stats, graph, keep, gcs_block, run)
     except Exception as e:  # noqa: BLE001
-        return {"error": f"{type(e).__name__}: {e}"}
+        return SnapshotFailed(error=f"{type(e).__name__}: {e}")
 
 
 def damage_message(why: str, profile: str, root: Path, gcs_block: str | None,
@@ -215,7 +223,7 @@ def damage_message(why: str, profile: str, root: Path, gcs_block: str | None,
     ways = []
     if snapshots:
         local = list_local(root)
-        newest = f" (newest: {local[0]['name']}, {local[0]['created_at']})" if local else \
+        newest = f" (newest: {local[0].name}, {local[0].created_at})" if local else \
             (" (from GCS)" if gcs_block else " (none kept yet)")
         ways.append(f"restore the last snapshot{newest}: slm-nightly graph restore "
                     f"--profile {profile}")

@@ -31,6 +31,7 @@ from tasks.records import (
     RunSummary,
     ScorecardSummary,
     StaleNodeRun,
+    SyncReport,
 )
 from tasks.slots import owning_the_node
 from tasks.summary import new_summary, render_markdown
@@ -342,10 +343,10 @@ def _mirror_records(cfg: Profile, logger: Any) -> None:
     try:
         report = mirror_records(cfg.state_dir, cfg.gcs_block)
     except Exception as e:  # noqa: BLE001 - the local records are kept either way
-        report = {"error": f"{type(e).__name__}: {e}"}
-    if report and report.get("error"):
+        report = SyncReport(error=f"{type(e).__name__}: {e}")
+    if report and report.error:
         logger.warning("run records not copied to GCS (kept in %s): %s", cfg.state_dir,
-                       report["error"])
+                       report.error)
     elif report:
-        logger.info("run records copied to gs://%s/%s (%d new or changed)", report["bucket"],
-                    report["prefix"], report["uploaded"])
+        logger.info("run records copied to gs://%s/%s (%d new or changed)", report.bucket,
+                    report.prefix, report.uploaded)

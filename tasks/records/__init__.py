@@ -2,7 +2,8 @@
 the training job's (training.py: the adapter manifest with its job's state machine, the training
 result a run hands to the nightly, from this process or from the GPU node), phase 2a's
 (corpus.py: the scorecard, the training-pending marker), phase 1's (extraction.py: the
-extraction report) and the run summary with its phase records (summary.py). This module is the
+extraction report, its failure rows, the graph's snapshots and ledger), the copies to GCS
+(storage.py) and the run summary with its phase records (summary.py). This module is the
 family's one public surface: import records from here.
 
 Every record carries `schema_version` and forbids unknown keys, so a misspelled key fails
@@ -27,10 +28,13 @@ from tasks.records.extraction import (
     DocumentCounts,
     ExtractionReport,
     FailedDocument,
+    GraphSnapshot,
     GraphSummary,
     LedgerEntry,
+    SnapshotFailed,
     grounded_precision,
 )
+from tasks.records.storage import CheckpointCopy, SyncReport
 from tasks.records.summary import (
     V1_ALWAYS_WRITTEN,
     V1_EXTRACTION_FIELDS,
@@ -74,12 +78,14 @@ __all__ = [
     "BucketVerdict",
     "CapacityReport",
     "Checkpoint",
+    "CheckpointCopy",
     "CostSummary",
     "DocumentCounts",
     "ExtractionReport",
     "FailedDocument",
     "FINAL",
     "GateRecord",
+    "GraphSnapshot",
     "GraphSummary",
     "LedgerEntry",
     "JobState",
@@ -100,10 +106,12 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "STATES",
+    "SnapshotFailed",
     "Scorecard",
     "ScorecardSummary",
     "SourceShare",
     "StaleNodeRun",
+    "SyncReport",
     "TRANSITIONS",
     "TrainingMarker",
     "TrainingResult",

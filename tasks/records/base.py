@@ -1,5 +1,5 @@
-"""The base of every record: `_Strict` (unknown keys are errors) and `Record` (a schema
-version, migration on load, atomic save)."""
+"""The base of every record: `_Strict` (unknown keys are errors), `_Given` (dumps only the keys
+it was given) and `Record` (a schema version, migration on load, atomic save)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from tasks.errors import RecordError, explain_validation
 from tasks.files import write_atomic
@@ -17,6 +24,16 @@ class _Strict(BaseModel):
     """Unknown keys are errors; assignments are validated like construction."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class _Given(_Strict):
+    """A part whose dumps hold the keys it was given only, however it is dumped (whole, inside
+    another record, by Prefect): the shape of the dicts written before it, where a key was
+    present only when it applied."""
+
+    @model_serializer(mode="wrap")
+    def _given_keys_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
 
 
 class Record(_Strict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from tasks.records.base import Record, _Strict
+from tasks.records.storage import SyncReport
 
 # --- phase 2a: the scorecard and the training-pending marker -------------------------------
 
@@ -74,4 +75,4 @@ class ScorecardSummary(_Strict):
     buckets: dict[str, BucketVerdict]
     scorecard: str
     training_pending: list[str]
-    gcs_sync: dict[str, Any] | None = None
+    gcs_sync: SyncReport | None = None

@@ -3,11 +3,10 @@ quality."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import SerializerFunctionWrapHandler, model_serializer
-
-from tasks.records.base import _Strict
+from tasks.records.base import _Given, _Strict
 
 
 class LedgerEntry(_Strict):
@@ -25,7 +24,7 @@ class LedgerEntry(_Strict):
     note: str | None = None
 
 
-class FailedDocument(_Strict):
+class FailedDocument(_Given):
     """A document, or a record of a file, that phase 1 could not process, and why: a row of the
     run's `failures` and of <state_dir>/dead-letter.jsonl (tasks/extraction/batch.py
     failure_record). A row has the keys it was given only — a file that could not be read has
@@ -47,10 +46,6 @@ class FailedDocument(_Strict):
     held: bool | None = None
     record: int | None = None  # a bad record's index in its file
 
-    @model_serializer(mode="wrap")
-    def _given_keys_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
-
 
 class DocumentCounts(_Strict):
     seen: int = 0
@@ -59,13 +54,51 @@ class DocumentCounts(_Strict):
     failed: int = 0
 
 
+class GraphSnapshot(_Given):
+    """A snapshot of the embedded graph (tasks/graph/snapshots.py): its snapshot.json (the
+    fields up to `relationships`, `run` included), where it lies, and what the run that kept it
+    did with it."""
+
+    name: str  # <UTC stamp>-<run id's first 8>: sorts by age
+    graph: str  # the graph it is of (GraphConfig.describe())
+    created_at: str
+    run: str | None
+    bytes: int
+    sha256: str
+    nodes: dict[str, int]
+    relationships: dict[str, int]
+    path: str | None = None  # the local folder holding graph.rdb (not in snapshot.json)
+    reused: bool | None = None  # the run wrote nothing: the newest snapshot still holds it
+    gcs: str | None = None  # gs://…/graph.rdb, when copied
+    gcs_error: str | None = None  # why the copy to GCS failed (the local one stands)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Its counts, in the shape GraphStore.stats() gives them."""
+        return {"nodes": self.nodes, "relationships": self.relationships}
+
+    def meta(self) -> str:
+        """snapshot.json's text."""
+        return json.dumps(self.model_dump(include=SNAPSHOT_FILE_KEYS), indent=2,
+                          sort_keys=True)
+
+
+SNAPSHOT_FILE_KEYS = {"name", "graph", "created_at", "run", "bytes", "sha256", "nodes",
+                      "relationships"}
+
+
+class SnapshotFailed(_Strict):
+    """The run's snapshot could not be taken (the graph itself is intact): why."""
+
+    error: str
+
+
 class GraphSummary(_Strict):
     location: str | None = None
     description: str | None = None
     nodes: dict[str, int] = {}
     relationships: dict[str, int] = {}
     check: str | None = None
-    snapshot: dict[str, Any] | None = None  # tasks/graph/snapshots.py keep_snapshot's record
+    snapshot: GraphSnapshot | SnapshotFailed | None = None  # keep_snapshot's record
 
 
 def grounded_precision(grounded: int, ungrounded: int) -> float | None:

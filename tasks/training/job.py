@@ -121,9 +121,9 @@ class Reporter:
         # To GCS (when it is the store's truth) before the manifest names it: another zone
         # resumes from it.
         copied = self.store.save_checkpoint(path)
-        if copied and copied.get("error"):
+        if copied and copied.error:
             self.logger.warning("checkpoint not copied to %s (local copy kept): %s",
-                                self.store.where, copied["error"])
+                                self.store.where, copied.error)
         self.manifest.checkpoint = Checkpoint(step=step, path=path)
         self.store.write_manifest(self.manifest)
         _event("checkpoint", self.manifest.name, {"step": step})

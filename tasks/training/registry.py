@@ -35,11 +35,19 @@ import tarfile
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tasks.errors import ConfigError
 from tasks.files import replacing, write_atomic
-from tasks.records import STATES, AdapterManifest, PastPromotion, PromotedPointer, Promotion
+from tasks.records import (
+    STATES,
+    AdapterManifest,
+    CheckpointCopy,
+    PastPromotion,
+    PromotedPointer,
+    Promotion,
+    SyncReport,
+)
 
 if TYPE_CHECKING:
     from tasks.gcs_sync import GcsFolder
@@ -231,7 +239,7 @@ class ArtifactStore:
         return dest
 
     # --- checkpoints ---
-    def save_checkpoint(self, path: Path | str) -> dict[str, Any] | None:
+    def save_checkpoint(self, path: Path | str) -> CheckpointCopy | None:
         """Upload a checkpoint the Trainer has just saved, trainer_state.json last, then remove
         the remote copies of the checkpoints it rotated away. Never raises (training goes on
         with the local copy): the report's `error` says what failed. None without a bucket."""
@@ -239,17 +247,16 @@ class ArtifactStore:
             return None
         ckpt = Path(path)
         sub = f"checkpoints/{ckpt.parent.name}"
-        report: dict[str, Any] = {"checkpoint": ckpt.name, "uploaded": 0, "removed": [],
-                                  "error": None}
+        report = CheckpointCopy(checkpoint=ckpt.name)
         try:
-            report["uploaded"], _ = self.remote.push(ckpt, f"{sub}/{ckpt.name}",
-                                                     last="trainer_state.json")
+            report.uploaded, _ = self.remote.push(ckpt, f"{sub}/{ckpt.name}",
+                                                  last="trainer_state.json")
             kept = {p.name for p in ckpt.parent.glob("checkpoint-*")}
             for old in sorted({k.split("/")[2] for k in self.remote.list(sub)} - kept):
                 self.remote.delete(f"{sub}/{old}", first="trainer_state.json")
-                report["removed"].append(old)
+                report.removed.append(old)
         except Exception as e:  # noqa: BLE001 - reported; the local checkpoint is kept
-            report["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            report.error = SyncReport.failed(e).error
         return report
 
     def restore(self, run_digest: str) -> str | None:

@@ -98,12 +98,12 @@ def test_the_operators_variable_names_the_bucket_for_artifacts_records_and_corpu
     assert cfg.gcs_block == cfg.training.gcs_block == cfg.corpus.gcs_block == url
     synced = sync_corpus(corpus, cfg.corpus.gcs_block)
     corpus_files = len([p for p in corpus.rglob("*") if p.is_file()])
-    assert (synced["prefix"], synced["uploaded"], synced["error"]) == (
+    assert synced is not None and (synced.prefix, synced.uploaded, synced.error) == (
         f"{bucket_env}/corpus", corpus_files, None)
     (cfg.state_dir / "runs").mkdir(parents=True)
     (cfg.state_dir / "runs" / "last-run.json").write_text("{}")
     records = mirror_records(cfg.state_dir, cfg.gcs_block)
-    assert records is not None and (records["uploaded"], records["error"]) == (1, None)
+    assert records is not None and (records.uploaded, records.error) == (1, None)
     adapter(ArtifactStore(tmp_path / "cache", cfg.training.gcs_block), "a1")
     names = {b.name for b in gcs.bucket().list_blobs(bucket_env)}
     assert {f"{bucket_env}/records/runs/last-run.json",
@@ -202,12 +202,12 @@ def test_checkpoints_upload_state_last_and_restore_the_newest_complete_one(
                   "training_args.bin", "zz_rng_state.pth"):
             (ckpt / f).write_text(f"{f} at {step}")
         report = node.save_checkpoint(ckpt)
-        assert report is not None and report["error"] is None and report["uploaded"] == 5
+        assert report is not None and report.error is None and report.uploaded == 5
     shutil.rmtree(run / "checkpoint-2")  # the Trainer rotates it away: its copy goes too
     (run / "checkpoint-6").mkdir()
     (run / "checkpoint-6" / "adapter_model.safetensors").write_text("6")
     report = node.save_checkpoint(run / "checkpoint-6")  # preempted before trainer_state.json
-    assert report is not None and report["removed"] == ["checkpoint-2"]
+    assert report is not None and report.removed == ["checkpoint-2"]
     blobs = node.remote.list("checkpoints/digest1")  # type: ignore[union-attr]
     assert sorted(blobs) == sorted(
         [f"checkpoints/digest1/checkpoint-4/{f}" for f in (

@@ -19,14 +19,14 @@ def test_sync_uploads_new_and_changed_files_only(tmp_path: Path) -> None:
     with GcsEmulator(tmp_path) as gcs:
         bucket = gcs.bucket(folder="nightly")
         first = sync_folder(corpus, bucket)
-        assert first == {"bucket": "slm-corpus", "prefix": "nightly/corpus", "uploaded": 2,
-                         "unchanged": 0, "error": None}
+        assert first.model_dump() == {"bucket": "slm-corpus", "prefix": "nightly/corpus",
+                                      "uploaded": 2, "unchanged": 0, "error": None}
         again = sync_folder(corpus, bucket)
-        assert (again["uploaded"], again["unchanged"]) == (0, 2)
+        assert (again.uploaded, again.unchanged) == (0, 2)
         (corpus / "engineering-pointsav" / "a.jsonl").write_text('{"messages": [1]}\n')
         (corpus / "engineering-pointsav" / "c.jsonl").write_text("{}\n")
         third = sync_folder(corpus, bucket)
-        assert (third["uploaded"], third["unchanged"]) == (2, 1)
+        assert (third.uploaded, third.unchanged) == (2, 1)
         names = sorted(b.name for b in bucket.list_blobs("corpus"))
         assert names == ["nightly/corpus/apprenticeship-pointsav/b.jsonl.gz",
                          "nightly/corpus/engineering-pointsav/a.jsonl",
@@ -35,7 +35,7 @@ def test_sync_uploads_new_and_changed_files_only(tmp_path: Path) -> None:
         bucket.download_object_to_path("corpus/engineering-pointsav/a.jsonl", got)
         assert got.read_text() == '{"messages": [1]}\n'
         missing = sync_folder(corpus, gcs.bucket(name="no-such-bucket"))
-    assert missing["error"] is not None and missing["uploaded"] == 0
+    assert missing.error is not None and missing.uploaded == 0
     assert (corpus / "engineering-pointsav" / "a.jsonl").exists()  # local corpus untouched
 
 
@@ -50,7 +50,7 @@ def test_scorecard_flow_syncs_through_a_saved_gcs_bucket_block(tmp_path: Path) -
     with GcsEmulator(tmp_path) as gcs:
         gcs.bucket().save("test-corpus", overwrite=True)
         out = scorecard(profile=str(profile))
-        assert out.gcs_sync["error"] is None
-        assert out.gcs_sync["uploaded"] == len([p for p in corpus.rglob("*") if p.is_file()])
+        assert out.gcs_sync is not None and out.gcs_sync.error is None
+        assert out.gcs_sync.uploaded == len([p for p in corpus.rglob("*") if p.is_file()])
         again = scorecard(profile=str(profile))
-        assert again.gcs_sync["uploaded"] == 0
+        assert again.gcs_sync is not None and again.gcs_sync.uploaded == 0

@@ -208,8 +208,8 @@ def test_snapshots_are_kept_to_the_configured_number(embedded, tmp_path: Path) -
     names = []
     for i in range(3):
         (src / "transcripts" / f"n{i}.md").write_text(transcript([f"New Person{chr(65 + i)}x"]))
-        names.append(extract(profile=str(profile)).graph.snapshot["name"])
-    kept = [s["name"] for s in snap.list_local(tmp_path / "state" / "artifacts")]
+        names.append(extract(profile=str(profile)).graph.snapshot.name)
+    kept = [s.name for s in snap.list_local(tmp_path / "state" / "artifacts")]
     assert kept == names[::-1][:2]
     meta = json.loads((tmp_path / "state" / "artifacts" / "graph-snapshots" / kept[0] /
                        "snapshot.json").read_text())

@@ -33,7 +33,7 @@ def test_status_reads_the_newest_summary_in_the_bucket(
         for key, value in gcs.adc().items():
             monkeypatch.setenv(key, value)
         report = mirror_records(orchestrator, "gs://slm-corpus/nightly")
-        assert report and report["error"] is None and report["uploaded"] == 4
+        assert report and report.error is None and report.uploaded == 4
         # another shell: its own, empty state_dir; the bucket named by the operators' variable;
         # a saved block that shell cannot load (status reads no block but the bucket's)
         monkeypatch.setenv("SLM_YOYO_WEIGHTS_GCS_BUCKET", "gs://slm-corpus/nightly")
@@ -64,7 +64,8 @@ def test_status_reads_through_the_profiles_saved_gcs_bucket_block(
     night.save(tmp_path / "orchestrator" / "runs" / "20261201T010000Z-cccccccc.json")
     with GcsEmulator(tmp_path) as gcs:
         gcs.bucket(folder="prod").save("test-records", overwrite=True)
-        assert mirror_records(tmp_path / "orchestrator", "test-records")["error"] is None
+        records = mirror_records(tmp_path / "orchestrator", "test-records")
+        assert records is not None and records.error is None
         profile = toml_profile(tmp_path / "gcp-like.toml", state_dir=tmp_path / "empty",
                                gcs_block="test-records")
         assert main(["status", "--profile", str(profile)]) == 0

@@ -353,3 +353,22 @@ def test_an_old_failure_row_loads_and_a_misspelled_key_in_one_is_refused() -> No
     with pytest.raises(RecordError, match="helld"):
         RunSummary.parse({**_fixture("last-run.json"), "failures": [{**row, "helld": True}]},
                          "test")
+
+
+def test_a_failed_snapshot_and_a_corpus_sync_in_a_summary_load_and_render() -> None:
+    from tasks.records import GraphSummary, SnapshotFailed, SyncReport
+
+    g = GraphSummary.model_validate({"snapshot": {"error": "GraphError: BGSAVE failed"}})
+    assert isinstance(g.snapshot, SnapshotFailed)
+    assert g.model_dump()["snapshot"] == {"error": "GraphError: BGSAVE failed"}
+    s = RunSummary.parse(_fixture("last-run.json"), "test")
+    assert s.scorecard is not None and s.extraction is not None
+    s.scorecard.gcs_sync = SyncReport.model_validate(
+        {"bucket": "b", "prefix": "n/corpus", "uploaded": 2, "unchanged": 1, "error": None})
+    assert "  GCS sync gs://b/n/corpus: 2 uploaded, 1 unchanged" in render_text(s).splitlines()
+    s.scorecard.gcs_sync = SyncReport(bucket="b", prefix="n/corpus",
+                                      error=SyncReport.failed(OSError("x" * 400)).error)
+    s.extraction.graph = g
+    text = render_text(s).splitlines()
+    assert f"  GCS sync gs://b/n/corpus: FAILED (OSError: {'x' * 300}); local corpus kept" in text
+    assert "  snapshot: NOT taken (GraphError: BGSAVE failed)" in text

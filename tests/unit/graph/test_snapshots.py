@@ -3,6 +3,7 @@ interrupted write told from damage."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tasks.graph import snapshots as snap
@@ -52,3 +53,51 @@ def test_the_ledger_file_holds_only_the_keys_a_run_wrote(tmp_path: Path) -> None
     assert ledger.check(stats) == ("ok", "matches the counts recorded then")
     (tmp_path / snap.LEDGER).write_text("{not json")
     assert ledger.check(stats)[0] == "unrecorded"
+
+
+# --- the snapshots' records (take itself, on a real server: tests/integration) -------------
+
+META = {"name": "20261130T171532199664Z-b6872f83", "graph": "FalkorDB graph 'g'",
+        "created_at": "2026-11-30T17:15:32+00:00", "run": "b6872f83-e0eb", "bytes": 36482,
+        "sha256": "bf" * 32, "nodes": {"Person": 3}, "relationships": {"WORKS_FOR": 1}}
+
+
+def _write(root: Path, name: str, text: str) -> Path:
+    folder = root / snap.SNAPSHOTS / name
+    folder.mkdir(parents=True)
+    (folder / "snapshot.json").write_text(text)
+    return folder
+
+
+def test_snapshot_json_is_written_as_before_and_unreadable_ones_are_passed_over(
+        tmp_path: Path) -> None:
+    from tasks.records import GraphSnapshot
+
+    text = GraphSnapshot.model_validate(META).meta()
+    assert text == json.dumps(META, indent=2, sort_keys=True)  # the file before the record
+    good = _write(tmp_path, META["name"], text)
+    _write(tmp_path, "20261201T000000000000Z-broken", "{not json")
+    _write(tmp_path, "20261202T000000000000Z-unknown", json.dumps({**META, "colour": "red"}))
+    (found,) = snap.list_local(tmp_path)
+    assert (found.name, found.path, found.counts()) == (
+        META["name"], str(good), {"nodes": {"Person": 3}, "relationships": {"WORKS_FOR": 1}})
+    assert found.model_dump() == {**META, "path": str(good)}  # no keys it was not given
+
+
+def test_an_unchanged_graph_reuses_the_newest_snapshot_and_a_failure_is_reported(
+        tmp_path: Path) -> None:
+    from tasks.records import SnapshotFailed
+
+    _write(tmp_path, META["name"], json.dumps(META))
+    counts = {"nodes": {"Person": 3}, "relationships": {"WORKS_FOR": 1}}
+    kept = snap.keep_snapshot(1, tmp_path, counts, META["graph"], 2, None, "r", changed=False)
+    assert kept is not None and not isinstance(kept, SnapshotFailed)
+    assert (kept.name, kept.reused) == (META["name"], True)
+    assert list(kept.model_dump())[-2:] == ["path", "reused"]
+    assert snap.keep_snapshot(None, tmp_path, counts, META["graph"], 2, None, "r", True) is None
+    assert snap.keep_snapshot(1, tmp_path, counts, META["graph"], 0, None, "r", True) is None
+    # other counts: a new one is taken, and the server is not there (port 1): reported
+    failed = snap.keep_snapshot(1, tmp_path, {**counts, "nodes": {"Person": 4}}, META["graph"],
+                                2, None, "r", changed=False)
+    assert isinstance(failed, SnapshotFailed) and failed.error.startswith("ConnectionError: ")
+    assert snap.find(tmp_path, None).name == META["name"]  # the failure left the old one
