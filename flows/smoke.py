@@ -17,15 +17,16 @@ from tasks.errors import ConfigError
 from tasks.night.clock import night_budget
 from tasks.night.smoke import Smoke, environment, one_request, one_step
 from tasks.profile import Profile, load_profile
+from tasks.records import SmokeResult
 from tasks.slots import NIGHTLY_SLOT_WAIT_SECONDS, held_by, nightly_slot
 
 
 @flow(name="node-smoke")
-def node_smoke(profile: str = "gcp", train_timeout_seconds: int = 3600) -> dict[str, Any]:
+def node_smoke(profile: str = "gcp", train_timeout_seconds: int = 3600) -> SmokeResult:
     """Boot → engine → one request → engine down → one training step → the node's environment
     against this one → stop (always), holding
-    the `nightly` slot throughout. Returns {phases, verdict, error}; never raises for a failed
-    phase."""
+    the `nightly` slot throughout. Never raises for a failed phase: the result's verdict and
+    error say how it ended."""
     cfg = load_profile(profile)
     if not cfg.node.remote_training:
         raise ConfigError(f"node smoke: profile {profile} has no remote node ([compute] type "
@@ -43,36 +44,37 @@ def node_smoke(profile: str = "gcp", train_timeout_seconds: int = 3600) -> dict[
             error = (f"the 'nightly' slot is held (holders: {held_by()}): a nightly run or another "
                      "smoke owns the node — wait for it, or cancel it")
             print(f"smoke: failed — {error}", flush=True)
-            return {"phases": [], "verdict": "failed", "error": error}
+            return SmokeResult(phases=[], verdict="failed", error=error)
         return _phases(cfg, profile, node, smoke, train_timeout_seconds)
 
 
 def _phases(cfg: Profile, profile: str, node: Any, smoke: Smoke,
-            train_timeout_seconds: int) -> dict[str, Any]:
+            train_timeout_seconds: int) -> SmokeResult:
     error = None
     try:
         with smoke.phase("boot") as p:  # Compute stops it by itself should this process die
             written = node.prepare(cfg.inference)  # the script the profile renders
-            p["detail"] = node.start(night_budget(cfg, 0, train_timeout_seconds)) + (
+            p.detail = node.start(night_budget(cfg, 0, train_timeout_seconds)) + (
                 f"; startup script rewritten in {', '.join(written)}" if written else "")
         with smoke.phase("engine") as p:
             base_url = node.start_inference(cfg.inference)
-            p["detail"] = f"ready at {base_url}"
+            p.detail = f"ready at {base_url}"
         with smoke.phase("request") as p:
-            p["detail"] = one_request(cfg, base_url)
+            p.detail = one_request(cfg, base_url)
         with smoke.phase("engine down") as p:
             node.stop_inference()
-            p["detail"] = "the GPU is free"
+            p.detail = "the GPU is free"
         started = datetime.now(UTC).isoformat(timespec="seconds")
         with smoke.phase("train") as p:
-            p["detail"] = one_step(cfg, profile, train_timeout_seconds)
+            p.detail = one_step(cfg, profile, train_timeout_seconds)
         with smoke.phase("environment") as p:
-            p["detail"] = environment(cfg, since=started)
+            p.detail = environment(cfg, since=started)
     except Exception as e:  # noqa: BLE001 - recorded in its phase; the node stops below
         error = f"{type(e).__name__}: {e}"
     finally:
         with smoke.phase("stop") as p:
-            p["detail"] = f"stopped: {', '.join(node.stop()) or 'already down'}"
-    verdict = "passed" if error is None else "failed"
-    print(f"smoke: {verdict}" + (f" — {error}" if error else ""), flush=True)
-    return {"phases": smoke.phases, "verdict": verdict, "error": error}
+            p.detail = f"stopped: {', '.join(node.stop()) or 'already down'}"
+    result = SmokeResult(phases=smoke.phases, verdict="passed" if error is None else "failed",
+                         error=error)
+    print(f"smoke: {result.verdict}" + (f" — {error}" if error else ""), flush=True)
+    return result

@@ -55,7 +55,7 @@ def cost_summary(usage: NodeUsage | None, s: RunSummary) -> CostSummary:
         return CostSummary(tokens_in=x.prompt_tokens, tokens_out=x.completion_tokens,
                            gpu_hours=None, estimated_usd=None,
                            note="node usage unavailable (see the run log)")
-    rates = sorted({(z["provisioning"], z["usd_per_hour"]) for z in usage.zones.values()})
+    rates = sorted({(z.provisioning, z.usd_per_hour) for z in usage.zones.values()})
     return CostSummary(tokens_in=x.prompt_tokens, tokens_out=x.completion_tokens,
                        gpu_hours=usage.gpu_hours, running_seconds=usage.running_seconds,
                        estimated_usd=usage.estimated_usd,

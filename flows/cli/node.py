@@ -43,10 +43,10 @@ def _node(args: argparse.Namespace) -> int:
             raise ConfigError(f"node smoke: {unset.detail} — fix: {unset.fix}")
 
         result = node_smoke(profile=args.profile, train_timeout_seconds=args.train_timeout)
-        print("\n".join(f"{p['phase']:12} {p['status']:7} {p.get('seconds', 0):>7} s  "
-                        f"{p['detail']}" for p in result["phases"]))
-        print(f"verdict: {result['verdict']}")
-        return 0 if result["verdict"] == "passed" else 1
+        print("\n".join(f"{p.phase:12} {p.status:7} {p.seconds or 0:>7} s  {p.detail}"
+                        for p in result.phases))
+        print(f"verdict: {result.verdict}")
+        return 0 if result.verdict == "passed" else 1
     raise ConfigError(f"node: unknown command {args.node_command!r}")
 
 

@@ -10,7 +10,7 @@ from tasks.compute.node import compute_down, node_usage
 from tasks.compute.protocol import Node
 from tasks.errors import NodePreempted
 from tasks.night.phases import phase
-from tasks.records import NodeUsage, RunSummary
+from tasks.records import NodeUsage, RunSummary, ZoneSpan
 from tasks.summary import cost_summary
 
 
@@ -62,7 +62,7 @@ def merge_usage(usages: list[NodeUsage | None]) -> NodeUsage | None:
         return None
     if len(usages) == 1:
         return got[0][1]
-    zones: dict[str, Any] = {}
+    zones: dict[str, ZoneSpan] = {}
     for i, u in got:
         for zone, z in u.zones.items():
             zones[zone if i == 1 else f"{zone} (node {i})"] = z

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.night.handoff import train_on_node, train_params
 from tasks.night.phases import timed
+from tasks.records import SmokePhase
 
 if TYPE_CHECKING:
     from tasks.profile import Profile
@@ -36,25 +37,25 @@ def smoke_dataset(folder: Path) -> Path:
 
 
 class Smoke:
-    """The phases as they run: each (name, status, detail, seconds), told to `say` at once."""
+    """The phases as they run (SmokePhase records), each told to `say` as it starts and ends."""
 
     def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
-        self.phases: list[dict[str, Any]] = []
+        self.phases: list[SmokePhase] = []
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[dict[str, Any]]:
-        record: dict[str, Any] = {"phase": name, "status": "running", "detail": ""}
+    def phase(self, name: str) -> Iterator[SmokePhase]:
+        record = SmokePhase(phase=name)
         self.phases.append(record)
         self.say(f"smoke: {name} …")
 
         def ended(seconds: float, e: BaseException | None) -> None:
-            record["status"] = "ok" if e is None else "failed"
+            record.status = "ok" if e is None else "failed"
             if e is not None:
-                record["detail"] = f"{type(e).__name__}: {e}"
-            record["seconds"] = round(seconds, 1)
-            self.say(f"smoke: {name} {record['status']} ({record['seconds']} s)"
-                     + (f": {record['detail']}" if record["detail"] else ""))
+                record.detail = f"{type(e).__name__}: {e}"
+            record.seconds = round(seconds, 1)
+            self.say(f"smoke: {name} {record.status} ({record.seconds} s)"
+                     + (f": {record.detail}" if record.detail else ""))
 
         with timed(ended):
             yield record

@@ -3,8 +3,8 @@ the training job's (training.py: the adapter manifest with its job's state machi
 result a run hands to the nightly, from this process or from the GPU node), phase 2a's
 (corpus.py: the scorecard, the training-pending marker), phase 1's (extraction.py: the
 extraction report, its failure rows, the graph's snapshots and ledger), the copies to GCS
-(storage.py) and the run summary with its phase records (summary.py). This module is the
-family's one public surface: import records from here.
+(storage.py), the node smoke's (smoke.py) and the run summary with its phase records
+(summary.py). This module is the family's one public surface: import records from here.
 
 Every record carries `schema_version` and forbids unknown keys, so a misspelled key fails
 where it is written instead of silently missing where it is read. Files are written from the
@@ -34,6 +34,7 @@ from tasks.records.extraction import (
     SnapshotFailed,
     grounded_precision,
 )
+from tasks.records.smoke import SmokePhase, SmokeResult
 from tasks.records.storage import CheckpointCopy, SyncReport
 from tasks.records.summary import (
     V1_ALWAYS_WRITTEN,
@@ -49,6 +50,7 @@ from tasks.records.summary import (
     RunStatus,
     RunSummary,
     StaleNodeRun,
+    ZoneSpan,
 )
 from tasks.records.training import (
     FINAL,
@@ -106,6 +108,8 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "STATES",
+    "SmokePhase",
+    "SmokeResult",
     "SnapshotFailed",
     "Scorecard",
     "ScorecardSummary",
@@ -116,6 +120,7 @@ __all__ = [
     "TrainingMarker",
     "TrainingResult",
     "V1_ALWAYS_WRITTEN",
+    "ZoneSpan",
     "V1_EXTRACTION_FIELDS",
     "check_transition",
     "grounded_precision",

@@ -25,6 +25,17 @@ class PhaseRecord(_Strict):
     note: str | None = None
 
 
+class ZoneSpan(_Strict):
+    """A node's most recent RUNNING span in one zone this run, and its cost (GCE:
+    tasks/compute/gce/cost.py zone_usage)."""
+
+    running_seconds: float
+    provisioning: Literal["spot", "on-demand"]
+    usd_per_hour: float
+    estimated_usd: float
+    status: str  # the instance's status when it was read (RUNNING, TERMINATED, …)
+
+
 class CostSummary(_Strict):
     tokens_in: int
     tokens_out: int
@@ -32,7 +43,7 @@ class CostSummary(_Strict):
     running_seconds: float | None = None
     estimated_usd: float | None = None
     rates: list[str] | None = None
-    zones: dict[str, Any] | None = None
+    zones: dict[str, ZoneSpan] | None = None
     note: str | None = None
 
 
@@ -80,7 +91,7 @@ class NodeUsage(_Strict):
     running_seconds: float
     gpu_hours: float
     estimated_usd: float
-    zones: dict[str, dict[str, Any]] = {}  # where → its span: running_seconds, provisioning, …
+    zones: dict[str, ZoneSpan] = {}  # where → its span
     note: str = ""
 
 

@@ -364,7 +364,7 @@ def test_usage_and_cost_come_from_running_time(fake: FakeComputeEngine, tmp_path
     slack = fake.op_pending_seconds + fake.stop_seconds + 0.15
     assert truth >= 1.0 and truth <= used.running_seconds <= truth + slack
     assert used.estimated_usd == pytest.approx(used.running_seconds, abs=1e-3)
-    assert used.zones["zone-a"]["provisioning"] == "spot"
+    assert used.zones["zone-a"].provisioning == "spot"
     assert node.usage(since=time.time() + 60).running_seconds == 0
 
 

@@ -233,9 +233,11 @@ def test_cost_summary_of_a_gce_node() -> None:
     s.extraction = ExtractionReport.empty()
     s.extraction.prompt_tokens, s.extraction.completion_tokens = 10, 20
     usage = {"gpu_hours": 0.5, "running_seconds": 1800.0, "estimated_usd": 0.35,
-             "zones": {"us-central1-a": {"provisioning": "SPOT", "usd_per_hour": 0.7}}}
+             "zones": {"us-central1-a": {"running_seconds": 1800.0, "provisioning": "spot",
+                                         "usd_per_hour": 0.7, "estimated_usd": 0.35,
+                                         "status": "TERMINATED"}}}
     s.cost = cost_summary(NodeUsage.model_validate(usage), s)
-    assert "Cost: 0.5000 GPU-hours at SPOT $0.70/h ≈ $0.3500; tokens in 10 / out 20" in \
+    assert "Cost: 0.5000 GPU-hours at spot $0.70/h ≈ $0.3500; tokens in 10 / out 20" in \
         render_text(s)
 
 

@@ -3,9 +3,8 @@ block's hourly rates (unit-tested with exact values in tests/unit/compute/test_c
 
 from __future__ import annotations
 
-from typing import Any
-
 from tasks.compute.gce.instance import UP
+from tasks.records import NodeUsage, ZoneSpan
 
 NOTE = ("estimate from lastStart/lastStopTimestamp × the block's hourly rates; disk and egress "
         "not included")
@@ -13,7 +12,7 @@ NOTE = ("estimate from lastStart/lastStopTimestamp × the block's hourly rates; 
 
 def zone_usage(*, status: str, last_start: float | None, last_stop: float | None, spot: bool,
                since: float, now: float, spot_usd_per_hour: float,
-               on_demand_usd_per_hour: float) -> dict[str, Any] | None:
+               on_demand_usd_per_hour: float) -> ZoneSpan | None:
     """The most recent RUNNING span of one instance that began at or after `since` (1 s of
     clock slack), and its cost; None when it did not run since then. A node still up (or one
     whose last stop is older than its last start) is counted up to `now`."""
@@ -22,15 +21,15 @@ def zone_usage(*, status: str, last_start: float | None, last_stop: float | None
     up = status in UP or last_stop is None or last_stop < last_start
     seconds = max(0.0, (now if up else last_stop or now) - last_start)
     rate = spot_usd_per_hour if spot else on_demand_usd_per_hour
-    return {"running_seconds": round(seconds, 3),
-            "provisioning": "spot" if spot else "on-demand", "usd_per_hour": rate,
-            "estimated_usd": round(seconds / 3600.0 * rate, 6), "status": status}
+    return ZoneSpan(running_seconds=round(seconds, 3),
+                    provisioning="spot" if spot else "on-demand", usd_per_hour=rate,
+                    estimated_usd=round(seconds / 3600.0 * rate, 6), status=status)
 
 
-def total_usage(zones: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def total_usage(zones: dict[str, ZoneSpan]) -> NodeUsage:
     """The node's usage this run: the zones' spans added up (a start → preemption → restart
     in another zone counts both)."""
-    seconds = sum(z["running_seconds"] for z in zones.values())
-    usd = sum(z["running_seconds"] / 3600.0 * z["usd_per_hour"] for z in zones.values())
-    return {"running_seconds": round(seconds, 3), "gpu_hours": round(seconds / 3600.0, 6),
-            "estimated_usd": round(usd, 6), "zones": zones, "note": NOTE}
+    seconds = sum(z.running_seconds for z in zones.values())
+    usd = sum(z.running_seconds / 3600.0 * z.usd_per_hour for z in zones.values())
+    return NodeUsage(running_seconds=round(seconds, 3), gpu_hours=round(seconds / 3600.0, 6),
+                     estimated_usd=round(usd, 6), zones=zones, note=NOTE)

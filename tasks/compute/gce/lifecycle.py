@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
@@ -55,7 +55,7 @@ from tasks.errors import (
     ServerError,
 )
 from tasks.processes import ManagedServer, port_open
-from tasks.records import NodeUsage
+from tasks.records import NodeUsage, ZoneSpan
 from tasks.waiting import poll
 
 log = logging.getLogger("slm_nightly.gce")
@@ -409,7 +409,7 @@ class GceNode:
         b = self.block
         since = since if since is not None else self.record.read().get("started_at") or 0.0
         now = time.time()
-        zones: dict[str, dict[str, Any]] = {}
+        zones: dict[str, ZoneSpan] = {}
         for inst in self.api.instances(strict=False):
             used = zone_usage(status=inst.status, last_start=inst.last_start,
                               last_stop=inst.last_stop, spot=inst.spot, since=since, now=now,
@@ -417,7 +417,7 @@ class GceNode:
                               on_demand_usd_per_hour=b.on_demand_usd_per_hour)
             if used is not None:
                 zones[inst.zone] = used
-        return NodeUsage.model_validate(total_usage(zones))
+        return total_usage(zones)
 
 
 def _tried(attempts: list[str]) -> str:

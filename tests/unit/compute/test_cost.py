@@ -12,7 +12,7 @@ RATES = {"spot_usd_per_hour": 0.28, "on_demand_usd_per_hour": 0.71}
 def test_a_stopped_spot_span_costs_its_seconds_at_the_spot_rate() -> None:
     used = zone_usage(status="TERMINATED", last_start=1000.0, last_stop=2800.0, spot=True,
                       since=1000.0, now=9000.0, **RATES)
-    assert used == {"running_seconds": 1800.0, "provisioning": "spot", "usd_per_hour": 0.28,
+    assert used is not None and used.model_dump() == {"running_seconds": 1800.0, "provisioning": "spot", "usd_per_hour": 0.28,
                     "estimated_usd": 0.14, "status": "TERMINATED"}
 
 
@@ -21,16 +21,16 @@ def test_a_node_still_up_is_counted_to_now_at_the_on_demand_rate() -> None:
     used = zone_usage(status="RUNNING", last_start=1000.0, last_stop=900.0, spot=False,
                       since=0.0, now=4600.0, **RATES)
     assert used is not None
-    assert (used["running_seconds"], used["estimated_usd"], used["provisioning"]) == \
+    assert (used.running_seconds, used.estimated_usd, used.provisioning) == \
         (3600.0, 0.71, "on-demand")
     # booting (STAGING) is billed like RUNNING, even with a newer stop recorded
     staging = zone_usage(status="STAGING", last_start=1000.0, last_stop=1500.0, spot=True,
                          since=0.0, now=1360.0, **RATES)
-    assert staging is not None and staging["running_seconds"] == 360.0
+    assert staging is not None and staging.running_seconds == 360.0
     # no stop recorded yet: counted to now
     fresh = zone_usage(status="TERMINATED", last_start=1000.0, last_stop=None, spot=True,
                        since=0.0, now=1100.0, **RATES)
-    assert fresh is not None and fresh["running_seconds"] == 100.0
+    assert fresh is not None and fresh.running_seconds == 100.0
 
 
 @pytest.mark.parametrize(("last_start", "counted"), [
@@ -51,11 +51,10 @@ def test_the_zones_add_up() -> None:
              "b": zone_usage(status="TERMINATED", last_start=0.0, last_stop=3600.0, spot=False,
                              since=0.0, now=0.0, **RATES)}
     total = total_usage({k: v for k, v in zones.items() if v is not None})
-    assert (total["running_seconds"], total["gpu_hours"], total["estimated_usd"]) == \
-        (5400.0, 1.5, 0.85)
-    assert total["zones"] == zones
+    assert (total.running_seconds, total.gpu_hours, total.estimated_usd) == (5400.0, 1.5, 0.85)
+    assert total.zones == zones and total.note.startswith("estimate from lastStart")
     empty = total_usage({})
-    assert (empty["running_seconds"], empty["gpu_hours"], empty["estimated_usd"]) == (0, 0, 0)
+    assert (empty.running_seconds, empty.gpu_hours, empty.estimated_usd) == (0, 0, 0)
 
 
 def test_compute_timestamps() -> None:

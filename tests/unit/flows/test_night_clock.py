@@ -43,15 +43,17 @@ def test_phase_2_is_set_aside_at_most_half_of_what_is_left(now: list[float]) -> 
 
 
 def test_usage_of_several_nodes_adds_up_and_keeps_each_zone() -> None:
-    a = NodeUsage(running_seconds=3600.0, gpu_hours=1.0, estimated_usd=0.28,
-                  zones={"us-central1-a": {"provisioning": "spot", "usd_per_hour": 0.28}}, note="")
-    b = NodeUsage(running_seconds=1800.0, gpu_hours=0.5, estimated_usd=0.355,
-                  zones={"us-central1-a": {"provisioning": "on-demand", "usd_per_hour": 0.71}},
-                  note="")
+    spot = {"running_seconds": 3600.0, "provisioning": "spot", "usd_per_hour": 0.28,
+            "estimated_usd": 0.28, "status": "TERMINATED"}
+    on_demand = {"running_seconds": 1800.0, "provisioning": "on-demand", "usd_per_hour": 0.71,
+                 "estimated_usd": 0.355, "status": "RUNNING"}
+    a = NodeUsage.model_validate({"running_seconds": 3600.0, "gpu_hours": 1.0,
+                                  "estimated_usd": 0.28, "zones": {"us-central1-a": spot}})
+    b = NodeUsage.model_validate({"running_seconds": 1800.0, "gpu_hours": 0.5,
+                                  "estimated_usd": 0.355, "zones": {"us-central1-a": on_demand}})
     merged = merge_usage([a, b, None])
     assert merged is not None and merged.model_dump() == {
         "running_seconds": 5400.0, "gpu_hours": 1.5, "estimated_usd": pytest.approx(0.635),
-        "zones": {"us-central1-a": {"provisioning": "spot", "usd_per_hour": 0.28},
-                  "us-central1-a (node 2)": {"provisioning": "on-demand", "usd_per_hour": 0.71}},
+        "zones": {"us-central1-a": spot, "us-central1-a (node 2)": on_demand},
         "note": "usage unavailable for node 3"}
     assert merge_usage([a]) is a and merge_usage([None]) is None
