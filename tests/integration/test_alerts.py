@@ -6,13 +6,10 @@ its window (shortened from 26 h to 10 s in a copy of the file: Prefect's minimum
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ import httpx
 import yaml
 
 from tasks.alerts import ALERTS_FILE
+from tests.fakes.loopback import JsonHandler, LoopbackServer
 from tests.support.paths import PREFECT, ROOT
 from tests.support.prefect import prefect_server as start_server
 
@@ -27,17 +25,12 @@ SLM = str(Path(sys.executable).parent / "slm-nightly")
 FAILED, STALE = "slm-nightly — night failed", "slm-nightly — no night completed in 26 h"
 
 
-class _Hook(BaseHTTPRequestHandler):
+class _Hook(JsonHandler):
     posts: list[dict[str, Any]] = []
 
     def do_POST(self) -> None:  # noqa: N802
-        _Hook.posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
+        _Hook.posts.append(self.read_json())
+        self.send_json(200, "")
 
 
 def _cli(cmd: list[str], env: dict[str, str], timeout: float = 180) -> str:
@@ -66,15 +59,14 @@ def test_alerts_install_and_fire_on_a_failed_night_and_on_no_completed_night(
     from prefect.blocks.system import Secret
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    hook = HTTPServer(("127.0.0.1", 0), _Hook)
-    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    hook = LoopbackServer(_Hook).__enter__()
     _Hook.posts = []
     try:
         with start_server(tmp_path / "prefect-home") as env:
             api = env["PREFECT_API_URL"]
             with temporary_settings(updates={PREFECT_API_URL: api}):
                 CustomWebhookNotificationBlock(
-                    name="ops", url=f"http://127.0.0.1:{hook.server_address[1]}/alert",
+                    name="ops", url=f"{hook.url}/alert",
                     json_data={"subject": "{{subject}}", "body": "{{body}}"}).save("ops-hook")
                 Secret(value="x").save("not-a-hook")
             install = [SLM, "alerts", "install", "--notify-block", "custom-webhook/ops-hook"]
@@ -146,4 +138,4 @@ def test_alerts_install_and_fire_on_a_failed_night_and_on_no_completed_night(
             assert str(missing) in body and body.endswith(
                 "\nSummary: slm-nightly status --profile gcp"), body
     finally:
-        hook.shutdown()
+        hook.__exit__(None, None, None)

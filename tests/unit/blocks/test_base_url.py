@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from blocks.inference import InferenceEndpoint, server_root
 from tasks.compute.inference_server import models_ready, probe, wait_ready
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import json_schema
+from tests.fakes.loopback import JsonHandler, LoopbackServer
 
 ANSWER = json.dumps({"choices": [{"message": {"content": json.dumps(
     {"entities": [{"name": "Ada", "type": "Person", "description": ""}], "relationships": []})},
@@ -41,43 +40,26 @@ def test_the_block_keeps_the_servers_root(given: str, root: str) -> None:
 def server() -> Iterator[tuple[str, list[str]]]:
     paths: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, status: int, body: str) -> None:
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             paths.append(self.path)
             if self.path == "/v1/models":
-                self._send(200, '{"data": [{"id": "m"}]}')
+                self.send_json(200, '{"data": [{"id": "m"}]}')
             elif self.path == "/health":
-                self._send(200, "{}")
+                self.send_json(200, "{}")
             else:
-                self._send(404, '{"error": "not found"}')
+                self.send_json(404, '{"error": "not found"}')
 
         def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
+            self.read_body()
             paths.append(self.path)
             if self.path == "/v1/chat/completions":
-                self._send(200, ANSWER)
+                self.send_json(200, ANSWER)
             else:
-                self._send(404, '{"error": "not found"}')
+                self.send_json(404, '{"error": "not found"}')
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", paths
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with LoopbackServer(Handler, poll=0.05) as srv:
+        yield srv.url, paths
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])

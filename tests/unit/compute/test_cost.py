@@ -12,8 +12,9 @@ RATES = {"spot_usd_per_hour": 0.28, "on_demand_usd_per_hour": 0.71}
 def test_a_stopped_spot_span_costs_its_seconds_at_the_spot_rate() -> None:
     used = zone_usage(status="TERMINATED", last_start=1000.0, last_stop=2800.0, spot=True,
                       since=1000.0, now=9000.0, **RATES)
-    assert used is not None and used.model_dump() == {"running_seconds": 1800.0, "provisioning": "spot", "usd_per_hour": 0.28,
-                    "estimated_usd": 0.14, "status": "TERMINATED"}
+    assert used is not None and used.model_dump() == {
+        "running_seconds": 1800.0, "provisioning": "spot", "usd_per_hour": 0.28,
+        "estimated_usd": 0.14, "status": "TERMINATED"}
 
 
 def test_a_node_still_up_is_counted_to_now_at_the_on_demand_rate() -> None:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from tasks.extraction.calls import extract_document
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import Extraction, json_schema
+from tests.fakes.loopback import JsonHandler, LoopbackServer
 
 SCHEMA = json_schema(4, 4)
 # What the servers really answer when a prompt does not fit (vLLM, llama.cpp, llama-cpp-python)
@@ -46,38 +45,28 @@ class Scripted:
         self.requests: list[tuple[float, str]] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                user = body["messages"][1]["content"]
+                user = self.read_json()["messages"][1]["content"]
                 outer.requests.append((time.monotonic(), user))
                 if outer.route:
                     status, headers, text = outer.route(user)
                 else:
                     status, headers, text = (outer.script.pop(0) if len(outer.script) > 1
                                              else outer.script[0])
-                data = text.encode()
-                self.send_response(status)
-                for k, v in {"Content-Type": "application/json", **headers}.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                rest = {k: v for k, v in headers.items() if k != "Content-Type"}
+                self.send_body(status, text.encode(),
+                               headers.get("Content-Type", "application/json"), rest)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.loopback = LoopbackServer(Handler, poll=0.05)
+        self.url = self.loopback.url
 
     def __enter__(self) -> Scripted:
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
+        self.loopback.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.__exit__(*exc)
 
     def gaps(self) -> list[float]:
         times = [t for t, _ in self.requests]
