@@ -1,0 +1,86 @@
+"""The rows phase 1 writes without the model (tasks/extraction/answers.py _deterministic, through
+build_batch): a transcript's meeting and participants from its front matter, a contacts file's
+people, their e-mail addresses and organizations — exact rows, worked out by hand."""
+
+from dataclasses import replace
+
+from tasks.extraction.answers import BatchReport, build_batch
+from tasks.extraction.calls import DocOutcome
+from tasks.extraction.documents import Document
+from tasks.graph.store import EntityRow
+from tasks.ontology import DEFAULT_SCHEMA, load_schema
+
+
+def transcript(metadata: dict[str, object]) -> Document:
+    return Document("transcripts/m.md", "transcripts", "/x/m.md", "h-m", "", metadata)
+
+
+def contacts(*records: dict[str, object]) -> Document:
+    full = [{"name": "", "title": "", "emails": [], "phones": [], "organization": None, **r}
+            for r in records]
+    return Document("contacts/c.json", "contacts", "/x/c.json", "h-c", "", {}, full)
+
+
+def rels(batch: object) -> list[tuple[str, str, str, list[str], str]]:
+    return sorted((r.src, r.type, r.dst, r.doc_ids, r.description)
+                  for r in batch.relationships.values())  # type: ignore[attr-defined]
+
+
+def test_a_transcripts_meeting_and_its_people_come_from_its_front_matter() -> None:
+    d = transcript({"title": "Budget review", "meeting_id": "M7",
+                    "participants": ["Ada Lovelace", "Grad A", "Dr. Charles Babbage"]})
+    report = BatchReport()
+    batch = build_batch([DocOutcome(d, [])], "m", {}, report)
+    assert batch.entities == {
+        "Event:budget review": EntityRow("Event:budget review", "Event", "Budget review",
+                                         description="Meeting M7"),
+        "Person:ada lovelace": EntityRow("Person:ada lovelace", "Person", "Ada Lovelace"),
+        "Person:charles babbage": EntityRow("Person:charles babbage", "Person",
+                                            "Charles Babbage", aliases=["Dr. Charles Babbage"])}
+    assert rels(batch) == [
+        ("Person:ada lovelace", "PARTICIPATED_IN", "Event:budget review", [d.id], ""),
+        ("Person:charles babbage", "PARTICIPATED_IN", "Event:budget review", [d.id], "")]
+    # no chunk names them: mentions without chunk indexes
+    assert batch.mentions[("Person:ada lovelace", d.id)] == set()
+    assert not report.pruned_relationships and not report.rejected_entity_types
+
+
+def test_a_meeting_without_a_title_or_id_is_named_by_its_document() -> None:
+    batch = build_batch([DocOutcome(transcript({}), [])], "m", {}, BatchReport())
+    assert list(batch.entities.values()) == [
+        EntityRow("Event:transcripts m md", "Event", "transcripts/m.md", description="Meeting")]
+    assert rels(batch) == []
+
+
+def test_contacts_join_by_email_and_work_for_their_organization() -> None:
+    d = contacts({"name": "Ada Lovelace", "title": "Engineer", "emails": ["ada@x.org"],
+                  "phones": ["+44 1"], "organization": "Acme Ltd"},
+                 {"name": "A. King", "emails": ["ada@x.org", "ak@y.org"]},
+                 {"name": "Bob Stone", "emails": ["bob@x.org"]})
+    known = {"bob@x.org": "Person:robert stone"}  # an address the graph already holds
+    batch = build_batch([DocOutcome(d, [])], "m", known, BatchReport())
+    assert batch.entities["Person:ada lovelace"] == EntityRow(
+        "Person:ada lovelace", "Person", "Ada Lovelace", aliases=["A. King"],
+        description="Engineer", emails=["ada@x.org", "ak@y.org"], phones=["+44 1"])
+    assert batch.entities["Person:robert stone"].aliases == ["Bob Stone"]
+    assert "Person:bob stone" not in batch.entities and "Person:a. king" not in batch.entities
+    assert batch.entities["Organization:acme ltd"].name == "Acme Ltd"
+    assert rels(batch) == [("Person:ada lovelace", "WORKS_FOR", "Organization:acme ltd",
+                            [d.id], "Engineer")]
+    assert known == {"bob@x.org": "Person:robert stone", "ada@x.org": "Person:ada lovelace",
+                     "ak@y.org": "Person:ada lovelace"}
+
+
+def test_a_schema_without_the_pattern_prunes_the_relationship_and_keeps_the_rows() -> None:
+    schema = load_schema(DEFAULT_SCHEMA)
+    assert schema.node("Event") and schema.allows("Person", "WORKS_FOR", "Organization")
+    no_pattern = replace(schema, patterns=frozenset(
+        p for p in schema.patterns if p[1] not in {"WORKS_FOR", "PARTICIPATED_IN"}))
+    report = BatchReport()
+    d = contacts({"name": "Ada Lovelace", "organization": "Acme Ltd"})
+    t = transcript({"title": "T", "participants": ["Ada Lovelace"]})
+    batch = build_batch([DocOutcome(d, []), DocOutcome(t, [])], "m", {}, report, no_pattern)
+    assert rels(batch) == []
+    assert report.pruned_relationships == {"Person WORKS_FOR Organization": 1,
+                                           "Person PARTICIPATED_IN Event": 1}
+    assert set(batch.entities) == {"Person:ada lovelace", "Organization:acme ltd", "Event:t"}
