@@ -156,3 +156,44 @@ def test_a_bad_example_is_named(tmp_path: Path, entities: str, rel: str, says: s
     with pytest.raises(ConfigError) as e:
         load_schema(p)
     assert str(e.value) == f"graph schema {p.resolve()}: {says}"
+
+
+def test_the_refusal_is_the_whole_message_one_line_per_fault(tmp_path: Path) -> None:
+    text = SMALL.format(mode="drop").replace('label = "Person"', 'label = "Person) DETACH (n"')
+    p = write(tmp_path, text.replace('type = "RELATED_TO"', 'type = "related to"'))
+    with pytest.raises(ConfigError) as e:
+        load_schema(p)
+    fix = (f"fix the file (the shipped one is {DEFAULT_SCHEMA}), or point the profile's "
+           "[extraction] schema at another")
+    assert str(e.value) == (
+        f"graph schema {p}: invalid —\n"
+        "  node.0.label: node label 'Person) DETACH (n' must be an identifier starting with a "
+        "capital (e.g. 'Person')\n"
+        "  relationship.1.type: relationship type 'related to' must be upper case with "
+        "underscores (e.g. 'WORKS_FOR')\n" + fix)
+    taken = write(tmp_path, SMALL.format(mode="drop").replace('label = "Organization"',
+                                                              'label = "Entity"'), "t.toml")
+    with pytest.raises(ConfigError) as e:
+        load_schema(taken)
+    assert str(e.value) == (
+        f"graph schema {taken}: invalid —\n"
+        "  node.1.label: node label 'Entity' is the graph's own — choose another name\n" + fix)
+    robot = write(tmp_path, SMALL.format(mode="drop").replace(
+        '["Person", "WORKS_FOR", "Organization"]', '["Person", "WORKS_FOR", "Robot"]'), "r.toml")
+    with pytest.raises(ConfigError) as e:  # a fault of the whole file: no place in it
+        load_schema(robot)
+    assert str(e.value).splitlines()[1] == (
+        "  (file): patterns[0] ['Person', 'WORKS_FOR', 'Robot']: 'Robot' is not a node label "
+        "(Person, Organization, or '*')")
+
+
+def test_the_digest_is_pinned_and_every_pattern_counts(tmp_path: Path) -> None:
+    # The digest is stored in every extracted document's version: a change to how it is made
+    # re-extracts every graph. Pinned for a file with a non-ASCII description; move the pin
+    # only on purpose (and say so in the release notes).
+    s = load_schema(write(tmp_path, SMALL.format(mode="drop").replace("A human.", "Un café."),
+                          "p.toml"))
+    assert s.digest() == "2bd03ae782302c84" and s.path == str(tmp_path / "p.toml")
+    one_less = SMALL.format(mode="drop").replace('["Person", "WORKS_FOR", "Organization"], ', "")
+    assert load_schema(write(tmp_path, one_less, "q.toml")).digest() != \
+        load_schema(write(tmp_path, SMALL.format(mode="drop"), "r.toml")).digest()
