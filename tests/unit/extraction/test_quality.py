@@ -194,3 +194,80 @@ def test_a_schemas_properties_are_asked_for_and_kept_for_their_type_only(tmp_pat
     assert batch.entities["Organization:acme"].properties == {}
     assert report.dropped_fields == {"entities[].properties.colour": 1,
                                      "entities[].properties.role": 1}
+
+
+def test_every_count_of_an_answer_is_exact() -> None:
+    text = "Ann Lee works at Acme. Bob Stone likes Acme and the budget."
+    d = doc("c.md", text)
+    ex = answer([("Ann Lee", "Person"), ("Acme", "Organization"), ("Bob Stone", "Person"),
+                 ("Zed", "Spaceship"), ("Zed", "Spaceship"), ("Nameless", ""),
+                 ("  ", "Person"), ("the budget", "Decision")],
+                [("Ann Lee", "EMPLOYED_BY", "Acme"),     # a synonym: WORKS_FOR, not remapped
+                 ("Bob Stone", "LIKES", "Acme"),         # no such type: RELATED_TO, remapped
+                 ("bob stone", "LIKES", "the budget"),   # case aside; remapped again
+                 ("Ann Lee", "WORKS_FOR", "Nobody"),     # no such name: dangling
+                 ("Ann Lee", "RELATED_TO", "ann lee"),   # itself: dangling
+                 ("Ann Lee", "LOCATED_IN", "the budget"),   # no pattern: pruned
+                 ("Bob Stone", "LOCATED_IN", "the budget"),
+                 ("Acme", "WORKS_FOR", "Ann Lee"),       # backwards: turned around
+                 ("Acme", "WORKS_FOR", "Bob Stone")])
+    ex.entities[1].description = "A firm. " + "x" * 600
+    ex.relationships[0].description = "since 2020 " + "y" * 600
+    ex.repairs.rejected_entity_types["Robot"] += 1  # mended on the way in (schema.py)
+    ex.repairs.remapped_relationship_types["KNOWS"] += 1
+    report = BatchReport()
+    batch = build_batch([outcome(d, (0, len(text), [ex]))], "m", {}, report)
+    assert report.rejected_entity_types == {"Robot": 1, "Spaceship": 2, "(empty)": 1,
+                                            "Person": 1}
+    assert report.remapped_relationship_types == {"KNOWS": 1, "LIKES": 2}
+    assert (report.dangling_relationships, report.grounded_names, report.ungrounded_names) == \
+        (2, 4, 0)
+    assert report.pruned_relationships == {"Person LOCATED_IN Decision": 2}
+    assert report.reversed_relationships == {"Organization WORKS_FOR Person": 2}
+    assert batch.entities["Organization:acme"].description == ("A firm. " + "x" * 600)[:500]
+    works = batch.relationships[("Person:ann lee", "WORKS_FOR", "Organization:acme")]
+    assert (works.doc_ids, works.description, works.chunks) == (
+        [d.id], ("since 2020 " + "y" * 600)[:500], [f"{d.id}#0"])
+    assert sorted(batch.relationships) == [
+        ("Person:ann lee", "WORKS_FOR", "Organization:acme"),
+        ("Person:bob stone", "RELATED_TO", "Decision:the budget"),
+        ("Person:bob stone", "RELATED_TO", "Organization:acme"),
+        ("Person:bob stone", "WORKS_FOR", "Organization:acme")]
+
+
+def test_a_name_resolves_within_its_chunk_first_then_the_document() -> None:
+    text = "Ann Lee of Acme. Ann Lee owns Acme, the product."
+    d = doc("r.md", text)
+    first = answer([("Ann Lee", "Person"), ("Acme", "Organization")])
+    second = answer([("Acme", "Product")], [("Ann Lee", "OWNS", "Acme")])
+    batch = build_batch([outcome(d, (0, 16, [first]), (17, len(text), [second]))], "m", {},
+                        BatchReport())
+    # "Acme" of chunk 1 is the product; "Ann Lee", named only in chunk 0, by the document
+    assert list(batch.relationships) == [("Person:ann lee", "OWNS", "Product:acme")]
+
+
+def test_fallback_mode_keeps_an_unknown_pattern_as_the_fallback_and_counts_it() -> None:
+    from dataclasses import replace
+
+    d = doc("f.md", "Ann Lee spoke on the budget.")
+    o = outcome(d, (0, len(d.text), [answer(
+        [("Ann Lee", "Person"), ("the budget", "Decision")],
+        [("Ann Lee", "LOCATED_IN", "the budget"), ("Ann Lee", "OWNS", "the budget"),
+         ("Ann Lee", "DECIDED", "the budget")])]))
+    report = BatchReport()
+    batch = build_batch([o], "m", {}, report, replace(default_schema(),
+                                                       unknown_patterns="fallback"))
+    assert sorted(batch.relationships) == [("Person:ann lee", "DECIDED", "Decision:the budget"),
+                                           ("Person:ann lee", "RELATED_TO", "Decision:the budget")]
+    assert report.remapped_relationship_types == {"Person RELATED_TO Decision": 2}
+    assert report.pruned_relationships == {}
+
+
+def test_ungrounded_names_are_sampled_twenty_and_cut_to_eighty_characters() -> None:
+    d = doc("u.md", "Nothing here.")
+    names = [f"Topic {i:02d} " + "z" * 100 for i in range(21)]
+    report = BatchReport()
+    build_batch([outcome(d, (0, len(d.text), [answer([(n, "Topic") for n in names])]))], "m",
+                {}, report)
+    assert report.ungrounded_names == 21
+    assert report.ungrounded == [f"{d.id}#0: {n[:80]}" for n in names[:20]]
