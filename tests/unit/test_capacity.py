@@ -127,17 +127,39 @@ def test_a_budget_of_nothing_gives_no_estimate() -> None:
     assert c.note == "no estimate for the backlog: a phase-1 budget of 0 s holds no work"
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("backlog_documents", -1, "backlog_documents = -1 is negative"),
-    ("phase1_seconds", -0.5, "phase1_seconds = -0.5 is negative"),
-    ("nodes", 0, "nodes = 0; pass the number of nodes phase 1 ran on"),
-])
-def test_impossible_inputs_are_refused_by_name(field: str, value: float, message: str) -> None:
+@pytest.mark.parametrize(("field", "value"), [
+    ("extracted_documents", -1), ("completion_tokens", -2), ("prompt_tokens", -3),
+    ("phase1_seconds", -0.5), ("backlog_documents", -1), ("backlog_tokens", -7)])
+def test_impossible_inputs_are_refused_by_name(field: str, value: float) -> None:
     args = {"extracted_documents": 1, "completion_tokens": 1, "prompt_tokens": 1,
             "phase1_seconds": 1.0, "phase1_budget_seconds": 1.0, "backlog_documents": 0,
             "backlog_tokens": 0, "nodes": 1, field: value}
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError) as e:
         capacity_report(**args)  # type: ignore[arg-type]
+    assert str(e.value) == (f"capacity_report: {field} = {value} is negative; pass the count "
+                            "or time phase 1 measured (0 when none)")
+    with pytest.raises(ValueError) as e:
+        capacity_report(**{**args, field: 0, "nodes": 0})  # type: ignore[arg-type]
+    assert str(e.value) == ("capacity_report: nodes = 0; pass the number of nodes phase 1 "
+                            "ran on (at least 1)")
+
+
+def test_one_document_in_half_a_second_is_a_rate_and_half_a_second_a_budget() -> None:
+    # 1 document in 0.46 s (7,826.1 documents/h; shown 0.5 s), 2 pending on a 0.5 s budget:
+    # 2 × 0.46 / 1 / 0.5 = 1.84 → 2 nights, or 2 nodes
+    c = capacity_report(extracted_documents=1, completion_tokens=10, prompt_tokens=10,
+                        phase1_seconds=0.46, phase1_budget_seconds=0.5,
+                        backlog_documents=2, backlog_tokens=20, nodes=1)
+    assert (c.phase1_seconds, c.documents_per_hour, c.nights_to_clear,
+            c.nodes_to_clear_in_one_night, c.note) == (0.5, 7826.1, 2, 2, None)
+
+
+def test_every_reason_for_no_estimate_is_in_the_note() -> None:
+    c = capacity_report(extracted_documents=0, completion_tokens=0, prompt_tokens=0,
+                        phase1_seconds=0.0, phase1_budget_seconds=None,
+                        backlog_documents=4, backlog_tokens=40, nodes=1)
+    assert c.note == ("no phase-1 budget given: a night is tonight's phase-1 time; no estimate "
+                      "for the backlog: nothing was extracted tonight, so no rate was measured")
 
 
 def test_the_summary_carries_and_renders_the_capacity() -> None:
