@@ -211,3 +211,36 @@ def _only_train(tmp: Path) -> Path:
     p = tmp / "train.jsonl"
     p.write_text(json.dumps({"id": "x", "split": "train", "text": "t"}) + "\n")
     return p
+
+
+def test_a_partial_answer_lists_what_it_missed_and_got_wrong_and_recall_by_kind() -> None:
+    (case,) = [c for c in load_gold(GOLD, "validation")[0] if c.id == "fixture/committee#0"]
+    manly, gp = _ent("Person", "Mr. Manly"), _ent("Organization", "GP")  # by their aliases
+    may = _ent("Topic", "Elizabeth May")  # the right name, the wrong type
+    nameless = PredictedEntity("Topic:x", "Topic", ())
+    pred = CasePrediction(case.id, [manly, gp, may, nameless],
+                          [(manly.key, "MEMBER_OF", gp.key), (manly.key, "WORKS_FOR", gp.key)],
+                          grounded=3, ungrounded=1)
+    s = score_case(case, pred)
+    assert (s.case_id, s.split, s.complete, s.error, s.error_type) == (
+        "fixture/committee#0", "validation", True, None, None)
+    assert s.missed == ["Person Elizabeth May", "Elizabeth May MEMBER_OF Green Party"]
+    assert s.wrong == ["Topic Elizabeth May", "Topic Topic:x",
+                       f"{manly.key} WORKS_FOR {gp.key}"]
+    assert s.gold_kinds == {"entity:speaker": 2, "found:entity:speaker": 1, "entity:party": 1,
+                            "found:entity:party": 1, "relationship:party": 2,
+                            "found:relationship:party": 1}
+    overall, _, _ = score([case], {case.id: pred})
+    assert overall["recall_by_kind"] == {
+        "entity:party": {"gold": 1, "found": 1, "recall": 1.0},
+        "entity:speaker": {"gold": 2, "found": 1, "recall": 0.5},
+        "relationship:party": {"gold": 2, "found": 1, "recall": 0.5}}
+    assert (overall["cases"], overall["complete_cases"], overall["failed_cases"]) == (1, 1, 0)
+    assert overall["resolution"] == {"over_split": 0, "over_split_rate": 0.0, "matched_gold": 3,
+                                     "over_merge": 0, "over_merge_rate": 0.0, "matched_keys": 3}
+    # 4 predictions: 3 right by name, 2 by type too; 1 of the 2 triples right
+    strict = overall["entities"]["type_strict"]
+    assert (strict["correct"], strict["predictions"], strict["found"], strict["gold"]) == \
+        (2, 4, 2, 3)
+    rel = overall["relationships"]
+    assert (rel["correct"], rel["predictions"], rel["found"], rel["gold"]) == (1, 2, 1, 2)
