@@ -172,12 +172,14 @@ _DOWN = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.W
 
 @dataclass
 class Usage:
+    """What a client's calls used: requests, tokens both ways, retries, unusable answers."""
+
     calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     retries: int = 0
     # answers that broke the schema (or were no JSON), by reason: {"entities: maxItems": 2}
     unusable_answers: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     def add(self, other: Usage) -> None:
         self.calls += other.calls

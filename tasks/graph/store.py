@@ -30,6 +30,9 @@ def now_iso() -> str:
 
 @dataclass
 class EntityRow:
+    """One entity as the batch upserts it: merged by `key` (the resolver's "Type:name"),
+    across the batch's documents (`merge`) and then into the graph node of that key."""
+
     key: str
     type: str
     name: str
@@ -55,6 +58,8 @@ class EntityRow:
 
 @dataclass
 class RelRow:
+    """One relationship between two entity keys, with the documents and chunks stating it."""
+
     src: str
     type: str
     dst: str
