@@ -24,7 +24,7 @@ from typing import Any
 
 from tasks.errors import ConfigError
 from tasks.files import replacing
-from tasks.records import SyncReport
+from tasks.records import SyncReport, error_text
 
 ENV_BUCKET = "SLM_YOYO_WEIGHTS_GCS_BUCKET"
 
@@ -98,7 +98,7 @@ def sync_folder(local: Path, bucket: Any, prefix: str = "corpus",
         report.uploaded, report.unchanged = GcsFolder(bucket, prefix).push(local, "",
                                                                            include=include)
     except Exception as e:  # noqa: BLE001 - reported in the summary; the local corpus is safe
-        report.error = SyncReport.failed(e).error
+        report.error = error_text(e)
     return report
 
 

@@ -130,11 +130,11 @@ def take(port: int, root: Path, stats: Stats, graph: str, keep: int,
     rdb = falkordb_server.save_rdb(port, folder / "graph.rdb")
     result = GraphSnapshot(name=name, graph=graph, created_at=_now(), run=run,
                            bytes=rdb.stat().st_size, sha256=file_sha256(rdb),
-                           nodes=stats["nodes"], relationships=stats["relationships"])
+                           nodes=stats["nodes"], relationships=stats["relationships"],
+                           path=str(folder))
     write_atomic(folder / "snapshot.json", result.meta())
     for old in list_local(root)[keep:]:
-        shutil.rmtree(str(old.path), ignore_errors=True)
-    result.path = str(folder)
+        shutil.rmtree(old.path, ignore_errors=True)
     if gcs_block:
         from tasks.gcs_sync import _full, _load, sync_folder
 
@@ -189,7 +189,7 @@ def restore(data_dir: Path, snap: GraphSnapshot, load_timeout: float = 600.0) ->
     stopped). Checks the file's sha256 first; returns where the replaced folder was kept."""
     from tasks.graph import falkordb_server
 
-    rdb = Path(str(snap.path)) / "graph.rdb"
+    rdb = Path(snap.path) / "graph.rdb"
     if not rdb.is_file():
         raise ConfigError(f"graph snapshot {snap.name}: {rdb} is missing")
     if file_sha256(rdb) != snap.sha256:

@@ -35,7 +35,7 @@ from tasks.records.extraction import (
     grounded_precision,
 )
 from tasks.records.smoke import SmokePhase, SmokeResult
-from tasks.records.storage import CheckpointCopy, SyncReport
+from tasks.records.storage import CheckpointCopy, SyncReport, error_text
 from tasks.records.summary import (
     V1_ALWAYS_WRITTEN,
     V1_EXTRACTION_FIELDS,
@@ -120,6 +120,7 @@ __all__ = [
     "TrainingMarker",
     "TrainingResult",
     "V1_ALWAYS_WRITTEN",
+    "error_text",
     "ZoneSpan",
     "V1_EXTRACTION_FIELDS",
     "check_transition",

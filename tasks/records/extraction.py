@@ -67,7 +67,7 @@ class GraphSnapshot(_Given):
     sha256: str
     nodes: dict[str, int]
     relationships: dict[str, int]
-    path: str | None = None  # the local folder holding graph.rdb (not in snapshot.json)
+    path: str  # the local folder holding graph.rdb (not in snapshot.json)
     reused: bool | None = None  # the run wrote nothing: the newest snapshot still holds it
     gcs: str | None = None  # gs://…/graph.rdb, when copied
     gcs_error: str | None = None  # why the copy to GCS failed (the local one stands)

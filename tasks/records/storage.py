@@ -7,6 +7,11 @@ from __future__ import annotations
 from tasks.records.base import _Strict
 
 
+def error_text(e: BaseException, limit: int = 300) -> str:
+    """A copy's error as its reports keep it: the exception's type and the start of its text."""
+    return f"{type(e).__name__}: {str(e)[:limit]}"
+
+
 class SyncReport(_Strict):
     """A folder synced to gs://bucket/prefix (sync_folder): files uploaded (new or changed) and
     left (the same MD5 there). Without a bucket (it could not be loaded) only `error` is set."""
@@ -19,7 +24,7 @@ class SyncReport(_Strict):
 
     @classmethod
     def failed(cls, e: BaseException, limit: int = 300) -> SyncReport:
-        return cls(error=f"{type(e).__name__}: {str(e)[:limit]}")
+        return cls(error=error_text(e, limit))
 
 
 class CheckpointCopy(_Strict):

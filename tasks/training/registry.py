@@ -46,7 +46,7 @@ from tasks.records import (
     PastPromotion,
     PromotedPointer,
     Promotion,
-    SyncReport,
+    error_text,
 )
 
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ class ArtifactStore:
                 self.remote.delete(f"{sub}/{old}", first="trainer_state.json")
                 report.removed.append(old)
         except Exception as e:  # noqa: BLE001 - reported; the local checkpoint is kept
-            report.error = SyncReport.failed(e).error
+            report.error = error_text(e)
         return report
 
     def restore(self, run_digest: str) -> str | None:

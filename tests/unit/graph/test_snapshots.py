@@ -73,7 +73,7 @@ def test_snapshot_json_is_written_as_before_and_unreadable_ones_are_passed_over(
         tmp_path: Path) -> None:
     from tasks.records import GraphSnapshot
 
-    text = GraphSnapshot.model_validate(META).meta()
+    text = GraphSnapshot.model_validate({**META, "path": "/elsewhere"}).meta()
     assert text == json.dumps(META, indent=2, sort_keys=True)  # the file before the record
     good = _write(tmp_path, META["name"], text)
     _write(tmp_path, "20261201T000000000000Z-broken", "{not json")
