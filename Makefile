@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/ll
 run: $(STAMP)
 	$(VENV)/bin/slm-nightly run --profile local --summary .slm-nightly/last-summary.json
 
-# Both tiers: the unit tier first (no servers, no models; ~85 s on 2 cores), then the integration
+# Both tiers: the unit tier first (no servers, no models; ~50 s on 2 cores), then the integration
 # tier (real FalkorDB, llama.cpp, Prefect servers).
 test: lint
 	$(PY) -m pytest tests/unit

@@ -31,86 +31,89 @@ _REMOVED = {
 class NodeServeSettings(BaseModel):
     """The node's engine (llama.cpp or vLLM on one L4, 24 GB), its offline boot and its worker."""
 
-    model_config = ConfigDict(extra="forbid")
-    engine: Literal["llama.cpp", "vllm"] = Field(
-        default="llama.cpp",
-        description="Inference engine on the node. llama.cpp (llama-server, built for CUDA by "
-                    "`python -m tasks.llama_build install --variant cuda`) loads the OLMo 3 "
-                    "GGUF; vLLM does not (its GGUF loader has no "
-                    "olmo2: vllm-project/vllm#30691). Needs the inference block's dialect to "
-                    "match (llama.cpp → \"llama.cpp\", vllm → \"vllm\").")
-    project_dir: str = Field(
-        default="/opt/slm-nightly",
-        description="The node's checkout of this project with its one .venv (the project, its "
-                    "GPU torch and the engine): the worker is {project_dir}/.venv/bin/prefect.")
-    model_path: str = Field(
-        default="/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf",
-        description="GGUF weights on the node's disk (32B Think, Q3_K_M: ~16 GB, fits an L4).")
-    model_architecture: str = Field(
-        default="olmo2",
-        description="The GGUF's general.architecture (llama.cpp's converter writes OLMo 3 as "
-                    "olmo2): checked against the engine's own list before the node boots.")
-    tokenizer: str = Field(
-        default="/opt/models/Olmo-3-32B-Think",
-        description="Absolute path of the model's tokenizer folder on the node (vLLM loads it; "
-                    "llama.cpp uses the GGUF's own). Never a hub id: the node boots offline.")
-    hf_home: str = Field(
-        default="/opt/slm-hf",
-        description="HF_HOME of the engine and the worker (the 7B training base is in its "
-                    "hub cache); the boot sets HF_HUB_OFFLINE=1, so nothing is downloaded.")
-    service_user: str = Field(default="slm", description="Unix user the engine and the worker "
-                              "run as (the startup script creates it if missing).")
-    gpu_memory_utilization: float = Field(default=0.92, gt=0.1, le=0.98,
-                                          description="vLLM only.")
-    structured_outputs_backend: str = Field(default="xgrammar", description="vLLM only.")
-    reasoning_parser: str | None = Field(default="olmo3", description="vLLM only; empty for "
-                                         "non-reasoning models (llama.cpp: the client strips "
-                                         "the reasoning).")
-    max_lora_rank: int = Field(default=64, ge=1, le=512, description="vLLM only.")
-    max_num_seqs: int | None = Field(default=None, ge=1, description="vLLM only; empty = "
-                                     "vLLM's default.")
-    n_gpu_layers: int = Field(default=-1, ge=-1, description="llama.cpp only: layers offloaded "
-                              "to the GPU (-1 = all, `-ngl all --fit off`; the 32B Q3_K_M fits "
-                              "an L4).")
-    kv_cache_type: Literal["f16", "q8_0"] = Field(
-        default="f16", description="llama.cpp only: the KV cache type (-ctk/-ctv; q8_0 turns "
-        "flash attention on, which a quantized V cache needs): q8_0 holds about twice the "
-        "slots of f16 on the same card.")
-    engine_threads: int = Field(
-        default=2, ge=1, le=64, description="llama.cpp only: CPU threads of the engine (-t). "
-        "With every layer on the L4 the CPU only samples and runs the grammar; the "
-        "g2-standard-4's other vCPUs stay with the Prefect worker and its flow runs.")
-    cache_ram_mib: int = Field(
-        default=2048, ge=0, description="llama.cpp only: host RAM for the prompt cache "
-        "(--cache-ram; llama-server's default is 8 GiB, half of a g2-standard-4).")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    engine: Literal["llama.cpp", "vllm"] = "llama.cpp"
+    """Inference engine on the node. llama.cpp (llama-server, built for CUDA by
+    `python -m tasks.llama_build install --variant cuda`) loads the OLMo 3 GGUF; vLLM does not
+    (its GGUF loader has no olmo2: vllm-project/vllm#30691). Needs the inference block's dialect
+    to match (llama.cpp → "llama.cpp", vllm → "vllm")."""
+    project_dir: str = "/opt/slm-nightly"
+    """The node's checkout of this project with its one .venv (the project, its GPU torch and
+    the engine): the worker is {project_dir}/.venv/bin/prefect."""
+    model_path: str = "/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf"
+    """GGUF weights on the node's disk (32B Think, Q3_K_M: ~16 GB, fits an L4)."""
+    model_architecture: str = "olmo2"
+    """The GGUF's general.architecture (llama.cpp's converter writes OLMo 3 as olmo2): checked
+    against the engine's own list before the node boots."""
+    tokenizer: str = "/opt/models/Olmo-3-32B-Think"
+    """Absolute path of the model's tokenizer folder on the node (vLLM loads it; llama.cpp uses
+    the GGUF's own). Never a hub id: the node boots offline."""
+    hf_home: str = "/opt/slm-hf"
+    """HF_HOME of the engine and the worker (the 7B training base is in its hub cache); the boot
+    sets HF_HUB_OFFLINE=1, so nothing is downloaded."""
+    service_user: str = "slm"
+    """Unix user the engine and the worker run as (the startup script creates it if missing)."""
+
+    # vLLM only.
+    gpu_memory_utilization: float = Field(default=0.92, gt=0.1, le=0.98)
+    """vLLM only."""
+    structured_outputs_backend: str = "xgrammar"
+    """vLLM only."""
+    reasoning_parser: str | None = "olmo3"
+    """vLLM only; empty for non-reasoning models (llama.cpp: the client strips the reasoning)."""
+    max_lora_rank: int = Field(default=64, ge=1, le=512)
+    """vLLM only."""
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """vLLM only; empty = vLLM's default."""
+
+    # llama.cpp only.
+    n_gpu_layers: int = Field(default=-1, ge=-1)
+    """llama.cpp only: layers offloaded to the GPU (-1 = all, `-ngl all --fit off`; the 32B
+    Q3_K_M fits an L4)."""
+    kv_cache_type: Literal["f16", "q8_0"] = "f16"
+    """llama.cpp only: the KV cache type (-ctk/-ctv; q8_0 turns flash attention on, which a
+    quantized V cache needs): q8_0 holds about twice the slots of f16 on the same card."""
+    engine_threads: int = Field(default=2, ge=1, le=64)
+    """llama.cpp only: CPU threads of the engine (-t). With every layer on the L4 the CPU only
+    samples and runs the grammar; the g2-standard-4's other vCPUs stay with the Prefect worker
+    and its flow runs."""
+    cache_ram_mib: int = Field(default=2048, ge=0)
+    """llama.cpp only: host RAM for the prompt cache (--cache-ram; llama-server's default is
+    8 GiB, half of a g2-standard-4)."""
+
     # The model's shape, for the estimate of what fits on the card (tasks/compute/kv_budget.py);
     # the defaults are OLMo 3 32B's (its model card) at Q3_K_M.
-    model_layers: int = Field(default=64, ge=1, description="Transformer layers of the model.")
-    model_kv_heads: int = Field(default=8, ge=1, description="KV heads per layer.")
-    model_head_dim: int = Field(default=128, ge=1, description="Head dimension.")
-    model_sliding_layers: int = Field(default=48, ge=0, description="Layers with sliding-window "
-                                      "attention (their KV cache holds the window only).")
-    model_sliding_window: int = Field(default=4096, ge=0, description="Sliding window, tokens.")
-    model_weights_gib: float = Field(default=15.0, gt=0, description="The GGUF's size in GiB "
-                                     "(the weights on the card).")
-    gpu_memory_gib: float = Field(default=22.5, gt=0, description="Memory of the node's GPU "
-                                  "that llama.cpp can use (an L4 reports 23034 MiB).")
-    extra_args: list[str] = Field(default_factory=list, description="Appended to the engine's "
-                                  "command line as they are.")
-    work_pool: str = Field(default="slm-node", description="Pool the node's Prefect worker serves.")
-    prefect_api_url: str | None = Field(default=None, description="PREFECT_API_URL for the "
-                                        "worker; empty = the node starts no worker.")
-    prefect_api_key_secret: str | None = Field(
-        default=None,
-        description="Secret Manager secret holding PREFECT_API_KEY (read on the node with the "
-                    "node's service account — never put the key itself in instance metadata, "
-                    "which anyone with compute.instances.get can read).")
+    model_layers: int = Field(default=64, ge=1)
+    """Transformer layers of the model."""
+    model_kv_heads: int = Field(default=8, ge=1)
+    """KV heads per layer."""
+    model_head_dim: int = Field(default=128, ge=1)
+    """Head dimension."""
+    model_sliding_layers: int = Field(default=48, ge=0)
+    """Layers with sliding-window attention (their KV cache holds the window only)."""
+    model_sliding_window: int = Field(default=4096, ge=0)
+    """Sliding window, tokens."""
+    model_weights_gib: float = Field(default=15.0, gt=0)
+    """The GGUF's size in GiB (the weights on the card)."""
+    gpu_memory_gib: float = Field(default=22.5, gt=0)
+    """Memory of the node's GPU that llama.cpp can use (an L4 reports 23034 MiB)."""
 
-    engine_api_key_secret: str | None = Field(
-        default=None,
-        description="Secret Manager secret holding the engine's API key, when the inference "
-                    "block has an api_key (the node reads it at boot; the key never goes into "
-                    "metadata).")
+    extra_args: list[str] = Field(default_factory=list)
+    """Appended to the engine's command line as they are."""
+
+    # The node's Prefect worker.
+    work_pool: str = "slm-node"
+    """Pool the node's Prefect worker serves."""
+    prefect_api_url: str | None = None
+    """PREFECT_API_URL for the worker; empty = the node starts no worker."""
+    prefect_api_key_secret: str | None = None
+    """Secret Manager secret holding PREFECT_API_KEY (read on the node with the node's service
+    account — never put the key itself in instance metadata, which anyone with
+    compute.instances.get can read)."""
+    engine_api_key_secret: str | None = None
+    """Secret Manager secret holding the engine's API key, when the inference block has an
+    api_key (the node reads it at boot; the key never goes into metadata)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -13,11 +13,11 @@ from typing import Any
 
 class LoopbackServer:
     """`handler` on `host` (127.x.y.z) and `port` (0: a free one); `url` is its root. `poll`:
-    how often serve_forever looks for shutdown (stop waits for it). `backlog`: the listen
-    queue, for many clients connecting at once."""
+    how often serve_forever looks for shutdown (stop waits for it; stdlib's 0.5 s default was half
+    a second of every test). `backlog`: the listen queue, for many clients connecting at once."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], *, host: str = "127.0.0.1",
-                 port: int = 0, poll: float = 0.5, backlog: int | None = None) -> None:
+                 port: int = 0, poll: float = 0.05, backlog: int | None = None) -> None:
         # a fake node's own "VPC IP" is a loopback address of its own (compute_engine.py)
         if not host.startswith("127."):
             raise ValueError(f"host {host!r}: the fake serves on loopback only (127.x.y.z)")

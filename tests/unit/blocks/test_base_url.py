@@ -58,7 +58,7 @@ def server() -> Iterator[tuple[str, list[str]]]:
             else:
                 self.send_json(404, '{"error": "not found"}')
 
-    with LoopbackServer(Handler, poll=0.05) as srv:
+    with LoopbackServer(Handler) as srv:
         yield srv.url, paths
 
 

@@ -58,7 +58,7 @@ class Scripted:
                 self.send_body(status, text.encode(),
                                headers.get("Content-Type", "application/json"), rest)
 
-        self.loopback = LoopbackServer(Handler, poll=0.05)
+        self.loopback = LoopbackServer(Handler)
         self.url = self.loopback.url
 
     def __enter__(self) -> Scripted:
