@@ -7,6 +7,11 @@ orchestrator → node path: worker polling, a process spawn, imports, result via
     python bench/node_dispatch.py [--query-seconds 10] [--runs 3]
 
 `--query-seconds` is the worker's PREFECT_WORKER_QUERY_SECONDS (Prefect's default: 10).
+
+The deployment is prefect.yaml's `train/node` with one change: its flow runs pull the code from
+this checkout (set_working_directory) instead of the GCS bucket the production deploy pushes it
+to. What the bench measures is the pool's dispatch; a node's pull_from_gcs of the code (~2 MB)
+comes on top, and its time is the node's network to GCS, which no emulator here stands for.
 """
 
 from __future__ import annotations
@@ -22,6 +27,23 @@ import time
 from pathlib import Path
 
 from _common import PREFECT, ROOT, prefect_server, report
+
+
+def node_deployment(tmp: Path) -> Path:
+    """A prefect file holding prefect.yaml's train/node, pulled from this checkout."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text(encoding="utf-8"))
+    (node,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/train.py:train"
+               and d["work_pool"]["name"] == "slm-node"]
+    for key in ("push", "version"):  # the version is the push step's output
+        node.pop(key, None)
+    node["pull"] = [{"prefect.deployments.steps.set_working_directory": {
+        "directory": str(ROOT)}}]
+    path = tmp / "prefect.yaml"
+    path.write_text(yaml.safe_dump({"name": spec["name"], "deployments": [node]}),
+                    encoding="utf-8")
+    return path
 
 
 def main() -> None:
@@ -72,9 +94,13 @@ def main() -> None:
     with prefect_server(tmp / "prefect-home", PREFECT_LOGGING_LEVEL="WARNING") as env, \
             temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}):
         for argv in (["work-pool", "create", "slm-node", "--type", "process", "--overwrite"],
-                     ["--no-prompt", "deploy", "--name", "node"]):
-            subprocess.run([PREFECT, *argv], cwd=ROOT, env=env, check=True,
-                           capture_output=True)
+                     ["--no-prompt", "deploy", "--prefect-file", str(node_deployment(tmp)),
+                      "--name", "train/node"]):
+            done = subprocess.run([PREFECT, *argv], cwd=ROOT, env=env, capture_output=True,
+                                  text=True)
+            if done.returncode:
+                sys.exit(f"node_dispatch: prefect {' '.join(argv)} exited {done.returncode}:\n"
+                         f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
         card = scorecard(profile=str(profile))
         bucket = card.training_pending[0]
         dataset = next((tmp / "state" / "datasets" / bucket).glob("*.parquet"))

@@ -11,7 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tasks.compute.inference_server import server_exit
+from tasks.errors import ServerError
 from tasks.processes import ManagedServer, exit_description
 
 IDLE = [sys.executable, "-c", "import time; time.sleep(60)", "--marker-for-test"]
@@ -77,3 +80,30 @@ def test_owner_alive_tells_a_reused_pid_apart():
     p = subprocess.Popen(["true"])
     p.wait()
     assert owner_alive(p.pid, None) is False
+
+
+def test_a_server_is_seen_ready_within_half_a_second_of_answering(tmp_path: Path) -> None:
+    """The readiness poll's waits stop growing at 0.5 s: a server that answers 2.2 s after its
+    start is seen by 2.7 s (the former 1.5x backoff from 0.25 s looked at 2.03 s, then 3.30 s)."""
+    server = ManagedServer("ready-test", tmp_path)
+    t0 = time.monotonic()
+    rec = server.start(IDLE, 0, marker="--marker-for-test",
+                       ready=lambda: time.monotonic() - t0 >= 2.2, timeout=10)
+    seen = time.monotonic() - t0
+    try:
+        assert 2.2 <= seen < 3.0, seen
+        assert json.loads(server.pid_file.read_text())["pid"] == rec.pid
+        # the PID file written whole, no temporary file beside it
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ready-test.log",
+                                                              "ready-test.pid.json"]
+    finally:
+        assert server.stop(grace=5.0) is True
+
+
+def test_a_server_that_exits_while_starting_is_an_error_with_its_log(tmp_path: Path) -> None:
+    server = ManagedServer("dies", tmp_path)
+    code = [sys.executable, "-c", "import sys; print('no model here'); sys.exit(2)", "--m2"]
+    with pytest.raises(ServerError, match=r"^dies exited with code 2 while starting; last log "
+                                          r"lines:\n(.|\n)*no model here"):
+        server.start(code, 0, marker="--m2", ready=lambda: False, timeout=10)
+    assert not server.pid_file.exists()
