@@ -83,15 +83,16 @@ def test_owner_alive_tells_a_reused_pid_apart():
 
 
 def test_a_server_is_seen_ready_within_half_a_second_of_answering(tmp_path: Path) -> None:
-    """The readiness poll's waits stop growing at 0.5 s: a server that answers 2.2 s after its
-    start is seen by 2.7 s (the former 1.5x backoff from 0.25 s looked at 2.03 s, then 3.30 s)."""
+    """The readiness poll's waits grow from 0.05 s and stop at 0.5 s: a server that answers
+    0.65 s after its start is seen at the check of 0.75 s (the former 1.5x backoff from 0.25 s
+    looked at 0.625 s, then at 1.19 s)."""
     server = ManagedServer("ready-test", tmp_path)
     t0 = time.monotonic()
     rec = server.start(IDLE, 0, marker="--marker-for-test",
-                       ready=lambda: time.monotonic() - t0 >= 2.2, timeout=10)
+                       ready=lambda: time.monotonic() - t0 >= 0.65, timeout=10)
     seen = time.monotonic() - t0
     try:
-        assert 2.2 <= seen < 3.0, seen
+        assert 0.65 <= seen < 1.05, seen
         assert json.loads(server.pid_file.read_text())["pid"] == rec.pid
         # the PID file written whole, no temporary file beside it
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ready-test.log",
