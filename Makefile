@@ -31,14 +31,16 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/ll
 run: $(STAMP)
 	$(VENV)/bin/slm-nightly run --profile local --summary .slm-nightly/last-summary.json
 
-# Both tiers: the unit tier first (no servers, no models; ~50 s on 2 cores), then the integration
+# Both tiers: the unit tier first (no servers, no models; ~55 s in one process), then the integration
 # tier (real FalkorDB, llama.cpp, Prefect servers).
 test: lint
 	$(PY) -m pytest tests/unit
 	$(PY) -m pytest tests/integration
 
+# The unit tier on both cores (pytest-xdist: ~40 s on 2 cores, against ~55 s in one process).
+# `make test` runs it in one process, as CI does: its timing tests never share a core there.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -n 2 tests/unit
 
 # Mutation testing of the pure core, judged by the unit tier alone (mutmut; its settings are
 # pyproject.toml's [tool.mutmut]): plants one small bug at a time in the functions below and
