@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 
-from tests.fakes.loopback import JsonHandler, LoopbackServer
+from tests.fakes.loopback import JsonHandler, LoopbackServer, Served
 
 INVENTED = "Zorblax Quintane"
 
@@ -58,7 +58,7 @@ def noise_answer(case: dict[str, Any]) -> dict[str, Any]:
                                "description": ""}]}
 
 
-class FakeEvalOpenAI:
+class FakeEvalOpenAI(Served):
     def __init__(self, gold: Path, mode: Literal["gold", "noise"], model_id: str = "fake",
                  port: int = 0) -> None:
         self.mode = mode
@@ -69,13 +69,6 @@ class FakeEvalOpenAI:
         self._lock = threading.Lock()
         self.http = LoopbackServer(self._handler(), port=port)
         self.url = self.http.url
-
-    def __enter__(self) -> FakeEvalOpenAI:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.__exit__(*exc)
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         user = next(m["content"] for m in body["messages"] if m["role"] == "user")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 class LoopbackServer:
@@ -41,6 +41,20 @@ class LoopbackServer:
     def serve_forever(self) -> None:
         """Serve in this thread until killed (a fake's `python -m` entry point)."""
         self.server.serve_forever(self._poll)
+
+
+class Served:
+    """A fake whose wire is one LoopbackServer, `self.http`: `with fake:` serves it while the
+    block runs. A fake with more to start or stop (a clock, say) writes its own pair."""
+
+    http: LoopbackServer
+
+    def __enter__(self) -> Self:
+        self.http.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.__exit__(*exc)
 
 
 class JsonHandler(BaseHTTPRequestHandler):

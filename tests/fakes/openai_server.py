@@ -41,7 +41,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.loopback import JsonHandler, LoopbackServer
+from tests.fakes.loopback import JsonHandler, LoopbackServer, Served
 
 NAME = re.compile(r"\b([A-Z][a-z]+(?:[-'][A-Z][a-z]+)? [A-Z][a-z]+(?:-[A-Z][a-z]+)?)\b")
 
@@ -68,7 +68,7 @@ def flood(n: int = 3000) -> dict[str, Any]:
                                "description": "z" * 400} for m in names[1:]]}
 
 
-class FakeOpenAI:
+class FakeOpenAI(Served):
     def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0, port: int = 0,
                  host: str = "127.0.0.1") -> None:
         self.latency = latency
@@ -83,13 +83,6 @@ class FakeOpenAI:
         # serve on one port (tests/fakes/compute_engine.py); backlog: many clients connect at once
         self.http = LoopbackServer(self._handler(), host=host, port=port, backlog=1024)
         self.url = self.http.url
-
-    def __enter__(self) -> FakeOpenAI:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.__exit__(*exc)
 
     @property
     def calls(self) -> int:

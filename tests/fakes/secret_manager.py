@@ -18,12 +18,12 @@ import re
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.loopback import JsonHandler, LoopbackServer
+from tests.fakes.loopback import JsonHandler, LoopbackServer, Served
 
 PATH = re.compile(r"^/v1/projects/([^/]+)/secrets/([^/]+)/versions/latest$")
 
 
-class FakeSecretManager:
+class FakeSecretManager(Served):
     def __init__(self, project: str = "test-project") -> None:
         self.project = project
         self.secrets: dict[str, list[str]] = {}  # name → the states of its versions, oldest first
@@ -34,13 +34,6 @@ class FakeSecretManager:
 
     def add(self, name: str, *states: str) -> None:
         self.secrets[name] = list(states or ("ENABLED",))
-
-    def __enter__(self) -> FakeSecretManager:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.__exit__(*exc)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self

@@ -29,10 +29,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.loopback import JsonHandler, LoopbackServer
+from tests.fakes.loopback import JsonHandler, LoopbackServer, Served
 
 
-class FakeVllm:
+class FakeVllm(Served):
     def __init__(self, base: str = "olmo-3-7b", root: str = "/opt/models/olmo-3-7b",
                  runtime_lora: bool = True, api_key: str | None = None) -> None:
         self.base, self.root, self.runtime_lora, self.api_key = base, root, runtime_lora, api_key
@@ -79,13 +79,6 @@ class FakeVllm:
         # a short poll: shutdown() waits for it (the default 0.5 s, per test)
         self.http = LoopbackServer(Handler, poll=0.02)
         self.url = self.http.url
-
-    def __enter__(self) -> FakeVllm:
-        self.http.__enter__()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.http.__exit__()
 
     # --- vLLM's behaviour ------------------------------------------------------------------
     @staticmethod

@@ -17,7 +17,7 @@ from tasks.extraction.calls import extract_document
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import Extraction, json_schema
-from tests.fakes.loopback import JsonHandler, LoopbackServer
+from tests.fakes.loopback import JsonHandler, LoopbackServer, Served
 
 SCHEMA = json_schema(4, 4)
 # What the servers really answer when a prompt does not fit (vLLM, llama.cpp, llama-cpp-python)
@@ -35,7 +35,7 @@ def answer(*names: str) -> tuple[int, dict[str, str], str]:
                                 "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
 
 
-class Scripted:
+class Scripted(Served):
     """Answers POSTs from a script of (status, headers, body), the last one repeating, or from
     `route(user_prompt)` when given; records each request's user prompt and arrival time."""
 
@@ -58,15 +58,8 @@ class Scripted:
                 self.send_body(status, text.encode(),
                                headers.get("Content-Type", "application/json"), rest)
 
-        self.loopback = LoopbackServer(Handler)
-        self.url = self.loopback.url
-
-    def __enter__(self) -> Scripted:
-        self.loopback.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.loopback.__exit__(*exc)
+        self.http = LoopbackServer(Handler)
+        self.url = self.http.url
 
     def gaps(self) -> list[float]:
         times = [t for t, _ in self.requests]
