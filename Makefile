@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/ll
 	# old wheel from its cache: tasks/llama_build.py holds the flags (the x86-64 baseline,
 	# AVX2/FMA/F16C) and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags; then
 	# llama-server, the engine, from the llama.cpp the same sdist vendors, into .venv/bin
-	# (~8 min for both once per machine on 2 cores; seconds after that, fresh clones included).
+	# (8–16 min for both once per machine on 2 cores; seconds after that, fresh clones included).
 	$(PY) -m tasks.llama_build install
 	$(PY) -m pip install --quiet -e '.[dev]' torch==2.13.0
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
