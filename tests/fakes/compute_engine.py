@@ -133,10 +133,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 from urllib.parse import parse_qs, urlparse
 
-from tests.fakes.loopback import JsonHandler, LoopbackServer
+from tests.fakes.loopback import JsonHandler, LoopbackServer, Served
 from tests.support.paths import ROOT
 
 TOKEN = "ya29.fake-compute-token-7f3c"  # what /token hands out (+ a per-principal suffix)
@@ -320,7 +320,7 @@ class _Reset(Exception):
     """Close the connection without an answer (a reset, as a dropped proxy connection)."""
 
 
-class FakeComputeEngine:
+class FakeComputeEngine(Served):
     """Use as a context manager; `url` is the api_endpoint to give the client."""
 
     def __init__(self, project: str = "test-project", op_pending_seconds: float = 0.05,
@@ -356,20 +356,19 @@ class FakeComputeEngine:
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
         self.http = LoopbackServer(self._handler())
-        self.url = self.http.url
         self.token_uri = f"{self.url}/token"
         self._clock = threading.Thread(target=self._run_clock, daemon=True)
         self._closed = threading.Event()
 
     # ---- test controls -------------------------------------------------------------------
-    def __enter__(self) -> FakeComputeEngine:
-        self.http.__enter__()
+    def __enter__(self) -> Self:
+        super().__enter__()
         self._clock.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._closed.set()
-        self.http.__exit__(*exc)
+        super().__exit__(*exc)
         with self._lock:
             for inst in self.instances.values():
                 if inst.status in ("RUNNING", "STOPPING") and self.node_runtime is not None:

@@ -68,7 +68,6 @@ class FakeEvalOpenAI(Served):
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.http = LoopbackServer(self._handler(), port=port)
-        self.url = self.http.url
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         user = next(m["content"] for m in body["messages"] if m["role"] == "user")

@@ -45,9 +45,13 @@ class LoopbackServer:
 
 class Served:
     """A fake whose wire is one LoopbackServer, `self.http`: `with fake:` serves it while the
-    block runs. A fake with more to start or stop (a clock, say) writes its own pair."""
+    block runs, at `url`. A fake with more to start or stop (a clock, say) extends the pair."""
 
     http: LoopbackServer
+
+    @property
+    def url(self) -> str:
+        return self.http.url
 
     def __enter__(self) -> Self:
         self.http.__enter__()

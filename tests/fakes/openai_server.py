@@ -82,7 +82,6 @@ class FakeOpenAI(Served):
         # host: a loopback address (127.x.y.z) — a fake node's own "VPC IP" when several
         # serve on one port (tests/fakes/compute_engine.py); backlog: many clients connect at once
         self.http = LoopbackServer(self._handler(), host=host, port=port, backlog=1024)
-        self.url = self.http.url
 
     @property
     def calls(self) -> int:

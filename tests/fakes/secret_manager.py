@@ -30,7 +30,6 @@ class FakeSecretManager(Served):
         self.viewer = True
         self.requests: list[str] = []
         self.http = LoopbackServer(self._handler())
-        self.url = self.http.url
 
     def add(self, name: str, *states: str) -> None:
         self.secrets[name] = list(states or ("ENABLED",))

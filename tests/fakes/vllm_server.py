@@ -78,7 +78,6 @@ class FakeVllm(Served):
 
         # a short poll: shutdown() waits for it (the default 0.5 s, per test)
         self.http = LoopbackServer(Handler, poll=0.02)
-        self.url = self.http.url
 
     # --- vLLM's behaviour ------------------------------------------------------------------
     @staticmethod

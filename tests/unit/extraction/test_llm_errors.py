@@ -59,7 +59,6 @@ class Scripted(Served):
                                headers.get("Content-Type", "application/json"), rest)
 
         self.http = LoopbackServer(Handler)
-        self.url = self.http.url
 
     def gaps(self) -> list[float]:
         times = [t for t, _ in self.requests]
