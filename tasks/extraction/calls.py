@@ -165,13 +165,26 @@ async def extract_documents(client: LLMClient, docs: list[Document], chunk_token
 
 
 def run_sync(coro: Any) -> Any:
-    """asyncio.run, also from a thread that already has a running loop."""
+    """asyncio.run, also from a thread that already has a running loop. A Ctrl-C or SIGTERM
+    that lands inside an anyio task group (httpx's connect) leaves it wrapped in a
+    BaseExceptionGroup: it is raised bare, so the flow and Prefect see the signal (a cancelled
+    run, the signal re-delivered to `slm-nightly run`), not a failure."""
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, coro).result()
+    except BaseExceptionGroup as group:
+        from prefect.exceptions import TerminationSignal
+
+        signal: BaseException | None = group.subgroup((KeyboardInterrupt, TerminationSignal))
+        while isinstance(signal, BaseExceptionGroup):
+            signal = signal.exceptions[0]
+        if signal is None:
+            raise
+        raise signal from group
 
 
 def prompt_overhead_tokens(ontology: GraphSchema | None = None) -> int:
