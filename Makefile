@@ -31,16 +31,22 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/ll
 run: $(STAMP)
 	$(VENV)/bin/slm-nightly run --profile local --summary .slm-nightly/last-summary.json
 
-# Both tiers: the unit tier first (no servers, no models; ~55 s in one process), then the integration
-# tier (real FalkorDB, llama.cpp, Prefect servers).
+# Both tiers on every core (pytest-xdist, one worker per core, `TEST_WORKERS=N` to change it):
+# each worker has its own servers (FalkorDB, Prefect, llama-server, the GCS emulator), ports
+# (tasks/processes.py reserves them machine-wide), PREFECT_HOME and temporary folders; a module
+# stays on one worker (--dist loadfile), so a night it shares among its tests runs once. Then the
+# serial group alone: tests whose point is timing on an otherwise idle machine (a busy core,
+# sub-second deadlines), marked `serial`. The 25 slowest tests close each part's log.
+# One file: `$(PY) -m pytest tests/integration/test_engine.py`; one test: add `::NAME`; the
+# serial group: `$(PY) -m pytest -m serial tests`.
+TEST_WORKERS ?= auto
 test: lint
-	$(PY) -m pytest tests/unit
-	$(PY) -m pytest tests/integration
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25 tests/unit tests/integration
+	$(PY) -m pytest -m serial --durations=25 tests/unit tests/integration
 
-# The unit tier on both cores (pytest-xdist: ~40 s on 2 cores, against ~55 s in one process).
-# `make test` runs it in one process, as CI does: its timing tests never share a core there.
+# The unit tier alone on every core (~40 s on 2 cores): no servers, no models.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n 2 tests/unit
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit
 
 # Mutation testing of the pure core, judged by the unit tier alone (mutmut; its settings are
 # pyproject.toml's [tool.mutmut]): plants one small bug at a time in the functions below and
@@ -69,9 +75,8 @@ MUTATE := tasks.extraction.plan.x_plan__* tasks.extraction.schema.x_map_*__* \
 	tasks.compute.gce.placement.* tasks.llama_build.x_pin__* tasks.llama_build.x_flags__* \
 	tasks.llama_build.x_build_key__* tasks.llama_build.x_cache_root__* \
 	tasks.llama_build.x_entry_dir__* tasks.llama_build.x_cached_wheel__* \
-	tasks.llama_cpp.x_features__* tasks.llama_build.x_server_flags__* \
-	tasks.llama_build.x_server_key__* tasks.llama_build.x_server_entry__* \
-	tasks.llama_build.x_cached_server__* tasks.compute.kv_budget.* \
+	tasks.llama_cpp.x_features__* tasks.llama_build.x__record_line__* \
+	tasks.llama_build.x_add_to_wheel__* tasks.compute.kv_budget.* \
 	tasks.environment.x_differences__* tasks.environment.x_digest__* tasks.environment.x__name__* \
 	tasks.code_version.x_code_files__* tasks.code_version.x_code_version__* \
 	tasks.code_version.x_code_folder__* $(MUTATE_QUALITY) $(MUTATE_PACE)

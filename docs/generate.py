@@ -399,8 +399,11 @@ ENVIRONMENT = (
     ("SLM_YOYO_WEIGHTS_GCS_BUCKET", "the bucket (`bucket`, `bucket/folder` or "
      "`gs://bucket/folder`, application-default credentials) where a profile names no "
      "`gcs_block`: corpus sync, datasets, adapters, records.", "tasks/gcs_sync.py"),
-    ("SLM_BUILD_CACHE", "where the llama.cpp wheel and llama-server builds are kept (default "
-     "`~/.cache/slm-nightly`).", "tasks/llama_build.py"),
+    ("SLM_BUILD_CACHE", "where the llama.cpp build (the wheel, its libraries and llama-server) "
+     "is kept (default `~/.cache/slm-nightly`).", "tasks/llama_build.py"),
+    ("SLM_PORT_LOCKS", "the folder of machine-wide port reservations for the servers the "
+     "project starts (default `<tmp>/slm-nightly-ports`; one folder for every process that "
+     "must not share a port).", "tasks/processes.py"),
     ("SLM_LLAMA_SERVER", "a llama-server binary to run instead of `<venv>/bin/llama-server`.",
      "tasks/llama_cpp.py"),
     ("SLM_LLAMA_CPP_TOOLS", "a folder holding llama.cpp's converters, instead of the "

@@ -1,6 +1,7 @@
-"""llama.cpp as this project builds it: one set of compiler flags, a wheel cache keyed by them,
-and a check, right after install, that the installed library evaluates a prompt (that check,
-and where each installed piece is, live in tasks/llama_cpp.py).
+"""llama.cpp as this project builds it: one set of compiler flags, one compile of the vendored
+tree for both the Python library and the engine, a cache keyed by the flags, and a check, right
+after install, that the installed library and server evaluate a prompt (that check, and where
+each installed piece is, live in tasks/llama_cpp.py).
 
 Why each part exists:
 - llama-cpp-python ships no Linux wheel: pip compiles llama.cpp, by default with
@@ -10,6 +11,13 @@ Why each part exists:
   the last ten years runs (AVX2, FMA, F16C, BMI2: Haswell 2013, Zen 1 2017), never the build
   machine. There are no runtime-dispatched variants (GGML_CPU_ALL_VARIANTS is off): one CPU
   library, the baseline's, so no AMX or AVX-512 code is compiled in at all.
+- The engine is llama.cpp's own C++ server (`llama-server`: continuous batching over slots,
+  cancel on disconnect); llama-cpp-python stays for what runs in-process (the check, adapter
+  verification, quantize) and for the converters. Both come from the llama.cpp the pinned
+  sdist vendors, so it is configured and compiled once: the shared libraries and llama-server
+  together (`$ORIGIN` run paths), then llama-cpp-python packaged with its bundled build off
+  (`LLAMA_BUILD=OFF`, nothing compiled) and those files added to the wheel's llama_cpp/lib,
+  where llama_cpp loads them. `<venv>/bin/llama-server` links to the installed copy.
 - pip's wheel cache is keyed by the source distribution, not by CMAKE_ARGS: a machine that
   built the wheel once with other flags silently reinstalls that wheel. So the project keeps
   its own built wheels outside the checkout, one folder per (pin, variant, flags, machine),
@@ -18,15 +26,8 @@ Why each part exists:
 - A build that cannot evaluate a prompt must fail the install with the signal, the library
   and its flags, never later as "endpoint unreachable" on every document.
 
-The same baseline builds the project's inference engine, llama.cpp's own C++ server
-(`llama-server`: continuous batching over slots, cancel on disconnect), from the llama.cpp the
-pinned sdist vendors: statically linked, one binary per (pin, variant, flags, machine) in the
-same cache, copied into `<venv>/bin/llama-server` by `install`. llama-cpp-python stays for
-what runs in-process (the check, adapter verification, quantize) and for the converters.
-
-The pin is pyproject.toml's (`llama-cpp-python[server]==…`); the flags are `flags()`'s and
-`server_flags()`'s. This module needs only the standard library: it runs before the project's
-dependencies are in.
+The pin is pyproject.toml's (`llama-cpp-python[server]==…`); the flags are `flags()`'s. This
+module needs only the standard library: it runs before the project's dependencies are in.
 
     python -m tasks.llama_build install [--variant cpu|cuda] [--rebuild]
     python -m tasks.llama_build check [--model GGUF]
@@ -36,8 +37,10 @@ dependencies are in.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -45,15 +48,17 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
 import tomllib
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tasks.errors import ConfigError, SlmNightlyError
-from tasks.files import file_sha256, replacing, sha256_hex, write_atomic
+from tasks.files import file_sha256, sha256_hex, write_atomic
 from tasks.llama_cpp import (
     DIST,
     SERVER,
@@ -78,21 +83,27 @@ BASELINE = (
     "-DGGML_AVX512_BF16=OFF", "-DGGML_AVX_VNNI=OFF",
     "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF",
 )
-# What we never use: the multimodal library, llama.cpp's tests and examples (a third less
-# compile time).
-TRIM = ("-DLLAVA_BUILD=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF")
+# The one build of the vendored tree (its CMakeLists.txt options): shared libraries, as
+# llama_cpp loads them, each finding the others (and llama-server finding them) beside itself
+# through an `$ORIGIN` run path, so nothing needs LD_LIBRARY_PATH (systemd starts the node's
+# server); no tests or examples; llama-server without TLS (it binds 127.0.0.1) and without the
+# web UI — without LLAMA_USE_PREBUILT_UI=OFF the configure step downloads UI assets.
+BUILD = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON",
+         "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+         "-DLLAMA_BUILD_COMMON=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+         "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_OPENSSL=OFF",
+         "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF")
 # The GPU node's build: CUDA on top of the same CPU baseline (its CPU part follows the rule).
-VARIANTS: dict[str, tuple[str, ...]] = {"cpu": (), "cuda": ("-DGGML_CUDA=on",)}
-# llama-server from the vendored tree (its CMakeLists.txt options): static, so the binary needs
-# only libgomp; no TLS (it binds 127.0.0.1); no web UI — without LLAMA_USE_PREBUILT_UI=OFF the
-# configure step downloads UI assets.
-SERVER_TRIM = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
-               "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
-               "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF",
-               "-DLLAMA_USE_PREBUILT_UI=OFF")
 # The L4 is Ada (compute capability 8.9): one architecture, not CUDA's whole default list.
-SERVER_VARIANTS: dict[str, tuple[str, ...]] = {
+VARIANTS: dict[str, tuple[str, ...]] = {
     "cpu": (), "cuda": ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89")}
+# The only targets compiled: the library llama_cpp loads and the server (the ggml libraries,
+# llama-common and mtmd come as their dependencies; the other tools are never built).
+TARGETS = ("llama", SERVER)
+# llama-cpp-python's own CMake with its bundled build off: the wheel is its Python package
+# only, and the libraries of the build above go into it (llama_cpp/lib, where it loads them).
+WHEEL_CMAKE_ARGS = "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"
+WHEEL_LIB = "llama_cpp/lib"
 SDIST_VENDOR = "vendor/llama.cpp"
 # What `llama_print_system_info()` lists for the CPU backend of a baseline build: the features
 # compiled in (ggml-cpu.cpp ggml_backend_cpu_get_features), besides the SSE levels x86-64 has.
@@ -114,32 +125,17 @@ def pin(pyproject: Path = PROJECT_ROOT / "pyproject.toml") -> str:
 
 
 def flags(variant: str = "cpu") -> list[str]:
-    """The CMake flags of a build variant: the CPU baseline, the trim, the variant's own."""
+    """The CMake flags of a build variant: the CPU baseline, the build's own, the variant's."""
     if variant not in VARIANTS:
         raise ConfigError(f"unknown llama.cpp build variant {variant!r} — use one of "
                           f"{', '.join(VARIANTS)}")
-    return [*BASELINE, *TRIM, *VARIANTS[variant]]
-
-
-def server_flags(variant: str = "cpu") -> list[str]:
-    """The CMake flags of the llama-server build: the CPU baseline, the server's trim, the
-    variant's own (CUDA for the L4)."""
-    if variant not in SERVER_VARIANTS:
-        raise ConfigError(f"unknown llama.cpp build variant {variant!r} — use one of "
-                          f"{', '.join(SERVER_VARIANTS)}")
-    return [*BASELINE, *SERVER_TRIM, *SERVER_VARIANTS[variant]]
+    return [*BASELINE, *BUILD, *VARIANTS[variant]]
 
 
 def build_key(version: str, variant: str = "cpu", machine: str | None = None) -> str:
-    """What a built wheel depends on, hashed: the pin, the flags, the CPU architecture."""
+    """What a build depends on, hashed: the pin, the flags, the targets, the CPU architecture."""
     spec = {"dist": DIST, "version": version, "flags": flags(variant),
-            "machine": machine or platform.machine()}
-    return sha256_hex(json.dumps(spec, sort_keys=True), 16)
-
-
-def server_key(version: str, variant: str = "cpu", machine: str | None = None) -> str:
-    """What a built llama-server depends on, hashed (never equal to a wheel's key)."""
-    spec = {"dist": DIST, "target": SERVER, "version": version, "flags": server_flags(variant),
+            "targets": list(TARGETS), "wheel": WHEEL_CMAKE_ARGS,
             "machine": machine or platform.machine()}
     return sha256_hex(json.dumps(spec, sort_keys=True), 16)
 
@@ -155,16 +151,6 @@ def cache_root() -> Path:
 
 def entry_dir(version: str, variant: str = "cpu") -> Path:
     return cache_root() / DIST / f"{version}-{variant}-{build_key(version, variant)}"
-
-
-def server_entry(version: str, variant: str = "cpu") -> Path:
-    return cache_root() / SERVER / f"{version}-{variant}-{server_key(version, variant)}"
-
-
-def cached_server(entry: Path) -> Path | None:
-    """The entry's llama-server, if its build finished (build.json is written last)."""
-    binary = entry / SERVER
-    return binary if (entry / "build.json").is_file() and binary.is_file() else None
 
 
 def cached_wheel(entry: Path) -> Path | None:
@@ -201,7 +187,8 @@ def _progress(log: Path) -> str:
     return f" [{steps[-1][0].decode()}/{steps[-1][1].decode()}]" if steps else ""
 
 
-def _run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> None:
+def _run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> float:
+    """Run cmd with its output in log, a progress line every 30 s; the seconds it took."""
     started = time.monotonic()
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -217,10 +204,11 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> No
         raise BuildError(f"{what} failed (exit {proc.returncode}); last lines of {log}:\n"
                          + "\n".join(tail) + "\nA compiler (gcc/g++), cmake and network access "
                          "to PyPI are needed for the first build.")
+    return round(time.monotonic() - started, 1)
 
 
 def _cached_build(entry: Path, find: Callable[[Path], Path | None],
-                  compile_into: Callable[[Path, Path], dict], what: str, rebuild: bool) -> Path:
+                  compile_into: Callable[[Path, Path], dict], rebuild: bool) -> Path:
     """What `find` finds in the cache entry, else compiled once into it: under the entry's lock,
     `compile_into(staging, log)` builds in a private sibling folder and returns the record;
     build.json (with the seconds it took) is written last and the folder renamed into place,
@@ -242,36 +230,97 @@ def _cached_build(entry: Path, find: Callable[[Path], Path | None],
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        print(f"llama.cpp: built {what}in {record['seconds']:.0f} s → {entry}", flush=True)
+        steps = ", ".join(f"{k} {v:.0f} s" for k, v in record.get("steps", {}).items())
+        print(f"llama.cpp: built in {record['seconds']:.0f} s ({steps}) → {entry}", flush=True)
         found = find(entry)
         assert found is not None
         return found
 
 
+def _record_line(path: str, data: bytes) -> str:
+    """A wheel RECORD line (PEP 376/427): path, sha256 as urlsafe base64 without padding, size."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{path},sha256={digest},{len(data)}"
+
+
+def add_to_wheel(wheel: Path, files: dict[str, Path]) -> None:
+    """Rewrite `wheel` with `files` ({path in the wheel: file here}) added, their modes kept
+    (pip makes a member executable when its zip mode says so) and RECORD listing them."""
+    out = wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        names = src.namelist()
+        records = [n for n in names if n.endswith(".dist-info/RECORD")]
+        if len(records) != 1:
+            raise BuildError(f"{wheel}: {len(records)} RECORD files, expected 1")
+        clash = sorted(set(files) & set(names))
+        if clash:
+            raise BuildError(f"{wheel} already holds {', '.join(clash)}")
+        lines = src.read(records[0]).decode().splitlines()
+        for info in src.infolist():
+            if info.filename != records[0]:
+                dst.writestr(info, src.read(info))
+        for name, path in sorted(files.items()):
+            data = path.read_bytes()
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100000 | (path.stat().st_mode & 0o777)) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            dst.writestr(info, data)
+            lines.insert(-1 if lines and lines[-1].startswith(records[0]) else len(lines),
+                         _record_line(name, data))
+        dst.writestr(records[0], "\n".join(lines) + "\n")
+    out.replace(wheel)
+
+
+def _built_files(bin_dir: Path) -> dict[str, Path]:
+    """What goes into the wheel's llama_cpp/lib: every shared library of the build under each
+    of its names (copies: a wheel holds no links) and llama-server."""
+    files = {f"{WHEEL_LIB}/{p.name}": p.resolve() for p in sorted(bin_dir.glob("lib*.so*"))}
+    files[f"{WHEEL_LIB}/{SERVER}"] = bin_dir / SERVER
+    return files
+
+
 def build(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
-    """The wheel for (version, variant): from the cache, else compiled once into it."""
+    """The wheel for (version, variant) — llama_cpp, its libraries and llama-server — from the
+    cache, else built once into it: the vendored llama.cpp of the pinned sdist configured and
+    compiled once, then llama-cpp-python packaged around it without compiling anything."""
     def compile_into(staging: Path, log: Path) -> dict:
-        cmake_args = " ".join(flags(variant))
-        env = {**os.environ, "CMAKE_ARGS": cmake_args,
-               "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL",
-                                                            str(os.cpu_count() or 2))}
-        print(f"llama.cpp: building {DIST} {version} ({variant}) for the x86-64 baseline "
-              f"(AVX2/FMA/F16C) — once per machine and flags, ~10 min on 2 cores; "
+        cmake_args = flags(variant)
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+        print(f"llama.cpp: building {DIST} {version} and {SERVER} ({variant}) for the x86-64 "
+              f"baseline (AVX2/FMA/F16C) — once per machine and flags, ~6 min on 2 cores; "
               f"log: {log}", flush=True)
+        steps: dict[str, float] = {}
+        t = time.monotonic()
+        sdist = download_sdist(version, staging)
+        src = _unpack_vendor(sdist, staging / "src")
+        steps["download"] = round(time.monotonic() - t, 1)
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        build_dir = staging / "build"
+        steps["configure"] = _run_logged(
+            ["cmake", "-S", str(src), "-B", str(build_dir), *generator, *cmake_args],
+            log, dict(os.environ), "configuring llama.cpp")
+        steps["compile"] = _run_logged(
+            ["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", jobs],
+            log, dict(os.environ), "compiling llama.cpp")
+        env = {**os.environ, "CMAKE_ARGS": WHEEL_CMAKE_ARGS}
         # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and would hand back a wheel
-        # built with other flags. --no-binary: never a prebuilt wheel from an index.
-        _run_logged([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
-                     "--no-binary", DIST, "-v", "-w", str(staging), f"{DIST}=={version}"],
-                    log, env, "compiling llama.cpp")
+        # built with other flags; the sdist itself, never a prebuilt wheel from an index.
+        steps["wheel"] = _run_logged(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-v",
+             "-w", str(staging), str(sdist)], log, env, f"packaging {DIST}")
         wheels = sorted(staging.glob("*.whl"))
         if len(wheels) != 1:
             raise BuildError(f"pip wheel left {len(wheels)} wheels in {staging}, expected 1")
+        add_to_wheel(wheels[0], _built_files(build_dir / "bin"))
+        shutil.rmtree(staging / "src")  # keep the wheel and the log, not the sources
+        shutil.rmtree(build_dir)
+        sdist.unlink()
         return {"dist": DIST, "version": version, "variant": variant,
                 "key": build_key(version, variant), "machine": platform.machine(),
-                "cmake_args": cmake_args, "wheel": wheels[0].name,
-                "sha256": file_sha256(wheels[0])}
+                "cmake_args": " ".join(cmake_args), "targets": list(TARGETS),
+                "wheel": wheels[0].name, "sha256": file_sha256(wheels[0]), "steps": steps}
 
-    return _cached_build(entry_dir(version, variant), cached_wheel, compile_into, "", rebuild)
+    return _cached_build(entry_dir(version, variant), cached_wheel, compile_into, rebuild)
 
 
 def download_sdist(version: str, dest: Path) -> Path:
@@ -300,72 +349,49 @@ def _unpack_vendor(sdist: Path, dest: Path) -> Path:
     return dest / root / SDIST_VENDOR
 
 
-def build_server(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
-    """llama-server for (version, variant): from the cache, else compiled once into it from
-    the llama.cpp the pinned sdist vendors."""
-    def compile_into(staging: Path, log: Path) -> dict:
-        cmake_args = server_flags(variant)
-        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
-        print(f"llama.cpp: building {SERVER} from {DIST} {version}'s vendored llama.cpp "
-              f"({variant}) for the x86-64 baseline — once per machine and flags, ~10 min on "
-              f"2 cores; log: {log}", flush=True)
-        src = _unpack_vendor(download_sdist(version, staging), staging / "src")
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        build_dir = staging / "build"
-        _run_logged(["cmake", "-S", str(src), "-B", str(build_dir), *generator, *cmake_args],
-                    log, dict(os.environ), f"configuring {SERVER}")
-        _run_logged(["cmake", "--build", str(build_dir), "--target", SERVER, "-j", jobs],
-                    log, dict(os.environ), f"compiling {SERVER}")
-        shutil.copy2(build_dir / "bin" / SERVER, staging / SERVER)
-        shutil.rmtree(staging / "src")  # keep the binary and the log, not the 75 MB of sources
-        shutil.rmtree(build_dir)
-        for sdist in staging.glob("*.tar.gz"):
-            sdist.unlink()
-        return {"dist": DIST, "target": SERVER, "version": version, "variant": variant,
-                "key": server_key(version, variant), "machine": platform.machine(),
-                "cmake_args": " ".join(cmake_args), "sha256": file_sha256(staging / SERVER)}
-
-    return _cached_build(server_entry(version, variant), cached_server, compile_into,
-                         f"{SERVER} ", rebuild)
-
-
-def install_server(variant: str = "cpu", rebuild: bool = False,
-                   prefix: str | Path = sys.prefix) -> dict:
-    """Copy the (variant) llama-server into <prefix>/bin, unless the same build is there."""
-    version = pin()
-    binary = build_server(version, variant, rebuild)
-    record = json.loads((binary.parent / "build.json").read_text())
+def install_server(lib_dir: Path, prefix: str | Path = sys.prefix) -> Path:
+    """<prefix>/bin/llama-server as a link to the installed wheel's own (in llama_cpp/lib,
+    beside the libraries its run path names): one copy of the build, on the environment's
+    PATH; replaced when it points anywhere else."""
+    target = Path(lib_dir) / SERVER
+    if not os.access(target, os.X_OK):
+        raise BuildError(f"{target} is missing or not executable — the installed {DIST} was "
+                         "not built by `python -m tasks.llama_build install`; run it with "
+                         "--rebuild")
     dest = Path(prefix) / "bin" / SERVER
-    if dest.is_file() and file_sha256(dest) == record["sha256"]:
-        print(f"llama.cpp: {SERVER} ({variant}, key {record['key']}) already installed",
-              flush=True)
-    else:
-        print(f"llama.cpp: installing {SERVER} ({variant}, key {record['key']}) → {dest}",
-              flush=True)
-        with replacing(dest, mode=0o755) as tmp:  # an executable, whatever dest was before
-            shutil.copy2(binary, tmp)
-    return {**record, "path": str(dest)}
+    link = os.path.relpath(target, dest.parent)
+    if dest.is_symlink() and os.readlink(dest) == link:
+        print(f"llama.cpp: {dest} → {target} already linked", flush=True)
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{SERVER}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(link)
+    tmp.replace(dest)
+    print(f"llama.cpp: linked {dest} → {target}", flush=True)
+    return dest
 
 
 def install(variant: str = "cpu", rebuild: bool = False) -> dict:
-    """Put the (variant) build of the pinned llama-cpp-python into this environment, unless it
-    is there already; returns its record."""
+    """Put the (variant) build of the pinned llama-cpp-python, with its llama-server, into this
+    environment, unless it is there already; returns its record."""
     version = pin()
     key = build_key(version, variant)
     current = installed_record()
     if current and current.get("key") == key and not rebuild:
         print(f"llama.cpp: {DIST} {version} ({variant}, key {key}) already installed", flush=True)
-        return current
-    wheel = build(version, variant, rebuild)
-    print(f"llama.cpp: installing {wheel.name} ({variant}, key {key})", flush=True)
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                        "--force-reinstall", str(wheel)], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise BuildError(f"pip install {wheel} failed: {r.stderr.strip()[-800:]}")
-    record = {**json.loads((wheel.parent / "build.json").read_text()),
-              "wheel_path": str(wheel.resolve())}
-    write_atomic(record_path(), json.dumps(record, indent=1) + "\n")
-    return record
+    else:
+        wheel = build(version, variant, rebuild)
+        print(f"llama.cpp: installing {wheel.name} ({variant}, key {key})", flush=True)
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                            "--force-reinstall", str(wheel)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"pip install {wheel} failed: {r.stderr.strip()[-800:]}")
+        current = {**json.loads((wheel.parent / "build.json").read_text()),
+                   "wheel_path": str(wheel.resolve())}
+        write_atomic(record_path(), json.dumps(current, indent=1) + "\n")
+    install_server(Path(sysconfig.get_paths()["platlib"]) / WHEEL_LIB)
+    return current
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -387,7 +413,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "install":
             install(args.variant, args.rebuild)
-            install_server(args.variant, args.rebuild)
         elif args.cmd == "check":
             res = check(args.model, args.threads)
             print(f"llama.cpp check: evaluated {res['tokens']} prompt tokens in "
@@ -404,8 +429,6 @@ def main(argv: list[str] | None = None) -> int:
                               "key": build_key(version, args.variant),
                               "cache": str(entry_dir(version, args.variant)),
                               "installed": installed_record(),
-                              "server_cmake_args": " ".join(server_flags(args.variant)),
-                              "server_cache": str(server_entry(version, args.variant)),
                               "server": str(server_path())}, indent=1))
     except SlmNightlyError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -199,16 +199,15 @@ def check_server(model: Path | None = None, threads: int | None = None,
     """The installed llama-server evaluates the same prompt: started on a free loopback port,
     one chat completion of CHECK_TEXT (max_tokens 1); BuildError with the signal when it
     dies, or when it never answers."""
-    import socket
     import urllib.error
     import urllib.request
+
+    from tasks.processes import free_port
 
     binary = require_server()
     model = model or default_model_path()
     threads = threads or 1
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     body = json.dumps({"messages": [{"role": "user", "content": CHECK_TEXT}],
                        "max_tokens": 1, "temperature": 0.0}).encode()

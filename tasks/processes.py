@@ -8,12 +8,16 @@ file, so a recycled PID is never killed.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import random
 import shlex
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -28,10 +32,70 @@ from tasks.waiting import poll
 # (subprocess._cleanup), and with them how they ended (a signal, an exit code).
 _STARTED: dict[int, subprocess.Popen[bytes]] = {}
 
+# Ports for the servers this project starts. Asking the kernel for port 0 and closing the
+# socket hands the same number to two processes that ask at once (a CI run failed on it), and an
+# outgoing connection may take it as its source port before the server binds. So a port comes
+# from below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768–60999 by
+# default: never a source port), must bind now, and is reserved machine-wide by a lock file this
+# process holds until it exits or calls release_port: xdist workers and two checkouts testing at
+# once never share one. The lock is a flock, so a killed process frees its ports.
+PORT_RANGE = (20000, 32768)
+PORT_LOCKS_ENV = "SLM_PORT_LOCKS"  # the lock folder (default <tmp>/slm-nightly-ports)
+_HELD_PORTS: dict[int, int] = {}  # port → the descriptor holding its lock
+_PORT_RNG = random.Random()  # its own generator: a test that seeds `random` cannot align two workers
+
+
+def _port_lock_dir() -> Path:
+    folder = Path(os.environ.get(PORT_LOCKS_ENV)
+                  or Path(tempfile.gettempdir()) / "slm-nightly-ports")
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # shared by every user's processes (as /tmp is)
+            folder.chmod(0o1777)
+    return folder
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return PORT_RANGE[1]
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port no other process holds or has been handed (see PORT_RANGE's note); it
+    stays reserved for this process until it exits or calls release_port."""
+    low, high = PORT_RANGE[0], min(PORT_RANGE[1], _ephemeral_floor())
+    folder = _port_lock_dir()
+    start = _PORT_RNG.randrange(low, high)  # then every port of the range once, in turn
+    for i in range(high - low):
+        port = low + (start - low + i) % (high - low)
+        if port in _HELD_PORTS:
+            continue
+        fd = os.open(folder / f"{port}.lock", os.O_CREAT | os.O_RDONLY, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # another process holds it
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                os.close(fd)
+                continue  # in use by something that did not ask us
+        _HELD_PORTS[port] = fd
+        return port
+    raise ServerError(f"no free loopback port in {low}–{high - 1}: each is in use or reserved "
+                      f"by a running process (reservations: {folder}) — are that many servers "
+                      "running?")
+
+
+def release_port(port: int) -> None:
+    """Give back a port free_port handed this process (its server has stopped)."""
+    fd = _HELD_PORTS.pop(port, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -34,8 +34,10 @@ KNOWN_TYPES = ("llama", "mistral", "olmo2", "olmo3")
 DTYPE_BYTES = {"float32": 4, "f32": 4, "float16": 2, "f16": 2, "bfloat16": 2, "bf16": 2}
 
 # Measured: the verification child's RSS once torch, transformers, llama_cpp and the tokenizer
-# are loaded (SmolLM2: 362 MiB peak at the end of the "tokenize" stage).
-RUNTIME_RAM = 384 * MIB
+# are loaded (SmolLM2: 658 MiB peak at the end of the "tokenize" stage with PyPI's default
+# torch 2.13.0 build, +cu130, which the machines and the node install; 362 MiB with the CPU-only
+# build the older development machines had — the CUDA libraries alone are ~300 MiB resident).
+RUNTIME_RAM = 672 * MIB
 # Measured: what the HF phase holds beyond the weights (peft's import, the adapter, generation):
 # SmolLM2 float32, 997 MiB peak − 362 runtime − 514 weights = 121 MiB.
 HF_EXTRA_RAM = 128 * MIB

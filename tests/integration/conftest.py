@@ -20,9 +20,17 @@ from tests.support.weights import BASE_GGUF, COMMIT, GGUF_NAME
 
 @pytest.fixture(scope="session")
 def prefect_api() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
+    """Prefect's test harness, one server per test process, on a port from tasks.processes'
+    reservations: the harness's own pick (bind port 0 in 8000–8999, close, hand it on) gave two
+    xdist workers one number, and the loser's health check was answered by the winner's server."""
+    from unittest import mock
 
-    with prefect_test_harness(server_startup_timeout=120):
+    from prefect.testing import utilities
+
+    from tasks.processes import free_port
+
+    with mock.patch.object(utilities, "_find_available_port", free_port), \
+            utilities.prefect_test_harness(server_startup_timeout=120):
         yield
 
 

@@ -22,6 +22,7 @@ from tasks.checks import PreflightFailed
 from tasks.compute.gce.startup import WORKER_UNIT
 from tasks.preflight.prefect_api import DEPLOY_ALL
 from tasks.preflight.run import PreflightReport, run_preflight
+from tasks.processes import free_port
 from tasks.profile import load_profile
 from tasks.records import RunSummary
 from tasks.summary import render_text
@@ -40,14 +41,6 @@ GRAPH: dict[str, int] = {}  # the real FalkorDB the profiles' [graph] names (its
 @pytest.fixture(scope="module", autouse=True)
 def _graph(falkordb: int) -> None:
     GRAPH["port"] = falkordb
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _api_url() -> str:
@@ -428,7 +421,7 @@ def test_the_node_api_url_is_no_placeholder_no_loopback_and_answers(
     assert failed(report) == {"node Prefect API": f"prefect_api_url {url} is the shipped "
                               f"placeholder — fix: {fix}"}
     # nothing answers there: GET <url>/health from the orchestrator fails
-    dead = f"http://127.0.0.1:{_free_port()}/api"
+    dead = f"http://127.0.0.1:{free_port()}/api"
     report = run_preflight(load_profile(str(profile(tmp_path, world, prefect_api_url=dead))))
     (bad,) = report.failed
     assert bad.name == "node Prefect API"
@@ -453,7 +446,7 @@ def test_the_graph_is_opened_and_read_and_a_wrong_one_is_named(
     report = run_preflight(load_profile(str(profile(tmp_path, world))))
     graph = next(c for c in report.checks if c.name == "graph")
     assert graph.ok and graph.detail == f"FalkorDB at 127.0.0.1:{port} answers a read"
-    wrong = _free_port()
+    wrong = free_port()
     report = run_preflight(load_profile(str(profile(tmp_path, world, graph={
         "type": "falkordb", "host": "127.0.0.1", "port": wrong, "graph_name": "preflight"}))))
     (bad,) = report.failed
@@ -462,7 +455,7 @@ def test_the_graph_is_opened_and_read_and_a_wrong_one_is_named(
     assert bad.fix == ("start the server, or fix the graph block's host, port and password "
                        "(empty host: the embedded server)")
     # Neo4j: the URI and the user are named, never the password
-    uri = f"bolt://127.0.0.1:{_free_port()}"
+    uri = f"bolt://127.0.0.1:{free_port()}"
     report = run_preflight(load_profile(str(profile(tmp_path, world, graph={
         "type": "neo4j", "uri": uri, "password": "s3cret-pw"}))))
     (bad,) = report.failed

@@ -12,7 +12,9 @@ whose `profiles/gcp.toml` the test writes as §6 has the operator edit it — po
 a saved GceCompute block for the fake Compute Engine (driven by google-cloud-compute), the GCS
 emulator for the bucket (application-default credentials), the test FalkorDB for the graph, an
 OpenAI-compatible fake for the engine, SmolLM2 for training. The Prefect server is real, on
-127.0.0.1:4200, as the guide's `prefect config set` names it. The node is the fake Compute
+127.0.0.1, at the port the guide's `prefect config set` names (4200) everywhere the guide writes
+it, except that each run uses a free port of its own instead (GUIDE_PORT → `port`: two test
+workers, or two checkouts testing at once, never share a server). The node is the fake Compute
 Engine's instance whose boot runs the rendered startup script (tests/fakes/node_runtime.py): its worker
 runs from this checkout's environment and pulls the deployed code from the emulator.
 
@@ -39,7 +41,12 @@ from tests.support.paths import ROOT
 from tests.support.prefect import prefect_server as start_server
 
 GUIDE = ROOT / "docs" / "operator-gcp.md"
-PORT = 4200  # the guide's `prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`
+GUIDE_PORT = 4200  # the guide's `prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`
+
+
+def here(cmd: str, port: int) -> str:
+    """The guide's command with its Prefect server's address moved to this run's port."""
+    return cmd.replace(f"127.0.0.1:{GUIDE_PORT}/", f"127.0.0.1:{port}/")
 RUN_WORDS = ("prefect", "slm-nightly", "export")
 RENDER = ".venv/bin/python - <<'PY'"
 NOT_HERE = {
@@ -147,17 +154,16 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
     """The world the guide's commands run in (module docstring)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    from tasks.processes import free_port
     from tests.support.worker_node import WorkerNode
 
-    if subprocess.run(["bash", "-c", f"echo > /dev/tcp/127.0.0.1/{PORT}"],
-                      capture_output=True).returncode == 0:
-        pytest.fail(f"port {PORT} is taken: the guide's Prefect server listens there")
+    port = free_port()
     orch = orchestrator_checkout(tmp_path / "orchestrator")
     (orch / ".venv").symlink_to(ROOT / ".venv")
     bucket = _bash(["P=my-gcp-project", "BUCKET=$P-slm"], "echo $BUCKET", {}, orch).strip()
     assert bucket == "my-gcp-project-slm"
     with GcsEmulator(tmp_path) as gcs, \
-            start_server(tmp_path / "prefect-server", port=PORT) as server_env:
+            start_server(tmp_path / "prefect-server", port=port) as server_env:
         api = server_env["PREFECT_API_URL"]
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PREFECT_", "SLM_", "PYTHONPATH"))}
@@ -179,7 +185,7 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
             # §6: the operator's profiles/gcp.toml (here: pointed at the fakes)
             (orch / "profiles" / "gcp.toml").write_text(profile.read_text())
             yield {"orch": orch, "env": env, "api": api, "node": node, "tmp": tmp_path,
-                   "gcs": gcs, "bucket": bucket}
+                   "gcs": gcs, "bucket": bucket, "port": port}
 
 
 def _create_bucket(gcs: GcsEmulator, name: str) -> None:
@@ -200,20 +206,20 @@ def _bash(prelude: list[str], cmd: str, env: dict[str, str], cwd: Path,
 
 def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
     text = GUIDE.read_text()
-    orch, env, api = sandbox["orch"], sandbox["env"], sandbox["api"]
+    orch, env, api, port = sandbox["orch"], sandbox["env"], sandbox["api"], sandbox["port"]
     prelude: list[str] = []
     outputs: dict[str, str] = {}
     for section, cmd in guide_commands(text):
         if classify(section, cmd) is not None:
             continue
         if cmd.split()[0] == "export" or re.fullmatch(r"[A-Z]+=\S+", cmd.split()[0]):
-            prelude.append(cmd)
+            prelude.append(here(cmd, port))
             continue
         if cmd.startswith("prefect deployment run 'nightly/production'"):
-            outputs[cmd] = _bash(prelude, cmd, env, orch)
-            _orchestrator_worker_runs_once(text, env, orch)
+            outputs[cmd] = _bash(prelude, here(cmd, port), env, orch)
+            _orchestrator_worker_runs_once(text, env, orch, port)
             continue
-        outputs[cmd] = _bash(prelude, cmd, env, orch)
+        outputs[cmd] = _bash(prelude, here(cmd, port), env, orch)
         if cmd.startswith("prefect --no-prompt deploy "):  # §7: the schedules come paused
             paused = _schedules(api)
             assert paused == {"nightly/production": [("0 1 * * *", "UTC", False)],
@@ -222,7 +228,7 @@ def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
                               "nightly/retrain": []}, paused
 
     # §4: the CLI talks to the guide's server, from the profile `prefect config set` wrote
-    assert f"http://127.0.0.1:{PORT}/api" in (sandbox["tmp"] / "orchestrator-home" /
+    assert f"http://127.0.0.1:{port}/api" in (sandbox["tmp"] / "orchestrator-home" /
                                              "profiles.toml").read_text()
     # §8: the render snippet ran against the saved-block [compute]
     assert "slm-prefect-worker" in (orch / "startup.sh").read_text()
@@ -263,14 +269,16 @@ def _schedules(api: str) -> dict[str, list[tuple[str, str, bool]]]:
         for d in deps}
 
 
-def _orchestrator_worker_runs_once(text: str, env: dict[str, str], orch: Path) -> None:
+def _orchestrator_worker_runs_once(text: str, env: dict[str, str], orch: Path,
+                                   port: int) -> None:
     """The guide's slm-orchestrator-worker unit, its ExecStart with /opt/slm-nightly mapped to
     the orchestrator's checkout, run once: it takes the night the guide just created."""
     unit = _unit(text, "slm-orchestrator-worker.service")
     argv = shlex.split(unit["ExecStart"].replace("/opt/slm-nightly", str(orch)))
     unit_env = dict(kv.split("=", 1) for kv in shlex.split(unit["Environment"]))
-    assert unit_env == {"PREFECT_API_URL": f"http://127.0.0.1:{PORT}/api",
+    assert unit_env == {"PREFECT_API_URL": f"http://127.0.0.1:{GUIDE_PORT}/api",
                         "SLM_NIGHTLY_PROFILE": "gcp"}
+    unit_env["PREFECT_API_URL"] = here(unit_env["PREFECT_API_URL"], port)
     cwd = Path(unit["WorkingDirectory"].replace("/opt/slm-nightly", str(orch)))
     proc = subprocess.run([*argv, "--run-once"], cwd=cwd, env={**env, **unit_env},
                           capture_output=True, text=True, timeout=900)

@@ -17,7 +17,8 @@ from tasks.paths import PROJECT_ROOT
 def test_the_cpu_build_is_the_baseline_and_never_native() -> None:
     f = lb.flags("cpu")
     assert "-DGGML_NATIVE=OFF" in f
-    on = {x.removeprefix("-D").removesuffix("=ON") for x in f if x.endswith("=ON")}
+    on = {x.removeprefix("-D").removesuffix("=ON") for x in f
+          if x.endswith("=ON") and x.startswith("-DGGML_")}
     assert on == {"GGML_AVX", "GGML_AVX2", "GGML_FMA", "GGML_F16C", "GGML_BMI2"}
     # every wider x86 extension is named off, so a change of ggml's defaults cannot add it
     for ext in ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI", "AMX_TILE",
@@ -27,7 +28,8 @@ def test_the_cpu_build_is_the_baseline_and_never_native() -> None:
 
 
 def test_the_cuda_build_keeps_the_cpu_baseline() -> None:
-    assert lb.flags("cuda") == [*lb.flags("cpu"), "-DGGML_CUDA=on"]
+    assert lb.flags("cuda") == [*lb.flags("cpu"), "-DGGML_CUDA=ON",
+                                "-DCMAKE_CUDA_ARCHITECTURES=89"]
     assert lb.flags() == lb.flags("cpu") and lb.build_key("0.3.36") == lb.build_key(
         "0.3.36", "cpu")
     with pytest.raises(ConfigError, match="unknown llama.cpp build variant 'rocm'.*cpu, cuda"):
@@ -36,20 +38,29 @@ def test_the_cuda_build_keeps_the_cpu_baseline() -> None:
 
 def test_the_key_changes_with_the_pin_the_flags_and_the_machine() -> None:
     key = lb.build_key("0.3.36", "cpu", "x86_64")
-    # The key of the wheel every development machine has cached (its folder in
-    # ~/.cache/slm-nightly/llama-cpp-python, built 2026-12-01): when this changes, every
-    # machine compiles llama.cpp again — do it on purpose (new flags, a new pin), never by a
-    # refactor.
-    assert key == "e2024beca8c7d77d"
+    # The key of the build every development machine has cached (its folder in
+    # ~/.cache/slm-nightly/llama-cpp-python: the wheel with its libraries and llama-server,
+    # built once since issue 36): when this changes, every machine compiles llama.cpp again —
+    # do it on purpose (new flags, a new pin), never by a refactor.
+    assert key == "840c3259b4047677"
     others = {lb.build_key("0.3.37", "cpu", "x86_64"), lb.build_key("0.3.36", "cuda", "x86_64"),
               lb.build_key("0.3.36", "cpu", "aarch64")}
     assert key not in others and len(others) == 3
 
 
-def test_a_change_of_flags_changes_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_change_of_flags_targets_or_wheel_args_changes_the_key(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     before = lb.build_key("0.3.36", "cpu", "x86_64")
-    monkeypatch.setattr(lb, "BASELINE", (*lb.BASELINE[:-1], "-DGGML_AMX_BF16=ON"))
-    assert lb.build_key("0.3.36", "cpu", "x86_64") != before
+    with monkeypatch.context() as m:
+        m.setattr(lb, "BASELINE", (*lb.BASELINE[:-1], "-DGGML_AMX_BF16=ON"))
+        assert lb.build_key("0.3.36", "cpu", "x86_64") != before
+    with monkeypatch.context() as m:
+        m.setattr(lb, "TARGETS", ("llama",))
+        assert lb.build_key("0.3.36", "cpu", "x86_64") != before
+    with monkeypatch.context() as m:
+        m.setattr(lb, "WHEEL_CMAKE_ARGS", "-DLLAMA_BUILD=OFF")
+        assert lb.build_key("0.3.36", "cpu", "x86_64") != before
+    assert lb.build_key("0.3.36", "cpu", "x86_64") == before
 
 
 def test_the_pin_is_read_from_pyproject(tmp_path: Path) -> None:
@@ -116,82 +127,89 @@ def test_features_are_the_ones_compiled_in() -> None:
     assert lc.features("CPU : AVX512 = 1 | AMX_INT8 = 1 |") == {"AVX512", "AMX_INT8"}
 
 
-def test_the_server_build_is_the_same_baseline_static_and_without_the_web_ui() -> None:
-    f = lb.server_flags("cpu")
+def test_one_build_makes_shared_libraries_that_find_each_other_and_the_server() -> None:
+    f = lb.flags("cpu")
     assert f[:len(lb.BASELINE)] == list(lb.BASELINE)
-    assert {"-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_OPENSSL=OFF",
-            "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"} <= set(f)
-    assert lb.server_flags("cuda") == [*f, "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=89"]
+    # shared, as llama_cpp loads them; $ORIGIN run paths so nothing needs LD_LIBRARY_PATH
+    assert {"-DBUILD_SHARED_LIBS=ON", "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+            "-DCMAKE_INSTALL_RPATH=$ORIGIN", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_OPENSSL=OFF",
+            "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+            "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF"} <= set(f)
+    assert "-DBUILD_SHARED_LIBS=OFF" not in f
+    assert lb.TARGETS == ("llama", "llama-server")
+    # llama-cpp-python's own CMake compiles nothing: its bundled build is off
+    assert lb.WHEEL_CMAKE_ARGS == "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"
     with pytest.raises(ConfigError, match="unknown llama.cpp build variant 'rocm'"):
-        lb.server_flags("rocm")
-    # The key of the llama-server every development machine has cached (built 2026-12-01):
-    # when it changes every machine compiles the server again — on purpose only.
-    key = lb.server_key("0.3.36", "cpu", "x86_64")
-    assert key == "9dab24fd3b97e31f"
-    assert key != lb.build_key("0.3.36", "cpu", "x86_64")
-    assert len({key, lb.server_key("0.3.37", "cpu", "x86_64"),
-                lb.server_key("0.3.36", "cuda", "x86_64")}) == 3
+        lb.flags("rocm")
 
 
-def test_a_finished_server_entry_is_reused_and_the_binary_found(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(lb.CACHE_ENV, str(tmp_path / "cache"))
-    entry = lb.server_entry("9.9.9")
-    assert entry == tmp_path / "cache" / "llama-server" / \
-        f"9.9.9-cpu-{lb.server_key('9.9.9')}"
-    entry.mkdir(parents=True)
-    (entry / "llama-server").write_bytes(b"\x7fELF")
-    assert lb.cached_server(entry) is None  # no build.json: an interrupted build
-    (entry / "build.json").write_text("{}")
-    assert lb.cached_server(entry) == entry / "llama-server"
-    monkeypatch.setattr(lb, "_run_logged", lambda *a, **k: pytest.fail("built again"))
-    assert lb.build_server("9.9.9") == entry / "llama-server"
+def test_the_wheel_gets_the_built_files_with_their_modes_and_record_lines(
+        tmp_path: Path) -> None:
+    import base64
+    import hashlib
+    import zipfile
+
+    wheel = tmp_path / "llama_cpp_python-9.9.9-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("llama_cpp/__init__.py", "x = 1\n")
+        z.writestr("llama_cpp_python-9.9.9.dist-info/RECORD",
+                   "llama_cpp/__init__.py,sha256=abc,6\n"
+                   "llama_cpp_python-9.9.9.dist-info/RECORD,,\n")
+    lib = tmp_path / "libllama.so"
+    lib.write_bytes(b"\x7fELF-lib")
+    lib.chmod(0o644)
+    server = tmp_path / "llama-server"
+    server.write_bytes(b"\x7fELF-server")
+    server.chmod(0o755)
+    lb.add_to_wheel(wheel, {"llama_cpp/lib/libllama.so": lib,
+                            "llama_cpp/lib/llama-server": server})
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("llama_cpp/lib/llama-server") == b"\x7fELF-server"
+        assert (z.getinfo("llama_cpp/lib/llama-server").external_attr >> 16) & 0o777 == 0o755
+        assert (z.getinfo("llama_cpp/lib/libllama.so").external_attr >> 16) & 0o777 == 0o644
+        record = z.read("llama_cpp_python-9.9.9.dist-info/RECORD").decode().splitlines()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(b"\x7fELF-lib").digest()).rstrip(b"=")
+    # the old lines kept, the new ones before RECORD's own line (which stays last)
+    assert record == ["llama_cpp/__init__.py,sha256=abc,6",
+                      f"llama_cpp/lib/libllama.so,sha256={digest.decode()},8",
+                      record[2], "llama_cpp_python-9.9.9.dist-info/RECORD,,"]
+    assert record[2].startswith("llama_cpp/lib/llama-server,sha256=")
+    assert record[2].endswith(",11")
+    with pytest.raises(lb.BuildError, match="already holds llama_cpp/lib/libllama.so"):
+        lb.add_to_wheel(wheel, {"llama_cpp/lib/libllama.so": lib})
+
+
+def test_the_server_is_linked_from_the_installed_wheel_and_relinked_when_it_differs(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import os
 
     monkeypatch.delenv(lc.SERVER_ENV, raising=False)
-    assert lc.server_path(tmp_path / "venv") == tmp_path / "venv" / "bin" / "llama-server"
+    lib = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "llama_cpp" / "lib"
+    lib.mkdir(parents=True)
+    with pytest.raises(lb.BuildError, match=r"llama_cpp/lib/llama-server is missing or not "
+                                            r"executable .* run it with --rebuild"):
+        lb.install_server(lib, prefix=tmp_path / "venv")
+    (lib / "llama-server").write_text("#!/bin/sh\necho built\n")
+    (lib / "llama-server").chmod(0o755)
+    dest = lb.install_server(lib, prefix=tmp_path / "venv")
+    assert dest == tmp_path / "venv" / "bin" / "llama-server"
+    assert os.readlink(dest) == "../lib/python3.11/site-packages/llama_cpp/lib/llama-server"
+    assert lc.require_server(tmp_path / "venv") == dest
+    assert capsys.readouterr().out.startswith("llama.cpp: linked ")
+    lb.install_server(lib, prefix=tmp_path / "venv")
+    assert "already linked" in capsys.readouterr().out
+    # a copy left by an older install (a regular file) is replaced by the link
+    dest.unlink()
+    dest.write_bytes(b"old")
+    lb.install_server(lib, prefix=tmp_path / "venv")
+    assert dest.is_symlink() and dest.read_bytes() == b"#!/bin/sh\necho built\n"
+    lc.server_path(tmp_path / "venv")
     with pytest.raises(ConfigError) as e:
-        lc.require_server(tmp_path / "venv")
-    assert str(e.value) == (f"llama-server: {tmp_path}/venv/bin/llama-server is not installed — "
-                            "run `make` (or `python -m tasks.llama_build install`; `--variant "
-                            "cuda` on a GPU node)")
+        lc.require_server(tmp_path / "elsewhere")
+    assert str(e.value) == (f"llama-server: {tmp_path}/elsewhere/bin/llama-server is not "
+                            "installed — run `make` (or `python -m tasks.llama_build install`; "
+                            "`--variant cuda` on a GPU node)")
     monkeypatch.setenv(lc.SERVER_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match=r"\$SLM_LLAMA_SERVER points at .*/nowhere, which is "
                                           "not an executable file"):
         lc.require_server()
-
-
-def test_the_installed_server_is_executable_and_replaced_only_when_it_differs(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    # Stop 30's CI: install copied the binary through files.replacing, whose chmod gave it
-    # the mode of an ordinary new file (0644), and `make`'s check then found no llama-server.
-    import os
-
-    from tasks.files import file_sha256
-
-    monkeypatch.setenv(lb.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.delenv(lc.SERVER_ENV, raising=False)
-    monkeypatch.setattr(lb, "pin", lambda: "9.9.9")
-    entry = lb.server_entry("9.9.9")
-    entry.mkdir(parents=True)
-    binary = entry / "llama-server"
-    binary.write_bytes(b"#!/bin/sh\necho built\n")
-    binary.chmod(0o755)
-    (entry / "build.json").write_text(json.dumps({"key": "k1", "sha256": file_sha256(binary)}))
-    umask = os.umask(0o022)
-    try:
-        rec = lb.install_server(prefix=tmp_path / "venv")
-        dest = tmp_path / "venv" / "bin" / "llama-server"
-        assert rec["path"] == str(dest)
-        assert dest.stat().st_mode & 0o777 == 0o755
-        assert lc.require_server(tmp_path / "venv") == dest
-        assert "installing llama-server (cpu, key k1)" in capsys.readouterr().out
-        # an older, non-executable copy is replaced and made executable
-        dest.write_bytes(b"old")
-        dest.chmod(0o644)
-        lb.install_server(prefix=tmp_path / "venv")
-        assert dest.read_bytes() == binary.read_bytes()
-        assert dest.stat().st_mode & 0o777 == 0o755
-        lb.install_server(prefix=tmp_path / "venv")
-        assert "already installed" in capsys.readouterr().out.splitlines()[-1]
-    finally:
-        os.umask(umask)

@@ -108,3 +108,69 @@ def test_a_server_that_exits_while_starting_is_an_error_with_its_log(tmp_path: P
                                           r"lines:\n(.|\n)*no model here"):
         server.start(code, 0, marker="--m2", ready=lambda: False, timeout=10)
     assert not server.pid_file.exists()
+
+
+_TAKE_PORTS = r"""
+import json, sys
+from tasks import processes
+ports = [processes.free_port() for _ in range(int(sys.argv[1]))]
+print(json.dumps(ports), flush=True)
+sys.stdin.read()  # hold them until the parent closes stdin
+"""
+
+
+def test_two_processes_asking_at_once_never_get_the_same_port(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 36: binding port 0 and closing handed one number to two processes (a CI run failed
+    on it). Reservations are machine-wide locks: two processes — two xdist workers, two
+    checkouts — that each take 150 ports at once share none, and none is a port the kernel
+    could pick as a connection's source port."""
+    from tasks import processes
+
+    env = {**os.environ, processes.PORT_LOCKS_ENV: str(tmp_path / "locks")}
+    # a narrow range below the one other processes use, where without the locks two processes
+    # would surely collide
+    code = f"from tasks import processes; processes.PORT_RANGE = (15000, 15400)\n{_TAKE_PORTS}"
+    procs = [subprocess.Popen([sys.executable, "-c", code, "150"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    try:
+        got = [json.loads(p.stdout.readline()) for p in procs]  # type: ignore[union-attr]
+    finally:
+        for p in procs:
+            p.communicate("", timeout=30)
+    assert [len(set(g)) for g in got] == [150, 150]
+    assert not set(got[0]) & set(got[1])
+    assert all(15000 <= port < 15400 for port in got[0] + got[1])
+    # a process's reservations end with it: the same 300 ports are free again
+    monkeypatch.setenv(processes.PORT_LOCKS_ENV, str(tmp_path / "locks"))
+    monkeypatch.setattr(processes, "PORT_RANGE", (15000, 15300))
+    mine = [processes.free_port() for _ in range(300)]
+    try:
+        assert sorted(mine) == list(range(15000, 15300))
+        with pytest.raises(ServerError, match=r"no free loopback port in 15000–15299: each is in "
+                                              r"use or reserved by a running process"):
+            processes.free_port()
+    finally:
+        for port in mine:
+            processes.release_port(port)
+    assert not set(mine) & set(processes._HELD_PORTS)
+
+
+def test_a_port_comes_from_below_the_ephemeral_range_and_skips_one_in_use(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import socket
+
+    from tasks import processes
+
+    monkeypatch.setenv(processes.PORT_LOCKS_ENV, str(tmp_path / "locks"))
+    floor = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    port = processes.free_port()
+    processes.release_port(port)
+    assert processes.PORT_RANGE[0] <= port < min(floor, processes.PORT_RANGE[1])
+    # a port something else listens on (it never asked for a reservation) is not handed out
+    monkeypatch.setattr(processes, "PORT_RANGE", (port, port + 2))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", port))
+        busy.listen()
+        assert {processes.free_port() for _ in range(1)} == {port + 1}
+    processes.release_port(port + 1)

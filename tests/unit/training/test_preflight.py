@@ -32,7 +32,7 @@ def test_the_production_recipe_passes_preflight_on_its_node() -> None:
     by = {c.name: c.detail for c in checks}
     assert "olmo3: 7,298,011,136 parameters" in by["model shape"]
     assert by["export"].startswith("Olmo3ForCausalLM is registered")
-    assert by["verification fits"].startswith("plan cuda: RAM 6.1 GiB") and "GPU 15.5 GiB" \
+    assert by["verification fits"].startswith("plan cuda: RAM 6.4 GiB") and "GPU 15.5 GiB" \
         in by["verification fits"]
     require(checks)  # does not raise
 
@@ -41,9 +41,9 @@ def test_the_cpu_plan_is_refused_for_the_7b_naming_31_gib_against_16() -> None:
     checks = preflight(_production(verify_device="cpu"), G2_STANDARD_4, weights_here=False)
     [fit] = [c for c in checks if c.name == "verification fits"]
     assert fit.status == "failed"
-    assert "verification plan cpu does not fit the node: estimated RAM 31.0 GiB > 16.0 GiB " \
+    assert "verification plan cpu does not fit the node: estimated RAM 31.3 GiB > 16.0 GiB " \
         "(g2-standard-4" in fit.detail
-    assert "set verify_device: cuda in the recipe (estimate: plan cuda: RAM 6.1 GiB" in fit.detail
+    assert "set verify_device: cuda in the recipe (estimate: plan cuda: RAM 6.4 GiB" in fit.detail
     with pytest.raises(PreflightFailed, match=r"before any weight loaded: verification fits: "
                        r"verification plan cpu does not fit"):
         require(checks)
@@ -100,7 +100,7 @@ def test_node_memory_from_the_profile_else_a_g2_standard_4(tmp_path: Path) -> No
                           training={"node_ram_gib": 32})
     limits = node_limits(load_profile(str(bigger)))
     assert (limits.ram, limits.vram) == (32 * 2**30, 23034 * 2**20)  # the L4 stays
-    # The 7B's cpu plan (31.0 GiB) fits a 32 GiB node: the refusal follows the setting.
+    # The 7B's cpu plan (31.3 GiB) fits a 32 GiB node: the refusal follows the setting.
     checks = preflight(_production(verify_device="cpu"), limits, weights_here=False)
     assert _statuses(checks)["verification fits"] == "ok"
     local = toml_profile(tmp_path / "c.toml", state_dir=tmp_path / "s",
@@ -131,4 +131,4 @@ def test_the_cli_prints_each_check_and_exits_1_on_a_failure(
                                       str(tmp_path / "cpu.yaml"), "--json"])
     assert _preflight(args) == 1
     fit = {c["check"]: c for c in json.loads(capsys.readouterr().out)}["verification fits"]
-    assert fit["status"] == "failed" and "RAM 31.0 GiB > 16.0 GiB" in fit["detail"]
+    assert fit["status"] == "failed" and "RAM 31.3 GiB > 16.0 GiB" in fit["detail"]
