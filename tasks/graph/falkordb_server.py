@@ -37,11 +37,18 @@ PROGRESS_EVERY = 5.0  # seconds between "still loading" lines
 STALL_SECONDS = 60.0
 
 
-def _client(host: str, port: int, password: str | None = None, timeout: float = 10.0) -> Any:
+def _client(host: str, port: int, password: str | None = None, timeout: float = 10.0,
+            retry: bool = True) -> Any:
+    """A Redis client. redis-py 8 retries a command ten times with backoff on any connection
+    error, LOADING (BusyLoadingError) included: `retry=False` for a caller that must see each
+    answer as it comes (wait_loaded: its progress lines and its stall rule)."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
+    extra = {} if retry else {"retry": Retry(NoBackoff(), 0)}
     return redis.Redis(host=host, port=port, password=password, socket_timeout=timeout,
-                       socket_connect_timeout=2.0)
+                       socket_connect_timeout=2.0, **extra)
 
 
 def wait_loaded(host: str, port: int, password: str | None = None,
@@ -95,7 +102,7 @@ def wait_loaded(host: str, port: int, password: str | None = None,
             last_report = time.monotonic()
         return None
 
-    r = _client(host, port, password, timeout=2.0)
+    r = _client(host, port, password, timeout=2.0, retry=False)
     try:
         waited = poll(answered, timeout, first=0.05, cap=0.25)
     finally:
