@@ -10,28 +10,33 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/llama_cpp.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch first, pinned here (pyproject has a lower bound only: the GPU node trains on its
-	# engine's torch): pip then takes the local CPU build instead of a CUDA download.
-	$(PY) -m pip install --quiet torch==2.13.0
+	# torch, pinned here (pyproject has a lower bound only: the GPU node trains on its engine's
+	# torch), downloads while llama.cpp compiles: PyPI's default build, +cu130 with its CUDA
+	# libraries (~1 min, 4.7 GB installed; a CPU-only build is not on PyPI).
 	# llama.cpp before the project, so pip never compiles it with -march=native nor takes an
 	# old wheel from its cache: tasks/llama_build.py holds the flags (the x86-64 baseline,
-	# AVX2/FMA/F16C) and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags; then
-	# llama-server, the engine, from the llama.cpp the same sdist vendors, into .venv/bin
-	# (8–16 min for both once per machine on 2 cores; seconds after that, fresh clones included).
+	# AVX2/FMA/F16C), compiles the vendored llama.cpp once — its libraries and llama-server —
+	# and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags (~7 min once per
+	# machine on 2 cores; seconds after that, fresh clones included).
+	$(PY) -m pip install --quiet torch==2.13.0 > $(VENV)/torch-install.log 2>&1 & torch=$$!; \
+	$(PY) -m tasks.llama_build build; built=$$?; \
+	wait $$torch || { cat $(VENV)/torch-install.log; exit 1; }; test $$built = 0
 	$(PY) -m tasks.llama_build install
 	$(PY) -m pip install --quiet -e '.[dev]' torch==2.13.0
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
 	# llama-cpp-python's source distribution, into $(VENV)/share/slm-nightly (a few seconds).
 	$(PY) -m tasks.training.convert install
-	# The installed library evaluates a prompt of a few hundred tokens in a child process: a
-	# build this CPU cannot run fails here, with the signal, the library and its flags.
+	# The installed library evaluates a prompt of a few hundred tokens in a child process, and
+	# so does llama-server: a build this CPU cannot run fails here, with the signal, the library
+	# and its flags.
 	$(PY) -m tasks.llama_build check
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/slm-nightly run --profile local --summary .slm-nightly/last-summary.json
 
-# Both tiers on every core (pytest-xdist, one worker per core, `TEST_WORKERS=N` to change it):
+# Both tiers on every core (pytest-xdist with one worker more than there are cores — a third of
+# an integration test's time is spent waiting on a server or a child — `TEST_WORKERS=N` to change it):
 # each worker has its own servers (FalkorDB, Prefect, llama-server, the GCS emulator), ports
 # (tasks/processes.py reserves them machine-wide), PREFECT_HOME and temporary folders; a module
 # stays on one worker (--dist loadfile), so a night it shares among its tests runs once. Then the
@@ -39,14 +44,14 @@ run: $(STAMP)
 # sub-second deadlines), marked `serial`. The 25 slowest tests close each part's log.
 # One file: `$(PY) -m pytest tests/integration/test_engine.py`; one test: add `::NAME`; the
 # serial group: `$(PY) -m pytest -m serial tests`.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25 tests/unit tests/integration
 	$(PY) -m pytest -m serial --durations=25 tests/unit tests/integration
 
-# The unit tier alone on every core (~40 s on 2 cores): no servers, no models.
+# The unit tier alone on every core (~40 s on 2 cores): no servers, no models, no serial group.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial" tests/unit
 
 # Mutation testing of the pure core, judged by the unit tier alone (mutmut; its settings are
 # pyproject.toml's [tool.mutmut]): plants one small bug at a time in the functions below and

@@ -30,6 +30,7 @@ The pin is pyproject.toml's (`llama-cpp-python[server]==…`); the flags are `fl
 module needs only the standard library: it runs before the project's dependencies are in.
 
     python -m tasks.llama_build install [--variant cpu|cuda] [--rebuild]
+    python -m tasks.llama_build build [--variant cpu|cuda]   (the cache only, nothing installed)
     python -m tasks.llama_build check [--model GGUF]
     python -m tasks.llama_build show [--variant cuda]
 """
@@ -401,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tasks.llama_build", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
+    p_build = sub.add_parser("build", help="build into the cache only (once per pin and flags)")
+    p_build.add_argument("--variant", default="cpu", choices=sorted(VARIANTS))
     p_install = sub.add_parser("install", help="build (once per pin and flags) and install")
     p_install.add_argument("--variant", default="cpu", choices=sorted(VARIANTS))
     p_install.add_argument("--rebuild", action="store_true", help="ignore the cached wheel")
@@ -411,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     p_show.add_argument("--variant", default="cpu", choices=sorted(VARIANTS))
     args = parser.parse_args(argv)
     try:
-        if args.cmd == "install":
+        if args.cmd == "build":
+            print(f"llama.cpp: {build(pin(), args.variant)}", flush=True)
+        elif args.cmd == "install":
             install(args.variant, args.rebuild)
         elif args.cmd == "check":
             res = check(args.model, args.threads)

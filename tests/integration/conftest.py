@@ -4,6 +4,9 @@ stand-ins."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import shutil
 import subprocess
 import time
@@ -55,19 +58,42 @@ def store(falkordb: int, request: pytest.FixtureRequest) -> Iterator[FalkorDBSto
     s.close()
 
 
+def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder every xdist worker of this session shares (the parent of their basetemps; the
+    basetemp itself without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@contextlib.contextmanager
+def one_at_a_time(folder: Path) -> Iterator[None]:
+    """Across the session's workers: the second waits while the first builds."""
+    with open(folder / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """SmolLM2-135M dequantized once per session (HF folder + F32 GGUF), shared by tests."""
-    cache = tmp_path_factory.mktemp("base-cache")
+    """SmolLM2-135M dequantized once per session (HF folder + F32 GGUF), shared by tests and by
+    the xdist workers (the cache publishes each entry atomically; the lock spares the second
+    worker the same 30 s of work)."""
+    cache = shared_dir(tmp_path_factory, "base-cache")
     from tasks.llama_cpp import default_model_path
     from tasks.training.base_model import f32_gguf, hf_from_gguf
 
     gguf_path = default_model_path()
-    t = time.monotonic()
-    hf = hf_from_gguf(gguf_path, cache)
-    cold = time.monotonic() - t
-    return {"gguf": gguf_path, "cache": cache, "hf": hf, "cold_s": cold,
-            "f32": f32_gguf(gguf_path, cache)}
+    with one_at_a_time(cache):
+        t = time.monotonic()
+        hf = hf_from_gguf(gguf_path, cache)
+        cold = time.monotonic() - t
+        f32 = f32_gguf(gguf_path, cache)
+    return {"gguf": gguf_path, "cache": cache, "hf": hf, "cold_s": cold, "f32": f32}
 
 
 @pytest.fixture(scope="session")

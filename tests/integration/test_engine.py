@@ -33,6 +33,7 @@ def _processing(url: str) -> bool:
     return any(s["is_processing"] for s in httpx.get(f"{url}/slots").json())
 
 
+@pytest.mark.serial  # a 1.5 s give-up and a 5 s slot release on 1 thread (issue 36)
 def test_a_request_the_client_gives_up_on_frees_its_slot(one_slot: str) -> None:
     """As the client sends it (streamed: llama-server cancels only a streaming task whose
     client went away — a plain request measured here kept its slot for all 3,000 tokens)."""

@@ -241,6 +241,7 @@ def test_transient_errors_while_booting_and_watching_are_retried(
     node.stop()
 
 
+@pytest.mark.serial  # sub-second windows of the fake's clock (issue 36)
 def test_the_node_stops_itself_at_its_max_run_duration(tmp_path: Path) -> None:
     """The orchestrator died after the start (no stop call): Compute stops the node after
     maxRunDuration RUNNING. The fake runs 1 s of the duration as 10 ms."""
@@ -325,6 +326,7 @@ def test_fake_set_scheduling_keeps_absent_fields_and_refuses_what_compute_refuse
         "maxRunDuration": {"seconds": "600"}}
 
 
+@pytest.mark.serial  # sub-second windows of the fake's clock (issue 36)
 def test_slow_boot_respects_boot_timeout_and_requests_a_stop(
         fake: FakeComputeEngine, tmp_path: Path) -> None:
     fake.add_instance("zone-a", "node", boot_seconds=60)
@@ -352,6 +354,7 @@ def test_preemption_mid_run_is_detected(fake: FakeComputeEngine, tmp_path: Path)
     assert node.stop() == []  # nothing left running
 
 
+@pytest.mark.serial  # sub-second windows of the fake's clock (issue 36)
 def test_usage_and_cost_come_from_running_time(fake: FakeComputeEngine, tmp_path: Path) -> None:
     fake.add_instance("zone-a", "node")
     node = gce(fake, tmp_path, spot_usd_per_hour=3600.0)  # $1 per second, to see it

@@ -316,6 +316,7 @@ def test_a_phase_1_over_max_failed_share_still_scores_and_trains(
     assert s["training"]["engineering-pointsav"]["state"] == "done"
 
 
+@pytest.mark.serial  # its point is one busy core of an otherwise idle machine (issue 36)
 def test_a_night_with_one_core_held_busy_completes_with_no_document_failed(
         tmp_path: Path) -> None:
     """Another process holds a core with a plain busy loop for the whole night: the server is

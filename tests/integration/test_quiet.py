@@ -90,9 +90,11 @@ def test_route_sends_each_kind_of_library_output_to_the_log(tmp_path: Path, mode
             assert marker in terminal, terminal
 
 
-def profile(tmp: Path, fake: FakeOpenAI, falkordb: int, train: bool) -> Path:
+def profile(tmp: Path, fake: FakeOpenAI, falkordb: int, train: bool,
+            model_cache: Path | None = None) -> Path:
     """Two short documents; with `train`, a corpus where only BUCKET passes (the other bucket
-    is empty), so one adapter trains, with the local recipe cut to 2 SFT steps."""
+    is empty), so one adapter trains, with the local recipe cut to 2 SFT steps (on the
+    session's dequantized SmolLM2, `model_cache`, where given)."""
     src = tmp / "docs"
     (src / "research").mkdir(parents=True)
     for i in range(2):
@@ -115,7 +117,7 @@ floor = 200
 [training]
 recipe = "{tmp / 'recipe.yaml'}"
 enabled = {'true' if train else 'false'}
-""")
+""" + (f'model_cache = "{model_cache}"\n' if model_cache else ""))
     return path
 
 
@@ -135,12 +137,12 @@ def run_log(terminal: str) -> Path:
 
 @pytest.mark.timeout(1800)  # measured 10+ min with six engineers' jobs on the 2 cores
 def test_quiet_terminal_keeps_library_output_in_the_run_log_and_verbose_shows_it(
-        tmp_path: Path, falkordb: int) -> None:
+        tmp_path: Path, falkordb: int, base_cache: dict) -> None:
     with FakeOpenAI() as fake:
         quiet, verbose = tmp_path / "quiet", tmp_path / "verbose"
         for tmp in (quiet, verbose):
             tmp.mkdir()
-            profile(tmp, fake, falkordb, train=tmp == quiet)
+            profile(tmp, fake, falkordb, train=tmp == quiet, model_cache=base_cache["cache"])
 
         code, terminal = run_cli(quiet)
         print(terminal)  # what a user sees (pytest -rP shows it)
