@@ -46,9 +46,11 @@ def _client(host: str, port: int, password: str | None = None, timeout: float = 
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    extra = {} if retry else {"retry": Retry(NoBackoff(), 0)}
-    return redis.Redis(host=host, port=port, password=password, socket_timeout=timeout,
-                       socket_connect_timeout=2.0, **extra)
+    client = redis.Redis(host=host, port=port, password=password, socket_timeout=timeout,
+                         socket_connect_timeout=2.0)
+    if not retry:
+        client.set_retry(Retry(NoBackoff(), 0))
+    return client
 
 
 def wait_loaded(host: str, port: int, password: str | None = None,
