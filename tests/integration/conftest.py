@@ -129,7 +129,8 @@ int ggml_backend_sched_graph_compute_async(void *sched, void *graph) {
 """
 
 
-# The same failure for llama-server, which links ggml statically (nothing of it to interpose):
+# The same failure for llama-server, on its first prompt only (it loads the same shared ggml
+# since issue 36, but evaluates a warm-up graph at start, which the ggml stand-in would kill):
 # it reads each request with libc's recv() (vendor/cpp-httplib/httplib.cpp read_socket), so
 # the stand-in takes recv and executes ud2 once a chat completion arrives. Loading, warm-up,
 # /health and /v1/models work; the first prompt kills the server with SIGILL. Every other
