@@ -36,12 +36,14 @@ run: $(STAMP)
 	$(VENV)/bin/slm-nightly run --profile local --summary .slm-nightly/last-summary.json
 
 # Both tiers on every core (pytest-xdist, one worker per core; `TEST_WORKERS=N` to change it — a
-# third worker on 2 cores was no faster, 31 min 45 s against 30 min 49 s, and lost a SIGTERM):
+# third worker on 2 cores was slower, 31 min 45 s for the parallel part against 23 min 42 s, and
+# lost a SIGTERM):
 # each worker has its own servers (FalkorDB, Prefect, llama-server, the GCS emulator), ports
 # (tasks/processes.py reserves them machine-wide), PREFECT_HOME and temporary folders; a module
 # stays on one worker (--dist loadfile), so a night it shares among its tests runs once. Then the
 # serial group alone: tests whose point is timing on an otherwise idle machine (a busy core,
-# sub-second deadlines) or signals landing in a busy run, marked `serial`. The 25 slowest tests close each part's log.
+# sub-second deadlines) or signals landing in a busy run, marked `serial`. The 25 slowest tests
+# close each part's log.
 # One file: `$(PY) -m pytest tests/integration/test_engine.py`; one test: add `::NAME`; the
 # serial group: `$(PY) -m pytest -m serial tests`.
 TEST_WORKERS ?= auto

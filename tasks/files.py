@@ -2,9 +2,10 @@
 
 The one place for both: every write that replaces a file goes through `replacing` (or its
 text/bytes form `write_atomic`), and every content digest through `sha256_hex` /
-`file_sha256`.
+`file_sha256`. Also the one machine-wide lock on a file, `locked`.
 """
 
+import fcntl
 import hashlib
 import os
 import tempfile
@@ -79,3 +80,16 @@ def write_atomic(path: Path, data: str | bytes) -> None:
             tmp.write_text(data, encoding="utf-8")
         else:
             tmp.write_bytes(data)
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """One holder at a time on this machine: an exclusive flock on `path` (created, with its
+    folder), waited for; it goes with its process, so a killed holder frees it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -55,11 +53,11 @@ import tempfile
 import time
 import tomllib
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from tasks.errors import ConfigError, SlmNightlyError
-from tasks.files import file_sha256, sha256_hex, write_atomic
+from tasks.files import file_sha256, locked, sha256_hex, write_atomic
 from tasks.llama_cpp import (
     DIST,
     SERVER,
@@ -165,18 +163,6 @@ def cached_wheel(entry: Path) -> Path | None:
 # --- building and installing ------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One builder per cache entry: a second `make` waits for the first one's wheel."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _progress(log: Path) -> str:
     """The compile step ninja is at ('[57/140]'), from the build log."""
     try:
@@ -208,14 +194,14 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> fl
     return round(time.monotonic() - started, 1)
 
 
-def _cached_build(entry: Path, find: Callable[[Path], Path | None],
-                  compile_into: Callable[[Path, Path], dict], rebuild: bool) -> Path:
-    """What `find` finds in the cache entry, else compiled once into it: under the entry's lock,
+def _cached_build(entry: Path, compile_into: Callable[[Path, Path], dict],
+                  rebuild: bool) -> Path:
+    """The cache entry's wheel, else compiled once into it: under the entry's lock,
     `compile_into(staging, log)` builds in a private sibling folder and returns the record;
     build.json (with the seconds it took) is written last and the folder renamed into place,
     so an interrupted build is never taken for a finished one."""
-    with _locked(entry.parent / f"{entry.name}.lock"):
-        found = find(entry)
+    with locked(entry.parent / f"{entry.name}.lock"):
+        found = cached_wheel(entry)
         if found and not rebuild:
             return found
         shutil.rmtree(entry, ignore_errors=True)
@@ -233,7 +219,7 @@ def _cached_build(entry: Path, find: Callable[[Path], Path | None],
             raise
         steps = ", ".join(f"{k} {v:.0f} s" for k, v in record.get("steps", {}).items())
         print(f"llama.cpp: built in {record['seconds']:.0f} s ({steps}) → {entry}", flush=True)
-        found = find(entry)
+        found = cached_wheel(entry)
         assert found is not None
         return found
 
@@ -321,7 +307,7 @@ def build(version: str, variant: str = "cpu", rebuild: bool = False) -> Path:
                 "cmake_args": " ".join(cmake_args), "targets": list(TARGETS),
                 "wheel": wheels[0].name, "sha256": file_sha256(wheels[0]), "steps": steps}
 
-    return _cached_build(entry_dir(version, variant), cached_wheel, compile_into, rebuild)
+    return _cached_build(entry_dir(version, variant), compile_into, rebuild)
 
 
 def download_sdist(version: str, dest: Path) -> Path:

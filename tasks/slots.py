@@ -25,20 +25,19 @@ is alive, or on another host, is never touched: it is waited for.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from tasks.errors import PhaseFailed
-from tasks.files import write_atomic
+from tasks.files import locked, write_atomic
 from tasks.processes import owner_alive, start_ticks
 from tasks.runtime import prefect_env
 
@@ -111,13 +110,9 @@ def _log(message: str) -> None:
         get_logger("slm-nightly").warning(message)
 
 
-@contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def _locked(directory: Path) -> AbstractContextManager[None]:
     """One taker at a time on this machine (the lock goes with its process)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
+    return locked(directory / ".lock")
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -4,8 +4,6 @@ stand-ins."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
@@ -16,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tasks.files import locked
 from tasks.graph import falkordb_server
 from tasks.graph.backends import FalkorDBStore
 from tests.support.weights import BASE_GGUF, COMMIT, GGUF_NAME
@@ -67,17 +66,6 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     return folder
 
 
-@contextlib.contextmanager
-def one_at_a_time(folder: Path) -> Iterator[None]:
-    """Across the session's workers: the second waits while the first builds."""
-    with open(folder.parent / f".{folder.name}.lock", "w") as f:  # beside it, not in it
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="session")
 def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """SmolLM2-135M dequantized once per session (HF folder + F32 GGUF), shared by tests and by
@@ -88,7 +76,7 @@ def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tasks.training.base_model import f32_gguf, hf_from_gguf
 
     gguf_path = default_model_path()
-    with one_at_a_time(cache):
+    with locked(cache.parent / f".{cache.name}.lock"):  # beside it: tests list the cache
         t = time.monotonic()
         hf = hf_from_gguf(gguf_path, cache)
         cold = time.monotonic() - t
