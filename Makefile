@@ -3,26 +3,31 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+TORCH := torch==2.13.0
 
 .PHONY: run test test-fast mutation lint bench clean-state docs
 
 # convert.py, llama_build.py and llama_cpp.py: their install steps run in existing environments too.
-$(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/llama_cpp.py
+$(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/llama_cpp.py \
+		tasks/wheelhouse.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch, pinned here (pyproject has a lower bound only: the GPU node trains on its engine's
-	# torch), downloads while llama.cpp compiles: PyPI's default build, +cu130 with its CUDA
-	# libraries (~1 min, 4.7 GB installed; a CPU-only build is not on PyPI).
+	# torch), installs while llama.cpp compiles: PyPI's default build, +cu130 with its CUDA
+	# libraries (4.7 GB installed; a CPU-only build is not on PyPI), from wheels downloaded once
+	# per machine into the build cache (tasks/wheelhouse.py: pip's own cache keeps nothing here).
 	# llama.cpp before the project, so pip never compiles it with -march=native nor takes an
 	# old wheel from its cache: tasks/llama_build.py holds the flags (the x86-64 baseline,
 	# AVX2/FMA/F16C), compiles the vendored llama.cpp once — its libraries and llama-server —
 	# and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags (~7 min once per
 	# machine on 2 cores; seconds after that, fresh clones included).
-	$(PY) -m pip install --quiet torch==2.13.0 > $(VENV)/torch-install.log 2>&1 & torch=$$!; \
+	{ w=$$($(PY) -m tasks.wheelhouse $(TORCH)) && \
+	  $(PY) -m pip install --quiet --no-index --find-links "$$w" $(TORCH); \
+	} > $(VENV)/torch-install.log 2>&1 & torch=$$!; \
 	$(PY) -m tasks.llama_build build; built=$$?; \
 	wait $$torch || { cat $(VENV)/torch-install.log; exit 1; }; test $$built = 0
 	$(PY) -m tasks.llama_build install
-	$(PY) -m pip install --quiet -e '.[dev]' torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]' $(TORCH)
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
 	# llama-cpp-python's source distribution, into $(VENV)/share/slm-nightly (a few seconds).
 	$(PY) -m tasks.training.convert install
@@ -42,7 +47,8 @@ run: $(STAMP)
 # (tasks/processes.py reserves them machine-wide), PREFECT_HOME and temporary folders; a module
 # stays on one worker (--dist loadfile), so a night it shares among its tests runs once. Then the
 # serial group alone: tests whose point is timing on an otherwise idle machine (a busy core,
-# sub-second deadlines) or signals landing in a busy run, marked `serial`. The 25 slowest tests
+# sub-second deadlines), marked `serial` (Ctrl-C and SIGTERM on a busy run stay in the parallel
+# part: a SIGTERM lost there was a bug, tasks/extraction/calls.py _signals_kept). The 25 slowest tests
 # close each part's log.
 # One file: `$(PY) -m pytest tests/integration/test_engine.py`; one test: add `::NAME`; the
 # serial group: `$(PY) -m pytest -m serial tests`.

@@ -168,14 +168,15 @@ def run_sync(coro: Any) -> Any:
     """asyncio.run, also from a thread that already has a running loop. A Ctrl-C or SIGTERM
     that lands inside an anyio task group (httpx's connect) leaves it wrapped in a
     BaseExceptionGroup: it is raised bare, so the flow and Prefect see the signal (a cancelled
-    run, the signal re-delivered to `slm-nightly run`), not a failure."""
+    run, the signal re-delivered to `slm-nightly run`), not a failure. One that lands where
+    asyncio would drop it stops the work too (`_signals_kept`)."""
     try:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(coro)
+            return asyncio.run(_signals_kept(coro))
         with ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, coro).result()
+            return pool.submit(asyncio.run, _signals_kept(coro)).result()
     except BaseExceptionGroup as group:
         from prefect.exceptions import TerminationSignal
 
@@ -185,6 +186,52 @@ def run_sync(coro: Any) -> Any:
         if signal is None:
             raise
         raise signal from group
+
+
+def _is_signal(exc: BaseException | None) -> bool:
+    """TerminationSignal (Prefect's SIGTERM handler) and the like: neither an error nor a
+    cancellation. KeyboardInterrupt and SystemExit never reach a loop's exception handler."""
+    return exc is not None and not isinstance(exc, Exception | asyncio.CancelledError)
+
+
+async def _signals_kept(coro: Any) -> Any:
+    """Await `coro`; a signal that asyncio would only log cancels it and is raised instead.
+
+    Prefect's SIGTERM handler raises TerminationSignal in whatever the main thread is running.
+    In a plain loop callback (a socket read, a future waking its task) asyncio logs and drops
+    any exception but KeyboardInterrupt and SystemExit (CPython 3.11 asyncio/events.py,
+    Handle._run), and a background task keeps it until the task is collected, when it is only
+    logged. Under load a SIGTERM landed there and the run went on to complete and exit 0 (CI,
+    2026-12-04). Both reach the loop's exception handler, which this one replaces."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    caught: list[BaseException] = []
+    previous = loop.get_exception_handler()
+
+    def on_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if _is_signal(exc) and main is not None:
+            if not caught:
+                caught.append(exc)  # type: ignore[arg-type]
+                main.cancel()
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(on_error)
+    try:
+        result = await coro
+    except asyncio.CancelledError:
+        if caught:
+            raise caught[0] from None
+        raise
+    finally:
+        loop.set_exception_handler(previous)
+    if caught:  # the work swallowed the cancel and finished anyway
+        raise caught[0]
+    return result
 
 
 def prompt_overhead_tokens(ontology: GraphSchema | None = None) -> int:

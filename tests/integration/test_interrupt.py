@@ -31,11 +31,6 @@ import pytest
 from tasks.processes import ManagedServer, alive
 from tests.support.profiles import toml_profile
 
-# Serial (issue 36): under three test workers on 2 cores a SIGTERM sent mid-extraction was
-# lost — the run completed and exited 0 (ci run of 2026-12-04, test_sigterm_stops_the_run). A bug
-# in how the signal reaches the flow under load, not yet found; these tests run alone meanwhile.
-pytestmark = pytest.mark.serial
-
 SLM = str(Path(sys.executable).parent / "slm-nightly")
 DOCS = 5
 EXIT_BOUND = 30.0
