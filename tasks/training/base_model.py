@@ -44,6 +44,13 @@ def gguf_digest(gguf_path: Path) -> str:
     return sha256_hex(data, 16)
 
 
+def hf_cache_entry(gguf_path: Path, cache_dir: Path) -> Path:
+    """Where hf_from_gguf keeps (or will keep) this GGUF's dequantized folder; finished when
+    it holds HF_MARKER."""
+    gguf_path = _require_file(gguf_path, "GGUF model")
+    return Path(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path)}-hf"
+
+
 def hf_from_gguf(gguf_path: Path, cache_dir: Path) -> Path:
     """Dequantize a GGUF into a float32 transformers folder (weights, config, tokenizer,
     generation config), once; later calls return the cached folder without loading anything.
@@ -52,8 +59,7 @@ def hf_from_gguf(gguf_path: Path, cache_dir: Path) -> Path:
     llama.cpp's convert_lora_to_gguf.py (tasks.training.convert) re-applies that permutation
     when it exports an adapter.
     """
-    gguf_path = _require_file(gguf_path, "GGUF model")
-    target = Path(cache_dir) / f"{gguf_path.stem}-{gguf_digest(gguf_path)}-hf"
+    target = hf_cache_entry(gguf_path, cache_dir)
     if (target / HF_MARKER).is_file():
         return target
     with _staging_dir(target) as tmp:

@@ -24,6 +24,7 @@ from tasks.checks import Check, PreflightFailed, failure, passed, skipped
 from tasks.errors import ConfigError
 from tasks.llama_cpp import DIST, llama_cpp_version
 from tasks.training import memory
+from tasks.training.base_model import HF_MARKER, hf_cache_entry
 from tasks.training.memory import NodeLimits
 from tasks.training.params import RECIPE_DIR, Recipe
 
@@ -114,6 +115,11 @@ def locate_base(spec: str, model_cache: Path | None) -> tuple[Check, BaseInfo]:
         if spec.endswith(".gguf"):  # resolving would dequantize it: only look
             if not Path(spec).is_file():
                 raise ConfigError(f"base model {spec}: GGUF file not found — fix base_model")
+            done = hf_cache_entry(Path(spec), model_cache) if model_cache else None
+            if done and (done / HF_MARKER).is_file():  # dequantized before: its config.json
+                return (passed("base model", f"{spec} → {done} (dequantized before)"),
+                        BaseInfo(memory.load_config(done), str(done / HF_MARKER)))
+            # parsing the GGUF's metadata (its whole vocabulary) costs seconds: only once
             return (passed("base model", f"{spec} (GGUF; dequantized once before training)"),
                     BaseInfo(_gguf_config(Path(spec)), f"{spec} metadata"))
         hf_dir, _ = resolve_base_model(spec, model_cache or Path("."))

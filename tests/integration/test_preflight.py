@@ -90,3 +90,23 @@ def test_an_unsupported_architecture_fails_in_preflight_before_training(
     assert failed.step in (None, 0) and failed.device is None  # never reached the gpu slot
     assert not list((tmp_path / "state").rglob("checkpoint-*"))
     assert seconds < 60, seconds  # config files only: no weights, no training steps
+
+
+def test_a_dequantized_base_is_located_by_its_cached_config_not_by_parsing_the_gguf(
+        base_cache: dict[str, Any], tmp_path: Path) -> None:
+    """Parsing a GGUF's metadata reads its whole vocabulary (seconds each training): once the
+    cache holds the dequantized folder, its config.json is read instead, and both say the same
+    of SmolLM2-135M (576 wide, 30 layers, 49,152 tokens: its model card)."""
+    from tasks.training.preflight import locate_base
+
+    gguf = str(base_cache["gguf"])
+    cached_check, cached = locate_base(gguf, base_cache["cache"])
+    cold_check, cold = locate_base(gguf, tmp_path)  # an empty cache: the GGUF's metadata
+    assert cached_check.status == cold_check.status == "ok"
+    assert cached.source == str(base_cache["hf"] / "config.json")
+    assert cold.source == f"{gguf} metadata"
+    for info in (cached, cold):
+        assert info.config is not None
+        assert (info.config["hidden_size"], info.config["num_hidden_layers"],
+                info.config["vocab_size"]) == (576, 30, 49152)
+    assert memory.param_count(cached.config) == memory.param_count(cold.config)
