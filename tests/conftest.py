@@ -21,6 +21,14 @@ atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 os.environ["PREFECT_HOME"] = os.path.join(_HOME, "prefect")
 prefect_env.apply()
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# Under xdist, each worker's share of the cores is its OpenMP thread count, inherited by every
+# process it starts (training, conversion, flow runs): PyTorch's default of one thread per core
+# in each of two workers on 2 cores spins threads against each other. Measured on 2 cores
+# (test_train, test_olmo3 and test_quiet under -n 2, 2026-12-04): 268 s with 1 thread against
+# 317 s with PyTorch's default. llama.cpp's threads are set per server (-t), not by this.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 # An orchestrator exports SLM_NIGHTLY_PROFILE=gcp (docs/operator-gcp.md): the tests that call
 # the CLI without --profile expect the shipped defaults.
 os.environ.pop("SLM_NIGHTLY_PROFILE", None)
