@@ -50,10 +50,13 @@ run: $(STAMP)
 # sub-second deadlines), marked `serial` (Ctrl-C and SIGTERM on a busy run stay in the parallel
 # part: a SIGTERM lost there was a bug, tasks/extraction/calls.py _signals_kept). The 25 slowest tests
 # close each part's log.
+# The first line resolves the tests' Neo4j (Java 17 and Maven; once per machine, ~45 s:
+# tasks/graph/neo4j_local.py); each worker starts its own when a test needs it.
 # One file: `$(PY) -m pytest tests/integration/test_engine.py`; one test: add `::NAME`; the
 # serial group: `$(PY) -m pytest -m serial tests`.
 TEST_WORKERS ?= auto
 test: lint
+	$(PY) -m tasks.graph.neo4j_local
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25 tests/unit tests/integration
 	$(PY) -m pytest -m serial --durations=25 tests/unit tests/integration
 

@@ -4,7 +4,6 @@ Opening the store (starting the embedded server) is tasks/graph/open.py."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator
@@ -46,26 +45,31 @@ class FalkorDBGraph(Block):
 
 
 class Neo4jGraph(Block):
-    """Neo4j over Bolt with the official driver."""
+    """Neo4j 5.26 LTS or 2025.x over Bolt with the official driver (docs/operations.md)."""
 
     _block_type_name = "SLM Neo4j Graph"
 
-    uri: str = Field(default="neo4j://localhost:7687", description="bolt:// or neo4j:// URI.")
+    uri: str = Field(default="neo4j+s://localhost:7687", description="neo4j+s:// (TLS, routing) "
+                     "for a server or cluster; bolt:// for one local server.")
     user: str = Field(default="neo4j", description="User name.")
     password: SecretStr = Field(default=SecretStr(""), description="Password.")
-    database: str | None = Field(default=None, description="Database; empty = server default.")
+    database: str = Field(default="neo4j", min_length=1, description="Database (naming it "
+                          "spares each session a home-database lookup).")
     batch_size: int = Field(default=1000, ge=1, le=100_000, description="Rows per UNWIND transaction.")
-    schema_dialect: Literal["neo4j", "falkordb"] = Field(
-        default="neo4j", description="Schema statements to use: 'falkordb' when this driver "
-        "talks to FalkorDB's Bolt port."
-    )
+    batch_bytes: int = Field(
+        default=8 << 20, ge=1 << 16, le=1 << 30, description="Parameter bytes per "
+        "transaction: keeps a batch of long chunk texts under the server's transaction memory.")
 
     @field_validator("uri")
     @classmethod
     def _uri(cls, v: str) -> str:
         if v.split("://")[0] not in {"bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc"}:
-            raise ValueError("must be a bolt:// or neo4j:// URI, e.g. neo4j://host:7687")
+            raise ValueError("must be a bolt:// or neo4j:// URI, e.g. neo4j+s://host:7687")
         return v
+
+    snapshots_keep: int = Field(
+        default=3, ge=0, le=1000, description="Logical exports of the graph kept after each "
+        "run that wrote (in the artifact store, and GCS when configured); 0 = none.")
 
     @property
     def embedded(self) -> bool:
@@ -73,7 +77,9 @@ class Neo4jGraph(Block):
         return False
 
     def snapshots_to_keep(self) -> int:
-        return 0  # Neo4j's own backups (neo4j-admin database dump) are the way there
+        """Snapshots kept after each run: logical exports (tasks/graph/export.py), which
+        Community takes while the server runs."""
+        return self.snapshots_keep
 
     def describe(self) -> str:
         return f"Neo4j at {self.uri} (database {self.database or 'default'})"

@@ -31,7 +31,7 @@ from tasks.extraction.stages import (
     retract_deleted,
     scan_documents,
 )
-from tasks.graph.open import embedded_port, open_graph
+from tasks.graph.open import open_graph, snapshot_writer
 from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
 from tasks.ontology import GraphSchema
 from tasks.profile import load_profile
@@ -98,7 +98,8 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         graph_stats = store.stats()
         ledger.record(graph_stats, run_id)
         top = store.top_entities(10)
-        snapshot = keep_snapshot(embedded_port(cfg.graph), cfg.snapshot_root(), graph_stats,
+        snapshot = keep_snapshot(snapshot_writer(cfg.graph, store, graph_stats),
+                                 cfg.snapshot_root(), graph_stats,
                                  cfg.graph.describe(), keep, cfg.snapshot_gcs_block(), run_id,
                                  changed=wrote)
         if isinstance(snapshot, SnapshotFailed):

@@ -12,11 +12,38 @@ from flows.cli.parsing import add_json, add_profile, command_group, print_rows
 from tasks.errors import ConfigError
 
 
+def _local_neo4j(args: argparse.Namespace) -> int:
+    """Neo4j Community on this machine until Ctrl-C: its URI and a profile's [graph] table."""
+    import os
+    import secrets
+    import tempfile
+
+    from tasks.graph import neo4j_local
+
+    password = os.environ.get(neo4j_local.PASSWORD_ENV) or secrets.token_urlsafe(16)
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="local-neo4j-"))
+    print(f"starting Neo4j Community {neo4j_local.VERSION} (the first start on a machine "
+          "resolves it with Maven: about a minute)", file=sys.stderr, flush=True)
+    with neo4j_local.running(password, work, heap=args.heap) as server:
+        print(f"Neo4j Community {neo4j_local.VERSION} at {server.uri}, user {server.user} "
+              f"(a scratch server: its data goes when it stops; its log: {server.log})\n"
+              f"A profile's graph on it:\n\n{server.profile_snippet()}\nCtrl-C stops it.",
+              flush=True)
+        try:
+            code = server.process.wait()
+        except KeyboardInterrupt:
+            return 0
+    print(f"Neo4j exited {code} — see {server.log}", file=sys.stderr)
+    return 1
+
+
 def _graph(args: argparse.Namespace) -> int:
     from tasks.graph import snapshots as snap
-    from tasks.graph.open import embedded_port, open_graph
+    from tasks.graph.open import embedded_port, open_graph, snapshot_writer
     from tasks.profile import load_profile
 
+    if args.graph_command == "local-neo4j":
+        return _local_neo4j(args)
     cfg = load_profile(args.profile)
     if args.graph_command in ("snapshots", "restore"):
         return _graph_snapshots(args, cfg)
@@ -44,12 +71,13 @@ def _graph(args: argparse.Namespace) -> int:
             print(f"recorded the graph as it is now: nodes {stats['nodes']}, relationships "
                   f"{stats['relationships']}")
         elif args.graph_command == "snapshot":
-            port = embedded_port(cfg.graph)
-            if port is None or not cfg.graph.snapshots_to_keep():
-                raise ConfigError("graph snapshot: only the embedded FalkorDB graph is "
-                                  "snapshotted here (with [graph] snapshots_keep > 0); back up "
-                                  "Neo4j or an external server with its own tools")
-            out = snap.take(port, cfg.snapshot_root(), store.stats(), cfg.graph.describe(),
+            stats = store.stats()
+            write = snapshot_writer(cfg.graph, store, stats)
+            if write is None:
+                raise ConfigError("graph snapshot: the embedded FalkorDB and Neo4j are "
+                                  "snapshotted here, with [graph] snapshots_keep > 0; back up "
+                                  "an external FalkorDB with its own tools")
+            out = snap.take(write, cfg.snapshot_root(), stats, cfg.graph.describe(),
                             cfg.graph.snapshots_to_keep(), cfg.snapshot_gcs_block(), "cli")
             print(json.dumps(out.model_dump(), indent=2) if args.json else
                   f"snapshot {out.name}: {out.path} ({out.bytes / 1e6:.1f} MB)"
@@ -108,6 +136,7 @@ def _evidence(store: Any, args: argparse.Namespace) -> int:
 
 def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
     from tasks.graph import snapshots as snap
+    from tasks.graph.open import restore_graph
 
     root = cfg.snapshot_root()
     if args.graph_command == "snapshots":
@@ -117,17 +146,12 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
         if not rows and not args.json:
             print(f"no graph snapshots in {root / snap.SNAPSHOTS}")
         return 0
-    if not cfg.graph.embedded:
-        raise ConfigError("graph restore: only the embedded FalkorDB graph is restored here; "
-                          "restore Neo4j or an external server with its own tools")
     chosen = snap.find(root, args.name, cfg.snapshot_gcs_block())
-    kept = snap.restore(Path(cfg.graph.data_dir), chosen)
+    done = restore_graph(cfg.graph, chosen, root, args.replace)
     snap.Ledger(cfg.state_dir, cfg.graph.describe()).record(
-        chosen.counts(), note=f"restored from snapshot {chosen.name}")
-    print(f"restored snapshot {chosen.name} ({chosen.created_at}) into "
-          f"{Path(cfg.graph.data_dir).resolve()}"
-          + (f"; the data it replaced is kept in {kept}" if kept != Path(cfg.graph.data_dir)
-             .resolve() else ""))
+        done.counts, note=f"restored from snapshot {chosen.name}")
+    print(f"restored snapshot {chosen.name} ({chosen.created_at}) into {done.where}"
+          + (f"; the data it replaced is kept in {done.kept}" if done.kept else ""))
     return 0
 
 
@@ -141,14 +165,26 @@ def add_graph(sub: Any) -> None:
     g_ev.add_argument("entity", help="its key ('Person:anita anand') or its name as stored")
     g_ev.add_argument("--rel", help="a relationship type from the entity (with --to)")
     g_ev.add_argument("--to", help="the relationship's target key")
-    g_snap = gsub.add_parser("snapshot", help="snapshot the embedded graph now")
+    g_snap = gsub.add_parser("snapshot", help="snapshot the graph now (the embedded FalkorDB's "
+                             "RDB image, or Neo4j's logical export)")
     g_list = gsub.add_parser("snapshots", help="list the graph snapshots kept")
-    g_rest = gsub.add_parser("restore", help="replace the embedded graph with a snapshot "
-                             "(the newest by default; the replaced data folder is kept)")
+    g_rest = gsub.add_parser("restore", help="put a snapshot back (the newest by default): the "
+                             "embedded graph's data folder is replaced (and kept); Neo4j's "
+                             "database must be empty")
     g_rest.add_argument("name", nargs="?", help="snapshot name (slm-nightly graph snapshots)")
+    g_rest.add_argument("--replace", action="store_true", help="Neo4j: a database that is not "
+                        "empty is exported beside the snapshots (replaced-<time>.jsonl.gz), "
+                        "emptied, then restored")
     g_acc = gsub.add_parser("accept", help="record the graph as it is now as what it should "
                             "hold (after a deliberate change)")
     g_comp = gsub.add_parser("compact", help="rewrite the embedded graph's append-only file")
+    g_neo = gsub.add_parser("local-neo4j", help="run Neo4j Community 5.26 on this machine "
+                            "(Java 17 and Maven), print its bolt:// URI and a profile's [graph] "
+                            "table, until Ctrl-C: the production store to try; its data goes "
+                            "when it stops")
+    g_neo.add_argument("--heap", default="1g", help="the JVM's maximum heap (default 1g)")
+    g_neo.add_argument("--workdir", help="where its data and log go (default: a new temporary "
+                       "folder)")
     for p in (stats, query, g_ev, g_snap, g_list, g_rest, g_acc, g_comp):
         add_profile(p)
         add_json(p)

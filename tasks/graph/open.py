@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blocks.graph import FalkorDBGraph, Neo4jGraph
-from tasks.graph import falkordb_server
+from tasks.errors import ConfigError, GraphError
+from tasks.graph import falkordb_server, snapshots
 from tasks.graph.backends import FalkorDBStore, Neo4jStore
+from tasks.graph.export import export, replay
 from tasks.graph.store import GraphStore
+from tasks.records import GraphSnapshot
 
 
 @contextmanager
@@ -23,7 +26,7 @@ def open_graph(block: FalkorDBGraph | Neo4jGraph,
     server's start and stop)."""
     if isinstance(block, Neo4jGraph):
         store: GraphStore = Neo4jStore(block.uri, block.user, block.password.get_secret_value(),
-                                       block.database, block.batch_size, block.schema_dialect)
+                                       block.database, block.batch_size, block.batch_bytes)
         with store:
             store.ensure_schema()
             yield store
@@ -80,6 +83,66 @@ def embedded_port(block: FalkorDBGraph | Neo4jGraph) -> int | None:
     return falkordb_server.running_port(Path(block.data_dir))
 
 
+def snapshot_writer(block: FalkorDBGraph | Neo4jGraph, store: GraphStore,
+                    stats: dict[str, dict[str, int]]) -> Callable[[Path], Path] | None:
+    """How a snapshot of this graph is written into a folder (tasks/graph/snapshots.py take),
+    or None where none is kept: the embedded FalkorDB's RDB image, Neo4j's logical export
+    (which must hold `stats`, the counts the ledger records for the run)."""
+    if not block.snapshots_to_keep():
+        return None
+    if isinstance(block, Neo4jGraph):
+        def export_to(folder: Path) -> Path:
+            out = folder / "graph.jsonl.gz"
+            got = export(store, out)
+            if got != stats:
+                raise GraphError(f"the graph changed while it was exported (it held {stats}, "
+                                 f"the export {got}): was another process writing to it?")
+            return out
+        return export_to
+    port = embedded_port(block)
+    if port is None:
+        return None
+    return lambda folder: falkordb_server.save_rdb(port, folder / "graph.rdb")
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What `restore_graph` did: where, the counts the graph now holds, and where the data it
+    replaced is kept (None: there was none)."""
+
+    where: str
+    counts: dict[str, dict[str, int]]
+    kept: Path | None
+
+
+def restore_graph(block: FalkorDBGraph | Neo4jGraph, snap: GraphSnapshot, root: Path,
+                  replace: bool = False) -> Restored:
+    """Put a snapshot back. The embedded FalkorDB's data folder is replaced (the server must
+    be stopped; the old folder is kept beside it). A Neo4j export is replayed into the
+    database, which must be empty unless `replace`: then what it holds is exported first
+    (beside the snapshots, replaced-<time>.jsonl.gz) and it is emptied."""
+    if isinstance(block, Neo4jGraph):
+        data = snapshots.verified(snap)
+        kept = None
+        with open_graph(block) as store:
+            if store.stats()["nodes"]:
+                if not replace:
+                    raise ConfigError(f"graph restore: {block.describe()} is not empty — add "
+                                      "--replace to export what it holds beside the "
+                                      "snapshots, empty it and restore, or restore into an "
+                                      "empty database")
+                kept = root / snapshots.SNAPSHOTS / f"replaced-{snapshots.stamp()}.jsonl.gz"
+                export(store, kept)
+                store.clear()
+            return Restored(block.describe(), replay(store, data), kept)
+    if not block.embedded:
+        raise ConfigError("graph restore: the embedded FalkorDB and Neo4j are restored here; "
+                          "restore an external FalkorDB with its own tools")
+    folder = Path(block.data_dir).resolve()
+    moved = snapshots.restore(folder, snap)
+    return Restored(str(folder), snap.counts(), moved if moved != folder else None)
+
+
 @dataclass(frozen=True)
 class GraphServer:
     """The graph a check reads from, as it names it: `where` (never the password), the
@@ -101,8 +164,7 @@ def graph_server(block: FalkorDBGraph | Neo4jGraph) -> GraphServer:
         return GraphServer(
             f"Neo4j at {block.uri} as {block.user!r}", secret,
             "fix the graph block's uri, user and password (docs/operator-gcp.md, section 6)",
-            connect=lambda: Neo4jStore(block.uri, block.user, secret, block.database, 1,
-                                       block.schema_dialect))
+            connect=lambda: Neo4jStore(block.uri, block.user, secret, block.database, 1))
     if block.embedded:
         return GraphServer(f"the embedded FalkorDB on {block.data_dir}")
     host, port = str(block.host), block.port or 6379

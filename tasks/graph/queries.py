@@ -15,18 +15,36 @@ from tasks.ontology import NameKind, checked_name
 
 Dialect = Literal["falkordb", "neo4j"]  # which schema statements a store runs
 
+# Each node kind's key: MERGE finds a node by it. Neo4j enforces each with a unique constraint
+# (which also indexes it); FalkorDB indexes each (tasks/graph/backends.py).
+UNIQUE_KEYS: tuple[tuple[str, str, str], ...] = (
+    ("entity_key", "Entity", "key"), ("document_id", "Document", "id"), ("chunk_id", "Chunk", "id"))
+
 SCHEMA: dict[Dialect, list[str]] = {
-    "falkordb": [
-        "CREATE INDEX FOR (e:Entity) ON (e.key)",
-        "CREATE INDEX FOR (d:Document) ON (d.id)",
-        "CREATE INDEX FOR (c:Chunk) ON (c.id)",
-    ],
-    "neo4j": [
-        "CREATE CONSTRAINT entity_key IF NOT EXISTS FOR (e:Entity) REQUIRE e.key IS UNIQUE",
-        "CREATE CONSTRAINT document_id IF NOT EXISTS FOR (d:Document) REQUIRE d.id IS UNIQUE",
-        "CREATE CONSTRAINT chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.id IS UNIQUE",
-    ],
+    "falkordb": [f"CREATE INDEX FOR (n:{label}) ON (n.{prop})" for _, label, prop in UNIQUE_KEYS],
+    "neo4j": [f"CREATE CONSTRAINT {name} IF NOT EXISTS FOR (n:{label}) REQUIRE n.{prop} IS UNIQUE"
+              for name, label, prop in UNIQUE_KEYS],
 }
+
+# Neo4j only: what holds each key now. A uniqueness constraint or a node key enforces it (each
+# owns an index); an index that no constraint owns blocks the constraint's creation.
+SHOW_KEY_CONSTRAINTS = """
+SHOW CONSTRAINTS YIELD name, type, entityType, labelsOrTypes, properties
+WHERE entityType = 'NODE' AND type IN ['UNIQUENESS', 'NODE_PROPERTY_UNIQUENESS', 'NODE_KEY']
+RETURN name, labelsOrTypes AS labels, properties
+"""
+SHOW_FREE_INDEXES = """
+SHOW INDEXES YIELD name, entityType, labelsOrTypes, properties, owningConstraint
+WHERE entityType = 'NODE' AND owningConstraint IS NULL AND labelsOrTypes IS NOT NULL
+RETURN name, labelsOrTypes AS labels, properties
+"""
+
+
+def duplicate_keys(label: str, prop: str) -> str:
+    """Up to 5 values of `prop` that more than one `label` node holds (a constraint cannot be
+    created over them). Label and property come from UNIQUE_KEYS, never from input."""
+    return (f"MATCH (n:{label}) WHERE n.{prop} IS NOT NULL WITH n.{prop} AS value, count(*) AS n "
+            "WHERE n > 1 RETURN value, n ORDER BY value LIMIT 5")
 
 
 # What a store's caller is told: (not an identifier, one of the store's own).
@@ -168,9 +186,18 @@ MATCH (:Document {id: id})<-[m:MENTIONED_IN]-()
 DELETE m
 """
 
-DELETE_CHUNKS = """
+# A document's chunks are deleted in transactions bounded like the upserts (the store reads
+# their sizes first, then deletes by id): Neo4j counts a deleted node's properties against the
+# transaction's memory cap, and a batch of transcripts holds thousands of chunks.
+CHUNK_SIZES = """
 UNWIND $ids AS id
 MATCH (c:Chunk)-[:CHUNK_OF]->(:Document {id: id})
+RETURN c.id AS id, size(c.text) AS bytes
+"""
+
+DELETE_CHUNKS = """
+UNWIND $rows AS row
+MATCH (c:Chunk {id: row.id})
 DETACH DELETE c
 """
 
@@ -186,11 +213,22 @@ MATCH (d:Document {id: id})
 DETACH DELETE d
 """
 
+# Deletions of small nodes (entities, and what is left once the chunks are gone) run in
+# transactions of at most $limit nodes: each says how many it deleted, and the store repeats
+# it until none is left.
 PRUNE_ORPHANS = """
 MATCH (e:Entity)
 WHERE NOT (e)-[:MENTIONED_IN]->(:Document)
+WITH e LIMIT $limit
 DETACH DELETE e
-RETURN count(e) AS pruned
+RETURN count(e) AS deleted
+"""
+
+CLEAR = """
+MATCH (n)
+WITH n LIMIT $limit
+DETACH DELETE n
+RETURN count(n) AS deleted
 """
 
 DOCUMENT_STATES = """

@@ -8,17 +8,19 @@ ledger "writing" before its first write and records the counts after its last, s
 killed in between (whose unmarked documents the next run simply redoes) is not taken for
 damage.
 
-Snapshots (embedded FalkorDB only; Neo4j has its own backups) are RDB images of the data
-folder, kept in the artifact store under graph-snapshots/<name>/ (graph.rdb + snapshot.json
-with the counts and sha256), the newest `keep` locally, and copied to GCS when a bucket is
-configured. The incremental state lives in the graph (Document nodes), so a restored graph
-and its state always agree.
+Snapshots are the embedded FalkorDB's RDB image (graph.rdb) or Neo4j's logical export
+(graph.jsonl.gz, tasks/graph/export.py: Community can take it online), kept in the artifact
+store under graph-snapshots/<name>/ with snapshot.json (the counts, the file and its sha256),
+the newest `keep` locally, and copied to GCS when a bucket is configured. The file must hold the
+counts the ledger records for the run, or no snapshot is kept. The incremental state lives in
+the graph (Document nodes), so a restored graph and its state always agree.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -118,20 +120,29 @@ def list_local(root: Path) -> list[GraphSnapshot]:
     return out
 
 
-def take(port: int, root: Path, stats: Stats, graph: str, keep: int,
-         gcs_block: str | None = None, run: str | None = None) -> GraphSnapshot:
-    """Snapshot the embedded server listening on `port`; keep the newest `keep` locally;
-    copy to GCS (artifacts/graph-snapshots/<name>/) when `gcs_block` is set."""
-    from tasks.graph import falkordb_server
+def stamp() -> str:
+    """Now, as snapshot names begin (they sort by age)."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    name = f"{stamp}-{(run or 'adhoc')[:8]}"
+
+Writer = Callable[[Path], Path]  # writes the snapshot file into a folder; returns the file
+
+
+def take(write: Writer, root: Path, stats: Stats, graph: str, keep: int,
+         gcs_block: str | None = None, run: str | None = None) -> GraphSnapshot:
+    """Snapshot the graph with `write` (tasks/graph/open.py snapshot_writer); keep the newest
+    `keep` locally; copy to GCS (artifacts/graph-snapshots/<name>/) when `gcs_block` is set."""
+    name = f"{stamp()}-{(run or 'adhoc')[:8]}"
     folder = Path(root) / SNAPSHOTS / name
-    rdb = falkordb_server.save_rdb(port, folder / "graph.rdb")
+    try:
+        data = write(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     result = GraphSnapshot(name=name, graph=graph, created_at=_now(), run=run,
-                           bytes=rdb.stat().st_size, sha256=file_sha256(rdb),
+                           bytes=data.stat().st_size, sha256=file_sha256(data),
                            nodes=stats["nodes"], relationships=stats["relationships"],
-                           path=str(folder))
+                           path=str(folder), file=data.name)
     write_atomic(folder / "snapshot.json", result.meta())
     for old in list_local(root)[keep:]:
         shutil.rmtree(old.path, ignore_errors=True)
@@ -147,7 +158,7 @@ def take(port: int, root: Path, stats: Stats, graph: str, keep: int,
         if report.error:
             result.gcs_error = report.error
         else:
-            result.gcs = f"gs://{bucket.bucket}/{_full(bucket, prefix)}/graph.rdb"
+            result.gcs = f"gs://{bucket.bucket}/{_full(bucket, prefix)}/{data.name}"
     return result
 
 
@@ -164,9 +175,11 @@ def _fetch_remote(root: Path, name: str | None, gcs_block: str) -> GraphSnapshot
     if pick is None:
         return None
     folder = Path(root) / SNAPSHOTS / pick
-    for f in ("graph.rdb", "snapshot.json"):
-        download_file(gcs_block, f"artifacts/{SNAPSHOTS}/{pick}/{f}", folder / f)
-    return _read(folder / "snapshot.json")
+    download_file(gcs_block, f"artifacts/{SNAPSHOTS}/{pick}/snapshot.json",
+                  folder / "snapshot.json")
+    found = _read(folder / "snapshot.json")
+    download_file(gcs_block, f"artifacts/{SNAPSHOTS}/{pick}/{found.file}", folder / found.file)
+    return found
 
 
 def find(root: Path, name: str | None, gcs_block: str | None = None) -> GraphSnapshot:
@@ -184,27 +197,36 @@ def find(root: Path, name: str | None, gcs_block: str | None = None) -> GraphSna
     return hit
 
 
+def verified(snap: GraphSnapshot) -> Path:
+    """The snapshot's file, once its sha256 matches snapshot.json's."""
+    data = Path(snap.path) / snap.file
+    if not data.is_file():
+        raise ConfigError(f"graph snapshot {snap.name}: {data} is missing")
+    if file_sha256(data) != snap.sha256:
+        raise GraphError(f"graph snapshot {snap.name}: {data} does not match its sha256 — "
+                         "the copy is damaged; restore another (slm-nightly graph snapshots)")
+    return data
+
+
 def restore(data_dir: Path, snap: GraphSnapshot, load_timeout: float = 600.0) -> Path:
-    """Put snapshot `snap` in place of the embedded graph's data folder (the server must be
-    stopped). Checks the file's sha256 first; returns where the replaced folder was kept."""
+    """Put FalkorDB snapshot `snap` in place of the embedded graph's data folder (the server
+    must be stopped). Checks the file's sha256 first; returns where the replaced folder was
+    kept. (Neo4j's: tasks/graph/export.py replay.)"""
     from tasks.graph import falkordb_server
 
-    rdb = Path(snap.path) / "graph.rdb"
-    if not rdb.is_file():
-        raise ConfigError(f"graph snapshot {snap.name}: {rdb} is missing")
-    if file_sha256(rdb) != snap.sha256:
-        raise GraphError(f"graph snapshot {snap.name}: {rdb} does not match its sha256 — "
-                         "the copy is damaged; restore another (slm-nightly graph snapshots)")
-    return falkordb_server.restore_rdb(Path(data_dir), rdb, load_timeout)
+    if snap.file != "graph.rdb":
+        raise ConfigError(f"graph snapshot {snap.name} is a {snap.file}, not FalkorDB's "
+                          "graph.rdb — restore it into the Neo4j graph it was taken of")
+    return falkordb_server.restore_rdb(Path(data_dir), verified(snap), load_timeout)
 
 
-def keep_snapshot(port: int | None, root: Path, stats: Stats, graph: str, keep: int,
+def keep_snapshot(write: Writer | None, root: Path, stats: Stats, graph: str, keep: int,
                   gcs_block: str | None, run: str | None,
                   changed: bool) -> GraphSnapshot | SnapshotFailed | None:
-    """After a run: snapshot the embedded graph when the run wrote to it (or none exists
-    yet); otherwise name the newest one, which still holds the same graph. Never raises: a
+    """After a run: snapshot the graph when the run wrote to it (or none exists yet);
+    otherwise name the newest one, which still holds the same graph. Never raises: a
     snapshot that fails is reported (the graph itself is intact)."""
-    if keep <= 0 or port is None:
+    if keep <= 0 or write is None:
         return None
     try:
         newest = list_local(root)
@@ -212,7 +234,7 @@ def keep_snapshot(port: int | None, root: Path, stats: Stats, graph: str, keep: 
                 not diff_counts(newest[0].counts(), stats):
             newest[0].reused = True  # (read from its file just now)
             return newest[0]
-        return take(port, root, stats, graph, keep, gcs_block, run)
+        return take(write, root, stats, graph, keep, gcs_block, run)
     except Exception as e:  # noqa: BLE001
         return SnapshotFailed(error=f"{type(e).__name__}: {e}")
 

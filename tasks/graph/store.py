@@ -8,20 +8,92 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from tasks.errors import GraphError
 from tasks.graph import queries as q
 from tasks.records import FailedDocument
 
 T = TypeVar("T")
 
 
+DEFAULT_BATCH_BYTES = 8 << 20  # a transaction's parameters (Neo4jGraph.batch_bytes' default)
+_SCALARS = (str, int, float, bool)
+
+
 def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def value_bytes(value: Any) -> int:
+    """About what a parameter value weighs on the wire and in the server's transaction: UTF-8
+    for text, 8 bytes a number, the sum for lists and maps."""
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, dict):
+        return sum(len(k) + value_bytes(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(value_bytes(v) for v in value) + 8
+    return 8
+
+
+def sized_batches(rows: Sequence[T], size: int, max_bytes: int,
+                  weigh: Callable[[T], int] = value_bytes) -> Iterator[Sequence[T]]:
+    """Runs of at most `size` rows and, unless one row alone is larger, `max_bytes`."""
+    start, weight = 0, 0
+    for i, row in enumerate(rows):
+        w = weigh(row)
+        if i > start and (i - start >= size or weight + w > max_bytes):
+            yield rows[start:i]
+            start, weight = i, 0
+        weight += w
+    if start < len(rows):
+        yield rows[start:]
+
+
+def _property_problem(value: Any) -> str | None:
+    """Why Neo4j would refuse `value` as a property (None: it stores it). Neo4j stores a
+    scalar, or a list of scalars of one type; not a map, not a null inside a list (Cypher
+    manual, "Property values"). A null at the top level removes the property."""
+    if value is None or isinstance(value, _SCALARS):
+        return None
+    if isinstance(value, dict):
+        return "is a map (a property holds a value or a list, never a map)"
+    if isinstance(value, list | tuple):
+        kinds = set()
+        for i, v in enumerate(value):
+            if v is None:
+                return f"holds a null at index {i} (a stored list has no nulls)"
+            if not isinstance(v, _SCALARS):
+                return f"holds a {type(v).__name__} at index {i} (a stored list holds scalars)"
+            kinds.add(bool if isinstance(v, bool) else str if isinstance(v, str) else "number")
+        if len(kinds) > 1:
+            return "mixes types (a stored list holds one type)"
+        return None
+    return f"is a {type(value).__name__} (a property holds text, a number or a boolean)"
+
+
+def check_row(what: str, row: dict[str, Any], nested: tuple[str, ...] = ()) -> None:
+    """Raise GraphError naming the row and the field that neither store could keep as it is:
+    `nested` names the fields that are maps of properties set with `+=` (there a null would
+    silently remove the property)."""
+    for name, value in row.items():
+        if name in nested and isinstance(value, dict):
+            for key, v in value.items():
+                why = "is null (SET += would drop the property)" if v is None else \
+                    _property_problem(v)
+                if why:
+                    raise GraphError(f"{what}: field {name}.{key} {why} — fix the row's source "
+                                     "(the extraction's output or its mapping)")
+            continue
+        why = _property_problem(value)
+        if why:
+            raise GraphError(f"{what}: field {name} {why} — fix the row's source (the "
+                             "extraction's output or its mapping)")
 
 
 def now_iso() -> str:
@@ -132,10 +204,11 @@ class GraphStore(ABC):
     dialect: q.Dialect = "neo4j"
     location: str = ""  # where the graph lives, for people
 
-    def __init__(self, batch_size: int = 1000) -> None:
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
+    def __init__(self, batch_size: int = 1000, batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
+        if batch_size < 1 or batch_bytes < 1:
+            raise ValueError("batch_size and batch_bytes must be at least 1")
         self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
 
     @abstractmethod
     def _write(self, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -149,8 +222,9 @@ class GraphStore(ABC):
     def close(self) -> None: ...
 
     @abstractmethod
-    def _schema_statement_done(self, error: Exception) -> bool:
-        """True when a schema statement failed only because it was already applied."""
+    def ensure_schema(self) -> None:
+        """Create the key indexes or constraints (q.UNIQUE_KEYS) unless present; raise
+        GraphError naming the fix when the server refuses."""
 
     def __enter__(self) -> GraphStore:
         return self
@@ -158,17 +232,40 @@ class GraphStore(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def ensure_schema(self) -> None:
-        for stmt in q.SCHEMA[self.dialect]:
-            try:
-                self._write(stmt)
-            except Exception as e:  # noqa: BLE001 - dialect decides which errors mean "done"
-                if not self._schema_statement_done(e):
-                    raise
-
-    def _write_batched(self, query: str, rows: list[Any], **params: Any) -> None:
-        for chunk in batched(rows, self.batch_size):
+    def _write_batched(self, query: str, rows: list[Any], *, checked: bool = False,
+                       **params: Any) -> None:
+        """Every row checked first (unless the caller has), then one transaction per
+        batch_size rows or batch_bytes of them, whichever comes first."""
+        if not checked:
+            for row in rows:
+                check_row(f"document {row.get('id')!r}", row)
+        for chunk in sized_batches(rows, self.batch_size, self.batch_bytes):
             self._write(query, {"rows": list(chunk), **params})
+
+    def _delete_chunks(self, doc_ids: list[str]) -> None:
+        """The chunks of these documents, deleted batch_size or batch_bytes of text at a time."""
+        sizes = self._read(q.CHUNK_SIZES, {"ids": doc_ids})
+        for run in sized_batches(sizes, self.batch_size, self.batch_bytes,
+                                 lambda r: int(r["bytes"] or 0) + 64):
+            self._write(q.DELETE_CHUNKS, {"rows": [{"id": r["id"]} for r in run]})
+
+    def _delete_all(self, query: str, **params: Any) -> int:
+        """Repeat a bounded delete (q.DELETE_CHUNKS, q.PRUNE_ORPHANS, q.CLEAR) until it deletes
+        nothing: at most batch_size nodes a transaction. The number deleted."""
+        total = 0
+        while True:
+            rows = self._write(query, {**params, "limit": self.batch_size})
+            n = int(rows[0]["deleted"]) if rows else 0
+            total += n
+            if n == 0:
+                return total
+
+    def read_together(self, queries: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(query index, row) for read-only queries run one after the other, as of one moment
+        where the store can give one (Neo4j: one transaction)."""
+        for i, query in enumerate(queries):
+            for row in self._read(query):
+                yield i, row
 
     def document_states(self) -> dict[str, dict[str, Any]]:
         return {r["id"]: r for r in self._read(q.DOCUMENT_STATES)}
@@ -184,32 +281,49 @@ class GraphStore(ABC):
         and chunk ids; deleting relationships left unsupported), mentions, chunks, and the
         extraction mark (or the Document node itself when `delete`). Entities left
         unmentioned are pruned separately."""
-        steps = [q.RETRACT_REL_PROVENANCE, q.DELETE_UNSUPPORTED_RELS, q.DELETE_MENTIONS,
-                 q.DELETE_CHUNKS, q.DELETE_DOCUMENTS if delete else q.UNMARK_DOCUMENTS]
         for chunk in batched(list(doc_ids), self.batch_size):
-            for stmt in steps:
-                self._write(stmt, {"ids": list(chunk)})
+            ids = list(chunk)
+            for stmt in (q.RETRACT_REL_PROVENANCE, q.DELETE_UNSUPPORTED_RELS, q.DELETE_MENTIONS):
+                self._write(stmt, {"ids": ids})
+            self._delete_chunks(ids)
+            self._write(q.DELETE_DOCUMENTS if delete else q.UNMARK_DOCUMENTS, {"ids": ids})
 
     def upsert(self, batch: GraphBatch) -> None:
-        """Idempotent: running the same batch twice leaves the same graph."""
+        """Idempotent: running the same batch twice leaves the same graph. Every row is
+        checked before the first statement runs (check_row), so a row neither store can keep
+        fails the batch before any of it is written."""
         now = now_iso()
         docs = [{k: d[k] for k in ("id", "stream", "path")} for d in batch.documents]
-        self._write_batched(q.UPSERT_DOCUMENTS, docs)
-        self._write_batched(q.UPSERT_CHUNKS, [c.__dict__ for c in batch.chunks.values()])
+        chunks = [c.__dict__ for c in batch.chunks.values()]
         by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for e in batch.entities.values():
             by_label[e.type].append(e.__dict__)
-        for label in sorted(by_label):
-            self._write_batched(q.upsert_entities(label), by_label[label], now=now)
         mentions = [{"key": k, "doc": d, "chunks": sorted(batch.mentions[k, d])}
                     for k, d in sorted(batch.mentions)]
-        self._write_batched(q.UPSERT_MENTIONS, mentions)
         by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in batch.relationships.values():
             by_type[r.type].append({"src": r.src, "dst": r.dst, "doc_ids": r.doc_ids,
                                     "chunks": r.chunks, "description": r.description})
+        for d in docs:
+            check_row(f"document {d['id']!r}", d)
+        for c in chunks:
+            check_row(f"chunk {c['id']!r}", c)
+        for ent in (ent for rows in by_label.values() for ent in rows):
+            check_row(f"entity {ent['key']!r}", ent, ("properties",))
+        for m in mentions:
+            check_row(f"mention of {m['key']!r} in {m['doc']!r}", m)
+        for rel, rows in by_type.items():
+            for row in rows:
+                check_row(f"relationship {row['src']!r} {rel} {row['dst']!r}", row)
+        self._write_batched(q.UPSERT_DOCUMENTS, docs, checked=True)
+        self._write_batched(q.UPSERT_CHUNKS, chunks, checked=True)
+        for label in sorted(by_label):
+            self._write_batched(q.upsert_entities(label), by_label[label], checked=True,
+                               now=now)
+        self._write_batched(q.UPSERT_MENTIONS, mentions, checked=True)
         for rel in sorted(by_type):
-            self._write_batched(q.upsert_relationships(rel), by_type[rel], now=now)
+            self._write_batched(q.upsert_relationships(rel), by_type[rel], checked=True,
+                               now=now)
 
     def mark_extracted(self, documents: list[dict[str, Any]]) -> None:
         rows = [{k: d[k] for k in ("id", "hash", "model", "prompt_version", "extracted_at")}
@@ -222,8 +336,7 @@ class GraphStore(ABC):
         self._write_batched(q.MARK_FAILED, rows)
 
     def prune_orphans(self) -> int:
-        rows = self._write(q.PRUNE_ORPHANS)
-        return int(rows[0]["pruned"]) if rows else 0
+        return self._delete_all(q.PRUNE_ORPHANS)
 
     def stats(self) -> dict[str, dict[str, int]]:
         nodes: dict[str, int] = defaultdict(int)
@@ -246,8 +359,10 @@ class GraphStore(ABC):
         return self._read(q.relationship_evidence(type), {"src": src, "dst": dst})
 
     def clear(self) -> None:
-        """Delete every node and relationship (for scratch graphs)."""
-        self._write("MATCH (n) DETACH DELETE n")
+        """Delete every node and relationship (for scratch graphs): the chunks by size first,
+        then the rest batch_size nodes at a time."""
+        self._delete_chunks([r["id"] for r in self._read("MATCH (d:Document) RETURN d.id AS id")])
+        self._delete_all(q.CLEAR)
 
     def query(self, cypher: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Read-only query for operators and notebooks."""

@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tasks.checks import Check, failure, passed, skipped
+from tasks.errors import GraphError
+from tasks.graph.backends import Neo4jStore
+from tasks.graph.store import GraphStore
 
 if TYPE_CHECKING:
     from tasks.profile import Profile
@@ -136,9 +139,11 @@ def graph_checks(cfg: Profile) -> Iterator[Check]:
     if server.connect is None:
         yield skipped("graph", f"{server.where}: phase 1 starts it on this machine")
         return
+    schema: Check | None = None
     try:
         with server.connect() as store:
             store._read("RETURN 1 AS one")
+            schema = schema_check(store, server.where)
     except Exception as e:  # noqa: BLE001 - GraphError, the drivers' own
         cause = e.__cause__ or e
         text = f"{type(cause).__name__}: {str(cause)[:200]}"
@@ -150,6 +155,29 @@ def graph_checks(cfg: Profile) -> Iterator[Check]:
         yield failure("graph", f"cannot open {server.where}: {text}", server.fix)
         return
     yield passed("graph", f"{server.where} answers a read")
+    if schema is not None:
+        yield schema
+
+
+def schema_check(store: GraphStore, where: str) -> Check | None:
+    """Neo4j: the three unique constraints phase 1 merges by. Missing ones are created now, as
+    phase 1's first step would (IF NOT EXISTS: nothing else changes), so that a refusal — no
+    CREATE CONSTRAINT privilege, an index in the way, duplicate keys — is said tonight, with
+    its fix, and not at 2 a.m. None for FalkorDB, whose indexes phase 1 makes as it opens."""
+    if not isinstance(store, Neo4jStore):
+        return None
+    missing = store.missing_keys()
+    if not missing:
+        return passed("graph schema", f"{where}: unique constraints on Entity.key, "
+                      "Document.id and Chunk.id")
+    try:
+        store.ensure_schema()
+    except GraphError as e:
+        return failure("graph schema", f"{where}: no unique constraint on "
+                       f"{', '.join(missing)}, and creating it failed: {e}",
+                       "see the message; docs/operations.md (Neo4j: constraints and privileges)")
+    return passed("graph schema", f"{where}: created the unique constraints on "
+                  f"{', '.join(missing)}")
 
 
 def folder_checks(cfg: Profile) -> Iterator[Check]:

@@ -55,7 +55,7 @@ class DocumentCounts(_Strict):
 
 
 class GraphSnapshot(_Given):
-    """A snapshot of the embedded graph (tasks/graph/snapshots.py): its snapshot.json (the
+    """A snapshot of the graph (tasks/graph/snapshots.py): its snapshot.json (the
     fields up to `relationships`, `run` included), where it lies, and what the run that kept it
     did with it."""
 
@@ -67,9 +67,10 @@ class GraphSnapshot(_Given):
     sha256: str
     nodes: dict[str, int]
     relationships: dict[str, int]
-    path: str  # the local folder holding graph.rdb (not in snapshot.json)
+    file: str = "graph.rdb"  # FalkorDB's RDB image, or Neo4j's export (graph.jsonl.gz)
+    path: str  # the local folder holding the file (not in snapshot.json)
     reused: bool | None = None  # the run wrote nothing: the newest snapshot still holds it
-    gcs: str | None = None  # gs://…/graph.rdb, when copied
+    gcs: str | None = None  # gs://…/<file>, when copied
     gcs_error: str | None = None  # why the copy to GCS failed (the local one stands)
 
     def counts(self) -> dict[str, dict[str, int]]:
@@ -83,7 +84,7 @@ class GraphSnapshot(_Given):
 
 
 SNAPSHOT_FILE_KEYS = {"name", "graph", "created_at", "run", "bytes", "sha256", "nodes",
-                      "relationships"}
+                      "relationships", "file"}
 
 
 class SnapshotFailed(_Strict):

@@ -5,6 +5,7 @@ stand-ins."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -15,8 +16,11 @@ from typing import Any
 import pytest
 
 from tasks.files import locked
-from tasks.graph import falkordb_server
+from tasks.graph import falkordb_server, neo4j_local
 from tasks.graph.backends import FalkorDBStore
+from tasks.graph.neo4j_local import LocalNeo4j
+from tasks.graph.store import GraphStore
+from tests.support.neo4j import NEO4J_SETTINGS, empty_neo4j
 from tests.support.weights import BASE_GGUF, COMMIT, GGUF_NAME
 
 
@@ -44,17 +48,36 @@ def falkordb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     falkordb_server.stop(data)
 
 
-@pytest.fixture
-def store(falkordb: int, request: pytest.FixtureRequest) -> Iterator[FalkorDBStore]:
+@pytest.fixture(scope="session")
+def neo4j_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNeo4j]:
+    """Neo4j Community 5.26 (tasks/graph/neo4j_local.py), one per test process, with
+    authentication on and a password made for it. Never skipped: `make test` resolves it, and
+    a machine without Java fails here with the fix. Community has one database, so the tests
+    of a process share `neo4j` and each starts by emptying it (empty_neo4j)."""
+    with neo4j_local.running(secrets.token_urlsafe(16), tmp_path_factory.mktemp("neo4j"),
+                             NEO4J_SETTINGS) as server:
+        yield server
+
+
+@pytest.fixture(params=["falkordb", "neo4j"])
+def store(request: pytest.FixtureRequest) -> Iterator[GraphStore]:
+    """The same graph test on both stores: FalkorDB (the embedded default) and Neo4j (the
+    production store), each with batches of 7 rows."""
+    if request.param == "neo4j":
+        s: GraphStore = empty_neo4j(request.getfixturevalue("neo4j_server"))
+        yield s
+        s.close()
+        return
+    falkordb = request.getfixturevalue("falkordb")
     name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[:60]
-    s = FalkorDBStore("127.0.0.1", falkordb, name, batch_size=7)
-    s.ensure_schema()
-    yield s
+    f = FalkorDBStore("127.0.0.1", falkordb, name, batch_size=7)
+    f.ensure_schema()
+    yield f
     try:
-        s._graph.delete()
+        f._graph.delete()
     except Exception:  # noqa: BLE001 - graph never written
         pass
-    s.close()
+    f.close()
 
 
 def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:

@@ -7,7 +7,7 @@ from tasks.extraction.batch import process_batch
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import json_schema
-from tasks.graph.backends import FalkorDBStore
+from tasks.graph.store import GraphStore
 from tests.fakes.openai_server import FakeOpenAI
 
 SCHEMA = json_schema(8, 8)
@@ -18,7 +18,7 @@ def doc(name: str, text: str) -> Document:
                     {"title": name})
 
 
-def test_deferred_documents_are_left_alone(store: FalkorDBStore) -> None:
+def test_deferred_documents_are_left_alone(store: GraphStore) -> None:
     with FakeOpenAI(latency=0.3) as fake:
         client = LLMClient(fake.url, "fake", timeout_seconds=5.0, max_concurrency=2)
         first = process_batch([doc("a.md", "Ann Lee met Bob Stone.")], store, client, "fake",

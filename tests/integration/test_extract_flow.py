@@ -8,10 +8,12 @@ import pytest
 
 from flows.extract import extract
 from tasks.errors import PhaseFailed
-from tasks.graph.backends import FalkorDBStore
+from tasks.graph.backends import FalkorDBStore, Neo4jStore
+from tasks.graph.neo4j_local import LocalNeo4j
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.documents import transcript
 from tests.support.graph_dump import dump
+from tests.support.neo4j import empty_neo4j
 from tests.support.profiles import extraction_profile
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -19,10 +21,19 @@ pytestmark = pytest.mark.usefixtures("prefect_api")
 
 @pytest.fixture
 def setup(tmp_path: Path, falkordb: int, fake_llm: FakeOpenAI, request: pytest.FixtureRequest):
+    """The documents and a profile on FalkorDB, or on Neo4j where a test is parametrized with
+    `setup` = "neo4j" (indirect): the whole of phase 1 on the production store."""
     graph = "f_" + request.node.name[:40].replace("[", "_").replace("]", "_").replace("-", "_")
     src = tmp_path / "docs"
-    profile = extraction_profile(tmp_path, base_url=fake_llm.url, falkordb_port=falkordb, graph=graph,
-                            sources=src)
+    neo4j: LocalNeo4j | None = None
+    table = None
+    if getattr(request, "param", "falkordb") == "neo4j":
+        neo4j = request.getfixturevalue("neo4j_server")
+        empty_neo4j(neo4j).close()
+        table = {"type": "neo4j", "uri": neo4j.uri, "user": neo4j.user,
+                 "password": neo4j.password, "database": neo4j.database, "batch_size": 5}
+    profile = extraction_profile(tmp_path, base_url=fake_llm.url, falkordb_port=falkordb,
+                                 graph=graph, sources=src, graph_table=table)
     (src / "transcripts" / "a.md").write_text(transcript(["Ann Lee", "Bob Stone"]))
     (src / "transcripts" / "b.md").write_text(transcript(["Cy Young", "Bob Stone"]))
     (src / "transcripts" / "c.md").write_text(transcript(["Hon. Dee Ray (Minister of Things)",
@@ -33,6 +44,10 @@ def setup(tmp_path: Path, falkordb: int, fake_llm: FakeOpenAI, request: pytest.F
          "title": "CTO", "notes": "Introduced by Bob Stone."},
         {"name": "A. Lee", "emails": ["ANN@acme.test"]},
     ]))
+    if neo4j is not None:
+        with Neo4jStore(neo4j.uri, neo4j.user, neo4j.password) as n4j:
+            yield profile, src, n4j, fake_llm
+        return
     store = FalkorDBStore("127.0.0.1", falkordb, graph)
     yield profile, src, store, fake_llm
     try:
@@ -41,6 +56,10 @@ def setup(tmp_path: Path, falkordb: int, fake_llm: FakeOpenAI, request: pytest.F
         pass
 
 
+BOTH = pytest.mark.parametrize("setup", ["falkordb", "neo4j"], indirect=True)
+
+
+@BOTH
 def test_three_streams_into_the_graph_with_provenance(setup) -> None:
     profile, src, store, fake = setup
     s = extract(profile=str(profile)).model_dump(mode="json")
@@ -66,6 +85,7 @@ def test_three_streams_into_the_graph_with_provenance(setup) -> None:
     assert sorted(dee[0]["a"]) == ["Hon. Dee Ray", "Hon. Dee Ray (Minister of Things)"]
 
 
+@BOTH
 def test_incremental_rerun_edit_and_delete(setup) -> None:
     profile, src, store, fake = setup
     extract(profile=str(profile))

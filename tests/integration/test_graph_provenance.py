@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from tasks.graph.backends import FalkorDBStore
-from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, RelRow
+from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, GraphStore, RelRow
 
 ANN, BOB, ACME, MEETING = "Person:ann lee", "Person:bob stone", "Organization:acme", "Event:m1"
 A, B = "research/a.md", "research/b.md"
@@ -79,24 +78,24 @@ def row(doc: str, pieces: list[str], i: int) -> dict[str, Any]:
             "end": start + len(pieces[i]), "text": pieces[i]}
 
 
-def mentions(store: FalkorDBStore) -> dict[tuple[str, str], list[int]]:
+def mentions(store: GraphStore) -> dict[tuple[str, str], list[int]]:
     return {(r["key"], r["doc"]): r["chunks"] for r in store.query(
         "MATCH (e:Entity)-[m:MENTIONED_IN]->(d:Document) "
         "RETURN e.key AS key, d.id AS doc, m.chunks AS chunks")}
 
 
-def rel_chunks(store: FalkorDBStore) -> dict[tuple[str, str, str], list[str]]:
+def rel_chunks(store: GraphStore) -> dict[tuple[str, str, str], list[str]]:
     return {(r["src"], r["type"], r["dst"]): r["chunks"] for r in store.query(
         "MATCH (a:Entity)-[r]->(b:Entity) "
         "RETURN a.key AS src, type(r) AS type, b.key AS dst, r.chunks AS chunks")}
 
 
-def chunk_nodes(store: FalkorDBStore) -> dict[str, str]:
+def chunk_nodes(store: GraphStore) -> dict[str, str]:
     return {r["id"]: r["text"] for r in store.query(
         "MATCH (c:Chunk)-[:CHUNK_OF]->(:Document) RETURN c.id AS id, c.text AS text")}
 
 
-def test_evidence_is_the_text_of_the_chunks_behind_each_fact(store: FalkorDBStore) -> None:
+def test_evidence_is_the_text_of_the_chunks_behind_each_fact(store: GraphStore) -> None:
     store.upsert(batch_a_v1())
     store.upsert(batch_b())
     assert store.evidence(ANN) == [row(A, A_V1, 0), row(A, A_V1, 1)]
@@ -120,7 +119,7 @@ def test_evidence_is_the_text_of_the_chunks_behind_each_fact(store: FalkorDBStor
     assert s["nodes"]["Chunk"] == 4 and s["relationships"]["CHUNK_OF"] == 4
 
 
-def test_re_extraction_leaves_only_the_new_provenance(store: FalkorDBStore) -> None:
+def test_re_extraction_leaves_only_the_new_provenance(store: GraphStore) -> None:
     store.upsert(batch_a_v1())
     store.upsert(batch_b())
     store.retract([A])  # A changed: what it said goes before its new extraction lands
@@ -139,7 +138,7 @@ def test_re_extraction_leaves_only_the_new_provenance(store: FalkorDBStore) -> N
     assert store.prune_orphans() == 1  # the meeting: A's new version has no front matter
 
 
-def test_a_deleted_document_takes_its_chunks_and_keeps_the_others(store: FalkorDBStore) -> None:
+def test_a_deleted_document_takes_its_chunks_and_keeps_the_others(store: GraphStore) -> None:
     store.upsert(batch_a_v1())
     store.upsert(batch_b())
     store.retract([A], delete=True)
@@ -155,7 +154,7 @@ def test_a_deleted_document_takes_its_chunks_and_keeps_the_others(store: FalkorD
                                                "WORKS_FOR": 1}}
 
 
-def test_the_same_batch_twice_gives_the_same_provenance(store: FalkorDBStore) -> None:
+def test_the_same_batch_twice_gives_the_same_provenance(store: GraphStore) -> None:
     store.upsert(batch_a_v1())
     store.upsert(batch_b())
     once = (mentions(store), rel_chunks(store), chunk_nodes(store), store.stats())
@@ -164,7 +163,7 @@ def test_the_same_batch_twice_gives_the_same_provenance(store: FalkorDBStore) ->
     assert (mentions(store), rel_chunks(store), chunk_nodes(store), store.stats()) == once
 
 
-def test_a_document_named_like_a_chunk_keeps_its_chunks(store: FalkorDBStore) -> None:
+def test_a_document_named_like_a_chunk_keeps_its_chunks(store: GraphStore) -> None:
     """Retracting "x" must not take the chunks of a document called "x#1.md"."""
     b = GraphBatch()
     for doc in ("x", "x#1.md"):
@@ -178,7 +177,7 @@ def test_a_document_named_like_a_chunk_keeps_its_chunks(store: FalkorDBStore) ->
     assert chunk_nodes(store) == {"x#1.md#0": "Bob Stone works for Acme."}
 
 
-def test_a_graph_written_before_chunks_gains_them(store: FalkorDBStore) -> None:
+def test_a_graph_written_before_chunks_gains_them(store: GraphStore) -> None:
     """Edges written before this change have no `chunks`; upsert and retract read it as []."""
     store.upsert(batch_b())
     store._write("MATCH ()-[r]->() SET r.chunks = NULL")
@@ -192,7 +191,7 @@ def test_a_graph_written_before_chunks_gains_them(store: FalkorDBStore) -> None:
     assert rel_chunks(store) == {} and mentions(store) == {} and chunk_nodes(store) == {}
 
 
-def test_relationship_evidence_checks_the_type(store: FalkorDBStore) -> None:
+def test_relationship_evidence_checks_the_type(store: GraphStore) -> None:
     with pytest.raises(ValueError, match="not an identifier"):
         store.relationship_evidence(BOB, "WORKS_FOR]->() DETACH DELETE (n", ACME)
     with pytest.raises(ValueError, match="reserved"):

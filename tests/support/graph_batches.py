@@ -1,7 +1,6 @@
 """Graph batches and extraction marks the graph-store tests write."""
 
-from tasks.graph.backends import FalkorDBStore
-from tasks.graph.store import EntityRow, GraphBatch, RelRow
+from tasks.graph.store import EntityRow, GraphBatch, GraphStore, RelRow
 
 
 def batch_for(doc: str, people: list[str], org: str = "Acme") -> GraphBatch:
@@ -15,6 +14,6 @@ def batch_for(doc: str, people: list[str], org: str = "Acme") -> GraphBatch:
     return b
 
 
-def mark(store: FalkorDBStore, *docs: str) -> None:
+def mark(store: GraphStore, *docs: str) -> None:
     store.mark_extracted([{"id": d, "hash": "h", "model": "m", "prompt_version": "p",
                            "extracted_at": "t"} for d in docs])

@@ -44,9 +44,11 @@ def toml_profile(path: Path, **keys: Any) -> Path:
 
 def extraction_profile(tmp: Path, *, base_url: str | None, falkordb_port: int, graph: str,
                        sources: Path, max_failed_share: float = 1.0,
-                       request_timeout: float = 1.0, batch_documents: int = 3) -> Path:
-    """tmp/profile.toml pointing at test servers; sources gets transcripts/research/contacts
-    dirs. [extraction] is the last table: tests append its keys."""
+                       request_timeout: float = 1.0, batch_documents: int = 3,
+                       graph_table: dict[str, Any] | None = None) -> Path:
+    """tmp/profile.toml pointing at test servers (the FalkorDB graph `graph`, unless
+    `graph_table` gives the [graph] table); sources gets transcripts/research/contacts dirs.
+    [extraction] is the last table: tests append its keys."""
     for s in ("transcripts", "research", "contacts"):
         (sources / s).mkdir(parents=True, exist_ok=True)
     return toml_profile(
@@ -56,7 +58,7 @@ def extraction_profile(tmp: Path, *, base_url: str | None, falkordb_port: int, g
                    "readiness_timeout_seconds": 10, "max_retries": 3,
                    "retry_base_seconds": 0.01, "context_tokens": 2048,
                    "max_output_tokens": 256},
-        graph={"type": "falkordb", "host": "127.0.0.1", "port": falkordb_port,
-               "graph_name": graph, "batch_size": 5},
+        graph=graph_table or {"type": "falkordb", "host": "127.0.0.1", "port": falkordb_port,
+                              "graph_name": graph, "batch_size": 5},
         sources={s: sources / s for s in ("transcripts", "research", "contacts")},
         extraction={"max_failed_share": max_failed_share, "batch_documents": batch_documents})

@@ -13,7 +13,7 @@ dependencies = [
     "prefect==3.9.1",
     "polars>=1.0",
     "torch>=2.8",
-    "Neo4j>=5.19,<5.20",
+    "Neo4j>=6.4,<7",
     "gguf==0.19.*",
     "Typing_Extensions>=4",
 ]
@@ -28,7 +28,7 @@ def pyproject(tmp_path: Path) -> Path:
 
 
 def env(python: str = "3.11", **packages: str | None) -> dict:
-    base = {"prefect": "3.9.1", "polars": "1.2.0", "torch": "2.13.0", "neo4j": "5.19.0",
+    base = {"prefect": "3.9.1", "polars": "1.2.0", "torch": "2.13.0", "neo4j": "6.4.1",
             "gguf": "0.19.0", "typing-extensions": "4.15.0"}
     return {"python": python, "packages": base | packages}
 
@@ -56,9 +56,9 @@ def test_what_is_refused_and_what_is_said(pyproject: Path) -> None:
 
 
 def test_a_version_outside_a_range_is_refused(pyproject: Path) -> None:
-    refused, said = differences(env(), env(neo4j="5.20.0", polars="0.20.1"), pyproject)
+    refused, said = differences(env(), env(neo4j="7.0.0", polars="0.20.1"), pyproject)
     assert refused == ["polars 0.20.1 on the node is outside >=1.0",
-                       "neo4j 5.20.0 on the node is outside <5.20,>=5.19"]
+                       "neo4j 7.0.0 on the node is outside <7,>=6.4"]
     assert said == []
 
 
@@ -81,9 +81,9 @@ def test_a_wildcard_pin_that_differs_is_refused_and_a_prerelease_in_range_said(
 
 
 def test_every_requirement_is_looked_at_after_a_missing_one(pyproject: Path) -> None:
-    refused, _ = differences(env(), env(polars=None, neo4j="5.20.1", gguf="x.y"), pyproject)
+    refused, _ = differences(env(), env(polars=None, neo4j="7.0.1", gguf="x.y"), pyproject)
     assert refused == ["polars is not installed on the node",
-                       "neo4j 5.20.1 on the node is outside <5.20,>=5.19",
+                       "neo4j 7.0.1 on the node is outside <7,>=6.4",
                        "gguf x.y on the node is outside ==0.19.*"]
 
 
