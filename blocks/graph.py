@@ -60,6 +60,12 @@ class Neo4jGraph(Block):
         default=8 << 20, ge=1 << 16, le=1 << 30, description="Parameter bytes per "
         "transaction: keeps a batch of long chunk texts under the server's transaction memory.")
 
+    @field_validator("database", mode="before")
+    @classmethod
+    def _database(cls, v: object) -> object:
+        """Blocks saved before the default was named hold null: the server's default, neo4j."""
+        return v or "neo4j"
+
     @field_validator("uri")
     @classmethod
     def _uri(cls, v: str) -> str:

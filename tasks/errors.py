@@ -1,5 +1,7 @@
 """One exception root; every message says what was wrong and what to do."""
 
+import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -111,3 +113,14 @@ class IllegalTransition(SlmNightlyError):
 
 class ServingError(SlmNightlyError):
     """A serving endpoint refused, could not find, or did not answer by an adapter's name."""
+
+
+def print_result(make: Callable[[], object]) -> int:
+    """A `python -m` step of the Makefile: print what `make()` returns (exit 0), or its
+    ConfigError, which says the fix (exit 1)."""
+    try:
+        print(make())
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tasks.errors import ConfigError
+from tasks.errors import ConfigError, print_result
 from tasks.files import locked
 from tasks.llama_build import cache_root
 
@@ -60,12 +60,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m tasks.wheelhouse NAME==VERSION", file=sys.stderr)
         return 2
-    try:
-        print(ensure(argv[0]))
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        return 1
-    return 0
+    return print_result(lambda: ensure(argv[0]))
 
 
 if __name__ == "__main__":

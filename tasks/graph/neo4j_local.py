@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.errors import ConfigError, ServerError
+from tasks.errors import ConfigError, ServerError, print_result
 from tasks.files import locked, sha256_hex
 from tasks.llama_build import cache_root
 from tasks.processes import free_port, release_port
@@ -39,10 +39,11 @@ USER = "neo4j"  # Community's one user
 PASSWORD_ENV = "SLM_LOCAL_NEO4J_PASSWORD"  # `graph local-neo4j`'s password (else a new one)
 DATABASE = "neo4j"  # its default database
 START_TIMEOUT_S = 180.0  # ~10 s quiet, ~25 s beside a busy test suite on 2 cores
-# The JVM: a small heap (the tests' graphs are small; the bench passes more), the serial
-# collector and no C2 compiler, which cost a 2-core machine's other work the least.
-JVM_OPTIONS = ("-Xms256m", "-Xmx1g", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-               "-Xss1m")
+# The JVM: a 1 GiB heap unless told (the tests' graphs are small). `lean` (the tests): the
+# serial collector and no C2 compiler, which cost a 2-core machine's other work the least but
+# write ~3x slower once warm; the bench and `graph local-neo4j` run the JVM's defaults.
+JVM_OPTIONS = ("-Xms256m", "-Xmx1g")
+LEAN_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss1m")
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -141,7 +142,8 @@ class LocalNeo4j:
 
 
 def start(password: str, workdir: Path, settings: dict[str, str] | None = None,
-          heap: str | None = None, timeout: float = START_TIMEOUT_S) -> LocalNeo4j:
+          heap: str | None = None, timeout: float = START_TIMEOUT_S,
+          lean: bool = False) -> LocalNeo4j:
     """Start the harness with its data under `workdir` (deleted when it stops) and return once
     Bolt answers. `settings`: Neo4j settings by their config names."""
     folder = resolve()
@@ -149,7 +151,8 @@ def start(password: str, workdir: Path, settings: dict[str, str] | None = None,
     where = f"127.0.0.1:{port}"
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / "local-neo4j.log"
-    opts = [o for o in JVM_OPTIONS if not (heap and o.startswith("-Xmx"))]
+    opts = [o for o in (*JVM_OPTIONS, *(LEAN_OPTIONS if lean else ()))
+            if not (heap and o.startswith("-Xmx"))]
     if heap:
         opts.append(f"-Xmx{heap}")
     # the advertised address is what a neo4j:// (routing) driver is sent to: the real port,
@@ -199,8 +202,8 @@ def _bolt_line(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> str:
 
 @contextmanager
 def running(password: str, workdir: Path, settings: dict[str, str] | None = None,
-            heap: str | None = None) -> Iterator[LocalNeo4j]:
-    server = start(password, workdir, settings, heap)
+            heap: str | None = None, lean: bool = False) -> Iterator[LocalNeo4j]:
+    server = start(password, workdir, settings, heap, lean=lean)
     try:
         yield server
     finally:
@@ -213,12 +216,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tasks.graph.neo4j_local (resolves the harness, prints its "
               "folder)", file=sys.stderr)
         return 2
-    try:
-        print(resolve())
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        return 1
-    return 0
+    return print_result(resolve)
 
 
 if __name__ == "__main__":

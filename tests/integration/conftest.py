@@ -55,7 +55,7 @@ def neo4j_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNeo4
     a machine without Java fails here with the fix. Community has one database, so the tests
     of a process share `neo4j` and each starts by emptying it (empty_neo4j)."""
     with neo4j_local.running(secrets.token_urlsafe(16), tmp_path_factory.mktemp("neo4j"),
-                             NEO4J_SETTINGS) as server:
+                             NEO4J_SETTINGS, lean=True) as server:
         yield server
 
 

@@ -167,6 +167,23 @@ def test_the_block_names_its_database_and_defaults_to_tls_routing() -> None:
     block = Neo4jGraph()
     assert (block.uri, block.database, block.batch_bytes) == (
         "neo4j+s://localhost:7687", "neo4j", 8 << 20)
+    assert Neo4jGraph(database=None).database == "neo4j"  # a block saved before the default
+
+
+def test_a_routing_driver_is_sent_to_the_servers_advertised_address(
+        neo4j_server: LocalNeo4j) -> None:
+    """neo4j:// asks the server where to go (its routing table, from
+    server.bolt.advertised_address, localhost:7687 by default): the harness advertises the port
+    it listens on, so a routing store reaches this server and no other."""
+    routed = neo4j_server.uri.replace("bolt://", "neo4j://")
+    with Neo4jStore(routed, neo4j_server.user, neo4j_server.password) as store:
+        table = store._read("CALL dbms.routing.getRoutingTable({}, 'neo4j') YIELD servers "
+                            "RETURN servers")
+        addresses = {a for s in table[0]["servers"] for a in s["addresses"]}
+        assert addresses == {f"127.0.0.1:{neo4j_server.port}"}
+        store._write("CREATE (:Document {id: 'routed'})")
+        assert store.query("MATCH (d:Document {id: 'routed'}) RETURN d.id AS id") == [
+            {"id": "routed"}]
 
 
 @pytest.mark.usefixtures("prefect_api")
