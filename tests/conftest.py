@@ -50,7 +50,7 @@ HEAVY = {"test_node_path.py": 600, "test_nightly.py": 410, "test_train.py": 370,
          "test_operator_guide.py": 275, "test_node_preflight.py": 230, "test_quiet.py": 210,
          "test_interrupt.py": 205, "test_artifact_store_gcs.py": 120, "test_weights.py": 95,
          "test_graph_persistence.py": 80, "test_teardown.py": 77, "test_convert.py": 73,
-         "test_deployment.py": 66}
+         "test_deployment.py": 66, "test_graph_neo4j.py": 70}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

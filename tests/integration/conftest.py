@@ -54,9 +54,10 @@ def neo4j_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNeo4
     authentication on and a password made for it. Never skipped: `make test` resolves it, and
     a machine without Java fails here with the fix. Community has one database, so the tests
     of a process share `neo4j` and each starts by emptying it (empty_neo4j)."""
-    with neo4j_local.running(secrets.token_urlsafe(16), tmp_path_factory.mktemp("neo4j"),
-                             NEO4J_SETTINGS, lean=True) as server:
-        yield server
+    server = neo4j_local.start(secrets.token_urlsafe(16), tmp_path_factory.mktemp("neo4j"),
+                               NEO4J_SETTINGS, lean=True)
+    yield server
+    server.stop(timeout=0)  # killed: a clean shutdown takes ~10 s and its data is thrown away
 
 
 @pytest.fixture(params=["falkordb", "neo4j"])
