@@ -70,7 +70,7 @@ def _property_problem(value: Any) -> str | None:
                 return f"holds a null at index {i} (a stored list has no nulls)"
             if not isinstance(v, _SCALARS):
                 return f"holds a {type(v).__name__} at index {i} (a stored list holds scalars)"
-            kinds.add(bool if isinstance(v, bool) else str if isinstance(v, str) else "number")
+            kinds.add(type(v))  # bool, int, float, str: Neo4j keeps int and float apart too
         if len(kinds) > 1:
             return "mixes types (a stored list holds one type)"
         return None
