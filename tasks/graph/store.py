@@ -70,7 +70,9 @@ def _property_problem(value: Any) -> str | None:
                 return f"holds a null at index {i} (a stored list has no nulls)"
             if not isinstance(v, _SCALARS):
                 return f"holds a {type(v).__name__} at index {i} (a stored list holds scalars)"
-            kinds.add(type(v))  # bool, int, float, str: Neo4j keeps int and float apart too
+            # bool, int, float, str. Neo4j 5.26 refuses [True, 1] and turns [1, 2.5] into
+            # [1.0, 2.5] (measured): both are refused here, so no value changes its type.
+            kinds.add(type(v))
         if len(kinds) > 1:
             return "mixes types (a stored list holds one type)"
         return None

@@ -78,3 +78,14 @@ def test_a_row_neo4j_would_refuse_names_its_field_and_the_fix(row: dict, why: st
 def test_a_map_outside_the_nested_fields_is_refused_whatever_its_name() -> None:
     with pytest.raises(GraphError, match="field properties is a map"):
         check_row("document 'd'", {"properties": {"role": "chair"}})
+
+
+def test_batches_fill_to_exactly_the_bytes_after_each_cut_and_never_yield_an_empty_one() -> None:
+    assert [len(b) for b in sized_batches(["xxxx"] * 4, 100, 8)] == [2, 2]
+    assert [list(b) for b in sized_batches(["y" * 20, "a"], 10, 10)] == [["y" * 20], ["a"]]
+
+
+def test_the_fields_after_a_property_map_are_checked_too() -> None:
+    with pytest.raises(GraphError, match="field emails holds a null at index 0"):
+        check_row("entity 'x'", {"properties": {"role": "chair"}, "emails": [None]},
+                  ("properties",))
