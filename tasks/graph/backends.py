@@ -13,8 +13,6 @@ from tasks.graph.store import DEFAULT_BATCH_BYTES, GraphStore
 
 
 class FalkorDBStore(GraphStore):
-    dialect = "falkordb"
-
     def __init__(self, host: str, port: int, graph: str = "slm", batch_size: int = 1000,
                  password: str | None = None) -> None:
         super().__init__(batch_size)
@@ -91,8 +89,6 @@ class Neo4jStore(GraphStore):
     statement reads what the store's earlier ones wrote, on any cluster member (causal
     consistency): the batch's e-mail lookup sees the Persons the previous batch merged, and
     `stats()` the last write."""
-
-    dialect = "neo4j"
 
     def __init__(self, uri: str, user: str, password: str, database: str = "neo4j",
                  batch_size: int = 1000, batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tasks.errors import GraphError
+from tasks.files import replacing
 from tasks.graph import queries as q
 from tasks.graph.store import GraphStore, sized_batches
 
@@ -70,9 +72,10 @@ def _count(stats: Stats, labels: list[str] | None = None, rel: str | None = None
 
 def export(store: GraphStore, path: Path) -> Stats:
     """Write the graph to `path` (gzip JSON lines); the counts it holds, as stats() gives
-    them. Written under a temporary name and renamed when complete."""
+    them. The body is written first (the counts are known only at its end), then the header
+    and the body go into a temporary file renamed over `path` (tasks.files.replacing)."""
     stats: Stats = {"nodes": {}, "relationships": {}}
-    tmp = path.with_name(path.name + ".partial")
+    tmp = path.with_name(path.name + ".body")
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as body:
         for i, row in store.read_together([_EXPORT_NODES, _EXPORT_RELS]):
@@ -90,13 +93,15 @@ def export(store: GraphStore, path: Path) -> Stats:
             body.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
     stats = {k: dict(sorted(v.items())) for k, v in stats.items()}
     head = {"format": FORMAT, "version": VERSION, **stats}
-    # the header goes first: a second gzip member before the body (gzip readers join them)
-    with gzip.open(path, "wt", encoding="utf-8") as out:
-        out.write(json.dumps(head) + "\n")
-    with path.open("ab") as out, tmp.open("rb") as body_file:
-        while block := body_file.read(1 << 20):
-            out.write(block)
-    tmp.unlink()
+    # the header goes first: a gzip member of its own before the body's (readers join them)
+    try:
+        with replacing(path) as whole:
+            with gzip.open(whole, "wt", encoding="utf-8") as out:
+                out.write(json.dumps(head) + "\n")
+            with whole.open("ab") as out, tmp.open("rb") as body_file:
+                shutil.copyfileobj(body_file, out, 1 << 20)
+    finally:
+        tmp.unlink(missing_ok=True)
     return stats
 
 

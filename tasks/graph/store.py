@@ -203,7 +203,6 @@ class GraphBatch:
 class GraphStore(ABC):
     """A property graph holding Documents, Entities and their relationships."""
 
-    dialect: q.Dialect = "neo4j"
     location: str = ""  # where the graph lives, for people
 
     def __init__(self, batch_size: int = 1000, batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
@@ -252,8 +251,8 @@ class GraphStore(ABC):
             self._write(q.DELETE_CHUNKS, {"rows": [{"id": r["id"]} for r in run]})
 
     def _delete_all(self, query: str, **params: Any) -> int:
-        """Repeat a bounded delete (q.DELETE_CHUNKS, q.PRUNE_ORPHANS, q.CLEAR) until it deletes
-        nothing: at most batch_size nodes a transaction. The number deleted."""
+        """Repeat a bounded delete (q.PRUNE_ORPHANS, q.CLEAR) until it deletes nothing: at
+        most batch_size nodes a transaction. The number deleted."""
         total = 0
         while True:
             rows = self._write(query, {**params, "limit": self.batch_size})

@@ -39,9 +39,7 @@ SLM = str(Path(sys.executable).parent / "slm-nightly")
 @pytest.fixture
 def bare(neo4j_server: LocalNeo4j) -> Iterator[Neo4jStore]:
     """An empty graph with no constraints and no indexes (as a new database is)."""
-    store = empty_neo4j(neo4j_server)
-    for r in store._read("SHOW CONSTRAINTS YIELD name RETURN name"):
-        store._write(f"DROP CONSTRAINT `{r['name']}`")
+    store = empty_neo4j(neo4j_server, schema=False)
     yield store
     store.close()
 

@@ -11,14 +11,16 @@ from tasks.graph.neo4j_local import LocalNeo4j
 NEO4J_SETTINGS = {"db.memory.transaction.max": "64m"}
 
 
-def empty_neo4j(server: LocalNeo4j, batch_size: int = 7) -> Neo4jStore:
+def empty_neo4j(server: LocalNeo4j, batch_size: int = 7, schema: bool = True) -> Neo4jStore:
     """A store on the server's graph, emptied of data, constraints and indexes (each test
-    starts from nothing, as on a new database), its schema then ensured."""
+    starts from nothing, as on a new database), its schema then ensured unless `schema` is
+    False."""
     store = Neo4jStore(server.uri, server.user, server.password, server.database, batch_size)
     store.clear()
     for r in store._read("SHOW CONSTRAINTS YIELD name RETURN name"):
         store._write(f"DROP CONSTRAINT `{r['name']}`")
     for r in store._read("SHOW INDEXES YIELD name, type WHERE type <> 'LOOKUP' RETURN name"):
         store._write(f"DROP INDEX `{r['name']}`")
-    store.ensure_schema()
+    if schema:
+        store.ensure_schema()
     return store
