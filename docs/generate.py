@@ -292,6 +292,11 @@ def render_profile() -> list[str]:
             if len(kinds) > 1 and kind == next(iter(kinds)):
                 lines += [f"`type` may be omitted: `\"{kind}\"` is the default.", ""]
             lines += _table(model, "", "####") + [""]
+    from tasks.gcp.spec import GcpSpec
+
+    lines += ["### `[gcp]` — GcpSpec", "", "Read only by `slm-nightly gcp …` (setup, check, "
+              "teardown), before any block exists: project and zones come from `[compute]` "
+              "unless given here.", "", *_table(GcpSpec, "", "####"), ""]
     return lines
 
 
@@ -419,6 +424,9 @@ ENVIRONMENT = (
     ("PREFECT_API_URL", "the Prefect server (or Cloud workspace) every command, worker and "
      "flow talks to; `prefect config set PREFECT_API_URL=…` on an orchestrator. Without it "
      "`preflight` and `node smoke` stop at once.", "Prefect"),
+    ("SLM_GCP_API_ENDPOINTS", "JSON, API name → endpoint URL, for `slm-nightly gcp …`: a "
+     "private endpoint (or a local fake in tests) instead of Google's; names: compute, storage, "
+     "iam, resourcemanager, serviceusage, secretmanager, cloudquotas.", "tasks/gcp/clients.py"),
     ("GOOGLE_APPLICATION_CREDENTIALS", "application-default credentials outside Google Cloud "
      "(a VM uses its service account without it).", "google-auth"),
 )

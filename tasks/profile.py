@@ -299,7 +299,7 @@ def load_profile(ref: str) -> Profile:
     """Build the blocks a run needs from a profile name (profiles/NAME.toml) or path."""
     path, data = read_profile(ref)
     unknown = sorted(set(data) - {*_KINDS, "extraction", "corpus", "training", "state_dir",
-                                  "gcs_block"})
+                                  "gcs_block", "gcp"})
     if unknown:
         raise ConfigError(f"profile {path}: unknown section(s) {unknown}")
     data = {k: _with_project_paths(k, v) if isinstance(v, dict) else v for k, v in data.items()}

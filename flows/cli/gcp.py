@@ -1,0 +1,87 @@
+"""`slm-nightly gcp …`: a Google Cloud project set up, checked and torn down from the gcp
+profile's [gcp] and [compute] tables, on Google's client libraries (tasks/gcp/)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from flows.cli.parsing import add_profile, command_group
+from tasks.errors import ConfigError
+
+
+def _values(args: argparse.Namespace) -> dict[str, bytes]:
+    """Secret values from files (NAME=PATH) and stdin (NAME): never from argv."""
+    values: dict[str, bytes] = {}
+    for item in args.secret_file or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--secret-file {item!r}: write NAME=PATH (the value is the "
+                              "file's content, the secret NAME)")
+        try:
+            values[name] = Path(path).read_bytes()
+        except OSError as e:
+            raise ConfigError(f"--secret-file {name}: cannot read {path} ({e.strerror})") from None
+    if args.secret_stdin:
+        if sys.stdin.isatty():
+            raise ConfigError(f"--secret-stdin {args.secret_stdin}: pipe the value in (printf "
+                              "'%s' \"$KEY\" | slm-nightly gcp setup --secret-stdin NAME)")
+        values[args.secret_stdin] = sys.stdin.buffer.read()
+    return values
+
+
+def _gcp(args: argparse.Namespace) -> int:
+    from tasks.gcp.clients import Clients
+    from tasks.gcp.reconcile import Mode
+    from tasks.gcp.setup import apply
+    from tasks.gcp.spec import spec_from_profile
+    from tasks.profile import project_path, read_profile
+
+    path, data = read_profile(args.profile)
+    spec = spec_from_profile(path, data)
+    state_dir = project_path(str(data.get("state_dir", ".slm-nightly")))
+    cmd = args.gcp_command
+    if cmd == "teardown" and not (args.yes or args.dry_run):
+        raise ConfigError("gcp teardown deletes the network, the accounts and the secrets of "
+                          f"project {spec.project}: pass --yes (or --dry-run to see the list)")
+    mode: Mode = "setup" if cmd == "setup" else "check" if cmd == "check" else "teardown"
+    if getattr(args, "dry_run", False):
+        mode = "teardown-dry-run" if cmd == "teardown" else "dry-run"
+    values = _values(args) if cmd == "setup" else {}
+    print(f"gcp {cmd}{' (dry run)' if 'dry' in mode else ''}: project {spec.project}, region "
+          f"{spec.home_region}")
+    result = apply(spec, Clients(project=spec.project), mode, state_dir=Path(state_dir),
+                   values=values, delete_bucket=getattr(args, "delete_bucket", None))
+    if cmd == "check":
+        print("ok" if result.ok else f"{len(result.drifted)} missing or drifted"
+              + (", GPU quota short" if any(q.short for q in result.quotas) else "")
+              + " — `slm-nightly gcp setup` repairs the rest")
+        return 0 if result.ok else 1
+    return 0
+
+
+def add_gcp(sub: Any) -> None:
+    gsub = command_group(sub, "gcp", "set up, check and tear down the Google Cloud project of "
+                         "the gcp profile", _gcp)
+    setup = gsub.add_parser("setup", help="make what the project lacks and repair what drifted: "
+                            "APIs, VPC, subnet, NAT, firewall rules, accounts, grants, bucket, "
+                            "secrets, the orchestrator's address; then read the GPU quota "
+                            "(idempotent: a second run only reads)")
+    setup.add_argument("--dry-run", action="store_true",
+                       help="read only: print what each step would do")
+    setup.add_argument("--secret-file", action="append", metavar="NAME=PATH",
+                       help="a secret's value from a file (repeatable)")
+    setup.add_argument("--secret-stdin", metavar="NAME", help="a secret's value from stdin")
+    check = gsub.add_parser("check", help="read only: what exists, what is missing, what "
+                            "drifted, and the GPU quota (exit 1 unless all is as setup makes it)")
+    teardown = gsub.add_parser("teardown", help="delete what setup made (reverse order); the "
+                               "bucket only with --delete-bucket NAME; APIs stay on")
+    teardown.add_argument("--yes", action="store_true", help="really delete")
+    teardown.add_argument("--dry-run", action="store_true", help="print what would go")
+    teardown.add_argument("--delete-bucket", metavar="NAME",
+                          help="also delete this bucket and everything in it (the profile's "
+                          "bucket, named exactly)")
+    for p in (setup, check, teardown):
+        add_profile(p, default="gcp")

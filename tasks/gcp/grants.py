@@ -1,0 +1,60 @@
+"""Who may do what: the roles `gcp setup` grants, each with the calls that need it.
+
+Derived from the calls the code makes (the table CALLS: a call, the permission Google checks
+for it, the role that holds it). Two accounts: the orchestrator starts, stops and configures
+the node; the node runs whatever code the bucket holds, so it gets the bucket, its secrets and
+its logs, and cannot touch any instance.
+
+Storage: roles/storage.objectAdmin has no storage.buckets.get, and prefect-gcp's GcsBucket calls
+client.get_bucket() before each read and write (googleapis/google-cloud-python#9065); the
+bucket-level roles/storage.legacyBucketReader adds buckets.get (and objects.list), nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Who = Literal["orchestrator", "node"]
+Where = Literal["project", "bucket", "node-account", "secrets"]
+
+# (who, call, permission, role, where the role is granted)
+CALLS: list[tuple[Who, str, str, str, Where]] = [
+    ("orchestrator", "instances.start/stop/get", "compute.instances.start",
+     "roles/compute.instanceAdmin.v1", "project"),
+    ("orchestrator", "instances.setScheduling", "compute.instances.setScheduling",
+     "roles/compute.instanceAdmin.v1", "project"),
+    ("orchestrator", "instances.setMetadata", "compute.instances.setMetadata",
+     "roles/compute.instanceAdmin.v1", "project"),
+    ("orchestrator", "instances.getGuestAttributes", "compute.instances.getGuestAttributes",
+     "roles/compute.instanceAdmin.v1", "project"),
+    ("orchestrator", "zoneOperations.wait/list", "compute.zoneOperations.get",
+     "roles/compute.instanceAdmin.v1", "project"),
+    ("orchestrator", "regions.get (quotas)", "compute.regions.get",
+     "roles/compute.instanceAdmin.v1", "project"),
+    ("orchestrator", "setMetadata on an instance that runs as the node",
+     "iam.serviceAccounts.actAs", "roles/iam.serviceAccountUser", "node-account"),
+    ("orchestrator", "GcsBucket.get_bucket (every read and write)", "storage.buckets.get",
+     "roles/storage.legacyBucketReader", "bucket"),
+    ("orchestrator", "deploy, datasets, run records up", "storage.objects.create",
+     "roles/storage.objectAdmin", "bucket"),
+    ("orchestrator", "adapters listed and fetched", "storage.objects.get",
+     "roles/storage.objectAdmin", "bucket"),
+    ("orchestrator", "preflight: each secret's latest version (never its value)",
+     "secretmanager.versions.get", "roles/secretmanager.viewer", "secrets"),
+    ("orchestrator", "logs of the Prefect units", "logging.logEntries.create",
+     "roles/logging.logWriter", "project"),
+    ("node", "GcsBucket.get_bucket (every read and write)", "storage.buckets.get",
+     "roles/storage.legacyBucketReader", "bucket"),
+    ("node", "code and datasets down", "storage.objects.get", "roles/storage.objectAdmin",
+     "bucket"),
+    ("node", "adapters, checkpoints, records up", "storage.objects.create",
+     "roles/storage.objectAdmin", "bucket"),
+    ("node", "the startup script reads its keys", "secretmanager.versions.access",
+     "roles/secretmanager.secretAccessor", "secrets"),
+    ("node", "its logs", "logging.logEntries.create", "roles/logging.logWriter", "project"),
+]
+
+
+def roles(who: Who, where: Where) -> list[str]:
+    """The roles `who` is granted on `where`, in a stable order."""
+    return sorted({role for w, _, _, role, at in CALLS if w == who and at == where})
