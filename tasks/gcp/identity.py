@@ -35,6 +35,12 @@ def _passing(e: Exception) -> bool:
     return isinstance(e, BadRequest | InvalidArgument) and "does not exist" in str(e)
 
 
+def _unseen(e: Exception) -> bool:
+    from google.api_core.exceptions import NotFound
+
+    return isinstance(e, NotFound)
+
+
 class Apis(Resource):
     kind = "apis"
 
@@ -58,15 +64,17 @@ class Apis(Resource):
 
     def repair(self, found: Found) -> None:
         off = self._disabled()
+        # without a billing account the enable call itself is refused (400, "Billing must be
+        # enabled for activation of service(s) …")
+        billing = (f"link a billing account to the project (`gcloud billing projects link "
+                   f"{self.spec.project} --billing-account=…`), then run setup again")
         for at in range(0, len(off), ENABLE_BATCH):
             ids = off[at:at + ENABLE_BATCH]
+            fix = billing if "compute.googleapis.com" in ids else ""
             op: Any = api_call(f"{self}: batchEnable {ids}", partial(
                 self.clients.services.batch_enable_services, request={
-                    "parent": f"projects/{self.spec.project}", "service_ids": ids}))
-            api_call(f"{self}: enabling {ids}", partial(op.result, OPERATION_SECONDS),
-                     fix=("link a billing account to the project (`gcloud billing projects "
-                          f"link {self.spec.project} --billing-account=…`) and run setup "
-                          "again" if "compute.googleapis.com" in ids else ""))
+                    "parent": f"projects/{self.spec.project}", "service_ids": ids}), fix=fix)
+            api_call(f"{self}: enabling {ids}", partial(op.result, OPERATION_SECONDS), fix=fix)
 
     def delete(self) -> None:
         pass  # teardown leaves APIs on: other things in the project may use them
@@ -130,9 +138,13 @@ class PolicyGrants(Resource):
     kind = "grants"
 
     def __init__(self, name: str, want: dict[str, set[str]], get: Callable[[], Any],
-                 set_: Callable[[Any], Any]) -> None:
+                 set_: Callable[[Any], Any], new_account: bool = False) -> None:
         super().__init__(name)
-        self.want, self._get, self._set = want, get, set_
+        self.want, self._set = want, set_
+        # a service account just made is not found by IAM for a while: its policy is read
+        # again until it is
+        self._get = (lambda: retry(name, get, retry_on=_unseen, seconds=PROPAGATION_SECONDS)
+                     ) if new_account else get
 
     def _policy(self) -> Any:
         return api_call(f"{self}: getIamPolicy", self._get)
@@ -191,7 +203,8 @@ def node_account_grants(spec: GcpSpec, clients: Clients) -> PolicyGrants:
     return PolicyGrants(spec.node_email, _want(spec, "node-account"),
                         lambda: clients.iam.get_iam_policy(request={"resource": resource}),
                         lambda policy: clients.iam.set_iam_policy(
-                            request={"resource": resource, "policy": policy}))
+                            request={"resource": resource, "policy": policy}),
+                        new_account=True)
 
 
 def secret_grants(spec: GcpSpec, clients: Clients, secret: str) -> PolicyGrants:

@@ -76,9 +76,13 @@ def read(clients: Clients, project: str, wanted: list[QuotaNeed]) -> list[QuotaN
     return wanted
 
 
-def request(project: str, short: list[QuotaNeed], contact: str = "") -> dict[str, Any]:
+CONTACT = "REPLACE-WITH-YOUR-EMAIL"
+
+
+def request(project: str, short: list[QuotaNeed], contact: str = CONTACT) -> dict[str, Any]:
     """The QuotaPreference bodies to create (cloudquotas v1 projects.locations.quotaPreferences
-    .create), and the same as gcloud commands."""
+    .create), and the same as gcloud commands. An increase needs a contact email (Google asks
+    it questions there); the file carries a placeholder to replace."""
     prefs, commands = [], []
     for q in short:
         body: dict[str, Any] = {
@@ -87,15 +91,13 @@ def request(project: str, short: list[QuotaNeed], contact: str = "") -> dict[str
             "justification": "slm-nightly: one NVIDIA L4 per node for a nightly batch job"}
         if q.region:
             body["dimensions"] = {"region": q.region}
-        if contact:
-            body["contactEmail"] = contact
+        body["contactEmail"] = contact
         prefs.append(body)
         dims = f" --dimensions=region={q.region}" if q.region else ""
         commands.append(f"gcloud beta quotas preferences create --service={SERVICE} "
                         f"--project={project} --quota-id={q.quota_id} "
                         f"--preferred-value={q.need}{dims} "
-                        f"--justification='{body['justification']}'"
-                        + (f" --email={contact}" if contact else ""))
+                        f"--justification='{body['justification']}' --email={contact}")
     return {"parent": f"projects/{project}/locations/global", "quotaPreferences": prefs,
             "gcloud": commands}
 
