@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from flows.cli import adapters, evaluation, gcp, graph, node, run, train
+from flows.cli import adapters, deploy, evaluation, gcp, graph, node, run, train
 from flows.cli.parsing import PROFILE_ENV, Parser, describe, env_profile_defaults
 from tasks.errors import SlmNightlyError
 from tasks.runtime import prefect_env
@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     # in this order in `slm-nightly --help` and docs/reference.md
     for add in (run.add_run, graph.add_graph, train.add_scorecard, train.add_train,
-                node.add_preflight, node.add_node, adapters.add_adapters, run.add_status,
+                node.add_preflight, node.add_node, deploy.add_deploy, adapters.add_adapters, run.add_status,
                 run.add_alerts, evaluation.add_eval, gcp.add_gcp):
         add(sub)
     env_profile_defaults(parser)

@@ -43,6 +43,8 @@ def _gcp(args: argparse.Namespace) -> int:
     spec = spec_from_profile(path, data)
     state_dir = project_path(str(data.get("state_dir", ".slm-nightly")))
     cmd = args.gcp_command
+    if cmd == "orchestrator":
+        return _orchestrator(args, spec)
     if cmd == "teardown" and not (args.yes or args.dry_run):
         raise ConfigError("gcp teardown deletes the network, the accounts and the secrets of "
                           f"project {spec.project}: pass --yes (or --dry-run to see the list)")
@@ -59,6 +61,25 @@ def _gcp(args: argparse.Namespace) -> int:
               + (", GPU quota short" if any(q.short for q in result.quotas) else "")
               + " — `slm-nightly gcp setup` repairs the rest")
         return 0 if result.ok else 1
+    return 0
+
+
+def _orchestrator(args: argparse.Namespace, spec: Any) -> int:
+    from tasks.gcp import orchestrator
+    from tasks.gcp.clients import Clients
+    from tasks.gcp.reconcile import run
+
+    text = orchestrator.script(spec, repo=args.repo, ref=args.ref, cloud_url=args.cloud_url)
+    if args.print_script:
+        print(text, end="")
+        return 0
+    print(f"gcp orchestrator{' (dry run)' if args.dry_run else ''}: project {spec.project}, "
+          f"zone {spec.home_zone}")
+    vm = orchestrator.OrchestratorVm(spec, Clients(project=spec.project), text)
+    run([vm], "dry-run" if args.dry_run else "setup")
+    print(f"its first boot installs everything (~10 min); follow it with `gcloud compute ssh "
+          f"{spec.orchestrator} --zone={spec.home_zone} --tunnel-through-iap -- sudo "
+          "journalctl -fu google-startup-scripts`")
     return 0
 
 
@@ -83,5 +104,16 @@ def add_gcp(sub: Any) -> None:
     teardown.add_argument("--delete-bucket", metavar="NAME",
                           help="also delete this bucket and everything in it (the profile's "
                           "bucket, named exactly)")
-    for p in (setup, check, teardown):
+    orch = gsub.add_parser("orchestrator", help="create the orchestrator VM (Debian 12, its "
+                           "account, no external address, the static internal address) whose "
+                           "startup script installs the checkout as the service user, the "
+                           "Prefect server with an auth string, and the worker; or print that "
+                           "script for a machine you have")
+    orch.add_argument("--repo", required=True, help="the git URL of your slm-nightly checkout")
+    orch.add_argument("--ref", default="main", help="the branch, tag or commit (default main)")
+    orch.add_argument("--cloud-url", help="[gcp] prefect = \"cloud\": the workspace's API URL")
+    orch.add_argument("--print-script", action="store_true",
+                      help="print the install script (run it with sudo bash on Debian 12)")
+    orch.add_argument("--dry-run", action="store_true", help="print what would be created")
+    for p in (setup, check, teardown, orch):
         add_profile(p, default="gcp")

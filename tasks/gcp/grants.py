@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Literal
 
 Who = Literal["orchestrator", "node"]
-Where = Literal["project", "bucket", "node-account", "secrets"]
+Where = Literal["project", "bucket", "node-account", "secrets", "auth-secret"]
 
 # (who, call, permission, role, where the role is granted)
 CALLS: list[tuple[Who, str, str, str, Where]] = [
@@ -52,6 +52,10 @@ CALLS: list[tuple[Who, str, str, str, Where]] = [
     ("node", "the startup script reads its keys", "secretmanager.versions.access",
      "roles/secretmanager.secretAccessor", "secrets"),
     ("node", "its logs", "logging.logEntries.create", "roles/logging.logWriter", "project"),
+    ("orchestrator", "its install writes the Prefect server's auth string",
+     "secretmanager.versions.access", "roles/secretmanager.secretAccessor", "auth-secret"),
+    ("node", "its worker authenticates to the Prefect server", "secretmanager.versions.access",
+     "roles/secretmanager.secretAccessor", "auth-secret"),
 ]
 
 

@@ -207,9 +207,10 @@ def node_account_grants(spec: GcpSpec, clients: Clients) -> PolicyGrants:
                         new_account=True)
 
 
-def secret_grants(spec: GcpSpec, clients: Clients, secret: str) -> PolicyGrants:
+def secret_grants(spec: GcpSpec, clients: Clients, secret: str,
+                  where: grants.Where = "secrets") -> PolicyGrants:
     resource = f"projects/{spec.project}/secrets/{secret}"
-    return PolicyGrants(f"secret {secret}", _want(spec, "secrets"),
+    return PolicyGrants(f"secret {secret}", _want(spec, where),
                         lambda: clients.secrets.get_iam_policy(request={"resource": resource}),
                         lambda policy: clients.secrets.set_iam_policy(
                             request={"resource": resource, "policy": policy}))

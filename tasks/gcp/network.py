@@ -50,9 +50,12 @@ class ComputeResource(Resource):
         self.spec = spec
         self.clients = clients
 
-    def wait(self, op: Any, region: str | None = None) -> None:
+    def wait(self, op: Any, region: str | None = None, zone: str | None = None) -> None:
         p = self.spec.project
-        if region is None:
+        if zone is not None:
+            ops = self.clients.compute("ZoneOperationsClient")
+            wait = lambda: ops.wait(project=p, zone=zone, operation=op.name)  # noqa: E731
+        elif region is None:
             ops = self.clients.compute("GlobalOperationsClient")
             wait = lambda: ops.wait(project=p, operation=op.name)  # noqa: E731
         else:
@@ -66,8 +69,9 @@ class ComputeResource(Resource):
         if errors:
             raise GcpError(f"{self}: " + "; ".join(f"{e.code}: {e.message}" for e in errors))
 
-    def call(self, verb: str, fn: Any, region: str | None = None) -> None:
-        self.wait(api_call(f"{self}: {verb}", fn), region)
+    def call(self, verb: str, fn: Any, region: str | None = None,
+             zone: str | None = None) -> None:
+        self.wait(api_call(f"{self}: {verb}", fn), region, zone)
 
 
 class Network(ComputeResource):

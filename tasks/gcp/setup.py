@@ -31,7 +31,7 @@ from tasks.gcp.network import (
 )
 from tasks.gcp.reconcile import GcpError, Mode, Outcome, Resource, run
 from tasks.gcp.spec import GcpSpec
-from tasks.gcp.stores import Bucket, BucketGrants, Secret
+from tasks.gcp.stores import Bucket, BucketGrants, GeneratedSecret, Secret
 
 
 @dataclass
@@ -78,6 +78,10 @@ def resources(spec: GcpSpec, clients: Clients, values: dict[str, bytes] | None =
         Bucket(spec, clients, delete_named=delete_bucket),
         BucketGrants(spec, clients),
     ]
+    if spec.prefect == "server":
+        name = spec.prefect_auth_secret
+        out += [GeneratedSecret(name, spec, clients),
+                secret_grants(spec, clients, name, "auth-secret")]
     for name in spec.secrets:
         out += [Secret(name, spec, clients, values.get(name)), secret_grants(spec, clients, name)]
     return out

@@ -64,6 +64,10 @@ class GcpSpec(BaseModel):
     prefect: Literal["server", "cloud"] = Field(default="server")
     secrets: list[str] = Field(default_factory=list, description="Secret Manager secrets the "
                                "node reads (from [compute.node] *_secret keys, plus these).")
+    prefect_auth_secret: str = Field(
+        default="slm-prefect-auth", description="prefect = \"server\": the secret setup makes "
+        "with a generated auth string for the Prefect API (the server, the orchestrator's "
+        "worker and CLI, the node's worker read it).")
     prefect_key_secret: str | None = Field(
         default=None, description="[compute.node] prefect_api_key_secret (Prefect Cloud).")
 
@@ -155,7 +159,9 @@ def spec_from_profile(path: Path, data: dict[str, Any]) -> GcpSpec:
     if node.get("prefect_api_key_secret"):
         table.setdefault("prefect_key_secret", node["prefect_api_key_secret"])
     named = [node[k] for k in ("prefect_api_key_secret", "engine_api_key_secret") if node.get(k)]
-    table["secrets"] = list(dict.fromkeys([*named, *table.get("secrets", [])]))
+    auth = table.get("prefect_auth_secret", "slm-prefect-auth")  # setup makes it, generated
+    table["secrets"] = [s for s in dict.fromkeys([*named, *table.get("secrets", [])])
+                        if s != auth]
     try:
         spec = GcpSpec(**table)
     except ValidationError as e:

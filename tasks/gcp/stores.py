@@ -11,6 +11,7 @@ printed), so running setup again with the same value changes nothing.
 
 from __future__ import annotations
 
+from secrets import token_urlsafe
 from typing import Any
 
 from tasks.gcp.clients import Clients
@@ -180,3 +181,21 @@ class Secret(Resource):
     def delete(self) -> None:
         api_call(f"{self}: delete", lambda: self.clients.secrets.delete_secret(
             request={"name": self.path}))
+
+
+class GeneratedSecret(Secret):
+    """A secret whose value setup makes once (the Prefect API's auth string, `user:password`)
+    and never reads back, compares or prints."""
+
+    def __init__(self, name: str, spec: Any, clients: Clients, user: str = "slm") -> None:
+        super().__init__(name, spec, clients, None)
+        self.user = user
+
+    def _source(self) -> str:
+        return "value generated"
+
+    def plan(self) -> str:
+        return "secrets.create + addVersion (a generated auth string)"
+
+    def _need_value(self) -> bytes:
+        return f"{self.user}:{token_urlsafe(32)}".encode()
