@@ -17,8 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     # in this order in `slm-nightly --help` and docs/reference.md
     for add in (run.add_run, graph.add_graph, train.add_scorecard, train.add_train,
-                node.add_preflight, node.add_node, deploy.add_deploy, adapters.add_adapters, run.add_status,
-                run.add_alerts, evaluation.add_eval, gcp.add_gcp):
+                node.add_preflight, node.add_node, deploy.add_deploy, adapters.add_adapters,
+                run.add_status, run.add_alerts, evaluation.add_eval, gcp.add_gcp):
         add(sub)
     env_profile_defaults(parser)
     describe(parser)

@@ -14,8 +14,8 @@ Implemented (the subset the GCE node, `tasks.compute.gce.lifecycle.GceNode`, and
     GET  /compute/v1/projects/P/zones/Z/operations?filter=...          zoneOperations.list
     GET  /compute/v1/projects/P                                        projects.get (quotas)
     GET  /compute/v1/projects/P/regions/R                              regions.get (quotas)
-    GET  /compute/v1/projects/P/regions/R/subnetworks/S                subnetworks.get
-    GET  /compute/v1/projects/P/regions/R/routers                      routers.list (Cloud NAT)
+    networks, subnetworks, routers, firewalls, addresses, images, global/region operations,
+    instances.insert/delete                         tests/fakes/compute_network.py (`network`)
     POST /token                                                        OAuth token (service accounts)
 
 Simulated behaviour, on the wall clock (durations are attributes, in seconds):
@@ -69,8 +69,11 @@ Simulated behaviour, on the wall clock (durations are attributes, in seconds):
                      add_instance(external_ip=...); `subnet(region)` is the subnet, with
                      privateIpGoogleAccess true unless a test sets it false; `add_nat(region)`
                      adds a Cloud NAT router ([router] routers.list) for all or listed subnets.
-                     Neither quotas nor networking calls are IAM-checked (enforce_iam applies to
-                     instances and operations only), nor take fail_next faults.
+                     Quotas are not IAM-checked (enforce_iam applies to instances and operations
+                     only), nor take fail_next faults. The state is `network`'s.
+    FakeProject      optional `gcp`: every compute call needs compute.googleapis.com enabled
+                     (SERVICE_DISABLED), IAM is gcp's (members "serviceAccount:EMAIL", /token
+                     hands out its tokens), calls are recorded there (compute_network.py).
 Internal IP: each VM has its own internal IP from its VPC subnet ([ref] networkInterfaces[].
 networkIP; "IP addresses", cloud.google.com/vpc/docs/ip-addresses), so N nodes serve on the
 same port side by side. The fake's networkIP is a loopback address: 127.0.0.1 unless
@@ -136,6 +139,8 @@ from pathlib import Path
 from typing import Any, Protocol, Self
 from urllib.parse import parse_qs, urlparse
 
+from tests.fakes.compute_network import NetworkState, Subnetwork
+from tests.fakes.gcp_project import FakeProject
 from tests.fakes.loopback import JsonHandler, LoopbackServer, Served
 from tests.support.paths import ROOT
 
@@ -250,6 +255,7 @@ class FakeInstance:
     network_ip: str = "127.0.0.1"  # its own "VPC IP" (module docstring: Internal IP)
     subnetwork: str = "default"  # [subnet] in its zone's region
     external_ip: str | None = None  # accessConfigs[0].natIP; None: `--no-address`
+    tags: list[str] = field(default_factory=list)  # tags.items (instances.insert)
 
     @property
     def region(self) -> str:
@@ -276,19 +282,7 @@ class FakeInstance:
         return self.metadata.get(GUEST_ATTRIBUTES_KEY, "").strip().upper() == "TRUE"
 
 
-@dataclass
-class FakeSubnet:
-    """A subnetwork of the `default` network [subnet]."""
-
-    project: str
-    region: str
-    name: str
-    private_ip_google_access: bool = True
-    ip_cidr_range: str = "10.128.0.0/20"
-
-    def link(self, base: str) -> str:
-        return (f"{base}/compute/v1/projects/{self.project}/regions/{self.region}/subnetworks/"
-                f"{self.name}")
+FakeSubnet = Subnetwork  # [subnet] now tests/fakes/compute_network.py's
 
 
 @dataclass
@@ -329,8 +323,9 @@ class FakeComputeEngine(Served):
                  agent_log: Path | None = None,
                  node_worker: Callable[[FakeInstance], list[str]] | None = None,
                  node_runtime: NodeRuntime | None = None,
-                 run_duration_scale: float = 1.0) -> None:
+                 run_duration_scale: float = 1.0, gcp: FakeProject | None = None) -> None:
         self.project = project
+        self.gcp = gcp  # the shared project: its IAM, enabled services and call log
         self.op_pending_seconds = op_pending_seconds
         self.stop_seconds = stop_seconds
         self.wait_cap_seconds = wait_cap_seconds  # the real wait returns after ~2 minutes
@@ -350,13 +345,12 @@ class FakeComputeEngine(Served):
         self.calls: list[dict[str, Any]] = []
         self.region_quotas: dict[str, dict[str, list[float]]] = {}  # region → metric → [l, u]
         self.project_quotas = {m: [v, 0.0] for m, v in PROJECT_QUOTAS.items()}
-        self.subnets: dict[tuple[str, str], FakeSubnet] = {}
-        self.routers: dict[str, list[dict[str, Any]]] = {}  # region → routers.list items
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
         self.http = LoopbackServer(self._handler())
         self.token_uri = f"{self.url}/token"
+        self.network = NetworkState(self, gcp)  # networks, subnets, routers, …, inserts
         self._clock = threading.Thread(target=self._run_clock, daemon=True)
         self._closed = threading.Event()
 
@@ -420,29 +414,23 @@ class FakeComputeEngine(Served):
         return self.region_quotas.setdefault(region, {m: [v, 0.0]
                                                       for m, v in REGION_QUOTAS.items()})
 
-    def subnet(self, region: str, name: str = "default") -> FakeSubnet:
+    @property
+    def subnets(self) -> dict[tuple[str, str], Subnetwork]:
+        return self.network.subnets
+
+    @property
+    def routers(self) -> dict[tuple[str, str], Any]:
+        return self.network.routers
+
+    def subnet(self, region: str, name: str = "default") -> Subnetwork:
         """[subnet] the subnet (made on first use, with Private Google Access on)."""
-        with self._lock:
-            return self.subnets.setdefault((region, name),
-                                           FakeSubnet(self.project, region, name))
+        return self.network.subnet(region, name)
 
     def add_nat(self, region: str, router: str = "nat-router", nat: str = "nat",
                 subnetworks: list[str] | None = None) -> None:
         """[router] a Cloud Router with a NAT on the default network: for every subnet of the
         region, or (`subnetworks`) the named ones."""
-        base = f"{self.url}/compute/v1/projects/{self.project}"
-        entry: dict[str, Any] = {"name": nat, "sourceSubnetworkIpRangesToNat":
-                                 "ALL_SUBNETWORKS_ALL_IP_RANGES"}
-        if subnetworks is not None:
-            entry = {"name": nat, "sourceSubnetworkIpRangesToNat": "LIST_OF_SUBNETWORKS",
-                     "subnetworks": [{"name": f"{base}/regions/{region}/subnetworks/{s}",
-                                      "sourceIpRangesToNat": ["ALL_IP_RANGES"]}
-                                     for s in subnetworks]}
-        with self._lock:
-            self.routers.setdefault(region, []).append({
-                "kind": "compute#router", "name": router, "region": f"{base}/regions/{region}",
-                "network": f"{base}/global/networks/default", "nats": [entry],
-                "selfLink": f"{base}/regions/{region}/routers/{router}"})
+        self.network.add_nat(region, router, nat, subnetworks)
 
     def stock_out(self, zone: str, *models: str) -> None:
         """Starts in `zone` with these provisioning models ("SPOT", "STANDARD") fail."""
@@ -772,6 +760,8 @@ class FakeComputeEngine(Served):
             "metadata": {"kind": "compute#metadata", "fingerprint": inst.metadata_fingerprint,
                          "items": [{"key": k, "value": v} for k, v in inst.metadata.items()]},
         }
+        if inst.tags:
+            d["tags"] = {"items": inst.tags, "fingerprint": f"tags-{len(inst.tags)}"}
         if inst.service_account:
             d["serviceAccounts"] = [{"email": inst.service_account,
                                      "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
@@ -786,7 +776,7 @@ class FakeComputeEngine(Served):
         base = f"{self.url}/compute/v1/projects/{self.project}"
         nic: dict[str, Any] = {
             "kind": "compute#networkInterface", "name": "nic0", "networkIP": inst.network_ip,
-            "network": f"{base}/global/networks/default",
+            "network": self.network.nic_network(inst.region, inst.subnetwork),
             "subnetwork": f"{base}/regions/{inst.region}/subnetworks/{inst.subnetwork}"}
         if inst.external_ip:
             nic["accessConfigs"] = [{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT",
@@ -821,6 +811,8 @@ class FakeComputeEngine(Served):
     # ---- IAM -----------------------------------------------------------------------------
     def _token(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """OAuth2 token endpoint: the service account's JWT-bearer grant, unverified."""
+        if self.gcp is not None:
+            return 200, self.gcp.oauth_token(str(body.get("assertion", "")))
         principal = _jwt_claims(str(body.get("assertion", ""))).get("iss") or "anonymous"
         token = f"{TOKEN}.{hashlib.sha256(principal.encode()).hexdigest()[:8]}"
         self.tokens[token] = principal
@@ -829,6 +821,8 @@ class FakeComputeEngine(Served):
     def principal(self, auth: str | None) -> str | None:
         """Who a call's Authorization header says it is: a token from /token, or a self-signed
         JWT (google-auth sends those for service accounts with some endpoints)."""
+        if self.gcp is not None:  # members as IAM names them ("serviceAccount:EMAIL")
+            return self.gcp.member(auth)
         if not auth or not auth.startswith("Bearer "):
             return None
         token = auth.split(" ", 1)[1]
@@ -838,6 +832,8 @@ class FakeComputeEngine(Served):
         return claims.get("sub") or claims.get("iss")
 
     def allowed(self, principal: str | None, permission: str, resource: str) -> bool:
+        if self.gcp is not None:
+            return self.gcp.allowed(principal, permission, resource)
         if not self.enforce_iam:
             return True
         if principal is None:
@@ -865,13 +861,21 @@ class FakeComputeEngine(Served):
 
     def handle(self, method: str, raw_path: str, body: dict[str, Any],
                auth: str | None) -> tuple[int, dict[str, Any]]:
+        """The networking state first (its resources, and the gate with a FakeProject)."""
+        reply = self.network.handle(method, raw_path, body, auth)
+        if reply is None:
+            reply = self._handle(method, raw_path, body, auth)
+            self.network.after(method, raw_path, auth, reply[0])
+        return reply
+
+    def _handle(self, method: str, raw_path: str, body: dict[str, Any],
+                auth: str | None) -> tuple[int, dict[str, Any]]:
         url = urlparse(raw_path)
         path = url.path
         if path == "/token":
             with self._lock:
                 return self._token(body)
-        m = re.fullmatch(r"/compute/v1/projects/([^/]+)(?:/regions/([^/]+)(?:/(subnetworks|"
-                         r"routers)(?:/([^/]+))?)?)?", path)
+        m = re.fullmatch(r"/compute/v1/projects/([^/]+)(?:/regions/([^/]+))?", path)
         if m and method == "GET":
             with self._lock:
                 return self._regional(*m.groups(), auth)
@@ -927,13 +931,13 @@ class FakeComputeEngine(Served):
                 return 200, ({"permissions": granted} if granted else {})
         return 400, {"error": {"code": 400, "message": f"unsupported {method} {path}"}}
 
-    def _regional(self, project: str, region: str | None, kind: str | None,
-                  name: str | None, auth: str | None) -> tuple[int, dict[str, Any]]:
-        """projects.get, regions.get, subnetworks.get, routers.list [quota] [subnet] [router]."""
-        what = kind or ("regions" if region else "projects")
-        self.calls.append({"method": "GET", "verb": "list" if kind == "routers" else "get",
-                           "kind": what, "region": region, "name": name, "auth": auth,
-                           "principal": self.principal(auth), "body": {}, "at": time.time()})
+    def _regional(self, project: str, region: str | None,
+                  auth: str | None) -> tuple[int, dict[str, Any]]:
+        """projects.get, regions.get [quota] (subnetworks and routers: compute_network.py)."""
+        what = "regions" if region else "projects"
+        self.calls.append({"method": "GET", "verb": "get", "kind": what, "region": region,
+                           "name": None, "auth": auth, "principal": self.principal(auth),
+                           "body": {}, "at": time.time()})
         if project != self.project:
             return _error(403, f"Project {project} not found or permission denied", "forbidden")
         base = f"{self.url}/compute/v1/projects/{project}"
@@ -941,23 +945,9 @@ class FakeComputeEngine(Served):
             return 200, {"kind": "compute#project", "name": project, "id": "4242",
                          "quotas": self._quota_json(self.project_quotas),
                          "selfLink": base}
-        if kind is None:
-            return 200, {"kind": "compute#region", "name": region, "status": "UP",
-                         "quotas": self._quota_json(self._region_quotas(region)),
-                         "selfLink": f"{base}/regions/{region}"}
-        if kind == "routers":
-            if name is not None:
-                return 400, {"error": {"code": 400, "message": "routers.get is not modelled"}}
-            return 200, {"kind": "compute#routerList", "items": self.routers.get(region, []),
-                         "selfLink": f"{base}/regions/{region}/routers"}
-        sub = self.subnets.get((region, name or ""))
-        if sub is None:
-            return self._not_found(f"projects/{project}/regions/{region}/subnetworks/{name}")
-        return 200, {"kind": "compute#subnetwork", "name": sub.name, "id": str(int(hashlib.sha256(
-            sub.link("").encode()).hexdigest()[:10], 16)), "network": f"{base}/global/networks/default",
-                     "ipCidrRange": sub.ip_cidr_range, "region": f"{base}/regions/{region}",
-                     "privateIpGoogleAccess": sub.private_ip_google_access,
-                     "selfLink": sub.link(self.url)}
+        return 200, {"kind": "compute#region", "name": region, "status": "UP",
+                     "quotas": self._quota_json(self._region_quotas(region)),
+                     "selfLink": f"{base}/regions/{region}"}
 
     @staticmethod
     def _quota_json(table: dict[str, list[float]]) -> list[dict[str, Any]]:
@@ -1141,5 +1131,14 @@ class FakeComputeEngine(Served):
 
             def do_POST(self) -> None:  # noqa: N802
                 self._serve("POST")
+
+            def do_PATCH(self) -> None:  # noqa: N802
+                self._serve("PATCH")
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self._serve("PUT")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._serve("DELETE")
 
         return Handler
