@@ -140,22 +140,19 @@ class PolicyGrants(Resource):
     def __init__(self, name: str, want: dict[str, set[str]], get: Callable[[], Any],
                  set_: Callable[[Any], Any], new_account: bool = False) -> None:
         super().__init__(name)
-        self.want, self._set = want, set_
-        # a service account just made is not found by IAM for a while: its policy is read
-        # again until it is
-        self._get = (lambda: retry(name, get, retry_on=_unseen, seconds=PROPAGATION_SECONDS)
-                     ) if new_account else get
-
-    def _policy(self) -> Any:
-        return api_call(f"{self}: getIamPolicy", self._get)
+        self.want, self._get, self._set = want, get, set_
+        self.new_account = new_account
 
     def _gap(self, policy: Any) -> dict[str, set[str]]:
         return _missing([(b.role, list(b.members)) for b in policy.bindings if not
                          b.condition.expression], self.want)
 
     def read(self) -> Found:
-        gap = self._gap(self._policy())
-        return Found(True, _describe(gap), f"{sum(map(len, self.want.values()))} bindings")
+        policy = get_or_none(f"{self}: getIamPolicy", self._get)
+        if policy is None:  # what it grants on is not made yet (or not yet seen by IAM)
+            return Found(True, _describe(self.want), "not made yet")
+        return Found(True, _describe(self._gap(policy)),
+                     f"{sum(map(len, self.want.values()))} member binding(s)")
 
     def plan(self) -> str:
         return "setIamPolicy"
@@ -164,7 +161,9 @@ class PolicyGrants(Resource):
         from google.iam.v1 import policy_pb2
 
         def write() -> None:
-            policy = self._get()
+            # a service account just made is not found by IAM for a while: read again
+            policy = retry(str(self), self._get, retry_on=_unseen,
+                           seconds=PROPAGATION_SECONDS) if self.new_account else self._get()
             for role, members in sorted(self._gap(policy).items()):
                 binding = next((b for b in policy.bindings if b.role == role and not
                                 b.condition.expression), None)

@@ -22,7 +22,13 @@ Mode = Literal["setup", "check", "dry-run", "teardown", "teardown-dry-run"]
 
 
 class GcpError(SlmNightlyError):
-    """A Google API call failed; the message names the resource, the call and the fix."""
+    """A Google API call failed; the message names the resource, the call and the fix.
+    `api_off`: the call's API is not enabled (what a dry run or check on a new project meets
+    before setup enables it)."""
+
+    def __init__(self, message: str, api_off: bool = False) -> None:
+        super().__init__(message)
+        self.api_off = api_off
 
 
 @dataclass
@@ -89,15 +95,19 @@ def api_call(what: str, fn: Callable[[], T], fix: str = "") -> T:
         return fn()
     except GoogleAPICallError as e:
         hint = fix or _fix_for(e)
-        raise GcpError(f"{what}: {e.code} {e.message}" + (f" — fix: {hint}" if hint else "")
-                       ) from None
+        raise GcpError(f"{what}: {e.code} {e.message}" + (f" — fix: {hint}" if hint else ""),
+                       api_off=_api_off(e)) from None
+
+
+def _api_off(e: Any) -> bool:
+    reasons = {getattr(d, "reason", None) for d in getattr(e, "details", None) or ()} | {
+        getattr(e, "reason", None)}
+    return "SERVICE_DISABLED" in reasons or "has not been used in project" in str(
+        getattr(e, "message", ""))
 
 
 def _fix_for(e: Any) -> str:
-    reasons = {getattr(d, "reason", None) for d in getattr(e, "details", None) or ()} | {
-        getattr(e, "reason", None)}
-    text = str(getattr(e, "message", ""))
-    if "SERVICE_DISABLED" in reasons or "has not been used in project" in text:
+    if _api_off(e):
         return "run `slm-nightly gcp setup` (it enables the APIs first), or enable the API named"
     if getattr(e, "code", None) == 403:
         return ("run setup as a project owner (`gcloud auth application-default login`), or "
@@ -133,8 +143,15 @@ def run(resources: Iterable[Resource], mode: Mode,
 
 
 def _one(res: Resource, mode: Mode) -> Outcome:
-    found = res.read()
     name = str(res)
+    try:
+        found = res.read()
+    except GcpError as e:
+        if not e.api_off or mode not in ("dry-run", "check", "teardown-dry-run"):
+            raise
+        # a new project: nothing of this API exists yet, and setup enables it first
+        state = {"dry-run": "would create", "check": "missing"}.get(mode, "absent")
+        return Outcome(name, state, "its API is not enabled yet")
     if mode.startswith("teardown"):
         if not found.exists:
             return Outcome(name, "absent")

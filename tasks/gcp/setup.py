@@ -101,9 +101,11 @@ def apply(spec: GcpSpec, clients: Clients, mode: Mode, *, state_dir: Path,
             result.quotas = quota.read(clients, spec.project, quota.needs(
                 spec.home_region, spec.nodes, spec.provisioning, spec.on_demand_fallback))
         except GcpError as e:
-            if mode != "dry-run":
+            if mode not in ("dry-run", "check") or not e.api_off:
                 raise
-            say(f"  {'unknown':13} quota — {e}")  # before setup enables the Quotas API
+            # a new project: Cloud Quotas (and Compute's quotas) appear once setup enables them
+            say(f"  {'unknown':13} GPU quota — its API is not enabled yet (setup enables it, "
+                "then reads the quota)")
         for q in result.quotas:
             say(q.line())
         short = [q for q in result.quotas if q.short]

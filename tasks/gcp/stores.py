@@ -93,10 +93,12 @@ class BucketGrants(Resource):
                          if not b.get("condition")], self.want)
 
     def read(self) -> Found:
-        policy = api_call(f"{self}: getIamPolicy", lambda: self._bucket().get_iam_policy(
+        policy = get_or_none(f"{self}: getIamPolicy", lambda: self._bucket().get_iam_policy(
             requested_policy_version=3))
+        if policy is None:  # the bucket is not made yet
+            return Found(True, _describe(self.want), "not made yet")
         return Found(True, _describe(self._gap(policy)),
-                     f"{sum(map(len, self.want.values()))} bindings")
+                     f"{sum(map(len, self.want.values()))} member binding(s)")
 
     def plan(self) -> str:
         return "buckets.setIamPolicy"

@@ -225,13 +225,14 @@ class FakeProject:
             self.parents[child] = parent or f"projects/{self.project}"
 
     def ancestry(self, resource: str) -> list[str]:
-        """`resource`, the resources above it by path, and those `adopt` named, nearest first."""
+        """`resource`, every path prefix of it (a policy on "projects/P" covers
+        "projects/P/global/networks/N" and an object "b/B/objects/a/b.txt"), and the resources
+        `adopt` named above them, nearest first."""
         out: list[str] = []
         todo = [resource]
         while todo:
-            r = todo.pop()
-            parts = r.split("/")
-            for n in range(len(parts), 1, -2):
+            parts = todo.pop().split("/")
+            for n in range(len(parts), 1, -1):
                 scope = "/".join(parts[:n])
                 if scope not in out:
                     out.append(scope)

@@ -1,0 +1,220 @@
+"""`slm-nightly gcp setup / check / teardown` on an empty project, through Google's client
+libraries against the wire fakes of tests/support/gcp_world.py: what setup makes, that a
+second setup only reads, that a drift is repaired exactly, that a missing permission stops it
+naming the permission, and the findings of issue 38 it answers (NAT, the bucket's
+storage.buckets.get, the APIs before the quota)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks.gcp.reconcile import GcpError
+from tasks.gcp.setup import apply
+from tests.support.gcp_world import BUCKET, PROJECT, World, empty_project, gcp_profile, spec_of
+from tests.support.paths import ROOT
+
+ORCH = f"slm-orchestrator@{PROJECT}.iam.gserviceaccount.com"
+NODE = f"slm-node@{PROJECT}.iam.gserviceaccount.com"
+KEY = b"pnu_not-a-real-prefect-key"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    with empty_project(tmp_path) as w:
+        yield w
+
+
+def setup(world: World, mode: str = "setup", member: str | None = None, **kw: object):
+    spec = spec_of(gcp_profile(world.tmp / "p.toml"))
+    said: list[str] = []
+    kw.setdefault("values", {"prefect-api-key": KEY})
+    result = apply(spec, world.clients(member), mode, state_dir=world.tmp / "state",  # type: ignore[arg-type]
+                   say=said.append, **kw)
+    return result, said
+
+
+def states(result) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {o.resource: o.state for o in result.outcomes}
+
+
+EVERYTHING = ["apis 8 services", f"service account {ORCH}", f"service account {NODE}",
+              "network slm-net", "subnet slm-subnet", "router+nat slm-router",
+              "firewall slm-allow-iap-ssh", "firewall slm-allow-prefect",
+              "firewall slm-allow-engine", "inbound other rules on slm-net",
+              "address slm-orchestrator-ip", f"grants projects/{PROJECT}", f"grants {NODE}",
+              f"bucket {BUCKET}", f"grants gs://{BUCKET}", "secret slm-prefect-auth",
+              "grants secret slm-prefect-auth", "secret prefect-api-key",
+              "grants secret prefect-api-key"]
+
+
+def test_setup_makes_the_project_and_a_second_setup_only_reads(world: World) -> None:
+    result, said = setup(world)
+    assert list(states(result)) == EVERYTHING
+    assert states(result) == {
+        **{r: "created" for r in EVERYTHING},
+        "apis 8 services": "repaired", "inbound other rules on slm-net": "ok",
+        f"grants projects/{PROJECT}": "repaired", f"grants {NODE}": "repaired",
+        f"grants gs://{BUCKET}": "repaired", "grants secret prefect-api-key": "repaired",
+        "grants secret slm-prefect-auth": "repaired"}
+    gcp = world.gcp
+    # the grants, exactly (tasks/gcp/grants.py), read from the fakes' policies
+    def bound(resource: str) -> dict[str, set[str]]:
+        return {r: m for r, m in gcp.policies[resource].bindings.items() if m}
+
+    assert bound(f"projects/{PROJECT}") == {
+        "roles/owner": {gcp.owner},
+        "roles/compute.instanceAdmin.v1": {f"serviceAccount:{ORCH}"},
+        "roles/logging.logWriter": {f"serviceAccount:{ORCH}", f"serviceAccount:{NODE}"}}
+    assert bound(f"projects/{PROJECT}/serviceAccounts/{NODE}") == {
+        "roles/iam.serviceAccountUser": {f"serviceAccount:{ORCH}"}}
+    both = {f"serviceAccount:{ORCH}", f"serviceAccount:{NODE}"}
+    # a new bucket's own policy (the project's convenience members), plus the two accounts
+    p = PROJECT
+    assert bound(f"projects/_/buckets/{BUCKET}") == {
+        "roles/storage.legacyBucketOwner": {f"projectOwner:{p}", f"projectEditor:{p}"},
+        "roles/storage.legacyObjectOwner": {f"projectOwner:{p}", f"projectEditor:{p}"},
+        "roles/storage.legacyObjectReader": {f"projectViewer:{p}"},
+        "roles/storage.objectAdmin": both,
+        "roles/storage.legacyBucketReader": {f"projectViewer:{p}", *both}}
+    assert bound(f"projects/{PROJECT}/secrets/prefect-api-key") == {
+        "roles/secretmanager.secretAccessor": {f"serviceAccount:{NODE}"},
+        "roles/secretmanager.viewer": {f"serviceAccount:{ORCH}"}}
+    assert bound(f"projects/{PROJECT}/secrets/slm-prefect-auth") == {
+        "roles/secretmanager.secretAccessor": both}
+    assert world.secrets.payload("prefect-api-key") == KEY
+    auth = world.secrets.payload("slm-prefect-auth").decode()
+    assert re.fullmatch(r"slm:[A-Za-z0-9_-]{43}", auth)  # user:32 random bytes, base64url
+    assert KEY.decode() not in "\n".join(said) and auth not in "\n".join(said)
+    # the GPU quota of a new project is 0 project-wide: the request is written, not filed
+    assert [(q.quota_id, q.have, q.short) for q in result.quotas] == [
+        ("GPUS-ALL-REGIONS-per-project", 0.0, True),
+        ("PREEMPTIBLE-NVIDIA-L4-GPUS-per-project-region", 1.0, False),
+        ("NVIDIA-L4-GPUS-per-project-region", 1.0, False)]
+    assert result.quota_request == world.tmp / "state" / "gcp-quota-request.json"
+
+    before = len(gcp.calls)
+    again, _ = setup(world)
+    assert set(states(again).values()) == {"ok"}
+    assert gcp.mutations(before) == []
+
+
+def test_a_drift_is_repaired_and_nothing_else_is_touched(world: World) -> None:
+    setup(world)
+    owner = world.clients()
+    from google.cloud import compute_v1
+
+    subnets = owner.compute("SubnetworksClient")
+    subnets.set_private_ip_google_access_unary(
+        project=PROJECT, region="us-central1", subnetwork="slm-subnet",
+        subnetworks_set_private_ip_google_access_request_resource=(
+            compute_v1.SubnetworksSetPrivateIpGoogleAccessRequest(
+                private_ip_google_access=False)))
+    owner.compute("FirewallsClient").delete_unary(project=PROJECT, firewall="slm-allow-engine")
+    world.gcp.revoke(f"serviceAccount:{NODE}", "roles/storage.legacyBucketReader",
+                     f"projects/_/buckets/{BUCKET}")
+    import time
+    time.sleep(0.3)  # the fakes' operations finish
+
+    check, said = setup(world, "check")
+    assert {r: s for r, s in states(check).items() if s != "ok"} == {
+        "subnet slm-subnet": "drifted", "firewall slm-allow-engine": "missing",
+        f"grants gs://{BUCKET}": "drifted"}
+    assert f"  drifted       grants gs://{BUCKET} — {NODE} lacks " \
+           "roles/storage.legacyBucketReader" in said
+
+    before = len(world.gcp.calls)
+    fixed, _ = setup(world)
+    assert {r: s for r, s in states(fixed).items() if s != "ok"} == {
+        "subnet slm-subnet": "repaired", "firewall slm-allow-engine": "created",
+        f"grants gs://{BUCKET}": "repaired"}
+    assert [(c["api"], c["method"], c["path"].split("?")[0]) for c in
+            world.gcp.mutations(before)] == [
+        ("compute", "POST", f"/compute/v1/projects/{PROJECT}/regions/us-central1/subnetworks/"
+                            "slm-subnet/setPrivateIpGoogleAccess"),
+        ("compute", "POST", f"/compute/v1/projects/{PROJECT}/global/firewalls"),
+        ("storage", "PUT", f"/storage/v1/b/{BUCKET}/iam")]
+
+
+def test_dry_run_on_an_empty_project_changes_nothing_and_says_each_call(world: World) -> None:
+    result, said = setup(world, "dry-run")
+    assert world.gcp.mutations() == []
+    assert said[0] == "  would repair  apis 8 services — disabled: compute.googleapis.com, " \
+                      "iam.googleapis.com, secretmanager.googleapis.com, iap.googleapis.com, " \
+                      "cloudquotas.googleapis.com"
+    # finding 6: the quota cannot be read before setup enables Cloud Quotas
+    assert said[-1] == ("  unknown       GPU quota — its API is not enabled yet (setup enables "
+                        "it, then reads the quota)")
+    assert said[1] == (f"  would create  service account {ORCH} — its API is not enabled yet")
+    assert "  would create  network slm-net — its API is not enabled yet" in said
+    # once the APIs are on, the dry run says which call each step makes
+    world.gcp.enabled |= {"compute.googleapis.com", "iam.googleapis.com"}
+    _, said = setup(world, "dry-run")
+    assert "  would create  network slm-net — networks.insert (custom mode: no subnets of its " \
+           "own)" in said
+    assert "  would create  firewall slm-allow-engine — firewalls.insert tcp:9080 from " \
+           f"{ORCH} to {NODE} (the orchestrator reaches the node's engine)" in said
+    assert world.gcp.mutations() == []
+    assert not result.quotas
+
+
+def test_a_caller_without_the_permission_is_stopped_naming_it(world: World) -> None:
+    with pytest.raises(GcpError) as e:
+        setup(world, member="user:intern@example.com")
+    assert "serviceusage.services.get" in str(e.value)
+    assert world.gcp.mutations() == []
+
+
+def test_without_billing_setup_stops_at_the_apis_and_says_to_link_it(world: World) -> None:
+    world.gcp.billing_enabled = False
+    with pytest.raises(GcpError) as e:
+        setup(world)
+    assert "Billing" in str(e.value)
+    assert f"gcloud billing projects link {PROJECT} --billing-account=" in str(e.value)
+
+
+def test_teardown_removes_what_setup_made_and_keeps_the_bucket_unless_named(
+        world: World) -> None:
+    setup(world)
+    down, _ = setup(world, "teardown")
+    assert states(down)[f"bucket {BUCKET}"] == "kept"
+    assert [r for r, s in states(down).items() if s == "deleted"] == [
+        "secret prefect-api-key", "secret slm-prefect-auth", "address slm-orchestrator-ip", "firewall slm-allow-engine",
+        "firewall slm-allow-prefect", "firewall slm-allow-iap-ssh", "router+nat slm-router",
+        "subnet slm-subnet", "network slm-net", f"service account {NODE}",
+        f"service account {ORCH}"]
+    check, _ = setup(world, "check")
+    assert states(check)[f"bucket {BUCKET}"] == "ok"
+    with pytest.raises(GcpError, match="teardown deletes a bucket only when named exactly"):
+        setup(world, "teardown", delete_bucket="another-bucket")
+    gone, _ = setup(world, "teardown", delete_bucket=BUCKET)
+    assert states(gone)[f"bucket {BUCKET}"] == "deleted"
+
+
+def test_the_command_line_reads_the_profile_and_secrets_from_stdin(world: World) -> None:
+    """`slm-nightly gcp setup` as an operator types it: application-default credentials (a key
+    of an owner account here), the value piped in, then `gcp check` exits 0."""
+    profile = gcp_profile(world.tmp / "op.toml")
+    admin = f"admin@{PROJECT}.iam.gserviceaccount.com"
+    world.iam.seed("admin")  # an account of the project, allowed in its policy
+    world.gcp.grant(f"serviceAccount:{admin}", "roles/owner")
+    env = {**os.environ, **world.env(admin)}
+    cli = [sys.executable, "-m", "flows.cli", "gcp"]
+    done = subprocess.run([*cli, "setup", "--profile", str(profile), "--secret-stdin",
+                           "prefect-api-key"], input=KEY, capture_output=True, env=env,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert KEY not in done.stdout + done.stderr
+    assert world.secrets.payload("prefect-api-key") == KEY
+    check = subprocess.run([*cli, "check", "--profile", str(profile)], capture_output=True,
+                           env=env, cwd=ROOT, timeout=120, text=True)
+    # the GPU quota is still short: check exits 1 and says so
+    assert check.returncode == 1, check.stderr
+    assert check.stdout.splitlines()[-1] == (
+        "0 missing or drifted, GPU quota short — `slm-nightly gcp setup` repairs the rest")
