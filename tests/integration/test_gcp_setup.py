@@ -6,6 +6,7 @@ storage.buckets.get, the APIs before the quota)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -185,8 +186,9 @@ def test_teardown_removes_what_setup_made_and_keeps_the_bucket_unless_named(
     down, _ = setup(world, "teardown")
     assert states(down)[f"bucket {BUCKET}"] == "kept"
     assert [r for r, s in states(down).items() if s == "deleted"] == [
-        "secret prefect-api-key", "secret slm-prefect-auth", "address slm-orchestrator-ip", "firewall slm-allow-engine",
-        "firewall slm-allow-prefect", "firewall slm-allow-iap-ssh", "router+nat slm-router",
+        "secret prefect-api-key", "secret slm-prefect-auth", "address slm-orchestrator-ip",
+        "firewall slm-allow-engine", "firewall slm-allow-prefect", "firewall slm-allow-iap-ssh",
+        "router+nat slm-router",
         "subnet slm-subnet", "network slm-net", f"service account {NODE}",
         f"service account {ORCH}"]
     check, _ = setup(world, "check")
@@ -218,3 +220,50 @@ def test_the_command_line_reads_the_profile_and_secrets_from_stdin(world: World)
     assert check.returncode == 1, check.stderr
     assert check.stdout.splitlines()[-1] == (
         "0 missing or drifted, GPU quota short — `slm-nightly gcp setup` repairs the rest")
+
+
+def test_orchestrator_vm_runs_as_its_account_on_the_static_address(world: World) -> None:
+    """`gcp orchestrator` after setup: Debian 12 from debian-cloud's family, the orchestrator's
+    account (the operator acts as it: actAs, which owner holds), no external address, the
+    address setup reserved, the install script as its startup-script."""
+    from tasks.gcp import orchestrator
+    from tasks.gcp.reconcile import run
+
+    world.compute.network.add_image("debian-12-bookworm-v20261201", "debian-12",
+                                    project="debian-cloud")
+    setup(world)
+    spec = spec_of(gcp_profile(world.tmp / "p.toml"))
+    text = orchestrator.script(spec, repo="https://github.com/acme/slm-nightly")
+    vm = orchestrator.OrchestratorVm(spec, world.clients(), text)
+    assert [o.state for o in run([vm], "setup", lambda _: None)] == ["created"]
+    inst = world.clients().compute("InstancesClient").get(
+        project=PROJECT, zone="us-central1-a", instance="slm-orchestrator")
+    address = world.clients().compute("AddressesClient").get(
+        project=PROJECT, region="us-central1", address="slm-orchestrator-ip").address
+    nic = inst.network_interfaces[0]
+    assert (nic.network_i_p, list(nic.access_configs)) == (address, [])
+    assert nic.subnetwork.endswith(f"projects/{PROJECT}/regions/us-central1/subnetworks/"
+                                   "slm-subnet")
+    assert [a.email for a in inst.service_accounts] == [ORCH]
+    assert {i.key: i.value for i in inst.metadata.items} == {"startup-script": text}
+    before = len(world.gcp.calls)
+    assert [o.state for o in run([vm], "setup", lambda _: None)] == ["ok"]
+    assert world.gcp.mutations(before) == []
+
+
+def test_the_node_reads_and_writes_the_bucket_with_the_grants_setup_made(world: World) -> None:
+    """Finding 2: prefect-gcp's GcsBucket calls get_bucket() before each read and write; the
+    node's account passes with what setup granted, and fails naming storage.buckets.get
+    without roles/storage.legacyBucketReader."""
+    from prefect_gcp import GcpCredentials, GcsBucket
+
+    setup(world)
+    info = json.loads(world.key_file(NODE).read_text())
+    bucket = GcsBucket(bucket=BUCKET, gcp_credentials=GcpCredentials(
+        service_account_info=info, project=PROJECT))
+    bucket.write_path("datasets/x.jsonl", b'{"a": 1}\n')
+    assert bucket.read_path("datasets/x.jsonl") == b'{"a": 1}\n'
+    world.gcp.revoke(f"serviceAccount:{NODE}", "roles/storage.legacyBucketReader",
+                     f"projects/_/buckets/{BUCKET}")
+    with pytest.raises(Exception, match="storage.buckets.get"):
+        bucket.read_path("datasets/x.jsonl")
