@@ -111,6 +111,10 @@ class NodeServeSettings(BaseModel):
     """Secret Manager secret holding PREFECT_API_KEY (read on the node with the node's service
     account — never put the key itself in instance metadata, which anyone with
     compute.instances.get can read)."""
+    prefect_auth_string_secret: str | None = None
+    """Secret Manager secret holding PREFECT_API_AUTH_STRING (`user:password`) of a self-hosted
+    Prefect server that requires one (`slm-nightly gcp setup` makes `slm-prefect-auth`); read
+    on the node like the key, never put in metadata."""
     engine_api_key_secret: str | None = None
     """Secret Manager secret holding the engine's API key, when the inference block has an
     api_key (the node reads it at boot; the key never goes into metadata)."""

@@ -284,8 +284,8 @@ SECRET_VIEWER = ("grant the orchestrator roles/secretmanager.viewer on the secre
 
 def node_secret_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
     """Each secret the node's startup script reads ([compute.node] prefect_api_key_secret,
-    engine_api_key_secret) exists in the project with an enabled latest version — else the
-    boot fails after the GPU is up. Read with the orchestrator's credentials
+    prefect_auth_string_secret, engine_api_key_secret) exists in the project with an enabled
+    latest version — else the boot fails after the GPU is up. Read with the orchestrator's credentials
     (projects.secrets.versions.get: metadata only). Not checked: that the node's own account may
     access it (a secret's policy does not show roles the node inherits from the project or a
     group; the boot names a secret it cannot read in slm/startup-error)."""
@@ -293,7 +293,8 @@ def node_secret_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
 
     s = block.node
     names = [(key, getattr(s, key)) for key in ("prefect_api_key_secret",
-                                                      "engine_api_key_secret")
+                                                "prefect_auth_string_secret",
+                                                "engine_api_key_secret")
              if getattr(s, key, None)]
     base = (block.secret_manager_endpoint or SECRET_MANAGER).rstrip("/")
     who = account_email(creds) or "ORCHESTRATOR"

@@ -42,9 +42,10 @@ GPU hour, each failure with its fix.
 
 The nightly runs it (`night=True`) before it boots anything; `slm-nightly preflight` prints it
 (and, when PREFECT_API_URL is unset, says so before it loads any saved block: `api_url_unset`).
-The node's Secret Manager secrets ([compute.node] prefect_api_key_secret, engine_api_key_secret)
-exist with an enabled latest version (projects.secrets.versions.get with the orchestrator's
-credentials, which need roles/secretmanager.viewer: metadata, never the value). Not checked:
+The node's Secret Manager secrets ([compute.node] prefect_api_key_secret,
+prefect_auth_string_secret, engine_api_key_secret) exist with an enabled latest version
+(projects.secrets.versions.get with the orchestrator's credentials, which need
+roles/secretmanager.viewer: metadata, never the value). Not checked:
 that the node's own account may read them (a secret's IAM policy does not show grants inherited
 from the project, folder or organisation, nor through groups: such a check would fail projects
 that are ready).

@@ -39,7 +39,8 @@ def booted(tmp_path: Path) -> Iterator[dict[str, Any]]:
     from tasks.llama_cpp import default_model_path
 
     runtime = FakeNode(tmp_path, paths=node_paths(tmp_path, default_model_path()),
-                       secrets={"prefect-key": "pnu_fake_key_1234"}, project=PROJECT)
+                       secrets={"prefect-key": "pnu_fake_key_1234",
+                                "slm-prefect-auth": "slm:auth-5678"}, project=PROJECT)
     with FakeComputeEngine(PROJECT) as fake:
         runtime.attach(fake)
         fake.add_instance("zone-a", "node", boot_seconds=0.2)
@@ -70,7 +71,8 @@ def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
     port = free_port()
     worker_api = "http://127.0.0.1:9/api"  # the worker only has to start: its env is checked
     compute, endpoint = _install(fake, tmp_path, port, prefect_api_url=worker_api,
-                                 prefect_api_key_secret="prefect-key")
+                                 prefect_api_key_secret="prefect-key",
+                                 prefect_auth_string_secret="slm-prefect-auth")
     compute.start()
     url = compute.start_inference(endpoint)
     assert url == f"http://127.0.0.1:{port}"
@@ -93,7 +95,10 @@ def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
     worker_env = runtime.unit_environ("zone-a", "node", WORKER_UNIT)
     assert worker_env["PREFECT_API_URL"] == worker_api
     assert worker_env["PREFECT_API_KEY"] == "pnu_fake_key_1234"
-    assert "pnu_fake_key_1234" not in fake.instance("zone-a", "node").metadata["startup-script"]
+    # a self-hosted server's auth string (gcp setup's slm-prefect-auth), read like the key
+    assert worker_env["PREFECT_API_AUTH_STRING"] == "slm:auth-5678"
+    script = fake.instance("zone-a", "node").metadata["startup-script"]
+    assert "pnu_fake_key_1234" not in script and "auth-5678" not in script
     compute.stop()
     assert not runtime.unit_running("zone-a", "node", ENGINE_UNIT)
     assert not runtime.unit_running("zone-a", "node", WORKER_UNIT)

@@ -232,6 +232,9 @@ def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, s
     if s.prefect_api_url:
         key_line += (f"secret {shlex.quote(s.prefect_api_key_secret)} PREFECT_API_KEY\n"
                      if s.prefect_api_key_secret else "PREFECT_API_KEY=\n")
+        key_line += (f"secret {shlex.quote(s.prefect_auth_string_secret)} "
+                     "PREFECT_API_AUTH_STRING\n" if s.prefect_auth_string_secret else
+                     "PREFECT_API_AUTH_STRING=\n")
     return _template("startup.sh").substitute(
         error_attribute=ERROR_ATTRIBUTE, metadata=METADATA, secret_lines=key_line,
         image_checks=_image_checks(s), service_user=_service_user(s), key_var=key_var,
