@@ -27,7 +27,7 @@ from typing import Any
 from tasks.errors import SlmNightlyError
 from tasks.paths import PROJECT_ROOT
 
-# docs/operator-gcp.md §7's deploy command (tests/unit/test_deploy.py keeps them in step).
+# docs/operator-gcp.md §5's deploy command (tests/unit/test_deploy.py keeps them in step).
 PRODUCTION = ["nightly/production", "node-reaper/production", "train/node", "nightly/extract",
               "nightly/retrain"]
 PREFECT = str(Path(sys.executable).parent / "prefect")

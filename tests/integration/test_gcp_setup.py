@@ -267,3 +267,32 @@ def test_the_node_reads_and_writes_the_bucket_with_the_grants_setup_made(world: 
                      f"projects/_/buckets/{BUCKET}")
     with pytest.raises(Exception, match="storage.buckets.get"):
         bucket.read_path("datasets/x.jsonl")
+
+
+def test_each_call_the_code_makes_is_allowed_by_exactly_the_grant_setup_made(
+        world: World) -> None:
+    """tasks/gcp/grants.py CALLS against the fakes' IAM after setup (role contents from Google's
+    roles reference, tests/fakes/gcp_project.py ROLES): each permission is allowed on the
+    resource the code uses it on, and revoking the one role listed for it denies it."""
+    from tasks.gcp.grants import CALLS
+
+    setup(world)
+    resource = {"project": f"projects/{PROJECT}",
+                "bucket": f"projects/_/buckets/{BUCKET}/objects/datasets/x.jsonl",
+                "node-account": f"projects/{PROJECT}/serviceAccounts/{NODE}",
+                "secrets": f"projects/{PROJECT}/secrets/prefect-api-key",
+                "auth-secret": f"projects/{PROJECT}/secrets/slm-prefect-auth"}
+    granted_on = {"project": f"projects/{PROJECT}", "bucket": f"projects/_/buckets/{BUCKET}",
+                  "node-account": resource["node-account"], "secrets": resource["secrets"],
+                  "auth-secret": resource["auth-secret"]}
+    gcp = world.gcp
+    for who, call, permission, role, where in CALLS:
+        member = f"serviceAccount:{ORCH if who == 'orchestrator' else NODE}"
+        assert gcp.allowed(member, permission, resource[where]), (who, call)
+        gcp.revoke(member, role, granted_on[where])
+        assert not gcp.allowed(member, permission, resource[where]), (who, call, role)
+        gcp.grant(member, role, granted_on[where])
+    # the node can touch no instance: none of the orchestrator's compute permissions
+    for permission in ("compute.instances.start", "compute.instances.setMetadata"):
+        assert not gcp.allowed(f"serviceAccount:{NODE}", permission,
+                               f"projects/{PROJECT}/zones/us-central1-a/instances/slm-node")

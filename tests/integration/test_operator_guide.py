@@ -8,7 +8,7 @@ A new kind of command in the guide fails this test until it is classified; an ed
 is an edited test.
 
 Where it runs: an orchestrator's checkout (a copy of this one's code, its `.venv` this one's)
-whose `profiles/gcp.toml` the test writes as §6 has the operator edit it — pointed at the fakes:
+whose `profiles/gcp.toml` the test writes as §4 has the operator edit it — pointed at the fakes:
 a saved GceCompute block for the fake Compute Engine (driven by google-cloud-compute), the GCS
 emulator for the bucket (application-default credentials), the test FalkorDB for the graph, an
 OpenAI-compatible fake for the engine, SmolLM2 for training. The Prefect server is real, on
@@ -37,6 +37,9 @@ import pytest
 
 from tests.fakes.gcs import GcsEmulator
 from tests.support.checkout import orchestrator_checkout
+from tests.support.gcp_world import BUCKET as GCP_BUCKET
+from tests.support.gcp_world import PROJECT as GCP_PROJECT
+from tests.support.gcp_world import empty_project
 from tests.support.paths import ROOT
 from tests.support.prefect import prefect_server as start_server
 
@@ -110,11 +113,15 @@ def test_every_command_of_the_guide_is_classified() -> None:
     firsts = [c.split()[0] for c in runs]
     # the sequence the operator follows, the guide's own order
     assert [c for c in runs if c.split()[0] in ("prefect", "slm-nightly")] == [
+        "slm-nightly gcp setup --dry-run --profile gcp",
+        "slm-nightly gcp setup --profile gcp",
+        "slm-nightly gcp check --profile gcp",
+        "slm-nightly gcp orchestrator --profile gcp --repo "
+        "https://github.com/YOUR-ORG/slm-nightly",
         "prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api",
-        "prefect work-pool create slm-orchestrator --type process",
-        "prefect work-pool create slm-node --type process",
-        "prefect --no-prompt deploy --name nightly/production --name node-reaper/production "
-        "--name train/node --name nightly/extract --name nightly/retrain",
+        "prefect work-pool create slm-orchestrator --type process --overwrite",
+        "prefect work-pool create slm-node --type process --overwrite",
+        "slm-nightly deploy",
         "slm-nightly preflight --profile gcp",
         "slm-nightly node smoke --profile gcp",
         "prefect deployment run 'nightly/production'",
@@ -125,14 +132,12 @@ def test_every_command_of_the_guide_is_classified() -> None:
         "prefect deployment run 'nightly/retrain' --param buckets='[\"engineering-pointsav\"]'",
     ], runs
     assert firsts.count("export") == 1 and sum(c.startswith(RENDER) for c in runs) == 1
-    # no command depends on a later one: the deploy reads the slm-gcs block (§6, before §7)
+    # no command depends on a later one: the deploy reads the slm-gcs block (§4, before §5)
     text = GUIDE.read_text()
-    assert text.index('.save("slm-gcs")') < text.index("prefect --no-prompt deploy --name")
-    assert text.index("gcloud storage buckets create") < text.index(
-        "gcloud storage buckets add-iam-policy-binding")
-    assert text.index("gcloud secrets create prefect-api-key") < text.index(
-        "gcloud secrets add-iam-policy-binding prefect-api-key")
-    assert text.index("iam.googleapis.com") < text.index("gcloud iam service-accounts create")
+    assert text.index('.save("slm-gcs")') < text.index("slm-nightly deploy\n")
+    # the project before the orchestrator, the orchestrator before anything runs on it
+    assert text.index("slm-nightly gcp setup --profile gcp") < text.index(
+        "slm-nightly gcp orchestrator") < text.index("prefect work-pool create")
     assert text.index("gcloud compute images create slm-node-image") < text.index(
         "gcloud compute instances create slm-node ")
     assert text.index("slm-nightly preflight --profile gcp") < text.index(
@@ -140,11 +145,13 @@ def test_every_command_of_the_guide_is_classified() -> None:
     assert "deploy --all" not in " ".join(c for _, c in commands)
 
 
-def _unit(text: str, name: str) -> dict[str, str]:
-    """The [Service] keys of the guide's systemd unit `name` (an ```ini block)."""
-    block = text[text.index(f"# /etc/systemd/system/{name}"):]
-    block = block[:block.index("```")]
-    return {k: v for k, _, v in (ln.partition("=") for ln in block.splitlines()
+def _unit(name: str) -> dict[str, str]:
+    """The keys of the orchestrator's systemd unit `name`, as `gcp orchestrator` writes it."""
+    from tasks.gcp.orchestrator import units
+    from tasks.gcp.spec import GcpSpec
+
+    text = units(GcpSpec(project="p", zones=["us-central1-a"], bucket="bkt"))[name]
+    return {k: v for k, _, v in (ln.partition("=") for ln in text.splitlines()
                                  if "=" in ln and not ln.startswith("#"))}
 
 
@@ -162,7 +169,7 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
     (orch / ".venv").symlink_to(ROOT / ".venv")
     bucket = _bash(["P=my-gcp-project", "BUCKET=$P-slm"], "echo $BUCKET", {}, orch).strip()
     assert bucket == "my-gcp-project-slm"
-    with GcsEmulator(tmp_path) as gcs, \
+    with GcsEmulator(tmp_path) as gcs, empty_project(tmp_path / "gcp", storage_env=False) as world, \
             start_server(tmp_path / "prefect-server", port=port) as server_env:
         api = server_env["PREFECT_API_URL"]
         env = {k: v for k, v in os.environ.items()
@@ -178,14 +185,33 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
             from prefect.blocks.notifications import SlackWebhook
             from prefect_gcp import GcsBucket
 
-            GcsBucket(bucket=bucket).save("slm-gcs")  # §6, as written (no credentials)
+            GcsBucket(bucket=bucket).save("slm-gcs")  # §4, as written (no credentials)
             SlackWebhook(url="http://127.0.0.1:9/slack").save("ops")  # the operator's own
             profile = node.profile(tmp_path, "slm-node", {**base_cache, "falkordb": falkordb},
                                    2, gcs_block="slm-gcs")
-            # §6: the operator's profiles/gcp.toml (here: pointed at the fakes)
-            (orch / "profiles" / "gcp.toml").write_text(profile.read_text())
+            # §4: the operator's profiles/gcp.toml (here: pointed at the fakes), with §0's [gcp]
+            # names: the project of the wire fakes `gcp` commands talk to
+            (orch / "profiles" / "gcp.toml").write_text(profile.read_text() + gcp_table())
             yield {"orch": orch, "env": env, "api": api, "node": node, "tmp": tmp_path,
-                   "gcs": gcs, "bucket": bucket, "port": port}
+                   "gcs": gcs, "bucket": bucket, "port": port, "gcp": world,
+                   "gcp_env": operator_env(world)}
+
+
+def gcp_table() -> str:
+    return (f'\n[gcp]\nproject = "{GCP_PROJECT}"\nzones = ["us-central1-a"]\n'
+            f'bucket = "{GCP_BUCKET}"\n')
+
+
+def operator_env(world: Any) -> dict[str, str]:
+    """§0: the operator's application-default credentials (a project owner), the fakes'
+    endpoints; the project's GPU quota granted (§1's person step) and debian-cloud's image."""
+    owner = f"operator@{GCP_PROJECT}.iam.gserviceaccount.com"
+    world.iam.seed("operator")
+    world.gcp.grant(f"serviceAccount:{owner}", "roles/owner")
+    world.quotas.set_quota("GPUS-ALL-REGIONS-per-project", 1)
+    world.compute.network.add_image("debian-12-bookworm-v20261201", "debian-12",
+                                    project="debian-cloud")
+    return {**world.env(owner), "STORAGE_EMULATOR_HOST": world.storage.url}
 
 
 def _create_bucket(gcs: GcsEmulator, name: str) -> None:
@@ -219,20 +245,21 @@ def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
             outputs[cmd] = _bash(prelude, here(cmd, port), env, orch)
             _orchestrator_worker_runs_once(text, env, orch, port)
             continue
-        outputs[cmd] = _bash(prelude, here(cmd, port), env, orch)
-        if cmd.startswith("prefect --no-prompt deploy "):  # §7: the schedules come paused
+        gcp_env = sandbox["gcp_env"] if cmd.startswith("slm-nightly gcp ") else {}
+        outputs[cmd] = _bash(prelude, here(cmd, port), {**env, **gcp_env}, orch)
+        if cmd == "slm-nightly deploy":  # §5: the schedules come paused
             paused = _schedules(api)
             assert paused == {"nightly/production": [("0 1 * * *", "UTC", False)],
                               "node-reaper/production": [("30 * * * *", "UTC", False)],
                               "train/node": [], "nightly/extract": [],
                               "nightly/retrain": []}, paused
 
-    # §4: the CLI talks to the guide's server, from the profile `prefect config set` wrote
+    # §2: the CLI talks to the guide's server, from the profile `prefect config set` wrote
     assert f"http://127.0.0.1:{port}/api" in (sandbox["tmp"] / "orchestrator-home" /
                                              "profiles.toml").read_text()
-    # §8: the render snippet ran against the saved-block [compute]
+    # §6: the render snippet ran against the saved-block [compute]
     assert "slm-prefect-worker" in (orch / "startup.sh").read_text()
-    # §7: the deployments, the schedules deployed paused and resumed by §9
+    # §5: the deployments, the schedules deployed paused and resumed by §7
     deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=10).json()
     assert sorted(d["name"] for d in deps) == ["extract", "node", "production", "production",
                                                "retrain"]
@@ -273,12 +300,20 @@ def _orchestrator_worker_runs_once(text: str, env: dict[str, str], orch: Path,
                                    port: int) -> None:
     """The guide's slm-orchestrator-worker unit, its ExecStart with /opt/slm-nightly mapped to
     the orchestrator's checkout, run once: it takes the night the guide just created."""
-    unit = _unit(text, "slm-orchestrator-worker.service")
+    from tasks.gcp.orchestrator import client_env
+    from tasks.gcp.spec import GcpSpec
+
+    unit = _unit("slm-orchestrator-worker")
     argv = shlex.split(unit["ExecStart"].replace("/opt/slm-nightly", str(orch)))
-    unit_env = dict(kv.split("=", 1) for kv in shlex.split(unit["Environment"]))
-    assert unit_env == {"PREFECT_API_URL": f"http://127.0.0.1:{GUIDE_PORT}/api",
-                        "SLM_NIGHTLY_PROFILE": "gcp"}
-    unit_env["PREFECT_API_URL"] = here(unit_env["PREFECT_API_URL"], port)
+    assert unit["EnvironmentFile"] == "/etc/slm-nightly/prefect.env"
+    # the environment file as the install script writes it (the auth string aside: this
+    # test's server has none; tests/integration/test_gcp_orchestrator.py runs one that does)
+    env_file = dict(ln.split("=", 1) for ln in client_env(GcpSpec(
+        project="p", zones=["us-central1-a"], bucket="bkt")))
+    assert env_file["PREFECT_API_URL"] == f"http://127.0.0.1:{GUIDE_PORT}/api"
+    unit_env = {"PREFECT_API_URL": here(env_file["PREFECT_API_URL"], port),
+                **dict(kv.split("=", 1) for kv in shlex.split(unit["Environment"]))}
+    assert unit_env["SLM_NIGHTLY_PROFILE"] == "gcp"
     cwd = Path(unit["WorkingDirectory"].replace("/opt/slm-nightly", str(orch)))
     proc = subprocess.run([*argv, "--run-once"], cwd=cwd, env={**env, **unit_env},
                           capture_output=True, text=True, timeout=900)

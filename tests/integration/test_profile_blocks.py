@@ -1,5 +1,5 @@
 """Issue 23, finding 11: `[compute]` switched to a saved GceCompute block, against the Prefect
-test server. `slm-nightly node prepare-weights` and the guide's render snippet (§8 of
+test server. `slm-nightly node prepare-weights` and the guide's render snippet (§6 of
 docs/operator-gcp.md, run as the guide writes it) read the loaded block's fields, not the raw
 TOML; a saved block left at the default state_dir keeps its node record in the profile's own
 state (finding 10)."""
@@ -88,7 +88,7 @@ def test_prepare_weights_refuses_a_saved_block_that_is_not_a_gce_node(tmp_path: 
 def test_the_guides_render_snippet_reads_the_saved_block(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = GUIDE.read_text()
-    assert RENDER in text, "docs/operator-gcp.md: the render snippet (§8) is gone"
+    assert RENDER in text, "docs/operator-gcp.md: the render snippet (§6) is gone"
     snippet = text[text.index(RENDER) + len(RENDER):]
     snippet = snippet[:snippet.index("\nPY\n")]
     assert 'load_profile("gcp")' in snippet

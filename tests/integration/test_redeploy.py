@@ -1,5 +1,5 @@
 """`slm-nightly deploy` (tasks/deploy.py: redeploy) against a real Prefect server and the real
-`prefect deploy` of prefect.yaml, as docs/operator-gcp.md §7 deploys the production set.
+`prefect deploy` of prefect.yaml, as docs/operator-gcp.md §5 deploys the production set.
 
 The finding first: a plain redeploy replaces a deployment's schedules with prefect.yaml's
 (prefect/server/models/deployments.py, update_deployment), so a resumed nightly is paused again

@@ -5,6 +5,7 @@ Google client libraries, as the operator's laptop runs them, only the endpoints 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -65,12 +66,16 @@ class World:
 
 
 @contextmanager
-def empty_project(tmp: Path, **compute: Any) -> Iterator[World]:
-    """A new project: the default services on, nothing else; its owner `user:operator@…`."""
+def empty_project(tmp: Path, storage_env: bool = True, **compute: Any) -> Iterator[World]:
+    """A new project: the default services on, nothing else; its owner `user:operator@…`.
+    `storage_env` False: $STORAGE_EMULATOR_HOST stays what it was (the bucket proxy points it
+    at itself while entered, for clients without an endpoint, which a test with a storage
+    emulator of its own does not want)."""
     gcp = FakeProject(PROJECT)
+    before = os.environ.get("STORAGE_EMULATOR_HOST")
     with ExitStack() as stack:
         iam = stack.enter_context(FakeIam(gcp))
-        (tmp / "gcs").mkdir(exist_ok=True)
+        (tmp / "gcs").mkdir(parents=True, exist_ok=True)
         gcs = stack.enter_context(GcsEmulator(tmp / "gcs"))
         world = World(
             gcp=gcp,
@@ -83,6 +88,11 @@ def empty_project(tmp: Path, **compute: Any) -> Iterator[World]:
             storage=stack.enter_context(GcsIamProxy(gcs, gcp)),
             tokens=stack.enter_context(TokenEndpoint(gcp)),
             tmp=tmp)
+        if not storage_env:
+            if before is None:
+                os.environ.pop("STORAGE_EMULATOR_HOST", None)
+            else:
+                os.environ["STORAGE_EMULATOR_HOST"] = before
         yield world
 
 
