@@ -5,7 +5,6 @@ server: tests/integration/test_redeploy.py."""
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,10 +15,13 @@ from tasks.deploy import PRODUCTION, _match
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _yaml_deployments() -> set[str]:
-    """flow/deployment for every deployment of prefect.yaml (the flow's @flow(name=…))."""
+def _yaml_deployments(pools: tuple[str, ...] | None = None) -> set[str]:
+    """flow/deployment for every deployment of prefect.yaml (the flow's @flow(name=…)), or for
+    those on `pools`."""
     found = set()
     for d in yaml.safe_load((ROOT / "prefect.yaml").read_text(encoding="utf-8"))["deployments"]:
+        if pools is not None and d["work_pool"]["name"] not in pools:
+            continue
         path, func = d["entrypoint"].split(":")
         source = (ROOT / path).read_text(encoding="utf-8")
         flow = re.search(r'@flow\(name="([^"]+)"[^\n]*\)\s*\ndef ' + func + r"\(", source)
@@ -28,19 +30,19 @@ def _yaml_deployments() -> set[str]:
     return found
 
 
-def test_every_default_name_is_a_deployment_of_prefect_yaml() -> None:
-    assert set(PRODUCTION) - _yaml_deployments() == set()
+def test_the_default_is_every_production_deployment_of_prefect_yaml() -> None:
+    # production: the deployments on the orchestrator's and the node's pools
+    assert set(PRODUCTION) == _yaml_deployments(("slm-orchestrator", "slm-node"))
     assert len(set(PRODUCTION)) == len(PRODUCTION)
+    assert set(PRODUCTION) < _yaml_deployments()
 
 
-def test_the_default_is_what_the_operator_guide_deploys() -> None:
+def test_the_operator_guide_names_the_set_it_deploys() -> None:
     text = (ROOT / "docs" / "operator-gcp.md").read_text(encoding="utf-8")
-    cmd = re.search(r"^prefect --no-prompt deploy (.*?)\n(?!  )", text.replace("\\\n", ""),
-                    re.M | re.S)
-    assert cmd, "docs/operator-gcp.md: no `prefect --no-prompt deploy` command"
-    args = shlex.split(cmd.group(1))
-    assert args[::2] == ["--name"] * len(args[::2])
-    assert args[1::2] == PRODUCTION
+    assert "\nslm-nightly deploy\n" in text
+    listed = re.search(r"for\s+the\s+production\s+set\s+\(([^;]+);", text)
+    assert listed, "docs/operator-gcp.md: the production set is not listed"
+    assert re.findall(r"`([^`]+)`", listed.group(1)) == PRODUCTION
 
 
 def _s(id: str, cron: str, slug: str | None = None, active: bool = False) -> SimpleNamespace:
