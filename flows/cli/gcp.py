@@ -45,6 +45,14 @@ def _gcp(args: argparse.Namespace) -> int:
     cmd = args.gcp_command
     if cmd == "orchestrator":
         return _orchestrator(args, spec)
+    if cmd == "nodes":
+        from tasks.gcp.nodes import node_vms
+        from tasks.gcp.reconcile import run
+
+        print(f"gcp nodes{' (dry run)' if args.dry_run else ''}: project {spec.project}, "
+              f"zones {', '.join(spec.zones)}")
+        run(node_vms(spec, Clients(project=spec.project)), "dry-run" if args.dry_run else "setup")
+        return 0
     if cmd == "teardown" and not (args.yes or args.dry_run):
         raise ConfigError("gcp teardown deletes the network, the accounts and the secrets of "
                           f"project {spec.project}: pass --yes (or --dry-run to see the list)")
@@ -115,5 +123,9 @@ def add_gcp(sub: Any) -> None:
     orch.add_argument("--print-script", action="store_true",
                       help="print the install script (run it with sudo bash on Debian 12)")
     orch.add_argument("--dry-run", action="store_true", help="print what would be created")
-    for p in (setup, check, teardown, orch):
+    nodes = gsub.add_parser("nodes", help="create the GPU node instances, one per zone (and "
+                            "per [compute] nodes), from the newest image of family slm-node, "
+                            "with a disk of the image's size; each is stopped once created")
+    nodes.add_argument("--dry-run", action="store_true", help="print what would be created")
+    for p in (setup, check, teardown, orch, nodes):
         add_profile(p, default="gcp")

@@ -42,6 +42,8 @@ class GcpSpec(BaseModel):
     zones: list[str] = Field(description="The node zones ([compute] zone, fallback_zones).")
     node_instance: str = Field(default="slm-node", description="[compute] instance.")
     nodes: int = Field(default=1, ge=1, description="[compute] nodes: L4s at once.")
+    zone_instances: dict[str, str] = Field(default_factory=dict,
+                                           description="[compute] zone_instances.")
     provisioning: Literal["spot", "on-demand"] = Field(default="spot")
     on_demand_fallback: bool = Field(default=False)
     bucket: str = Field(description="The bucket: code, datasets, adapters, run records.")
@@ -151,6 +153,7 @@ def spec_from_profile(path: Path, data: dict[str, Any]) -> GcpSpec:
     if "zones" not in table and "zone" in compute:
         table["zones"] = [compute["zone"], *compute.get("fallback_zones", [])]
     for key, field_ in (("instance", "node_instance"), ("nodes", "nodes"),
+                        ("zone_instances", "zone_instances"),
                         ("provisioning", "provisioning"),
                         ("on_demand_fallback", "on_demand_fallback")):
         if key in compute:

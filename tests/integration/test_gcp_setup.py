@@ -296,3 +296,38 @@ def test_each_call_the_code_makes_is_allowed_by_exactly_the_grant_setup_made(
     for permission in ("compute.instances.start", "compute.instances.setMetadata"):
         assert not gcp.allowed(f"serviceAccount:{NODE}", permission,
                                f"projects/{PROJECT}/zones/us-central1-a/instances/slm-node")
+
+
+def test_nodes_come_from_the_newest_image_of_the_family_stopped(world: World) -> None:
+    """`gcp nodes`: one instance per zone from the family's newest image, its disk the image's
+    size, the node's account, no external address, spot with STOP; stopped once created; a
+    second run only reads."""
+    import time
+
+    from tasks.gcp.nodes import node_vms
+    from tasks.gcp.reconcile import run
+
+    net = world.compute.network
+    net.add_image("slm-node-20261201", "slm-node", disk_size_gb=150, created=time.time() - 60)
+    net.add_image("slm-node-20261203", "slm-node", disk_size_gb=120)
+    setup(world)
+    spec = spec_of(gcp_profile(world.tmp / "p.toml"))
+    out = run(node_vms(spec, world.clients()), "setup", lambda _: None)
+    assert [(o.resource, o.state) for o in out] == [
+        ("node us-central1-a/slm-node", "created"), ("node us-central1-b/slm-node", "created")]
+    vms = world.clients().compute("InstancesClient")
+    for zone in ("us-central1-a", "us-central1-b"):
+        vm = vms.get(project=PROJECT, zone=zone, instance="slm-node")
+        assert vm.status == "TERMINATED"
+        assert [a.email for a in vm.service_accounts] == [NODE]
+        assert list(vm.network_interfaces[0].access_configs) == []
+        assert (vm.scheduling.provisioning_model, vm.scheduling.instance_termination_action,
+                vm.scheduling.on_host_maintenance) == ("SPOT", "STOP", "TERMINATE")
+        assert {i.key: i.value for i in vm.metadata.items} == {
+            "enable-guest-attributes": "TRUE"}
+        disk = world.compute.network.disks[(zone, "slm-node")]
+        assert (int(disk["sizeGb"]), disk["image"]) == (120, "slm-node-20261203")
+    before = len(world.gcp.calls)
+    assert {o.state for o in run(node_vms(spec, world.clients()), "setup", lambda _: None)} \
+        == {"ok"}
+    assert world.gcp.mutations(before) == []

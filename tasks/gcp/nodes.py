@@ -1,0 +1,121 @@
+"""`gcp nodes`: the GPU node instances, one per zone (and per `[compute] nodes`), from the
+newest image of the family, each created and then stopped.
+
+The boot disk is the image's own size (images.getFromFamily diskSizeGb): a disk larger than the
+image is billed around the clock in every zone for space nothing uses, a smaller one is refused.
+No startup script is written here: before every start the nightly (and `node smoke`) renders it
+from the profile and writes it (tasks/compute/gce/lifecycle.py GceNode.prepare), so the node
+boots what the profile says; the instance is created with guest attributes on, where the script
+reports its errors. A G2 machine type carries its L4 (no guestAccelerators: cloud.google.com/
+compute/docs/gpus#l4-gpus), which cannot live-migrate: onHostMaintenance TERMINATE.
+
+Instances insert RUNNING (Compute has no "create stopped"): each is stopped as soon as its
+insert is done, so it costs the minutes of its first boot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.gcp.clients import Clients
+from tasks.gcp.network import ComputeResource, get_or_none
+from tasks.gcp.reconcile import Found, GcpError, api_call
+from tasks.gcp.spec import GcpSpec
+
+MACHINE_TYPE = "g2-standard-4"
+FAMILY = "slm-node"
+
+
+def instance_names(spec: GcpSpec) -> list[tuple[str, str]]:
+    """(zone, name) of every node instance: `[compute] instance` (or `zone_instances`) in each
+    zone, then `-2` … `-N` for `[compute] nodes = N` (tasks/compute/protocol.py nodes_for)."""
+    out = []
+    for zone in spec.zones:
+        base = spec.zone_instances.get(zone, spec.node_instance)
+        out += [(zone, base if i == 1 else f"{base}-{i}") for i in range(1, spec.nodes + 1)]
+    return out
+
+
+def newest_image(spec: GcpSpec, clients: Clients, family: str = FAMILY) -> Any:
+    img = get_or_none(f"image family {family}", lambda: clients.compute(
+        "ImagesClient").get_from_family(project=spec.project, family=family))
+    if img is None:
+        raise GcpError(f"image family {family}: no image in project {spec.project} — build "
+                       "the node image first (docs/operator-gcp.md §3)")
+    return img
+
+
+class NodeVm(ComputeResource):
+    kind = "node"
+
+    def __init__(self, zone: str, name: str, spec: GcpSpec, clients: Clients,
+                 image: Any) -> None:
+        super().__init__(name, spec, clients)
+        self.zone, self.image = zone, image
+
+    def __str__(self) -> str:
+        return f"node {self.zone}/{self.name}"
+
+    def _client(self) -> Any:
+        return self.clients.compute("InstancesClient")
+
+    def read(self) -> Found:
+        s = self.spec
+        vm = get_or_none(str(self), lambda: self._client().get(
+            project=s.project, zone=self.zone, instance=self.name))
+        if vm is None:
+            return Found(False)
+        accounts = [a.email for a in vm.service_accounts]
+        drift = [] if accounts == [s.node_email] else [
+            f"runs as {accounts}, not {s.node_email}"]
+        if vm.network_interfaces and vm.network_interfaces[0].access_configs:
+            drift.append("has an external address")
+        return Found(True, drift, str(vm.status))
+
+    def plan(self) -> str:
+        return (f"instances.insert {MACHINE_TYPE} from {self.image.name} "
+                f"({self.image.disk_size_gb} GB disk), {self.spec.provisioning}, then stop")
+
+    def create(self) -> None:
+        from google.cloud import compute_v1
+
+        s = self.spec
+        spot = s.provisioning == "spot"
+        scheduling = compute_v1.Scheduling(
+            on_host_maintenance="TERMINATE", automatic_restart=False,
+            provisioning_model="SPOT" if spot else "STANDARD",
+            **({"instance_termination_action": "STOP"} if spot else {}))
+        body = compute_v1.Instance(
+            name=self.name, machine_type=f"zones/{self.zone}/machineTypes/{MACHINE_TYPE}",
+            disks=[compute_v1.AttachedDisk(
+                boot=True, auto_delete=True,
+                initialize_params=compute_v1.AttachedDiskInitializeParams(
+                    source_image=self.image.self_link,
+                    disk_size_gb=self.image.disk_size_gb))],
+            network_interfaces=[compute_v1.NetworkInterface(subnetwork=s.subnet_url)],
+            service_accounts=[compute_v1.ServiceAccount(
+                email=s.node_email, scopes=["https://www.googleapis.com/auth/cloud-platform"])],
+            scheduling=scheduling,
+            metadata=compute_v1.Metadata(items=[compute_v1.Items(
+                key="enable-guest-attributes", value="TRUE")]),
+            labels={"made-by": "slm-nightly"})
+        vms = self._client()
+        self.call("insert", lambda: vms.insert_unary(
+            project=s.project, zone=self.zone, instance_resource=body), zone=self.zone)
+        self.call("stop", lambda: vms.stop_unary(project=s.project, zone=self.zone,
+                                                 instance=self.name), zone=self.zone)
+
+    def repair(self, found: Found) -> None:
+        raise GcpError(f"{self}: {'; '.join(found.drift)} — delete it (`gcloud compute "
+                       f"instances delete {self.name} --zone={self.zone}`) and run `gcp nodes` "
+                       "again")
+
+    def delete(self) -> None:
+        s = self.spec
+        self.call("delete", lambda: self._client().delete_unary(
+            project=s.project, zone=self.zone, instance=self.name), zone=self.zone)
+
+
+def node_vms(spec: GcpSpec, clients: Clients) -> list[NodeVm]:
+    image = api_call("image family", lambda: newest_image(spec, clients))
+    return [NodeVm(zone, name, spec, clients, image) for zone, name in instance_names(spec)]
