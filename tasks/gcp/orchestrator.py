@@ -105,10 +105,13 @@ def script(spec: GcpSpec, *, repo: str, ref: str = "main", user: str = "slm",
     bashrc = "\n".join(["export SLM_NIGHTLY_PROFILE=gcp",
                         f"export PATH={project_dir}/.venv/bin:$PATH",
                         "set -a; . /etc/slm-nightly/prefect.env; set +a"])
+    dirs = (f'install -d -o "$user" -g "$user" {" ".join(map(q, spec.data_dirs))}'
+            if spec.data_dirs else "# (the profile names no folder outside the checkout)")
     return _Template(files("tasks.gcp").joinpath("orchestrator.sh").read_text()).substitute(
         user=q(user), home=q(f"/var/lib/{user}"), project_dir=q(project_dir), repo=q(repo),
         ref=q(ref), secrets=reads, client_env="\n".join(client_env(spec, cloud_url)),
-        bashrc=bashrc, units=unit_lines, enable=" ".join(written))
+        bashrc=bashrc, units=unit_lines,
+        data_dirs=dirs, enable=" ".join(written))
 
 
 class OrchestratorVm(ComputeResource):

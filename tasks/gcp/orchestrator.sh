@@ -26,6 +26,8 @@ if [ ! -d "$dir/.git" ]; then
   runuser -u "$user" -- git -C "$dir" checkout --quiet @{ref}
 fi
 runuser -u "$user" -- make -C "$dir" .venv/.installed-stamp
+# the folders the night reads ([sources], [corpus]): the user's, so its runs can write there
+@{data_dirs}
 
 # the API's auth string, from Secret Manager into files only root and the user read
 install -d -m 750 -o root -g "$user" /etc/slm-nightly

@@ -66,6 +66,9 @@ class GcpSpec(BaseModel):
     prefect: Literal["server", "cloud"] = Field(default="server")
     secrets: list[str] = Field(default_factory=list, description="Secret Manager secrets the "
                                "node reads (from [compute.node] *_secret keys, plus these).")
+    data_dirs: list[str] = Field(default_factory=list, description="Folders on the "
+                                 "orchestrator the night reads ([sources], [corpus] root): the "
+                                 "orchestrator's install makes them, owned by its user.")
     prefect_auth_secret: str = Field(
         default="slm-prefect-auth", description="prefect = \"server\": the secret setup makes "
         "with a generated auth string for the Prefect API (the server, the orchestrator's "
@@ -158,6 +161,9 @@ def spec_from_profile(path: Path, data: dict[str, Any]) -> GcpSpec:
                         ("on_demand_fallback", "on_demand_fallback")):
         if key in compute:
             table.setdefault(field_, compute[key])
+    if "data_dirs" not in table:  # absolute paths only: relative ones live in the checkout
+        named = [*data.get("sources", {}).values(), data.get("corpus", {}).get("root")]
+        table["data_dirs"] = [p for p in named if isinstance(p, str) and p.startswith("/")]
     node = compute.get("node", {})
     if node.get("prefect_api_key_secret"):
         table.setdefault("prefect_key_secret", node["prefect_api_key_secret"])

@@ -34,6 +34,13 @@ def test_names_come_from_compute_and_the_defaults() -> None:
     assert s.node_email == "slm-node@acme-ml.iam.gserviceaccount.com"
     assert s.subnet_url == "projects/acme-ml/regions/europe-west4/subnetworks/slm-subnet"
     assert s.network_url == "projects/acme-ml/global/networks/slm-net"
+    assert s.data_dirs == []  # this profile names no folder
+
+
+def test_the_folders_the_night_reads_are_the_absolute_ones_of_the_profile() -> None:
+    data = {**profile(), "sources": {"transcripts": "/srv/slm/t", "research": "rel/r"},
+            "corpus": {"root": "/srv/slm/corpus"}}
+    assert spec_from_profile(P, data).data_dirs == ["/srv/slm/t", "/srv/slm/corpus"]
 
 
 @pytest.mark.parametrize("gcp, says", [
