@@ -45,6 +45,8 @@ def _gcp(args: argparse.Namespace) -> int:
     cmd = args.gcp_command
     if cmd == "orchestrator":
         return _orchestrator(args, spec)
+    if cmd == "upgrade":
+        return _upgrade(args, spec)
     if cmd == "nodes":
         from tasks.gcp.nodes import node_vms
         from tasks.gcp.reconcile import run
@@ -91,6 +93,29 @@ def _orchestrator(args: argparse.Namespace, spec: Any) -> int:
     return 0
 
 
+def _upgrade(args: argparse.Namespace, spec: Any) -> int:
+    """The nodes onto the family's newest image, then the code redeployed with each schedule
+    kept as it was."""
+    from tasks.deploy import PRODUCTION, redeploy
+    from tasks.gcp.clients import Clients
+    from tasks.gcp.nodes import node_images
+    from tasks.gcp.reconcile import run
+
+    print(f"gcp upgrade{' (dry run)' if args.dry_run else ''}: project {spec.project}")
+    run(node_images(spec, Clients(project=spec.project)), "dry-run" if args.dry_run else "setup")
+    if args.dry_run or args.no_deploy:
+        return 0
+    from tasks.preflight.prefect_api import api_url_unset
+
+    unset = api_url_unset()
+    if unset is not None:
+        raise ConfigError(f"gcp upgrade: the nodes are done; the redeploy needs the Prefect "
+                          f"API — {unset.detail} — fix: {unset.fix}, then `slm-nightly deploy`")
+    for state in redeploy(PRODUCTION):
+        print(state.line())
+    return 0
+
+
 def add_gcp(sub: Any) -> None:
     gsub = command_group(sub, "gcp", "set up, check and tear down the Google Cloud project of "
                          "the gcp profile", _gcp)
@@ -127,5 +152,11 @@ def add_gcp(sub: Any) -> None:
                             "per [compute] nodes), from the newest image of family slm-node, "
                             "with a disk of the image's size; each is stopped once created")
     nodes.add_argument("--dry-run", action="store_true", help="print what would be created")
-    for p in (setup, check, teardown, orch, nodes):
+    upgrade = gsub.add_parser("upgrade", help="move each stopped node onto the newest image "
+                              "of family slm-node (made anew: a boot image cannot change in "
+                              "place), then redeploy the code with each schedule kept active "
+                              "or paused as it was (slm-nightly deploy)")
+    upgrade.add_argument("--dry-run", action="store_true", help="print what would change")
+    upgrade.add_argument("--no-deploy", action="store_true", help="the nodes only")
+    for p in (setup, check, teardown, orch, nodes, upgrade):
         add_profile(p, default="gcp")

@@ -119,3 +119,42 @@ class NodeVm(ComputeResource):
 def node_vms(spec: GcpSpec, clients: Clients) -> list[NodeVm]:
     image = api_call("image family", lambda: newest_image(spec, clients))
     return [NodeVm(zone, name, spec, clients, image) for zone, name in instance_names(spec)]
+
+
+def _image_name(link: str) -> str:
+    return link.rstrip("/").rsplit("/", 1)[-1]
+
+
+class NodeImage(NodeVm):
+    """`gcp upgrade`: a node whose boot disk was made from an older image of the family is
+    made anew from the newest (an instance's boot image cannot change in place). Only a
+    stopped node: a running one is in use by a night or a smoke, and is left for the next run."""
+
+    kind = "node image"
+
+    def read(self) -> Found:
+        s = self.spec
+        vm = get_or_none(str(self), lambda: self._client().get(
+            project=s.project, zone=self.zone, instance=self.name))
+        if vm is None:
+            raise GcpError(f"{self}: no such instance — `slm-nightly gcp nodes` makes it")
+        boot = next((d for d in vm.disks if d.boot), None)
+        if boot is None:
+            raise GcpError(f"{self}: the instance lists no boot disk")
+        disk = api_call(str(self), lambda: self.clients.compute("DisksClient").get(
+            project=s.project, zone=self.zone, disk=_image_name(boot.source)))
+        have, want = _image_name(disk.source_image), self.image.name
+        self.status = str(vm.status)
+        return Found(True, [] if have == want else [f"image {have}, newest {want}"], have)
+
+    def repair(self, found: Found) -> None:
+        if self.status != "TERMINATED":
+            raise GcpError(f"{self}: {self.status}, in use (a night, a smoke) — run `gcp "
+                           "upgrade` again once it has stopped")
+        self.delete()
+        self.create()
+
+
+def node_images(spec: GcpSpec, clients: Clients) -> list[NodeImage]:
+    image = api_call("image family", lambda: newest_image(spec, clients))
+    return [NodeImage(zone, name, spec, clients, image) for zone, name in instance_names(spec)]

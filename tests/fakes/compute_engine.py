@@ -757,6 +757,13 @@ class FakeComputeEngine(Served):
                                     f"{inst.zone}/acceleratorTypes/{kind}",
                  "acceleratorCount": count} for kind, count in inst.accelerators],
             "networkInterfaces": [self._nic_json(inst)],
+            # an inserted instance's boot disk ([ref] instances: disks[].source); add_instance's
+            # instances predate the disk model and list none
+            "disks": [{"boot": True, "autoDelete": d["autoDelete"], "deviceName": d["name"],
+                       "source": f"{self.url}/compute/v1/projects/{self.project}/zones/"
+                                 f"{inst.zone}/disks/{d['name']}"}
+                      for (z, _), d in self.network.disks.items()
+                      if z == inst.zone and d["user"] == inst.name],
             "metadata": {"kind": "compute#metadata", "fingerprint": inst.metadata_fingerprint,
                          "items": [{"key": k, "value": v} for k, v in inst.metadata.items()]},
         }

@@ -162,6 +162,7 @@ ROUTES = [(m, re.compile(p), h, v, k) for m, p, h, v, k in [
     ("POST", f"{_R}/operations/{_N}/wait", "_op_wait", "wait", "operations"),
     ("POST", "zones/(?P<zone>[^/]+)/instances", "_vm_insert", "insert", "instances"),
     ("DELETE", f"zones/(?P<zone>[^/]+)/instances/{_N}", "_vm_delete", "delete", "instances"),
+    ("GET", f"zones/(?P<zone>[^/]+)/disks/{_N}", "_disk_get", "get", "disks"),
 ]]
 # the old instance verbs' permissions, for the gate and the record (the engine checks them too)
 LEGACY = {None: "get", "start": "start", "stop": "stop", "setScheduling": "setScheduling",

@@ -310,6 +310,7 @@ class VmVerbs:
         need(self.check(call, "compute.disks.create", where))
         need(rules.exists(where) if (zone, disk) in self.disks else None)
         return {"name": disk, "sizeGb": size, "type": m.group(2), "image": img.name,
+                "imageProject": img.project,
                 "autoDelete": disks[i].get("autoDelete", True), "user": body["name"]}
 
     def _nic_subnet(self, nic: dict[str, Any], region: str) -> Subnetwork:
@@ -477,6 +478,23 @@ class VmVerbs:
         host._at(pending, staging)
         host._at(pending + inst.boot_seconds, running)
         return 200, host._op_json(op)
+
+    def _disk_get(self, call: Call, zone: str, name: str) -> Reply:
+        """disks.get [ref disks/get]: size, type, the image it was made from (sourceImage), the
+        instances using it (users)."""
+        where = f"projects/{self.project}/zones/{zone}/disks/{name}"
+        err = self.check(call, "compute.disks.get", where)
+        d = self.disks.get((zone, name))
+        if err or d is None:
+            return err or rules.not_found(where)
+        base = f"{self.host.url}/compute/v1/projects"
+        return 200, {
+            "kind": "compute#disk", "name": d["name"], "sizeGb": str(d["sizeGb"]),
+            "zone": f"{base}/{self.project}/zones/{zone}",
+            "type": f"{base}/{self.project}/zones/{zone}/diskTypes/{d['type']}",
+            "sourceImage": f"{base}/{d['imageProject']}/global/images/{d['image']}",
+            "users": [f"{base}/{self.project}/zones/{zone}/instances/{d['user']}"],
+            "selfLink": f"{base}/{self.project}/zones/{zone}/disks/{d['name']}"}
 
     def _vm_delete(self, call: Call, zone: str, name: str) -> Reply:
         host = self.host

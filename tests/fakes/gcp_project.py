@@ -47,6 +47,7 @@ ROLES: dict[str, frozenset[str]] = {
         "compute.instances.stop", "compute.instances.setScheduling",
         "compute.instances.setMetadata", "compute.instances.getGuestAttributes",
         "compute.instances.create", "compute.instances.delete", "compute.instances.setTags",
+        "compute.disks.create", "compute.disks.get",
         "compute.zoneOperations.get", "compute.zoneOperations.list", "compute.regions.get",
         "compute.projects.get", "compute.subnetworks.get", "compute.subnetworks.use",
         "compute.routers.list", "compute.images.get", "compute.images.getFromFamily",

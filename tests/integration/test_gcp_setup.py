@@ -331,3 +331,41 @@ def test_nodes_come_from_the_newest_image_of_the_family_stopped(world: World) ->
     assert {o.state for o in run(node_vms(spec, world.clients()), "setup", lambda _: None)} \
         == {"ok"}
     assert world.gcp.mutations(before) == []
+
+
+def test_upgrade_moves_stopped_nodes_to_the_newest_image_and_leaves_running_ones(
+        world: World) -> None:
+    """`gcp upgrade`: a new image in the family; the stopped node is made anew from it (its
+    disk's sourceImage says so), the running one is refused naming why; a second run after the
+    second one stopped finishes it, a third only reads."""
+    import time
+
+    from tasks.gcp.nodes import node_images, node_vms
+    from tasks.gcp.reconcile import run
+
+    net = world.compute.network
+    net.add_image("slm-node-v1", "slm-node", disk_size_gb=100, created=time.time() - 60)
+    setup(world)
+    spec = spec_of(gcp_profile(world.tmp / "p.toml"))
+    run(node_vms(spec, world.clients()), "setup", lambda _: None)
+    net.add_image("slm-node-v2", "slm-node", disk_size_gb=110)
+    vms = world.clients().compute("InstancesClient")
+    vms.start_unary(project=PROJECT, zone="us-central1-b", instance="slm-node")
+    time.sleep(0.5)  # it boots (the fake's boot takes a fraction of a second)
+    said: list[str] = []
+    with pytest.raises(GcpError, match=r"us-central1-b/slm-node: RUNNING, in use"):
+        run(node_images(spec, world.clients()), "setup", said.append)
+    assert said == ["  repaired      node us-central1-a/slm-node — image slm-node-v1, "
+                    "newest slm-node-v2"]
+    disk = world.compute.network.disks[("us-central1-a", "slm-node")]
+    assert (disk["image"], int(disk["sizeGb"])) == ("slm-node-v2", 110)
+    assert vms.get(project=PROJECT, zone="us-central1-a", instance="slm-node").status == \
+        "TERMINATED"
+    vms.stop_unary(project=PROJECT, zone="us-central1-b", instance="slm-node")
+    time.sleep(0.5)
+    out = run(node_images(spec, world.clients()), "setup", lambda _: None)
+    assert [o.state for o in out] == ["ok", "repaired"]
+    before = len(world.gcp.calls)
+    assert [o.state for o in run(node_images(spec, world.clients()), "check",
+                                 lambda _: None)] == ["ok", "ok"]
+    assert world.gcp.mutations(before) == []

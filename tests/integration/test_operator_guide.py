@@ -138,7 +138,7 @@ def test_every_command_of_the_guide_is_classified() -> None:
     # the project before the orchestrator, the orchestrator before anything runs on it
     assert text.index("slm-nightly gcp setup --profile gcp") < text.index(
         "slm-nightly gcp orchestrator") < text.index("prefect work-pool create")
-    assert text.index("gcloud compute images create slm-node-image") < text.index(
+    assert text.index("gcloud compute images create slm-node-") < text.index(
         "gcloud compute instances create slm-node ")
     assert text.index("slm-nightly preflight --profile gcp") < text.index(
         "prefect deployment run 'nightly/production'")
