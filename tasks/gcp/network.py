@@ -62,9 +62,13 @@ class ComputeResource(Resource):
             ops = self.clients.compute("RegionOperationsClient")
             wait = lambda: ops.wait(project=p, region=region, operation=op.name)  # noqa: E731
         for _ in range(WAIT_ROUNDS):
-            if str(op.status) in ("DONE", "Status.DONE"):
+            if op.status.name == "DONE":
                 break
             op = api_call(f"{self} (waiting on {op.name})", wait)
+        else:
+            raise GcpError(f"{self}: operation {op.name} still {op.status.name} after "
+                           f"{WAIT_ROUNDS} waits — see it with `gcloud compute operations "
+                           f"describe {op.name}`, then run the command again")
         errors = list(op.error.errors) if op.error else []
         if errors:
             raise GcpError(f"{self}: " + "; ".join(f"{e.code}: {e.message}" for e in errors))
