@@ -16,7 +16,7 @@ from typing import Any
 
 from tasks.gcp import grants
 from tasks.gcp.clients import Clients
-from tasks.gcp.network import get_or_none
+from tasks.gcp.network import get_or_none, not_found
 from tasks.gcp.reconcile import Found, Resource, api_call, retry
 from tasks.gcp.spec import APIS, GcpSpec
 
@@ -33,12 +33,6 @@ def _passing(e: Exception) -> bool:
     if isinstance(e, Aborted | Conflict):
         return True
     return isinstance(e, BadRequest | InvalidArgument) and "does not exist" in str(e)
-
-
-def _unseen(e: Exception) -> bool:
-    from google.api_core.exceptions import NotFound
-
-    return isinstance(e, NotFound)
 
 
 class Apis(Resource):
@@ -162,7 +156,7 @@ class PolicyGrants(Resource):
 
         def write() -> None:
             # a service account just made is not found by IAM for a while: read again
-            policy = retry(str(self), self._get, retry_on=_unseen,
+            policy = retry(str(self), self._get, retry_on=not_found,
                            seconds=PROPAGATION_SECONDS) if self.new_account else self._get()
             for role, members in sorted(self._gap(policy).items()):
                 binding = next((b for b in policy.bindings if b.role == role and not
