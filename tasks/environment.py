@@ -30,7 +30,7 @@ from tasks.paths import PROJECT_ROOT
 
 RECORD_KEY = "records/node-environment.json"
 NOT_COMPARED = frozenset({"torch"})
-REBUILD = ("rebuild the node image from this checkout (docs/operator-gcp.md, section 5: The "
+REBUILD = ("rebuild the node image from this checkout (docs/operator-gcp.md, section 3: The "
            "node image), or bring the orchestrator's venv to the image's")
 
 

@@ -163,7 +163,7 @@ def graph_server(block: FalkorDBGraph | Neo4jGraph) -> GraphServer:
         secret = block.password.get_secret_value()
         return GraphServer(
             f"Neo4j at {block.uri} as {block.user!r}", secret,
-            "fix the graph block's uri, user and password (docs/operator-gcp.md, section 6)",
+            "fix the graph block's uri, user and password (docs/operator-gcp.md, sections 0 and 4)",
             connect=lambda: Neo4jStore(block.uri, block.user, secret, block.database, 1))
     if block.embedded:
         return GraphServer(f"the embedded FalkorDB on {block.data_dir}")

@@ -58,7 +58,8 @@ def compute_checks(block: GceCompute, email: str | None, creds: Any,
             inst = client.get(project=block.project, zone=zone, instance=node.instance_in(zone))
         except gexc.NotFound:
             yield failure(where, f"{node.where(zone)} not found",
-                        "create it (docs/operator-gcp.md, section 4) or fix project/zone/"
+                        "create it: `slm-nightly gcp nodes` (docs/operator-gcp.md, section 6) "
+                        "or fix project/zone/"
                         "instance/zone_instances in the profile" + (
                             f" (nodes = {block.nodes}: node i ≥ 2 is the instance "
                             f"{block.instance}-i, built like the first)" if block.nodes > 1
@@ -120,7 +121,7 @@ def _shape_checks(where: str, inst: Any, email: str | None) -> Iterator[Check]:
                     "account (slm-node@…; it reads the bucket and its secrets)")
     elif email and email in accounts:
         yield failure(f"{where}: service account", f"{email} is the orchestrator's own account",
-                    "give the node its own service account (docs/operator-gcp.md, section 2): "
+                    "give the node its own service account (docs/operator-gcp.md, section 1): "
                     "the node needs the bucket and its secrets, not instance admin")
     else:
         yield passed(f"{where}: service account", ", ".join(accounts))
@@ -137,7 +138,7 @@ def _network_check(block: GceCompute, where: str, inst: Any, subnets: Any, route
     name = f"{where}: network"
     if not inst.network_interfaces:
         return failure(name, "the instance has no network interface", "recreate it "
-                     "(docs/operator-gcp.md, section 4)")
+                     "(docs/operator-gcp.md, section 6)")
     nic = inst.network_interfaces[0]
     if nic.access_configs:
         return passed(name, "an external IP: Google's APIs are reached without Private Google "

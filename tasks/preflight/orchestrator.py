@@ -42,7 +42,7 @@ def bucket_checks(cfg: Profile, training: bool, orchestrator: str | None = None
             gcs = gcs_bucket_from_env_or_block(ref)
         except Exception as e:  # noqa: BLE001 - a block that does not load, no credentials
             yield failure(name, f"{type(e).__name__}: {str(e)[:300]}",
-                        "save the GcsBucket block (docs/operator-gcp.md, section 6) or fix "
+                        "save the GcsBucket block (docs/operator-gcp.md, section 4) or fix "
                         "gcs_block")
             continue
         yield _key_check(name, gcs, orchestrator)
@@ -70,7 +70,7 @@ def _key_check(name: str, gcs: Any, orchestrator: str | None) -> Check:
                      "orchestrator's own account: the node loads this block, so it would act "
                      "as the orchestrator (instance admin) instead of its own account",
                      "save the GcsBucket block without gcp_credentials (docs/operator-gcp.md, "
-                     "section 6): each machine then uses its own service account")
+                     "section 4): each machine then uses its own service account")
     return passed(f"{name}: credentials", f"a key of {email or 'an unnamed account'} in the block "
                "(both machines act as it; without a key each uses its own account)")
 
@@ -125,7 +125,7 @@ def secret_checks(cfg: Profile) -> Iterator[Check]:
              for name in type(b).model_fields
              if isinstance(v := getattr(b, name), SecretStr) and not v.get_secret_value()]
     yield (failure("secrets", f"empty: {', '.join(empty)}", "set them in the saved blocks "
-                 "(docs/operator-gcp.md, section 6)") if empty else
+                 "(docs/operator-gcp.md, section 4)") if empty else
            passed("secrets", "no Secret-typed field of the profile's blocks is empty"))
 
 

@@ -174,6 +174,9 @@ class FakeProject:
         self.parents: dict[str, str] = {}
         self.tokens: dict[str, str] = {}  # access token → member ("user:…", "serviceAccount:…")
         self.calls: list[dict[str, Any]] = []
+        # every permission check (member, permission, resource, allowed): the grants a run
+        # needed, derived afterwards (tests/integration/test_operator_guide.py)
+        self.checks: list[tuple[str | None, str, str, bool]] = []
         self.operations: dict[str, Operation] = {}
         self._ops = itertools.count(1)
         self.lock = threading.RLock()
@@ -246,12 +249,23 @@ class FakeProject:
         `permission`."""
         if not self.enforce:
             return True
+        with self.lock:
+            ok = self.holds(member, permission, resource)
+            self.checks.append((member, permission, resource, ok))
+        return ok
+
+    def holds(self, member: str | None, permission: str, resource: str,
+              without: tuple[str, str, str] | None = None) -> bool:
+        """`allowed`'s answer, unrecorded; `without` (member, role, resource): as if that one
+        binding were removed."""
         if member is None:
             return False
         with self.lock:
             for scope in self.ancestry(resource):
                 pol = self.policies.get(scope)
                 for role, members in (pol.bindings.items() if pol else ()):
+                    if (member, role, scope) == without:
+                        continue
                     if member in members and (role == OWNER or permission in ROLES.get(role, ())):
                         return True
         return False

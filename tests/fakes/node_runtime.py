@@ -63,12 +63,13 @@ class FakeNode:
     `paths`: node path → test path, applied to the script text (longest first, one pass);
     /etc/, /usr/local/bin/, /run/ and the metadata URL are mapped into `root` besides.
     `secrets`: Secret Manager name → value. `env`: added to the machine's base environment
-    (this process's at boot, so a test's emulators started later are seen)."""
+    (this process's at boot, so a test's emulators started later are seen). `only`: the
+    instances it runs (an orchestrator VM on the same fake boots to nothing)."""
 
     def __init__(self, root: Path, *, paths: dict[str, str] | None = None,
                  secrets: dict[str, str] | None = None, env: dict[str, str] | None = None,
                  unit_overrides: dict[str, list[str]] | None = None,
-                 project: str = "test-project") -> None:
+                 project: str = "test-project", only: set[str] | None = None) -> None:
         from tasks.compute.gce.startup import WORKER_UNIT
 
         if unit_overrides and WORKER_UNIT in unit_overrides:
@@ -78,6 +79,7 @@ class FakeNode:
         self.secrets = dict(secrets or {})
         self.overrides = dict(unit_overrides or {})
         self.project = project
+        self.only = only  # the instance names it runs (None: all); another VM boots to nothing
         self.env = dict(env or {})  # on top of this process's environment at each boot
         self.fake: Any = None
         self._scripts: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
@@ -96,7 +98,7 @@ class FakeNode:
     # ---- the runtime hooks (called with the fake's lock held: never wait on the fake) -------
     def boot(self, inst: Any) -> None:
         script = inst.metadata.get("startup-script")
-        if not script:
+        if not script or (self.only is not None and inst.name not in self.only):
             return  # an instance without a startup script boots to nothing of ours
         d = self.dir(inst.zone, inst.name)
         for sub in ("etc/systemd/system", "usr-local-bin", "bin", "run"):

@@ -246,7 +246,7 @@ def test_a_missing_permission_and_a_misbuilt_instance_are_named(
     assert f == {
         "instance zone-a/node: service account":
             f"{orchestrator} is the orchestrator's own account — fix: give the node its own "
-            "service account (docs/operator-gcp.md, section 2): the node needs the bucket and "
+            "service account (docs/operator-gcp.md, section 1): the node needs the bucket and "
             "its secrets, not instance admin",
         "instance zone-b/node: machine type":
             "n1-standard-4, not g2-standard-4 — fix: stop it and `gcloud compute instances "
@@ -391,7 +391,8 @@ def test_every_node_of_a_two_node_profile_is_checked_in_every_zone(
     path = str(profile(tmp_path, world, nodes=2))
     missing = failed(run_preflight(load_profile(path)))
     assert missing == {f"instance {z}/node-2": f"projects/test-project/zones/{z}/instances/"
-                       "node-2 not found — fix: create it (docs/operator-gcp.md, section 4) or "
+                       "node-2 not found — fix: create it: `slm-nightly gcp nodes` "
+                       "(docs/operator-gcp.md, section 6) or "
                        "fix project/zone/instance/zone_instances in the profile (nodes = 2: "
                        "node i ≥ 2 is the instance node-i, built like the first)"
                        for z in ("zone-a", "zone-b")}
@@ -597,7 +598,7 @@ def test_a_node_environment_that_does_not_fit_the_code_fails_preflight(
         "failed", f"the node's environment {here['digest']} (recorded "
         "2026-12-01T00:00:00+00:00) does not fit this checkout's code: prefect 3.8.0 on the "
         "node is outside ==3.9.1", "rebuild the node image from this checkout "
-        "(docs/operator-gcp.md, section 5: The node image), or bring the orchestrator's venv "
+        "(docs/operator-gcp.md, section 3: The node image), or bring the orchestrator's venv "
         "to the image's")
     record(BUCKET_BLOCK, {**stale, "packages": {**stale["packages"], "prefect": "3.9.1"}})
     check = next(c for c in run_preflight(load_profile(str(profile(tmp_path, world)))).checks
@@ -625,7 +626,7 @@ def test_a_bucket_block_with_the_orchestrators_own_key_is_refused(
         f"the block holds a key of {SA['client_email']}, the orchestrator's own account: the "
         "node loads this block, so it would act as the orchestrator (instance admin) instead "
         "of its own account — fix: save the GcsBucket block without gcp_credentials "
-        "(docs/operator-gcp.md, section 6): each machine then uses its own service account")
+        "(docs/operator-gcp.md, section 4): each machine then uses its own service account")
     # the emulator's own test key is another account: said, not refused
     (tmp_path / "ok").mkdir()
     ready = statuses(run_preflight(load_profile(str(profile(tmp_path / "ok", world)))))

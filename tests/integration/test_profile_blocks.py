@@ -22,7 +22,7 @@ from tests.support.weights import BASE_GGUF, GGUF_NAME, REPO
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
-GUIDE = ROOT / "docs" / "operator-gcp.md"
+GUIDE = ROOT / "docs" / "operator-gcp-appendix.md"
 RENDER = ".venv/bin/python - <<'PY'\n"
 
 

@@ -32,17 +32,24 @@ class WorkerNode:
     fake OpenAI server (tests/fakes/openai_server.py) for speed, its worker unit exactly as rendered —
     the real `prefect worker` of the node's one environment on slm-node."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, fake: FakeComputeEngine | None = None,
+                 at: tuple[str, str, str] = (PROJECT, "zone-a", "node")) -> None:
+        """`fake`: a Compute Engine whose project already has (or will get) the instance
+        `at` = (project, zone, name); by default a fake of its own with that instance."""
         self.port = free_port()
-        self.runtime = FakeNode(tmp, project=PROJECT, env={"PREFECT_WORKER_QUERY_SECONDS": "1",
-                                                           "PREFECT_LOGGING_LEVEL": "INFO"},
+        self.project, self.zone, self.instance = at
+        self.runtime = FakeNode(tmp, project=self.project, only={self.instance},
+                                env={"PREFECT_WORKER_QUERY_SECONDS": "1",
+                                     "PREFECT_LOGGING_LEVEL": "INFO"},
                                 unit_overrides={ENGINE_UNIT: [
                                     sys.executable, "-m", "tests.fakes.openai_server", "--port",
                                     str(self.port)]})
-        self.log = self.runtime.log_path("zone-a", "node")
-        self.fake = FakeComputeEngine(PROJECT)
+        self.log = self.runtime.log_path(self.zone, self.instance)
+        if fake is None:
+            fake = FakeComputeEngine(PROJECT)
+            fake.add_instance(self.zone, self.instance, boot_seconds=0.3)
+        self.fake = fake
         self.runtime.attach(self.fake)
-        self.fake.add_instance("zone-a", "node", boot_seconds=0.3)
 
     def install(self, profile: Path, base: dict[str, Any]) -> None:
         """The node image, as this test's paths: the node's checkout is this repository, its
@@ -61,11 +68,15 @@ class WorkerNode:
                               s.venv_bin("vllm"): sys.executable}
 
     def profile(self, tmp: Path, block: str, base: dict[str, Any], max_steps: int,
-                gcs_block: str | None = None) -> Path:
+                gcs_block: str | None = None, adc: bool = False) -> Path:
+        """`adc`: the block names no credentials (the orchestrator's own account, as on its
+        VM: application-default credentials), else a key of the fake's own."""
         # the node's checkout is this one (where train/node changes into), its worker talks
         # to the test server: what the preflight checks before the nightly boots it
-        GceCompute(project=PROJECT, zone="zone-a", instance="node", api_endpoint=self.fake.url,
-                   gcp_credentials=creds(self.fake), poll_seconds=0.2, inference_port=self.port,
+        GceCompute(project=self.project, zone=self.zone, instance=self.instance,
+                   api_endpoint=self.fake.url,
+                   gcp_credentials=None if adc else creds(self.fake), poll_seconds=0.2,
+                   inference_port=self.port,
                    state_dir=str(tmp / "state"),
                    node={**VLLM_NODE, "project_dir": str(ROOT), "prefect_api_url": harness_api_url()}
                    ).save(block, overwrite=True)
