@@ -463,7 +463,7 @@ def test_the_graph_is_opened_and_read_and_a_wrong_one_is_named(
     assert bad.name == "graph"
     assert bad.detail.startswith(f"cannot open Neo4j at {uri} as 'neo4j': ServiceUnavailable")
     assert bad.fix == ("fix the graph block's uri, user and password (docs/operator-gcp.md, "
-                       "section 6)")
+                       "sections 0 and 4)")
     assert "s3cret-pw" not in json.dumps(report.to_dict())
     # an embedded FalkorDB is phase 1's to start
     report = run_preflight(load_profile(str(profile(tmp_path, world, graph={
