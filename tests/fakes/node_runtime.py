@@ -22,7 +22,16 @@ modelled (each as the named document says):
   inactive (the failure is logged). Restart= is not modelled.
 - `gcloud secrets versions access latest --secret=NAME` from a dict; a missing secret exits 1
   with gcloud's NOT_FOUND text.
-- `useradd`, `id -u`, `chown`: recorded no-ops (`id -u` knows the users useradd added).
+- `useradd`, `id -u`, `chown` (useradd(8), chown(1)): `useradd` gives the user the next uid
+  from FIRST_UID (no entry in this machine's /etc/passwd: `stat -c %U` prints UNKNOWN for it,
+  where a node prints the name), `id -u NAME` prints it. Without `ownership` they are recorded
+  only. With `ownership` (and this process root), they are applied: `useradd --create-home`
+  makes the home under the node's folder, owned by the user; `chown [-R] USER[:GROUP] PATH`
+  changes the real owner (refused for a path outside the node's folder, so a mapping can never
+  reach the repository); a unit with `User=` runs as that uid (setpriv(1)) with the variables
+  systemd.exec(5) sets for it ($HOME, $USER, $LOGNAME, $SHELL), keeping only
+  CAP_DAC_READ_SEARCH — it reads anything (the interpreter under root's home), and writes only
+  where the user may: a folder the script left to root refuses the unit, as on a node.
 Power-off (stop, preemption) stops every unit and the script; the pid files of a boot live in
 the mapped /run, cleared at the next boot as a reboot clears /run.
 
@@ -51,6 +60,7 @@ from tests.support.paths import ROOT
 
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance"
 SHIMS = ("systemctl", "gcloud", "useradd", "id", "chown")
+FIRST_UID = 61000  # useradd's users: above any a test machine's /etc/passwd holds
 STRIPPED_ENV = ("PREFECT_API_URL", "PREFECT_API_KEY", "HF_HUB_OFFLINE", "HF_HOME",
                 "TRANSFORMERS_OFFLINE", "PYTHONPATH")
 GCLOUD_NOT_FOUND = ("ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret "
@@ -64,12 +74,15 @@ class FakeNode:
     /etc/, /usr/local/bin/, /run/ and the metadata URL are mapped into `root` besides.
     `secrets`: Secret Manager name → value. `env`: added to the machine's base environment
     (this process's at boot, so a test's emulators started later are seen). `only`: the
-    instances it runs (an orchestrator VM on the same fake boots to nothing)."""
+    instances it runs (an orchestrator VM on the same fake boots to nothing). `ownership`:
+    useradd, chown and User= applied for real (module docstring); every mapped path the script
+    may chown must then lie under `root`."""
 
     def __init__(self, root: Path, *, paths: dict[str, str] | None = None,
                  secrets: dict[str, str] | None = None, env: dict[str, str] | None = None,
                  unit_overrides: dict[str, list[str]] | None = None,
-                 project: str = "test-project", only: set[str] | None = None) -> None:
+                 project: str = "test-project", only: set[str] | None = None,
+                 ownership: bool = False) -> None:
         from tasks.compute.gce.startup import WORKER_UNIT
 
         if unit_overrides and WORKER_UNIT in unit_overrides:
@@ -80,6 +93,7 @@ class FakeNode:
         self.overrides = dict(unit_overrides or {})
         self.project = project
         self.only = only  # the instance names it runs (None: all); another VM boots to nothing
+        self.ownership = ownership and os.geteuid() == 0  # applied only where root can
         self.env = dict(env or {})  # on top of this process's environment at each boot
         self.fake: Any = None
         self._scripts: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
@@ -111,7 +125,8 @@ class FakeNode:
                "PATH": f"{d / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}"}
         (d / "config.json").write_text(json.dumps({
             "env": env, "overrides": self.overrides, "secrets": self.secrets,
-            "project": self.project, "log": str(self.log_path(inst.zone, inst.name))}))
+            "project": self.project, "log": str(self.log_path(inst.zone, inst.name)),
+            "ownership": self.ownership, "root": str(self.root)}))
         for shim in SHIMS:
             path = d / "bin" / shim
             path.write_text(f"#!/bin/bash\nPYTHONPATH={shlex.quote(str(ROOT))} exec "
@@ -160,6 +175,18 @@ class FakeNode:
     def unit_user(self, zone: str, name: str, unit: str) -> str | None:
         path = self.dir(zone, name) / "run" / f"{unit}.user"
         return path.read_text() or None if path.exists() else None
+
+    def uid(self, zone: str, name: str, user: str) -> int | None:
+        """The uid useradd gave `user` on this instance (None: not added)."""
+        return _uid_of(self.dir(zone, name), user)
+
+    def unit_uid(self, zone: str, name: str, unit: str) -> int:
+        """The real uid the running unit's process has (/proc/<pid>/status)."""
+        pid = self.unit_pid(zone, name, unit)
+        if pid is None:
+            raise AssertionError(f"unit {unit} is not running on {zone}/{name}")
+        status = Path(f"/proc/{pid}/status").read_text()
+        return int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
 
     def unit_environ(self, zone: str, name: str, unit: str) -> dict[str, str]:
         """The running unit's environment, read from /proc/<pid>/environ."""
@@ -325,6 +352,19 @@ def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
         env.update(_env_file(path))
     argv = config["overrides"].get(unit) or shlex.split(f["ExecStart"][-1])
     cwd = (f.get("WorkingDirectory") or [None])[-1]
+    user = (f.get("User") or [""])[-1]
+    if config.get("ownership") and user not in ("", "root"):
+        uid = _uid_of(d, user)
+        if uid is None:  # systemd: 217/USER
+            with open(config["log"], "ab") as log:
+                log.write(f"{unit}.service: Failed to determine user credentials: No such "
+                          "process\n".encode())
+            return
+        # systemd.exec(5): a unit with User= gets that user's $HOME, $USER, $LOGNAME, $SHELL
+        env |= {"HOME": str(d / "home" / user), "USER": user, "LOGNAME": user,
+                "SHELL": "/usr/sbin/nologin"}
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
     with open(config["log"], "ab") as log:
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -335,7 +375,7 @@ def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
             log.write(f"{unit}.service: Failed to execute {argv[0]}: {e.strerror}\n".encode())
             return
     (d / "run" / f"{unit}.pid").write_text(f"{proc.pid} {_start_time(proc.pid)}")
-    (d / "run" / f"{unit}.user").write_text((f.get("User") or [""])[-1])
+    (d / "run" / f"{unit}.user").write_text(user)
 
 
 # ---- the shims ---------------------------------------------------------------------------------
@@ -373,30 +413,77 @@ def _gcloud(config: dict[str, Any], args: list[str]) -> int:
     return 0
 
 
+def _uid_of(d: Path, user: str) -> int | None:
+    if user == "root":
+        return 0
+    users = d / "users"
+    known = users.read_text().split() if users.exists() else []
+    return FIRST_UID + known.index(user) if user in known else None
+
+
+def _useradd(d: Path, config: dict[str, Any], args: list[str]) -> int:
+    name = args[-1]
+    if _uid_of(d, name) is not None:
+        print(f"useradd: user '{name}' already exists", file=sys.stderr)
+        return 9  # useradd(8): username already in use
+    with open(d / "users", "a") as f:
+        f.write(name + "\n")
+    if config.get("ownership") and ("--create-home" in args or "-m" in args):
+        home = d / "home" / name
+        home.mkdir(parents=True, exist_ok=True)
+        uid = FIRST_UID + (d / "users").read_text().split().index(name)
+        os.chown(home, uid, uid)
+    return 0
+
+
+def _chown(d: Path, config: dict[str, Any], args: list[str]) -> int:
+    """chown(1) [-R] USER[:[GROUP]] PATH…, for real, inside the node's folder only."""
+    recursive = "-R" in args
+    words = [a for a in args if not a.startswith("-")]
+    owner, paths = words[0], words[1:]
+    user, _, group = owner.partition(":")
+    uid, gid = _uid_of(d, user), _uid_of(d, group or user)
+    if uid is None or gid is None:
+        print(f"chown: invalid user: '{owner}'", file=sys.stderr)
+        return 1
+    root = Path(config["root"]).resolve()
+    for raw in paths:
+        path = Path(raw)
+        if not path.resolve().is_relative_to(root):
+            print(f"fake node: chown of {raw}, outside the node's folder {root}: map it into "
+                  "the node's folder first", file=sys.stderr)
+            return 1
+        if not path.exists():
+            print(f"chown: cannot access '{raw}': No such file or directory", file=sys.stderr)
+            return 1
+        os.lchown(path, uid, gid)
+        for top, dirs, files in os.walk(path) if recursive and path.is_dir() else ():
+            for name in dirs + files:  # never through a link (chown -R's default, -P)
+                os.lchown(os.path.join(top, name), uid, gid)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     d = Path(os.environ["FAKE_NODE_DIR"])
     config = json.loads((d / "config.json").read_text())
     cmd, args = argv[0], argv[1:]
-    users = d / "users"
     if cmd == "systemctl":
         return _systemctl(d, config, args)
     if cmd == "gcloud":
         return _gcloud(config, args)
     if cmd == "useradd":
-        with open(users, "a") as f:
-            f.write(args[-1] + "\n")
-        return 0
+        return _useradd(d, config, args)
     if cmd == "id":
-        known = users.read_text().split() if users.exists() else []
-        if args and args[-1] in known:
-            print(1000 + known.index(args[-1]))
+        uid = _uid_of(d, args[-1]) if args else None
+        if uid is not None:
+            print(uid)
             return 0
         print(f"id: '{args[-1] if args else ''}': no such user", file=sys.stderr)
         return 1
     if cmd == "chown":
         with open(d / "chown.log", "a") as f:
             f.write(" ".join(args) + "\n")
-        return 0
+        return _chown(d, config, args) if config.get("ownership") else 0
     print(f"fake node: {cmd} is not modelled", file=sys.stderr)
     return 2
 

@@ -1,7 +1,9 @@
 """The node's boot as the rendered startup script runs it (tests/fakes/node_runtime.py executes the
 script with bash on the fake Compute Engine, paths mapped): llama.cpp's server started by the
 rendered command serves a structured request; a startup failure ends readiness at once with
-its cause; the engine and the worker run offline, as the service user, from the one .venv."""
+its cause; the engine and the worker run offline, as the service user, from the one .venv —
+for real where the test runs as root: the runtime applies useradd, chown and User=, so a
+folder the script leaves to root refuses the unit that must write there."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from tasks.errors import ServerError
 from tasks.processes import free_port
 from tests.fakes.compute_engine import FakeComputeEngine
 from tests.fakes.node_runtime import FakeNode
+from tests.support.checkout import orchestrator_checkout
 from tests.support.gce import PROJECT, gce
 from tests.support.paths import ROOT
 
@@ -28,9 +31,9 @@ NODE_SETTINGS = {"project_dir": "/opt/slm-nightly", "model_path": NODE_MODEL,
                  "tokenizer": "/opt/models/smollm2-tokenizer"}
 
 
-def node_paths(tmp: Path, model: Path) -> dict[str, str]:
-    """The node's paths as this test maps them: the checkout is this repository."""
-    return {"/opt/slm-nightly": str(ROOT), NODE_MODEL: str(model),
+def node_paths(tmp: Path, model: Path, checkout: Path = ROOT) -> dict[str, str]:
+    """The node's paths as this test maps them: the checkout is this repository (or a copy)."""
+    return {"/opt/slm-nightly": str(checkout), NODE_MODEL: str(model),
             "/opt/slm-hf": str(tmp / "hf")}
 
 
@@ -38,9 +41,14 @@ def node_paths(tmp: Path, model: Path) -> dict[str, str]:
 def booted(tmp_path: Path) -> Iterator[dict[str, Any]]:
     from tasks.llama_cpp import default_model_path
 
-    runtime = FakeNode(tmp_path, paths=node_paths(tmp_path, default_model_path()),
+    # the image's checkout, left to root as a root-run build leaves it: the script must hand
+    # it to the service user (ownership is applied: the runtime may chown only in tmp_path)
+    checkout = orchestrator_checkout(tmp_path / "checkout")
+    (checkout / ".venv").symlink_to(ROOT / ".venv")
+    runtime = FakeNode(tmp_path, paths=node_paths(tmp_path, default_model_path(), checkout),
                        secrets={"prefect-key": "pnu_fake_key_1234",
-                                "slm-prefect-auth": "slm:auth-5678"}, project=PROJECT)
+                                "slm-prefect-auth": "slm:auth-5678"}, project=PROJECT,
+                       ownership=True)
     with FakeComputeEngine(PROJECT) as fake:
         runtime.attach(fake)
         fake.add_instance("zone-a", "node", boot_seconds=0.2)
@@ -92,6 +100,16 @@ def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
         assert (env["HF_HUB_OFFLINE"], env["TRANSFORMERS_OFFLINE"], env["HF_HOME"]) == \
             ("1", "1", hf), unit
         assert runtime.unit_user("zone-a", "node", unit) == "slm"
+    if runtime.ownership:  # root here: the units really run as slm, in what slm owns
+        uid = runtime.uid("zone-a", "node", "slm")
+        assert uid is not None
+        for unit in (ENGINE_UNIT, WORKER_UNIT):
+            assert runtime.unit_uid("zone-a", "node", unit) == uid, unit
+            env = runtime.unit_environ("zone-a", "node", unit)
+            assert (env["USER"], Path(env["HOME"]).stat().st_uid) == ("slm", uid), unit
+        for path in (tmp_path / "checkout", tmp_path / "checkout" / "flows" / "nightly.py",
+                     tmp_path / "hf"):
+            assert path.stat().st_uid == uid, path
     worker_env = runtime.unit_environ("zone-a", "node", WORKER_UNIT)
     assert worker_env["PREFECT_API_URL"] == worker_api
     assert worker_env["PREFECT_API_KEY"] == "pnu_fake_key_1234"
