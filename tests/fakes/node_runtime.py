@@ -19,7 +19,11 @@ modelled (each as the named document says):
   process's, without PREFECT_API_*, HF_* and TRANSFORMERS_OFFLINE, so the unit must set them).
   stop = KillMode=control-group: SIGTERM to the unit's processes and all they started, SIGKILL
   after 5 s. start of a Type=simple unit whose ExecStart cannot run returns 0 and leaves it
-  inactive (the failure is logged). Restart= is not modelled.
+  inactive (the failure is logged). Restart= is not modelled. A unit with ExecStopPost= runs
+  under a supervisor that copies its output to the unit's journal (`journalctl -u UNIT -n N`)
+  and, when the main process ends, runs each ExecStopPost command with SERVICE_RESULT,
+  EXIT_CODE and EXIT_STATUS as systemd.exec(5) sets them (a clean signal during a stop is
+  success; `+` runs it with full privileges, else as User=).
 - `gcloud secrets versions access latest --secret=NAME` from a dict; a missing secret exits 1
   with gcloud's NOT_FOUND text.
 - `useradd`, `id -u`, `chown` (useradd(8), chown(1)): `useradd` gives the user the next uid
@@ -59,7 +63,7 @@ from tests.fakes.loopback import JsonHandler, LoopbackServer
 from tests.support.paths import ROOT
 
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance"
-SHIMS = ("systemctl", "gcloud", "useradd", "id", "chown")
+SHIMS = ("systemctl", "gcloud", "useradd", "id", "chown", "journalctl")
 FIRST_UID = 61000  # useradd's users: above any a test machine's /etc/passwd holds
 STRIPPED_ENV = ("PREFECT_API_URL", "PREFECT_API_KEY", "HF_HUB_OFFLINE", "HF_HOME",
                 "TRANSFORMERS_OFFLINE", "PYTHONPATH")
@@ -307,6 +311,7 @@ def _stop_family(pid: int, grace: float = 5.0) -> None:
 def stop_unit(d: Path, unit: str) -> None:
     pid = _live_pid(d, unit)
     if pid is not None:
+        (d / "run" / f"{unit}.stopping").touch()  # the supervisor's SERVICE_RESULT: a stop
         _stop_family(pid)
     (d / "run" / f"{unit}.pid").unlink(missing_ok=True)
 
@@ -365,17 +370,97 @@ def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
                 "SHELL": "/usr/sbin/nologin"}
         argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                 "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
-    with open(config["log"], "ab") as log:
-        try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError as e:
-            # Type=simple: systemctl returns once the unit forked; the exec failure only marks
-            # the unit failed (systemd.service(5)), as journalctl would show it
-            log.write(f"{unit}.service: Failed to execute {argv[0]}: {e.strerror}\n".encode())
+    (d / "run" / f"{unit}.stopping").unlink(missing_ok=True)
+    (d / "journal").mkdir(exist_ok=True)
+    post = f.get("ExecStopPost", [])
+    if post:  # a supervisor waits for the main process, then runs ExecStopPost
+        as_user = argv[:6] if argv[0] == "setpriv" else []
+        (d / "run" / f"{unit}.spec.json").write_text(json.dumps({
+            "argv": argv, "cwd": cwd, "env": env, "post": post, "as_user": as_user,
+            "log": config["log"]}))
+        sup = subprocess.Popen([sys.executable, "-m", "tests.fakes.node_runtime", "supervise",
+                                unit], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               start_new_session=True)
+        assert sup.stdout is not None
+        pid = int(sup.stdout.readline() or 0)  # the main process, once it runs
+        sup.stdout.close()
+        if not pid:
             return
-    (d / "run" / f"{unit}.pid").write_text(f"{proc.pid} {_start_time(proc.pid)}")
+    else:
+        with open(config["log"], "ab") as log:
+            try:
+                proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+            except OSError as e:
+                # Type=simple: systemctl returns once the unit forked; the exec failure only
+                # marks the unit failed (systemd.service(5)), as journalctl would show it
+                log.write(f"{unit}.service: Failed to execute {argv[0]}: {e.strerror}\n"
+                          .encode())
+                return
+        pid = proc.pid
+    (d / "run" / f"{unit}.pid").write_text(f"{pid} {_start_time(pid)}")
     (d / "run" / f"{unit}.user").write_text(user)
+
+
+CLEAN_SIGNALS = {"HUP", "INT", "TERM", "PIPE"}  # systemd.service(5) SuccessExitStatus= default
+DUMP_SIGNALS = {"QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "SEGV", "SYS"}  # signal(7): Core
+
+
+def service_result(returncode: int, stopping: bool) -> tuple[str, str, str]:
+    """(SERVICE_RESULT, EXIT_CODE, EXIT_STATUS) of a main process that ended with
+    `returncode` (Popen's: negative = the signal), as systemd.exec(5) sets them for
+    ExecStopPost; `stopping`: a stop was asked for (systemctl stop, power-off)."""
+    if returncode >= 0:
+        return ("success" if returncode == 0 else "exit-code", "exited", str(returncode))
+    sig = signal.Signals(-returncode).name.removeprefix("SIG")
+    if stopping and sig in CLEAN_SIGNALS:
+        return ("success", "killed", sig)
+    if stopping and sig == "KILL":  # the stop's SIGTERM outlived TimeoutStopSec=
+        return ("timeout", "killed", sig)
+    if sig in DUMP_SIGNALS:
+        return ("core-dump", "dumped", sig)
+    return ("signal", "killed", sig)
+
+
+def _supervise(d: Path, unit: str) -> int:
+    """The unit's main process, its output to the machine's log and the unit's journal, and,
+    when it has ended, each ExecStopPost with SERVICE_RESULT, EXIT_CODE and EXIT_STATUS
+    (systemd.exec(5)); a command prefixed `+` runs with full privileges, any other as the
+    unit's User= (systemd.service(5))."""
+    spec = json.loads((d / "run" / f"{unit}.spec.json").read_text())
+    with open(spec["log"], "ab") as log, open(d / "journal" / f"{unit}.log", "ab") as journal:
+        def both(data: bytes) -> None:
+            for out in (log, journal):
+                out.write(data)
+                out.flush()
+
+        try:
+            child = subprocess.Popen(spec["argv"], cwd=spec["cwd"], env=spec["env"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        except OSError as e:  # 203/EXEC
+            print(0, flush=True)
+            both(f"{unit}.service: Failed to execute {spec['argv'][0]}: {e.strerror}\n"
+                 .encode())
+            result = ("exit-code", "exited", "203")
+        else:
+            print(child.pid, flush=True)
+            assert child.stdout is not None
+            for line in child.stdout:
+                both(line)
+            result = service_result(child.wait(), (d / "run" / f"{unit}.stopping").exists())
+        sys.stdout.close()
+        env = {**spec["env"], "SERVICE_RESULT": result[0], "EXIT_CODE": result[1],
+               "EXIT_STATUS": result[2]}
+        for cmd in spec["post"]:
+            full = cmd.startswith("+")
+            argv = shlex.split(cmd.lstrip("+-@!:"))
+            proc = subprocess.run(argv if full else [*spec["as_user"], *argv], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, timeout=90)
+            both(proc.stdout)
+    return 0
 
 
 # ---- the shims ---------------------------------------------------------------------------------
@@ -463,12 +548,30 @@ def _chown(d: Path, config: dict[str, Any], args: list[str]) -> int:
     return 0
 
 
+def _journalctl(d: Path, args: list[str]) -> int:
+    """journalctl(1) -u UNIT [-n N] [--no-pager] [-o cat]: the unit's last N lines (all
+    units' output also goes to the machine's log, FakeNode.log)."""
+    unit = args[args.index("-u") + 1].removesuffix(".service") if "-u" in args else None
+    n = int(args[args.index("-n") + 1]) if "-n" in args else 10
+    path = d / "journal" / f"{unit}.log"
+    if unit is None or not path.exists():
+        print("-- No entries --")
+        return 0
+    lines = path.read_bytes().splitlines(keepends=True)
+    sys.stdout.buffer.write(b"".join(lines[-n:]))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     d = Path(os.environ["FAKE_NODE_DIR"])
     config = json.loads((d / "config.json").read_text())
     cmd, args = argv[0], argv[1:]
     if cmd == "systemctl":
         return _systemctl(d, config, args)
+    if cmd == "supervise":
+        return _supervise(d, args[0])
+    if cmd == "journalctl":
+        return _journalctl(d, args)
     if cmd == "gcloud":
         return _gcloud(config, args)
     if cmd == "useradd":

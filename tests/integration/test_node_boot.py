@@ -7,6 +7,7 @@ folder the script leaves to root refuses the unit that must write there."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from blocks.inference import InferenceEndpoint
 from tasks.compute.gce.lifecycle import GceNode
-from tasks.compute.gce.startup import ENGINE_UNIT, WORKER_UNIT
+from tasks.compute.gce.startup import ENGINE_ERROR_ATTRIBUTE, ENGINE_UNIT, WORKER_UNIT
 from tasks.errors import ServerError
 from tasks.processes import free_port
 from tests.fakes.compute_engine import FakeComputeEngine
@@ -117,6 +118,10 @@ def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
     assert worker_env["PREFECT_API_AUTH_STRING"] == "slm:auth-5678"
     script = fake.instance("zone-a", "node").metadata["startup-script"]
     assert "pnu_fake_key_1234" not in script and "auth-5678" not in script
+    # the watcher's stop is a stop, not a failure: the unit's ExecStopPost writes nothing
+    assert compute.stop_inference()
+    time.sleep(1.5)
+    assert ENGINE_ERROR_ATTRIBUTE not in fake.instance("zone-a", "node").guest_attributes
     compute.stop()
     assert not runtime.unit_running("zone-a", "node", ENGINE_UNIT)
     assert not runtime.unit_running("zone-a", "node", WORKER_UNIT)
@@ -138,4 +143,32 @@ def test_a_missing_secret_fails_readiness_at_once_naming_it(
     assert time.monotonic() - t < 15  # not readiness_timeout_seconds (120)
     assert runtime.script_exit("zone-a", "node") == 1
     assert not runtime.unit_running("zone-a", "node", ENGINE_UNIT)
+    compute.stop()
+
+
+# llama-server's last words when the L4 cannot hold the weights (ggml-cuda.cu's CUDA_CHECK)
+DIES_AT_LOAD = ("import sys; print('load_tensors: offloading 64 repeating layers to GPU'); "
+                "print('CUDA error: out of memory'); print('  current device: 0'); sys.exit(1)")
+
+
+def test_an_engine_that_dies_at_load_ends_the_wait_in_seconds_naming_the_cause(
+        booted: dict[str, Any], tmp_path: Path) -> None:
+    """Issue 39: the engine's unit fails after the script succeeded; its ExecStopPost (run as
+    systemd runs it, SERVICE_RESULT=exit-code, EXIT_STATUS=1) writes slm/engine-error, and the
+    readiness wait stops at once instead of waiting out readiness_timeout_seconds (120 here,
+    1,800 in production) while the watcher restarts it."""
+    fake, runtime = booted["fake"], booted["runtime"]
+    runtime.overrides[ENGINE_UNIT] = [sys.executable, "-c", DIES_AT_LOAD]
+    compute, endpoint = _install(fake, tmp_path, free_port(),
+                                 prefect_api_url="http://127.0.0.1:9/api")
+    compute.start()
+    t = time.monotonic()
+    with pytest.raises(ServerError) as failed:
+        compute.start_inference(endpoint)
+    took = time.monotonic() - t
+    message = str(failed.value)
+    assert took < 30, took
+    assert "the engine (slm-engine) of " in message and "failed: exit-code (exited 1)" in message
+    assert "CUDA error: out of memory" in message and "journalctl -u slm-engine" in message
+    assert runtime.script_exit("zone-a", "node") == 0  # the script itself succeeded
     compute.stop()

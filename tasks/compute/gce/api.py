@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from blocks.gce import GceCompute
 from tasks.compute.gce.api_errors import brief, member, transient
-from tasks.compute.gce.boot_status import KEY, NAMESPACE, parse_error
+from tasks.compute.gce.boot_status import ENGINE_KEY, KEY, NAMESPACE, parse_error
 from tasks.compute.gce.instance import Instance
 from tasks.compute.gce.placement import ProvisioningModel
 from tasks.compute.gce.startup import metadata_items
@@ -221,10 +221,10 @@ class ComputeApi:
             log.debug("preemption lookup failed: %s", e)
         return None
 
-    def startup_failure(self, zone: str, instance: str) -> str | None:
-        """The startup script's failure on this boot of the instance (guest attribute
-        slm/startup-error, boot_status.py), or None (none written, guest attributes
-        unreadable, or a previous boot's)."""
+    def boot_failures(self, zone: str, instance: str) -> dict[str, str]:
+        """The failures this boot of the instance reported, by guest attribute key
+        (boot_status.py: `startup-error`, `engine-error`); empty when none was written, guest
+        attributes are unreadable, or each is a previous boot's."""
         from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
@@ -237,14 +237,14 @@ class ComputeApi:
             inst = Instance.from_proto(client.get(project=project, zone=zone,
                                                   instance=instance), zone)
         except gexc.NotFound:
-            return None  # nothing written (or guest attributes off)
+            return {}  # nothing written (or guest attributes off)
         except gexc.GoogleAPICallError as e:  # a read error must not end a healthy boot
             log.debug("guest attributes of %s unreadable: %s", instance, e)
-            return None
-        for item in attrs.query_value.items:
-            if item.namespace == NAMESPACE and item.key == KEY:
-                return parse_error(item.value, inst.last_start)
-        return None
+            return {}
+        found = {item.key: parse_error(item.value, inst.last_start)
+                 for item in attrs.query_value.items
+                 if item.namespace == NAMESPACE and item.key in (KEY, ENGINE_KEY)}
+        return {key: message for key, message in found.items() if message}
 
     # ---- refusals ------------------------------------------------------------------------
     def refused(self, zone: str, verb: str, e: Any) -> ConfigError:

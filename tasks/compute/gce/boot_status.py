@@ -1,7 +1,9 @@
-"""What the node's startup script reported: a failure it wrote to the guest attribute
-`slm/startup-error` (startup.sh) before exiting, read through instances.getGuestAttributes
-(queryPath "slm/", api.py ComputeApi.startup_failure), so the orchestrator's readiness wait ends at
-once with the cause instead of waiting out readiness_timeout_seconds.
+"""What the node reported: a failure its startup script wrote to the guest attribute
+`slm/startup-error` (startup.sh) before exiting, or one the engine's unit wrote to
+`slm/engine-error` (its ExecStopPost, when the engine died after the script), read through
+instances.getGuestAttributes (queryPath "slm/", api.py ComputeApi.boot_failures), so the
+orchestrator's readiness wait ends within seconds with the cause instead of waiting out
+readiness_timeout_seconds.
 
 The value is "<epoch seconds> <message>". Guest attributes outlive a stop and start of the
 instance, so an error written before the instance's last start (a previous boot's) is not
@@ -13,9 +15,10 @@ Guest attributes are off unless the instance's metadata has enable-guest-attribu
 
 from __future__ import annotations
 
-from tasks.compute.gce.startup import ERROR_ATTRIBUTE
+from tasks.compute.gce.startup import ENGINE_ERROR_ATTRIBUTE, ERROR_ATTRIBUTE
 
 NAMESPACE, KEY = ERROR_ATTRIBUTE.split("/")
+ENGINE_KEY = ENGINE_ERROR_ATTRIBUTE.split("/")[1]
 CLOCK_SLACK_SECONDS = 5.0  # the guest's clock against Compute's lastStartTimestamp
 
 

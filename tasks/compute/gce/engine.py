@@ -15,6 +15,7 @@ from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute import inference_server
 from tasks.compute.gce.api import ComputeApi
+from tasks.compute.gce.boot_status import ENGINE_KEY, KEY
 from tasks.compute.gce.record import NodeRecord
 from tasks.compute.gce.startup import ENGINE_STATE_KEY, ENGINE_UNIT, WATCH_UNIT, render_startup_script
 from tasks.errors import ConfigError, ServerError
@@ -94,13 +95,20 @@ def wait_ready(api: ComputeApi, node: NodeRecord, endpoint: InferenceEndpoint,
 
 
 def _raise_startup_failure(api: ComputeApi, node: NodeRecord) -> None:
-    """ServerError with the cause when the node's startup script reported a failure."""
-    cause = api.startup_failure(node.zone, node.instance)
-    if cause:
+    """ServerError with the cause when the node's startup script, or its engine after it,
+    reported a failure on this boot."""
+    failures = api.boot_failures(node.zone, node.instance)
+    if KEY in failures:
         raise ServerError(
-            f"the startup script of {api.block.where(node.zone)} failed: {cause} — fix it "
-            f"and rerun; the whole log is in `journalctl -u google-startup-scripts` on "
+            f"the startup script of {api.block.where(node.zone)} failed: {failures[KEY]} — "
+            f"fix it and rerun; the whole log is in `journalctl -u google-startup-scripts` on "
             f"{node.instance} (the engine's: `journalctl -u {ENGINE_UNIT}`)")
+    if ENGINE_KEY in failures:
+        raise ServerError(
+            f"the engine ({ENGINE_UNIT}) of {api.block.where(node.zone)} failed: "
+            f"{failures[ENGINE_KEY]} — fix the cause (a CUDA out-of-memory at load: a smaller "
+            f"context or fewer slots; a missing library: the image) and rerun; its whole log "
+            f"is in `journalctl -u {ENGINE_UNIT}` on {node.instance}")
 
 
 def stop(api: ComputeApi, node: NodeRecord) -> bool:

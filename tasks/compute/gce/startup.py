@@ -15,10 +15,13 @@ from the node's one environment ({project_dir}/.venv); the tokenizer is a local 
 
 Failures. The script runs under `set -e` with an ERR trap: whatever fails (a secret that
 cannot be read, a missing model file, the metadata server) is written to the guest attribute
-`slm/startup-error` as "<epoch seconds> <message>" before the script exits non-zero;
-boot_status.py reads it, so the orchestrator's readiness wait fails at once with
-the cause. Guest attributes must be enabled on the instance (metadata
-`enable-guest-attributes=TRUE`, which install_startup_script sets).
+`slm/startup-error` as "<epoch seconds> <message>" before the script exits non-zero. An
+engine that fails after the script (a CUDA out-of-memory at load, a missing library) is
+written to `slm/engine-error` by the unit's ExecStopPost, with its result, exit status, how
+often it failed this boot and its last log lines (a stop writes nothing). boot_status.py reads
+both, so the orchestrator's readiness wait fails within seconds with the cause. Guest
+attributes must be enabled on the instance (metadata `enable-guest-attributes=TRUE`, which
+install_startup_script sets).
 
 The script is the template startup.sh (with worker.sh when the node runs a worker), checked in
 and shipped as package data: its placeholders are @{name}, so bash's own $VAR and ${…} need no
@@ -49,6 +52,7 @@ VPC_IP = "$VPC_IP"  # placeholder in argv: the startup script expands it on the 
 ENGINE_STATE_KEY = "slm-engine"
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance"
 ERROR_ATTRIBUTE = "slm/startup-error"  # guest attribute namespace/key of a startup failure
+ENGINE_ERROR_ATTRIBUTE = "slm/engine-error"  # … of an engine that failed after the script
 ENGINE_UNIT = "slm-engine"
 WATCH_UNIT = "slm-engine-watch"
 WORKER_UNIT = "slm-prefect-worker"
@@ -236,13 +240,15 @@ def render_startup_script(endpoint: InferenceEndpoint, lora_modules: dict[str, s
                      "PREFECT_API_AUTH_STRING\n" if s.prefect_auth_string_secret else
                      "PREFECT_API_AUTH_STRING=\n")
     return _template("startup.sh").substitute(
-        error_attribute=ERROR_ATTRIBUTE, metadata=METADATA, secret_lines=key_line,
+        error_attribute=ERROR_ATTRIBUTE, engine_error_attribute=ENGINE_ERROR_ATTRIBUTE,
+        metadata=METADATA, secret_lines=key_line,
         image_checks=_image_checks(s), service_user=_service_user(s), key_var=key_var,
         engine=s.engine, port=port, engine_unit=ENGINE_UNIT, serve=serve,
         engine_service=_unit(s, f"slm-nightly engine ({s.engine}: {endpoint.model})",
                              "/etc/slm-engine.env", f"/usr/local/bin/{ENGINE_UNIT}-serve",
                              "Restart=on-failure", "KillMode=control-group",
-                             "TimeoutStopSec=60"),
+                             "TimeoutStopSec=60",
+                             f"ExecStopPost=+/usr/local/bin/{ENGINE_UNIT}-failed"),
         state_key=ENGINE_STATE_KEY, watch_unit=WATCH_UNIT,
         watch_seconds=WATCH_SECONDS, worker=_worker(s))
 

@@ -38,6 +38,20 @@ cat > /usr/local/bin/@{engine_unit}-serve <<'SERVE'
 exec @{serve}
 SERVE
 chmod 755 /usr/local/bin/@{engine_unit}-serve
+# ExecStopPost=+ (as root, for the journal; systemd.exec(5) sets SERVICE_RESULT, EXIT_CODE and
+# EXIT_STATUS): an engine that failed, not one stopped, is written to the guest attribute
+# @{engine_error_attribute} with its last lines, so the orchestrator stops waiting for it
+cat > /usr/local/bin/@{engine_unit}-failed <<'FAILED'
+#!/bin/bash
+[ "${SERVICE_RESULT:-success}" = success ] && exit 0
+n=$(( $(cat /run/@{engine_unit}.failures 2>/dev/null || echo 0) + 1 ))
+echo "$n" > /run/@{engine_unit}.failures
+last=$(journalctl -u @{engine_unit} -n 12 --no-pager -o cat 2>/dev/null | tail -c 1200)
+curl -sS -X PUT -H 'Metadata-Flavor: Google' --data-binary \
+  "$(date +%s) $SERVICE_RESULT (${EXIT_CODE:-?} ${EXIT_STATUS:-?}), failure $n of this boot; its last lines: $last" \
+  "@{metadata}/guest-attributes/@{engine_error_attribute}" >/dev/null || true
+FAILED
+chmod 755 /usr/local/bin/@{engine_unit}-failed
 cat > /etc/systemd/system/@{engine_unit}.service <<'UNIT'
 @{engine_service}
 UNIT
