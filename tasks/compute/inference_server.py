@@ -31,13 +31,15 @@ def models_ready(base_url: str, api_key: str | None = None, timeout: float = 5.0
 
 def probe(base_url: str, api_key: str | None = None, timeout: float = 5.0
           ) -> tuple[str, list[str]]:
-    """Where a vLLM-style server is on its way up: ("down" | "unhealthy" | "no models" |
-    "ready", the model ids it lists). /health first (cheap; 200 while the engine lives),
+    """Where a vLLM-style server is on its way up: ("down" | "loading" | "unhealthy" |
+    "no models" | "ready", the model ids it lists). /health first (cheap; 200 while the engine lives),
     then /v1/models."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     base_url = server_root(base_url)  # http://host:9080/v1 (the OpenAI SDK's form) too
     try:
         h = httpx.get(f"{base_url}/health", headers=headers, timeout=timeout)
+        if h.status_code == 503:  # llama-server while it loads the model ("Loading model")
+            return "loading the model (GET /health: HTTP 503)", []
         if h.status_code >= 500:
             return f"unhealthy (GET /health: HTTP {h.status_code})", []
         r = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=timeout)
@@ -90,7 +92,8 @@ def llama_server_args(binary: str | Path, model: str | Path, aliases: list[str],
     - `-np slots -c slots x context_tokens`: `-c` is the whole KV cache, split evenly across
       the slots, so every slot gets the context the client sizes its chunks for; requests
       beyond the slots wait in the server's queue (never a 429). One alias list (`-a`): the
-      model name the client asks for first, then the names an adapter is served under.
+      model's name and the names an adapter is served under; the server keeps them as a set
+      (common/arg.cpp `model_alias`), so /v1/models lists them sorted, not in this order.
     - `-ngl`: "all" on the GPU, with `--fit off` (`-ngl -1` means "auto" here, and the fitter
       may move layers off the card); None on the CPU build (no flag: it would only warn).
     - `--lora` applies the adapter at scale 1 to every request that names it (the client

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from blocks.inference import InferenceEndpoint
@@ -48,7 +49,8 @@ def booted(tmp_path: Path) -> Iterator[dict[str, Any]]:
     (checkout / ".venv").symlink_to(ROOT / ".venv")
     runtime = FakeNode(tmp_path, paths=node_paths(tmp_path, default_model_path(), checkout),
                        secrets={"prefect-key": "pnu_fake_key_1234",
-                                "slm-prefect-auth": "slm:auth-5678"}, project=PROJECT,
+                                "slm-prefect-auth": "slm:auth-5678",
+                                "engine-key": ENGINE_KEY}, project=PROJECT,
                        ownership=True)
     with FakeComputeEngine(PROJECT) as fake:
         runtime.attach(fake)
@@ -57,12 +59,16 @@ def booted(tmp_path: Path) -> Iterator[dict[str, Any]]:
     runtime.close()
 
 
-def _install(fake: FakeComputeEngine, tmp: Path, port: int, **node: Any) -> tuple[GceNode,
-                                                                                 InferenceEndpoint]:
+ENGINE_KEY = "sk-engine-4242"
+
+
+def _install(fake: FakeComputeEngine, tmp: Path, port: int, api_key: str | None = None,
+             **node: Any) -> tuple[GceNode, InferenceEndpoint]:
     compute = gce(fake, tmp, inference_port=port, poll_seconds=0.2,
                   node={**NODE_SETTINGS, **node})
     endpoint = InferenceEndpoint(model="smol", dialect="llama.cpp", context_tokens=2048,
-                                 max_output_tokens=256, readiness_timeout_seconds=120)
+                                 max_output_tokens=256, readiness_timeout_seconds=120,
+                                 api_key=api_key)
     compute.install_startup_script(endpoint)
     return compute, endpoint
 
@@ -79,16 +85,18 @@ def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
     fake, runtime = booted["fake"], booted["runtime"]
     port = free_port()
     worker_api = "http://127.0.0.1:9/api"  # the worker only has to start: its env is checked
-    compute, endpoint = _install(fake, tmp_path, port, prefect_api_url=worker_api,
+    compute, endpoint = _install(fake, tmp_path, port, api_key=ENGINE_KEY,
+                                 prefect_api_url=worker_api,
                                  prefect_api_key_secret="prefect-key",
-                                 prefect_auth_string_secret="slm-prefect-auth")
+                                 prefect_auth_string_secret="slm-prefect-auth",
+                                 engine_api_key_secret="engine-key")
     compute.start()
     url = compute.start_inference(endpoint)
     assert url == f"http://127.0.0.1:{port}"
 
     async def one() -> Any:  # the extraction client, in the dialect the engine check demands
         async with LLMClient(url, "smol", "llama.cpp", max_output_tokens=200, max_retries=2,
-                             timeout_seconds=120) as client:
+                             timeout_seconds=120, api_key=ENGINE_KEY) as client:
             return await client.extract(system_prompt(default_schema()), "Ada Lovelace worked with Charles "
                                         "Babbage in London.", json_schema(2, 1, 40, 40))
 
@@ -118,6 +126,10 @@ def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
     assert worker_env["PREFECT_API_AUTH_STRING"] == "slm:auth-5678"
     script = fake.instance("zone-a", "node").metadata["startup-script"]
     assert "pnu_fake_key_1234" not in script and "auth-5678" not in script
+    # the engine wants its key (from Secret Manager, never the script): a probe without it is
+    # refused, and the stop still sees the engine was up
+    assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
+    assert ENGINE_KEY not in script
     # the watcher's stop is a stop, not a failure: the unit's ExecStopPost writes nothing
     assert compute.stop_inference()
     time.sleep(1.5)

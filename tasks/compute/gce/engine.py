@@ -116,7 +116,8 @@ def stop(api: ComputeApi, node: NodeRecord) -> bool:
     the engine was up."""
     port = api.block.inference_port
     url = f"http://{node.ip}:{port}"
-    was_up = inference_server.models_ready(url)
+    # the port, not /v1/models: an engine with an API key answers 401 to a probe without it
+    was_up = port_open(port, node.ip)
     api.set_metadata(node.zone, {ENGINE_STATE_KEY: "stopped"})
     if not poll(lambda: not port_open(port, node.ip), STOP_SECONDS, first=0.5, factor=1.0,
                 cap=0.5):

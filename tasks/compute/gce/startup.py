@@ -109,8 +109,10 @@ def llama_cpp_launch_args(endpoint: InferenceEndpoint, *, host: str = VPC_IP, po
     """llama.cpp's own server on the node (`{project_dir}/.venv/bin/llama-server`, built for
     CUDA by `python -m tasks.llama_build install --variant cuda`): the endpoint's
     max_concurrent_requests slots of context_tokens each, every layer on the L4, the GGUF's own
-    tokenizer and chat template, exactly one alias (the model name the client asks for). The
-    API key, if any, comes from its environment (LLAMA_API_KEY), never argv."""
+    tokenizer and chat template, exactly one alias (the model name the client asks for).
+    `--no-slots`: /slots would show any caller on the VPC the prompts being processed (the
+    night's documents); the benches read slots on the local server only. The API key, if any,
+    comes from its environment (LLAMA_API_KEY), never argv."""
     s = settings or NodeServeSettings()
     _check_host(host, "llama_cpp_launch_args")
     kv = ["-ctk", s.kv_cache_type, "-ctv", s.kv_cache_type]
@@ -121,7 +123,7 @@ def llama_cpp_launch_args(endpoint: InferenceEndpoint, *, host: str = VPC_IP, po
         slots=endpoint.max_concurrent_requests, context_tokens=endpoint.context_tokens,
         threads=s.engine_threads,
         gpu_layers="all" if s.n_gpu_layers == -1 else str(s.n_gpu_layers),
-        cache_ram_mib=s.cache_ram_mib, extra=[*kv, *s.extra_args])
+        cache_ram_mib=s.cache_ram_mib, extra=["--no-slots", *kv, *s.extra_args])
 
 
 def engine_launch_args(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,

@@ -78,3 +78,17 @@ def test_readiness_and_requests_work_with_either_form(server: tuple[str, list[st
     got = asyncio.run(ask())
     assert [e.name for e in got.entities] == ["Ada"]
     assert set(paths) == {"/v1/models", "/health", "/v1/chat/completions"}
+
+
+@pytest.mark.parametrize(("health", "stage"), [
+    # llama-server while it loads: 503 {"error": {"message": "Loading model", ...}}
+    (503, "loading the model (GET /health: HTTP 503)"),
+    (500, "unhealthy (GET /health: HTTP 500)"),
+])
+def test_a_loading_server_is_not_called_unhealthy(health: int, stage: str) -> None:
+    class Handler(JsonHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_json(health, '{"error": {"message": "Loading model", "code": 503}}')
+
+    with LoopbackServer(Handler) as srv:
+        assert probe(srv.url) == (stage, [])
