@@ -19,6 +19,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# llama-server flags that resize the KV cache (the vendored common/arg.cpp): a unified cache
+# (-kvu: every slot may use the whole -c), another micro-batch (the sliding-window cache holds
+# one), the sliding-window layers at full context (--swa-full)
+KV_SHAPE_FLAGS = frozenset({"-kvu", "--kv-unified", "-ub", "--ubatch-size", "--swa-full"})
+
 # Fields that no longer exist, and what replaced them (a profile that still sets one is told).
 _REMOVED = {
     "prefect_bin": "the worker is {project_dir}/.venv/bin/prefect — set project_dir to the "
@@ -100,7 +105,8 @@ class NodeServeSettings(BaseModel):
     """Memory of the node's GPU that llama.cpp can use (an L4 reports 23034 MiB)."""
 
     extra_args: list[str] = Field(default_factory=list)
-    """Appended to the engine's command line as they are."""
+    """Appended to the engine's command line as they are; not the flags that resize the KV
+    cache the slot estimate sizes (KV_SHAPE_FLAGS)."""
 
     # The node's Prefect worker.
     work_pool: str = "slm-node"
@@ -145,6 +151,18 @@ class NodeServeSettings(BaseModel):
                 "tokenizer folder on the node image (docs/operator-gcp.md, section 3) and set "
                 "tokenizer to its absolute path, e.g. \"/opt/models/Olmo-3-32B-Think\"")
         return v.rstrip("/") or "/"
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_the_kv_shape(cls, v: list[str]) -> list[str]:
+        bad = [a for a in v if a.split("=", 1)[0] in KV_SHAPE_FLAGS]
+        if bad:
+            raise ValueError(
+                f"{bad}: these change the KV cache llama-server allocates, which the slot "
+                "estimate (tasks/compute/kv_budget.py) sizes from one shape — remove them; "
+                "slots and context come from [inference] max_concurrent_requests and "
+                "context_tokens, the cache type from kv_cache_type")
+        return v
 
     @field_validator("service_user")
     @classmethod

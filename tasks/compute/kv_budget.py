@@ -25,6 +25,9 @@ GIB = 1024**3
 # bytes per KV element by cache type (ggml type sizes: q8_0 = 34-byte blocks of 32, q4_0 = 18)
 KV_BYTES = {"f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 UBATCH = 512  # llama-server's default micro-batch: the sliding-window cache holds one extra
+# Both caches are padded to 256 cells (llama-context.cpp: n_ctx_seq = GGML_PAD(n_ctx / n_seq_max,
+# 256); llama-kv-cache-iswa.cpp: size_swa = GGML_PAD(min(size_base, n_swa + n_ubatch), 256))
+PAD = 256
 OVERHEAD_GIB = 1.2  # CUDA context + compute buffers of a 32B model at ubatch 512 (estimate)
 
 
@@ -59,9 +62,14 @@ def kv_bytes_per_slot(context_tokens: int, layers: int, kv_heads: int, head_dim:
         raise ValueError(f"KV cache type {cache_type!r}: use one of {', '.join(KV_BYTES)}")
     per_layer_token = 2 * kv_heads * head_dim * KV_BYTES[cache_type]
     full = layers - sliding_layers
-    swa_tokens = context_tokens if swa_full or not sliding_window else \
-        min(context_tokens, sliding_window + UBATCH)
-    return per_layer_token * (full * context_tokens + sliding_layers * swa_tokens)
+    context = _pad(context_tokens)
+    swa_tokens = context if swa_full or not sliding_window else \
+        _pad(min(context, sliding_window + UBATCH))
+    return per_layer_token * (full * context + sliding_layers * swa_tokens)
+
+
+def _pad(cells: int) -> int:
+    return -(-cells // PAD) * PAD
 
 
 def kv_fit(slots: int, context_tokens: int, *, layers: int, kv_heads: int, head_dim: int,
