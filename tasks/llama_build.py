@@ -124,19 +124,54 @@ def pin(pyproject: Path = PROJECT_ROOT / "pyproject.toml") -> str:
 
 
 def flags(variant: str = "cpu") -> list[str]:
-    """The CMake flags of a build variant: the CPU baseline, the build's own, the variant's."""
+    """The CMake flags of a build variant: the CPU baseline, the build's own, the variant's;
+    the cuda variant names its compiler (nvcc())."""
     if variant not in VARIANTS:
         raise ConfigError(f"unknown llama.cpp build variant {variant!r} — use one of "
                           f"{', '.join(VARIANTS)}")
-    return [*BASELINE, *BUILD, *VARIANTS[variant]]
+    compiler = [f"-DCMAKE_CUDA_COMPILER={nvcc()}"] if variant == "cuda" else []
+    return [*BASELINE, *BUILD, *VARIANTS[variant], *compiler]
 
 
 def build_key(version: str, variant: str = "cpu", machine: str | None = None) -> str:
-    """What a build depends on, hashed: the pin, the flags, the targets, the CPU architecture."""
+    """What a build depends on, hashed: the pin, the flags, the targets, the CPU architecture;
+    for cuda, the toolkit's release too (another nvcc compiles other code)."""
     spec = {"dist": DIST, "version": version, "flags": flags(variant),
             "targets": list(TARGETS), "wheel": WHEEL_CMAKE_ARGS,
             "machine": machine or platform.machine()}
+    if variant == "cuda":
+        spec["cuda"] = cuda_release(nvcc())
     return sha256_hex(json.dumps(spec, sort_keys=True), 16)
+
+
+# Where NVIDIA's installers put the toolkit. A build under `sudo` loses the user's PATH, and
+# CMake then finds the toolkit but no CUDA compiler (ggml-org/llama.cpp#13527): the compiler is
+# named to CMake explicitly (CMAKE_CUDA_COMPILER), never left to a search.
+CUDA_NVCC = Path("/usr/local/cuda/bin/nvcc")
+
+
+def nvcc() -> Path:
+    """The CUDA compiler: $CUDACXX (CMake's own variable), else `nvcc` on PATH, else
+    /usr/local/cuda/bin/nvcc; ConfigError naming the fix when there is none."""
+    named = os.environ.get("CUDACXX")
+    found = Path(named) if named else (
+        Path(shutil.which("nvcc") or CUDA_NVCC))
+    if not (found.is_file() and os.access(found, os.X_OK)):
+        raise ConfigError(f"llama.cpp cuda build: no CUDA compiler at {found} — install the CUDA "
+                          "toolkit (docs/operator-gcp-appendix.md, Building the node image) or "
+                          "set CUDACXX to its nvcc")
+    return found
+
+
+def cuda_release(compiler: Path) -> str:
+    """The toolkit's full release, as `nvcc --version` prints it ("release 12.8, V12.8.61")."""
+    out = subprocess.run([str(compiler), "--version"], capture_output=True, text=True,
+                         timeout=60).stdout
+    m = re.search(r"release [\d.]+, V(\d+\.\d+\.\d+)", out)
+    if m is None:
+        raise ConfigError(f"llama.cpp cuda build: {compiler} --version printed no release "
+                          f"({out.strip()[-200:]!r}) — is it NVIDIA's nvcc?")
+    return m.group(1)
 
 
 def cache_root() -> Path:

@@ -27,16 +27,53 @@ def test_the_cpu_build_is_the_baseline_and_never_native() -> None:
     assert not any("march" in x or "NATIVE=ON" in x for x in f)
 
 
-def test_the_cuda_build_keeps_the_cpu_baseline() -> None:
+# `nvcc --version` of CUDA 12.8 (its first line to its last), as the toolkit prints it
+NVCC_12_8 = """nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2025 NVIDIA Corporation
+Built on Fri_Feb_21_20:23:50_PST_2025
+Cuda compilation tools, release 12.8, V12.8.93
+Build cuda_12.8.r12.8/compiler.35583870_0
+"""
+
+
+@pytest.fixture
+def cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in nvcc (only its --version) named by $CUDACXX."""
+    fake = tmp_path / "cuda" / "bin" / "nvcc"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{NVCC_12_8}EOF\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CUDACXX", str(fake))
+    return fake
+
+
+def test_the_cuda_build_keeps_the_cpu_baseline(cuda: Path) -> None:
     assert lb.flags("cuda") == [*lb.flags("cpu"), "-DGGML_CUDA=ON",
-                                "-DCMAKE_CUDA_ARCHITECTURES=89"]
+                                "-DCMAKE_CUDA_ARCHITECTURES=89",
+                                f"-DCMAKE_CUDA_COMPILER={cuda}"]
     assert lb.flags() == lb.flags("cpu") and lb.build_key("0.3.36") == lb.build_key(
         "0.3.36", "cpu")
     with pytest.raises(ConfigError, match="unknown llama.cpp build variant 'rocm'.*cpu, cuda"):
         lb.flags("rocm")
 
 
-def test_the_key_changes_with_the_pin_the_flags_and_the_machine() -> None:
+def test_the_cuda_key_names_the_compiler_and_its_release(cuda: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert lb.cuda_release(cuda) == "12.8.93"
+    key = lb.build_key("0.3.36", "cuda", "x86_64")
+    cuda.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.48'\n")
+    assert lb.build_key("0.3.36", "cuda", "x86_64") != key  # another toolkit: another build
+    assert lb.build_key("0.3.36", "cpu", "x86_64") == "840c3259b4047677"  # the CPU's: as it was
+    cuda.write_text("#!/bin/sh\necho 'gcc (Debian 12.2.0-14) 12.2.0'\n")
+    with pytest.raises(ConfigError, match="printed no release .* is it NVIDIA's nvcc"):
+        lb.build_key("0.3.36", "cuda", "x86_64")
+    monkeypatch.setenv("CUDACXX", str(cuda.parent / "missing"))
+    with pytest.raises(ConfigError, match=r"no CUDA compiler at .*/missing — install the CUDA "
+                                          "toolkit .* or set CUDACXX"):
+        lb.flags("cuda")
+
+
+def test_the_key_changes_with_the_pin_the_flags_and_the_machine(cuda: Path) -> None:
     key = lb.build_key("0.3.36", "cpu", "x86_64")
     # The key of the build every development machine has cached (its folder in
     # ~/.cache/slm-nightly/llama-cpp-python: the wheel with its libraries and llama-server,
@@ -83,7 +120,7 @@ def test_the_project_pin_is_the_one_in_pyproject() -> None:
 
 
 def test_the_cache_lives_outside_the_checkout(monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path) -> None:
+                                              tmp_path: Path, cuda: Path) -> None:
     monkeypatch.delenv(lb.CACHE_ENV, raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
