@@ -311,7 +311,9 @@ def _stop_family(pid: int, grace: float = 5.0) -> None:
 def stop_unit(d: Path, unit: str) -> None:
     pid = _live_pid(d, unit)
     if pid is not None:
-        (d / "run" / f"{unit}.stopping").touch()  # the supervisor's SERVICE_RESULT: a stop
+        # the supervisor's SERVICE_RESULT: this process was stopped (by pid: a start right
+        # after, as `restart` does, must not make the old one's end look like a crash)
+        (d / "run" / f"{unit}.stopping").write_text(str(pid))
         _stop_family(pid)
     (d / "run" / f"{unit}.pid").unlink(missing_ok=True)
 
@@ -370,7 +372,6 @@ def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
                 "SHELL": "/usr/sbin/nologin"}
         argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                 "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
-    (d / "run" / f"{unit}.stopping").unlink(missing_ok=True)
     (d / "journal").mkdir(exist_ok=True)
     post = f.get("ExecStopPost", [])
     if post:  # a supervisor waits for the main process, then runs ExecStopPost
@@ -449,7 +450,10 @@ def _supervise(d: Path, unit: str) -> int:
             assert child.stdout is not None
             for line in child.stdout:
                 both(line)
-            result = service_result(child.wait(), (d / "run" / f"{unit}.stopping").exists())
+            code = child.wait()
+            marker = d / "run" / f"{unit}.stopping"
+            stopped = marker.exists() and marker.read_text() == str(child.pid)
+            result = service_result(code, stopped)
         sys.stdout.close()
         env = {**spec["env"], "SERVICE_RESULT": result[0], "EXIT_CODE": result[1],
                "EXIT_STATUS": result[2]}

@@ -181,44 +181,44 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
     port = free_port()
     # the operator's own folder, outside pytest's root-only temp folder: run as root, this test
     # runs every command as an unprivileged user who owns only this folder (finding 5)
-    home = Path(tempfile.mkdtemp(prefix="slm-operator-"))
-    orch = orchestrator_checkout(home / "orchestrator")
-    (orch / ".venv").symlink_to(ROOT / ".venv")
-    _hand_over(home)
-    bucket = _bash(["P=my-gcp-project", "BUCKET=$P-slm"], "echo $BUCKET", {}, orch).strip()
-    assert bucket == "my-gcp-project-slm"
-    with empty_project(tmp_path / "gcp", storage_env=False) as world, \
-            start_server(tmp_path / "prefect-server", port=port) as server_env:
-        api = server_env["PREFECT_API_URL"]
-        # the orchestrator's processes act as its VM's service account (application-default
-        # credentials), the node's as the node's: only what `gcp setup` granted them
-        as_orchestrator = adc(world, ORCH_SA, home)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PREFECT_", "SLM_", "PYTHONPATH", "GOOGLE_", "STORAGE_"))}
-        env |= {"PREFECT_HOME": str(home / "orchestrator-home"), "PYTHONPATH": str(orch),
-                "PATH": f"{ROOT / '.venv' / 'bin'}:{env['PATH']}", "HOME": str(home),
-                "USER": "slm", "LOGNAME": "slm", **as_orchestrator}
-        for key, value in as_orchestrator.items():  # this process is the orchestrator too
-            monkeypatch.setenv(key, value)
-        node = WorkerNode(tmp_path, fake=world.compute, at=(GCP_PROJECT, NODE_ZONE, "slm-node"))
-        node.runtime.env.update(adc(world, NODE_SA))
-        with temporary_settings({PREFECT_API_URL: api}):
-            from prefect.blocks.notifications import SlackWebhook
-            from prefect_gcp import GcsBucket
+    with tempfile.TemporaryDirectory(prefix="slm-operator-") as made:
+        home = Path(made)
+        orch = orchestrator_checkout(home / "orchestrator")
+        (orch / ".venv").symlink_to(ROOT / ".venv")
+        _hand_over(home)
+        bucket = _bash(["P=my-gcp-project", "BUCKET=$P-slm"], "echo $BUCKET", {}, orch).strip()
+        assert bucket == "my-gcp-project-slm"
+        with empty_project(tmp_path / "gcp", storage_env=False) as world, \
+                start_server(tmp_path / "prefect-server", port=port) as server_env:
+            api = server_env["PREFECT_API_URL"]
+            # the orchestrator's processes act as its VM's service account (application-default
+            # credentials), the node's as the node's: only what `gcp setup` granted them
+            as_orchestrator = adc(world, ORCH_SA, home)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("PREFECT_", "SLM_", "PYTHONPATH", "GOOGLE_", "STORAGE_"))}
+            env |= {"PREFECT_HOME": str(home / "orchestrator-home"), "PYTHONPATH": str(orch),
+                    "PATH": f"{ROOT / '.venv' / 'bin'}:{env['PATH']}", "HOME": str(home),
+                    "USER": "slm", "LOGNAME": "slm", **as_orchestrator}
+            for key, value in as_orchestrator.items():  # this process is the orchestrator too
+                monkeypatch.setenv(key, value)
+            node = WorkerNode(tmp_path, fake=world.compute, at=(GCP_PROJECT, NODE_ZONE, "slm-node"))
+            node.runtime.env.update(adc(world, NODE_SA))
+            with temporary_settings({PREFECT_API_URL: api}):
+                from prefect.blocks.notifications import SlackWebhook
+                from prefect_gcp import GcsBucket
 
-            GcsBucket(bucket=GCP_BUCKET).save("slm-gcs")  # §4, as written (no credentials)
-            SlackWebhook(url="http://127.0.0.1:9/slack").save("ops")  # the operator's own
-            profile = node.profile(home, "slm-node", {**base_cache, "falkordb": falkordb},
-                                   2, gcs_block="slm-gcs", adc=True)
-            # §4: the operator's profiles/gcp.toml (here: pointed at the fakes), with §0's [gcp]
-            # names: the project of the wire fakes `gcp` commands talk to
-            (orch / "profiles" / "gcp.toml").write_text(profile.read_text() + gcp_table())
-            gcp_env = operator_env(world, home)
-            _hand_over(home)
-            yield {"orch": orch, "env": env, "api": api, "node": node, "tmp": home,
-                   "bucket": GCP_BUCKET, "port": port, "gcp": world, "gcp_env": gcp_env}
-        node.runtime.close()
-    shutil.rmtree(home, ignore_errors=True)
+                GcsBucket(bucket=GCP_BUCKET).save("slm-gcs")  # §4, as written (no credentials)
+                SlackWebhook(url="http://127.0.0.1:9/slack").save("ops")  # the operator's own
+                profile = node.profile(home, "slm-node", {**base_cache, "falkordb": falkordb},
+                                       2, gcs_block="slm-gcs", adc=True)
+                # §4: the operator's profiles/gcp.toml (here: pointed at the fakes), with §0's [gcp]
+                # names: the project of the wire fakes `gcp` commands talk to
+                (orch / "profiles" / "gcp.toml").write_text(profile.read_text() + gcp_table())
+                gcp_env = operator_env(world, home)
+                _hand_over(home)
+                yield {"orch": orch, "env": env, "api": api, "node": node, "tmp": home,
+                       "bucket": GCP_BUCKET, "port": port, "gcp": world, "gcp_env": gcp_env}
+            node.runtime.close()
 
 
 OPERATOR = 65534  # nobody: an account that owns nothing here but the operator's folder
