@@ -38,10 +38,13 @@ Build cuda_12.8.r12.8/compiler.35583870_0
 
 @pytest.fixture
 def cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A stand-in nvcc (only its --version) named by $CUDACXX."""
+    """A stand-in nvcc named by $CUDACXX: its --version, and nvcc's refusal of anything else
+    (what nvcc prints with no input file)."""
     fake = tmp_path / "cuda" / "bin" / "nvcc"
     fake.parent.mkdir(parents=True)
-    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{NVCC_12_8}EOF\n")
+    fake.write_text(f"#!/bin/sh\nif [ \"$*\" = --version ]; then cat <<'EOF'\n{NVCC_12_8}EOF\n"
+                    "else echo 'nvcc fatal   : No input files specified; use option --help for "
+                    "more information' >&2; exit 1; fi\n")
     fake.chmod(0o755)
     monkeypatch.setenv("CUDACXX", str(fake))
     return fake
@@ -71,6 +74,31 @@ def test_the_cuda_key_names_the_compiler_and_its_release(cuda: Path,
     with pytest.raises(ConfigError, match=r"no CUDA compiler at .*/missing — install the CUDA "
                                           "toolkit .* or set CUDACXX"):
         lb.flags("cuda")
+
+
+def test_without_cudacxx_the_compiler_is_nvcc_on_path_else_the_toolkits_own(
+        cuda: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sudo` resets PATH (ggml-org/llama.cpp#13527): nvcc is found on PATH when it is there,
+    else where NVIDIA's installer puts it, and named to CMake either way."""
+    monkeypatch.delenv("CUDACXX")
+    monkeypatch.setenv("PATH", f"{cuda.parent}:/usr/bin:/bin")
+    assert lb.nvcc() == cuda
+    installed = tmp_path / "usr-local-cuda" / "bin" / "nvcc"
+    installed.parent.mkdir(parents=True)
+    installed.write_text(cuda.read_text())
+    installed.chmod(0o755)
+    monkeypatch.setattr(lb, "CUDA_NVCC", installed)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # what sudo's secure_path leaves
+    assert lb.nvcc() == installed
+    assert lb.flags("cuda")[-1] == f"-DCMAKE_CUDA_COMPILER={installed}"
+    installed.chmod(0o644)  # there, but not executable
+    with pytest.raises(ConfigError, match=f"no CUDA compiler at {installed} "):
+        lb.nvcc()
+    cuda.write_text("#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n")
+    with pytest.raises(ConfigError) as e:
+        lb.cuda_release(cuda)
+    assert str(e.value) == (f"llama.cpp cuda build: {cuda} --version printed no release "
+                            "(\'nvcc: NVIDIA (R) Cuda compiler driver\') — is it NVIDIA's nvcc?")
 
 
 def test_the_key_changes_with_the_pin_the_flags_and_the_machine(cuda: Path) -> None:
