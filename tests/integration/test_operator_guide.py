@@ -347,9 +347,10 @@ def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
     _grants_are_the_calls(world)
 
 
-# Granted by `gcp setup` for what this test cannot run: Google's own agents, and the secrets a
-# profile with no secrets never reads (tests/integration/test_gcp_orchestrator.py reads the auth
-# string through the install script).
+# Granted by `gcp setup` for what this test cannot run: Google's own agents, and the auth string
+# that `gcloud` reads on the VMs (tests/integration/test_gcp_orchestrator.py checks that the
+# install script reads it and that it works against a real Prefect server; no call of this night
+# reaches the Secret Manager fake: the node runtime's gcloud shim reads a dict).
 UNEXERCISED = {
     ("orchestrator", "roles/logging.logWriter"): "the Ops Agent's logs: no agent here",
     ("node", "roles/logging.logWriter"): "the Ops Agent's logs: no agent here",
