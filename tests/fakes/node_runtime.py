@@ -360,6 +360,7 @@ def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
     argv = config["overrides"].get(unit) or shlex.split(f["ExecStart"][-1])
     cwd = (f.get("WorkingDirectory") or [None])[-1]
     user = (f.get("User") or [""])[-1]
+    as_user: list[str] = []  # the prefix that runs a command as User=
     if config.get("ownership") and user not in ("", "root"):
         uid = _uid_of(d, user)
         if uid is None:  # systemd: 217/USER
@@ -370,12 +371,11 @@ def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
         # systemd.exec(5): a unit with User= gets that user's $HOME, $USER, $LOGNAME, $SHELL
         env |= {"HOME": str(d / "home" / user), "USER": user, "LOGNAME": user,
                 "SHELL": "/usr/sbin/nologin"}
-        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
+        as_user = drop_to(uid, [])
+        argv = [*as_user, *argv]
     (d / "journal").mkdir(exist_ok=True)
     post = f.get("ExecStopPost", [])
     if post:  # a supervisor waits for the main process, then runs ExecStopPost
-        as_user = argv[:6] if argv[0] == "setpriv" else []
         (d / "run" / f"{unit}.spec.json").write_text(json.dumps({
             "argv": argv, "cwd": cwd, "env": env, "post": post, "as_user": as_user,
             "log": config["log"]}))
@@ -396,12 +396,23 @@ def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
             except OSError as e:
                 # Type=simple: systemctl returns once the unit forked; the exec failure only
                 # marks the unit failed (systemd.service(5)), as journalctl would show it
-                log.write(f"{unit}.service: Failed to execute {argv[0]}: {e.strerror}\n"
-                          .encode())
+                log.write(_exec_failed(unit, argv[0], e))
                 return
         pid = proc.pid
     (d / "run" / f"{unit}.pid").write_text(f"{pid} {_start_time(pid)}")
     (d / "run" / f"{unit}.user").write_text(user)
+
+
+def drop_to(uid: int, argv: list[str]) -> list[str]:
+    """`argv` run as `uid` (setpriv(1)), keeping CAP_DAC_READ_SEARCH only: it reads anything
+    (the interpreter under root's 0700 home), and writes only where `uid` may."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
+
+
+def _exec_failed(unit: str, program: str, e: OSError) -> bytes:
+    """What systemd logs when a unit's ExecStart cannot run (203/EXEC)."""
+    return f"{unit}.service: Failed to execute {program}: {e.strerror}\n".encode()
 
 
 CLEAN_SIGNALS = {"HUP", "INT", "TERM", "PIPE"}  # systemd.service(5) SuccessExitStatus= default
@@ -442,8 +453,7 @@ def _supervise(d: Path, unit: str) -> int:
                                      stdin=subprocess.DEVNULL)
         except OSError as e:  # 203/EXEC
             print(0, flush=True)
-            both(f"{unit}.service: Failed to execute {spec['argv'][0]}: {e.strerror}\n"
-                 .encode())
+            both(_exec_failed(unit, spec["argv"][0], e))
             result = ("exit-code", "exited", "203")
         else:
             print(child.pid, flush=True)

@@ -230,10 +230,9 @@ def _as_operator(argv: list[str]) -> list[str]:
     user on the orchestrator). It keeps one capability, CAP_DAC_READ_SEARCH: reading and
     searching anything, so the interpreter under root's 0700 home runs — every write is still
     checked against what the account owns, and ownership is what finding 5 is about."""
-    if os.geteuid() != 0:
-        return argv
-    return ["setpriv", f"--reuid={OPERATOR}", f"--regid={OPERATOR}", "--clear-groups",
-            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
+    from tests.fakes.node_runtime import drop_to
+
+    return drop_to(OPERATOR, argv) if os.geteuid() == 0 else argv
 
 
 def _hand_over(home: Path) -> None:
