@@ -23,6 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # (-kvu: every slot may use the whole -c), another micro-batch (the sliding-window cache holds
 # one), the sliding-window layers at full context (--swa-full)
 KV_SHAPE_FLAGS = frozenset({"-kvu", "--kv-unified", "-ub", "--ubatch-size", "--swa-full"})
+# llama-server flags that size its host-RAM caches, which the host-memory estimate sizes from
+# ctx_checkpoints, cache_ram_mib and cache_idle_slots (common/arg.cpp: -ctxcp's three names,
+# -cram, --cache-idle-slots and its negation)
+HOST_CACHE_FLAGS = frozenset({"-ctxcp", "--ctx-checkpoints", "--swa-checkpoints", "-cram",
+                              "--cache-ram", "--cache-idle-slots", "--no-cache-idle-slots"})
+# OLMo 3 Think's own chat template plus the line that renders `reasoning_content` between
+# <think> and </think> (tasks/compute/templates/README.md: source, licence, diff), relative to the
+# node's checkout: what lets llama-server honour a reasoning budget.
+SHIPPED_TEMPLATE = "tasks/compute/templates/olmo3-think.jinja"
 
 # Fields that no longer exist, and what replaced them (a profile that still sets one is told).
 _REMOVED = {
@@ -83,9 +92,34 @@ class NodeServeSettings(BaseModel):
     """llama.cpp only: CPU threads of the engine (-t). With every layer on the L4 the CPU only
     samples and runs the grammar; the g2-standard-4's other vCPUs stay with the Prefect worker
     and its flow runs."""
-    cache_ram_mib: int = Field(default=2048, ge=0)
-    """llama.cpp only: host RAM for the prompt cache (--cache-ram; llama-server's default is
-    8 GiB, half of a g2-standard-4)."""
+    cache_ram_mib: int = Field(default=0, ge=0)
+    """llama.cpp only: host RAM for the prompt cache (--cache-ram; 0 = none; llama-server's
+    default is 8 GiB, half of a g2-standard-4). Off: the night's chunks are distinct, so a
+    cached prompt shares only the system prompt with the next one, which the slot's own
+    context checkpoint already restores; the cache would hold whole slot states (~0.7 GB each
+    at 8192 tokens) that no later prompt uses. Off, it also turns off idle-slot saves."""
+    ctx_checkpoints: int = Field(default=3, ge=0, le=32)
+    """llama.cpp only: context checkpoints per slot (--ctx-checkpoints; llama-server's default
+    is 32), each a host-RAM copy of the slot's sliding-window cache (0.40 GiB at q8_0 for OLMo
+    3 32B, 0.75 at f16) that --cache-ram does not bound. A request makes three: at its last
+    user message (the system prompt, which the next chunk restores instead of computing it
+    again) and two near the prompt's end; with fewer, the first is evicted. 0 = none (every
+    prompt computed whole). tasks/compute/host_memory.py estimates the RAM they need."""
+    cache_idle_slots: bool = False
+    """llama.cpp only: save idle slots to the prompt cache when a task starts
+    (--cache-idle-slots; llama-server's default is on, and needs cache_ram_mib)."""
+    host_memory_gib: float = Field(default=16.0, gt=0)
+    """The node's RAM, GiB: a g2-standard-4's 16 GB (Compute Engine's GB are 2^30 bytes).
+    Preflight checks llama-server's host caches, the Prefect worker and the OS fit it."""
+    chat_template_file: str | None = SHIPPED_TEMPLATE
+    """llama.cpp only: the chat template llama-server renders with (--chat-template-file). A
+    relative path is a file of the node's checkout ({project_dir}/<path>), an absolute one a
+    file on the node; empty = the GGUF's own template. The default, OLMo 3 Think's own template
+    with `reasoning_content` rendered between <think> and </think>
+    (tasks/compute/templates/README.md), is what lets the server honour [inference]
+    reasoning_budget_tokens: it passes a budget on only when its template analysis finds a
+    thinking end tag, which OLMo 3 Think's own template (and so its GGUF's) has not — the
+    preflight refuses a budget the served template cannot honour."""
 
     # The model's shape, for the estimate of what fits on the card (tasks/compute/kv_budget.py);
     # the defaults are OLMo 3 32B's (its model card) at Q3_K_M.
@@ -155,6 +189,12 @@ class NodeServeSettings(BaseModel):
     @field_validator("extra_args")
     @classmethod
     def _not_the_kv_shape(cls, v: list[str]) -> list[str]:
+        cache = [a for a in v if a.split("=", 1)[0] in HOST_CACHE_FLAGS]
+        if cache:
+            raise ValueError(
+                f"{cache}: these size llama-server's host-RAM caches, which the host-memory "
+                "estimate (tasks/compute/host_memory.py) sizes from [compute.node] "
+                "ctx_checkpoints, cache_ram_mib and cache_idle_slots — set those instead")
         bad = [a for a in v if a.split("=", 1)[0] in KV_SHAPE_FLAGS]
         if bad:
             raise ValueError(
@@ -162,6 +202,17 @@ class NodeServeSettings(BaseModel):
                 "estimate (tasks/compute/kv_budget.py) sizes from one shape — remove them; "
                 "slots and context come from [inference] max_concurrent_requests and "
                 "context_tokens, the cache type from kv_cache_type")
+        return v
+
+    @field_validator("chat_template_file")
+    @classmethod
+    def _template_file(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        if v != v.strip() or "\n" in v or ".." in v.split("/"):
+            raise ValueError(f"{v!r}: a path without surrounding blanks or `..` — relative "
+                             f"to the node's checkout (e.g. {SHIPPED_TEMPLATE!r}), absolute on "
+                             "the node, or empty for the GGUF's own template")
         return v
 
     @field_validator("service_user")

@@ -59,6 +59,8 @@ def _phases(cfg: Profile, profile: str, node: Any, smoke: Smoke,
         with smoke.phase("engine") as p:
             base_url = node.start_inference(cfg.inference)
             p.detail = f"ready at {base_url}"
+            if cfg.inference.reasoning_budget_tokens is not None:
+                p.detail += f"; {served_template_thinks(cfg, base_url)}"
         with smoke.phase("request") as p:
             p.detail = one_request(cfg, base_url)
         with smoke.phase("engine down") as p:
@@ -78,3 +80,35 @@ def _phases(cfg: Profile, profile: str, node: Any, smoke: Smoke,
                          error=error)
     print(f"smoke: {result.verdict}" + (f" — {error}" if error else ""), flush=True)
     return result
+
+
+def served_template_thinks(cfg: Profile, base_url: str) -> str:
+    """With [inference] reasoning_budget_tokens set, the served chat template (GET /props) must
+    mark reasoning as llama-server detects it (tasks.preflight.node.template_thinks: a thinking
+    end tag after reasoning_content; /props chat_template_caps.supports_preserve_reasoning),
+    or the server drops the budget: ConfigError naming the fix."""
+    import httpx
+
+    from blocks.inference import server_root
+
+    key = cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    props = httpx.get(f"{server_root(base_url)}/props", headers=headers, timeout=30)
+    props.raise_for_status()
+    return template_verdict(props.json(), cfg.inference.reasoning_budget_tokens)
+
+
+def template_verdict(props: dict[str, Any], budget: int | None) -> str:
+    """What the engine's /props says of a reasoning budget: the detail, or ConfigError."""
+    from tasks.preflight.node import template_thinks
+
+    caps = props.get("chat_template_caps") or {}
+    if caps.get("supports_preserve_reasoning") and template_thinks(props.get("chat_template", "")):
+        return f"its chat template marks reasoning: the budget of {budget} tokens is honoured"
+    raise ConfigError(
+        f"[inference] reasoning_budget_tokens = {budget}, but the engine's chat template marks no "
+        "reasoning (GET /props: chat_template_caps.supports_preserve_reasoning = "
+        f"{str(bool(caps.get('supports_preserve_reasoning'))).lower()}, no thinking end tag "
+        "after reasoning_content): llama-server drops the budget — set [compute.node] "
+        "chat_template_file = \"tasks/compute/templates/olmo3-think.jinja\", or unset "
+        "[inference] reasoning_budget_tokens")

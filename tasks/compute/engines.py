@@ -119,6 +119,15 @@ def _safe_llama_names() -> frozenset[str]:
         return frozenset()
 
 
+def chat_template_on_node(settings: NodeServeSettings) -> str | None:
+    """The node's path of llama-server's --chat-template-file: a relative chat_template_file is
+    a file of the node's checkout ({project_dir}/<path>); None = the GGUF's own template."""
+    path = settings.chat_template_file
+    if not path:
+        return None
+    return path if path.startswith("/") else f"{settings.project_dir.rstrip('/')}/{path}"
+
+
 def worker_command(settings: NodeServeSettings) -> list[str]:
     """The node's Prefect worker: the prefect of the node's one environment, so the flow runs it
     starts (`sys.executable -m prefect.engine`) have torch, peft and prefect-gcp."""

@@ -84,7 +84,8 @@ def check_adapter_loads(model_path: Path, adapter: Path, timeout: float = 120.0)
 def llama_server_args(binary: str | Path, model: str | Path, aliases: list[str], *,
                       host: str, port: int, slots: int, context_tokens: int, threads: int,
                       gpu_layers: str | None = None, adapter: str | Path | None = None,
-                      cache_ram_mib: int | None = None,
+                      cache_ram_mib: int | None = None, ctx_checkpoints: int | None = None,
+                      cache_idle_slots: bool | None = None,
                       extra: tuple[str, ...] | list[str] = ()) -> list[str]:
     """llama.cpp's own server (`llama-server`, tools/server of the llama.cpp the pinned
     llama-cpp-python vendors; flags from its common/arg.cpp):
@@ -99,7 +100,11 @@ def llama_server_args(binary: str | Path, model: str | Path, aliases: list[str],
     - `--lora` applies the adapter at scale 1 to every request that names it (the client
       sends an explicit `lora` list: a request without one can reuse a prompt cache computed
       under another adapter setting, upstream #26207).
-    - `--cache-ram`: the host-RAM prompt cache, 8 GiB unless capped.
+    - `--cache-ram`: the host-RAM prompt cache, 8 GiB unless capped (0: none).
+      `--ctx-checkpoints`: the copies of a slot's sliding-window cache it keeps in host RAM
+      (32 unless capped; --cache-ram does not bound them). `--[no-]cache-idle-slots`: whether
+      idle slots are saved to the prompt cache (on unless said; common/common.h
+      `cache_idle_slots`). tasks/compute/host_memory.py estimates what they hold.
     - `--metrics` exposes /metrics (tokens/s per server, for the benches); the API key, if
       any, comes from LLAMA_API_KEY in its environment, never argv.
     """
@@ -118,6 +123,10 @@ def llama_server_args(binary: str | Path, model: str | Path, aliases: list[str],
         argv += ["--lora", str(adapter)]
     if cache_ram_mib is not None:
         argv += ["--cache-ram", str(cache_ram_mib)]
+    if ctx_checkpoints is not None:
+        argv += ["--ctx-checkpoints", str(ctx_checkpoints)]
+    if cache_idle_slots is not None:
+        argv.append("--cache-idle-slots" if cache_idle_slots else "--no-cache-idle-slots")
     return argv + list(extra)
 
 

@@ -1,10 +1,13 @@
 """The night's preflight, the node's side: its engine loads the model and speaks the
-inference block's dialect, llama-server's slots fit the card, its worker runs from the project's
-checkout against a Prefect API it reaches, and its recorded environment fits this checkout."""
+inference block's dialect, llama-server's slots fit the card and its host caches the node's
+RAM, its worker runs from the project's checkout against a Prefect API it reaches, and its
+recorded environment fits this checkout."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blocks.gce import GceCompute
@@ -34,6 +37,10 @@ def node_checks(cfg: Profile, block: GceCompute, training: bool,
     if s.engine == "llama.cpp":
         yield slots_check(s, cfg.inference.max_concurrent_requests,
                           cfg.inference.context_tokens)
+        yield host_memory_check(s, cfg.inference.max_concurrent_requests,
+                                cfg.inference.context_tokens)
+        if cfg.inference.reasoning_budget_tokens is not None:
+            yield reasoning_template_check(s, cfg.inference.reasoning_budget_tokens)
     if not s.prefect_api_url:
         yield (failure("node worker", "no prefect_api_url in [compute.node]: the node starts no "
                      "Prefect worker, and its training runs would wait for one",
@@ -109,6 +116,107 @@ def slots_check(s: Any, slots: int, context_tokens: int) -> Check:
                  f"set [inference] max_concurrent_requests to {most} or less (the most slots "
                  f"of {context_tokens} tokens that fit){more}, or lower context_tokens"
                  if most else "lower context_tokens, or serve a smaller model")
+
+
+# What llama-server renders an assistant turn's reasoning_content as, to find its markers
+# (vendored common/chat-diff-analyzer.cpp compare_reasoning_presence)
+_REASONING_PROBE = "REASON_PART I am thinking END_R"
+
+
+def template_thinks(text: str) -> bool:
+    """Whether llama-server would honour a reasoning budget under this chat template: as its
+    template analysis (vendored common/chat-diff-analyzer.cpp) does, render a user turn and an
+    assistant turn with `reasoning_content`, and look for the reasoning followed by an end tag
+    (`</think>`). Without one the server drops `reasoning_budget_tokens`
+    (tools/server/server-common.cpp: only with thinking end tags). A template that does not
+    render is False (the server skips the detection too)."""
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def fail(message: str) -> None:
+        raise TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = fail
+    messages = [{"role": "user", "content": "U_USER_MSG Hello END_U"},
+                {"role": "assistant", "content": "A_ASST_MSG I can help END_A",
+                 "reasoning_content": _REASONING_PROBE}]
+    try:
+        out = env.from_string(text).render(messages=messages, add_generation_prompt=False,
+                                           enable_thinking=True, eos_token="<|endoftext|>",
+                                           bos_token="", tools=None)
+    except Exception:  # noqa: BLE001 - any template error: no reasoning found, as the server
+        return False
+    at = out.find(_REASONING_PROBE)
+    return at >= 0 and re.match(r"\s*</[^<>\s]+>", out[at + len(_REASONING_PROBE):]) is not None
+
+
+def reasoning_template_check(s: Any, budget: int | None) -> Check:
+    """[inference] reasoning_budget_tokens needs a served chat template llama-server finds a
+    thinking end tag in (template_thinks). The node's chat_template_file is read from this
+    checkout (a relative one: the node runs the same checkout) or this machine (an absolute
+    one); the GGUF's own template cannot be read here, and OLMo 3 Think's has no end tag."""
+    from tasks.paths import PROJECT_ROOT
+
+    name = "reasoning template"
+    if budget is None:
+        return skipped(name, "[inference] reasoning_budget_tokens is not set")
+    path = s.chat_template_file
+    fix = ("set [compute.node] chat_template_file = \"tasks/compute/templates/olmo3-think.jinja\" "
+           "(OLMo 3 Think's template with reasoning_content between <think> and </think>), "
+           "or unset [inference] reasoning_budget_tokens")
+    if not path:
+        return failure(name, f"[inference] reasoning_budget_tokens = {budget}, but [compute.node] "
+                       "chat_template_file is empty: llama-server serves the GGUF's own chat "
+                       "template, which cannot be checked here (OLMo 3 Think's has no </think>), "
+                       "and drops the budget unless the template has a thinking end tag", fix)
+    here = PROJECT_ROOT / path if not path.startswith("/") else Path(path)
+    try:
+        text = here.read_text(encoding="utf-8")
+    except OSError as e:
+        return failure(name, f"[inference] reasoning_budget_tokens = {budget}, but [compute.node] "
+                       f"chat_template_file {path} cannot be read here ({here}: "
+                       f"{type(e).__name__}) to check that it marks reasoning", fix)
+    if not template_thinks(text):
+        return failure(name, f"[inference] reasoning_budget_tokens = {budget}, but [compute.node] "
+                       f"chat_template_file {path} renders no thinking end tag after an "
+                       "assistant turn's reasoning_content: llama-server would drop the budget",
+                       fix)
+    return passed(name, f"{path} renders reasoning_content between thinking tags: the budget "
+                  f"of {budget} tokens is honoured")
+
+
+def host_memory_check(s: Any, slots: int, context_tokens: int) -> Check:
+    """llama-server's host-RAM caches (its slots' context checkpoints, the prompt cache with
+    the idle-slot saves inside it) beside the engine, the Prefect worker and the OS, against
+    the node's RAM, by the estimate of tasks/compute/host_memory.py: refused when they do not
+    fit, with both numbers and the settings that do."""
+    from tasks.compute.host_memory import host_fit, most_checkpoints, most_slots
+
+    settings = dict(ctx_checkpoints=s.ctx_checkpoints, cache_ram_mib=s.cache_ram_mib,
+                    cache_idle_slots=s.cache_idle_slots, layers=s.model_layers,
+                    kv_heads=s.model_kv_heads, head_dim=s.model_head_dim,
+                    cache_type=s.kv_cache_type, sliding_layers=s.model_sliding_layers,
+                    sliding_window=s.model_sliding_window, host_gib=s.host_memory_gib)
+    fit = host_fit(slots, context_tokens, **settings)
+    if fit.fits:
+        return passed("engine host memory", fit.text())
+    fixes = []
+    ckpts = most_checkpoints(slots, context_tokens, **settings)
+    if 0 <= ckpts < s.ctx_checkpoints:
+        note = "; under 3 none survives to the next chunk" if ckpts < 3 else ""
+        fixes.append(f"set [compute.node] ctx_checkpoints to {ckpts} or less (the most per "
+                     f"slot that fit{note})")
+    if s.cache_ram_mib:
+        fixes.append("set [compute.node] cache_ram_mib = 0 (the night's distinct chunks do not "
+                     "reuse the prompt cache)")
+    most = most_slots(context_tokens, **settings)
+    if most:
+        fixes.append(f"set [inference] max_concurrent_requests to {most} or less (the most "
+                     "slots that fit)")
+    return failure("engine host memory", f"{fit.text()}: does not fit",
+                   "; or ".join(fixes) or "serve on a machine type with more RAM and set "
+                   "[compute.node] host_memory_gib")
 
 
 # --- the node's environment ---------------------------------------------------------------------

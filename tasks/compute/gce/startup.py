@@ -42,7 +42,7 @@ from typing import Any
 
 from blocks.inference import InferenceEndpoint
 from blocks.node_serve import NodeServeSettings
-from tasks.compute.engines import worker_command
+from tasks.compute.engines import chat_template_on_node, worker_command
 from tasks.compute.inference_server import llama_server_args
 
 VPC_IP = "$VPC_IP"  # placeholder in argv: the startup script expands it on the node
@@ -109,7 +109,8 @@ def llama_cpp_launch_args(endpoint: InferenceEndpoint, *, host: str = VPC_IP, po
     """llama.cpp's own server on the node (`{project_dir}/.venv/bin/llama-server`, built for
     CUDA by `python -m tasks.llama_build install --variant cuda`): the endpoint's
     max_concurrent_requests slots of context_tokens each, every layer on the L4, the GGUF's own
-    tokenizer and chat template, exactly one alias (the model name the client asks for).
+    tokenizer, the chat template of chat_template_file (empty: the GGUF's own), exactly one
+    alias (the model name the client asks for).
     `--no-slots`: /slots would show any caller on the VPC the prompts being processed (the
     night's documents); the benches read slots on the local server only. The API key, if any,
     comes from its environment (LLAMA_API_KEY), never argv."""
@@ -118,12 +119,15 @@ def llama_cpp_launch_args(endpoint: InferenceEndpoint, *, host: str = VPC_IP, po
     kv = ["-ctk", s.kv_cache_type, "-ctv", s.kv_cache_type]
     if s.kv_cache_type != "f16":
         kv += ["-fa", "on"]  # a quantized V cache needs flash attention
+    template = chat_template_on_node(s)  # what lets it honour a reasoning budget
+    tmpl = ["--chat-template-file", template] if template else []
     return llama_server_args(
         s.venv_bin("llama-server"), s.model_path, [endpoint.model], host=host, port=port,
         slots=endpoint.max_concurrent_requests, context_tokens=endpoint.context_tokens,
         threads=s.engine_threads,
         gpu_layers="all" if s.n_gpu_layers == -1 else str(s.n_gpu_layers),
-        cache_ram_mib=s.cache_ram_mib, extra=["--no-slots", *kv, *s.extra_args])
+        cache_ram_mib=s.cache_ram_mib, ctx_checkpoints=s.ctx_checkpoints,
+        cache_idle_slots=s.cache_idle_slots, extra=["--no-slots", *kv, *tmpl, *s.extra_args])
 
 
 def engine_launch_args(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,
@@ -188,6 +192,10 @@ def _image_checks(s: NodeServeSettings) -> str:
         (f"[ -f {q(s.model_path)} ]", f"model {s.model_path} is missing — run the "
                                       "weights-preparation command on the image"),
     ]
+    template = chat_template_on_node(s)
+    if s.engine == "llama.cpp" and template:
+        checks.append((f"[ -f {q(template)} ]", f"chat template {template} is missing — update "
+                       "the checkout on the node, or fix [compute.node] chat_template_file"))
     if s.engine == "vllm":
         checks.append((f"[ -d {q(s.tokenizer)} ]", f"tokenizer folder {s.tokenizer} is missing "
                                                    "— run the weights-preparation command"))

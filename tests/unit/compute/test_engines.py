@@ -104,12 +104,14 @@ def test_the_worker_runs_from_the_nodes_one_environment() -> None:
     assert "WorkingDirectory=/srv/slm\n" in worker_unit and "User=slm\n" in worker_unit
     assert "Environment=HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=/srv/hf\n" in worker_unit
     # llama-server of the node's environment: 8 slots (the endpoint's default ceiling) of 4096
-    # tokens, every layer on the card, one alias, the prompt cache capped at 2 GiB, no /slots
-    # (it shows the prompts being processed to anyone on the VPC)
+    # tokens, every layer on the card, one alias, no prompt cache, 3 context checkpoints per
+    # slot, no idle-slot saves (tasks/compute/host_memory.py), no /slots (it shows the prompts
+    # being processed to anyone on the VPC), the shipped chat template of the node's checkout
     assert ("exec /srv/slm/.venv/bin/llama-server -m /opt/models/Olmo-3-32B-Think-Q3_K_M.gguf "
             "-a m --host \"$VPC_IP\" --port 9080 -np 8 -c 32768 -t 2 -tb 2 --metrics "
-            "--no-webui -ngl all --fit off --cache-ram 2048 --no-slots -ctk f16 -ctv f16\n") \
-        in script
+            "--no-webui -ngl all --fit off --cache-ram 0 --ctx-checkpoints 3 "
+            "--no-cache-idle-slots --no-slots -ctk f16 -ctv f16 --chat-template-file "
+            "/srv/slm/tasks/compute/templates/olmo3-think.jinja\n") in script
     assert "[ -x /srv/slm/.venv/bin/llama-server ] || fail" in script
 
 
