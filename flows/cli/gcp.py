@@ -47,6 +47,8 @@ def _gcp(args: argparse.Namespace) -> int:
         return _orchestrator(args, spec)
     if cmd == "upgrade":
         return _upgrade(args, spec)
+    if cmd == "image":
+        return _image(args, spec)
     if cmd == "nodes":
         from tasks.gcp.nodes import node_vms
         from tasks.gcp.reconcile import run
@@ -90,6 +92,26 @@ def _orchestrator(args: argparse.Namespace, spec: Any) -> int:
     print(f"its first boot installs everything (~10 min); follow it with `gcloud compute ssh "
           f"{spec.orchestrator} --zone={spec.home_zone} --tunnel-through-iap -- sudo "
           "journalctl -fu google-startup-scripts`")
+    return 0
+
+
+def _image(args: argparse.Namespace, spec: Any) -> int:
+    from tasks.gcp.clients import Clients
+    from tasks.gcp.image import build_image, image_build
+    from tasks.image.cli import layout_from_profile
+
+    node, base, base_gguf = layout_from_profile(args.profile)
+    build = image_build(spec, node, args.base_model or base, args.base_gguf or base_gguf,
+                        repo=args.repo, ref=args.ref, model=args.model, profile=args.profile,
+                        max_run_hours=args.max_run_hours, image=args.name)
+    if args.dry_run:
+        print(f"gcp image build (dry run): project {spec.project}, zone {spec.home_zone}")
+        for line in build.plan():
+            print(line)
+        print("\nthe builder's startup script:\n")
+        print(build.script(), end="")
+        return 0
+    build_image(build, Clients(project=spec.project), keep_builder=args.keep_builder)
     return 0
 
 
@@ -158,5 +180,25 @@ def add_gcp(sub: Any) -> None:
                               "or paused as it was (slm-nightly deploy)")
     upgrade.add_argument("--dry-run", action="store_true", help="print what would change")
     upgrade.add_argument("--no-deploy", action="store_true", help="the nodes only")
-    for p in (setup, check, teardown, orch, nodes, upgrade):
+    image = gsub.add_parser("image", help="the node image").add_subparsers(
+        dest="image_command", required=True, metavar="build")
+    build = image.add_parser("build", help="make the node image on a temporary CPU builder "
+                             "VM (driver, CUDA, the checkout, llama.cpp for the L4, the model "
+                             "files) in family slm-node, then delete the builder; the family's "
+                             "other images are kept")
+    build.add_argument("--repo", required=True, help="the git URL of your slm-nightly checkout")
+    build.add_argument("--ref", default="main", help="the branch, tag or commit (default main)")
+    build.add_argument("--model", default="allenai/Olmo-3-32B-Think@main",
+                       help="the served model's safetensors, org/name@revision (default "
+                       "allenai/Olmo-3-32B-Think@main; pin a commit for a repeatable image)")
+    build.add_argument("--base-model", help="override the recipe's base_model (org/name@rev)")
+    build.add_argument("--base-gguf", help="override the recipe's base_gguf (the node's path)")
+    build.add_argument("--name", help="the image's name (default slm-node-YYYYMMDD-HHMM, UTC)")
+    build.add_argument("--max-run-hours", type=int, default=6,
+                       help="Compute deletes the builder after this long (default 6)")
+    build.add_argument("--keep-builder", action="store_true",
+                       help="on a failure, keep the builder to read its log")
+    build.add_argument("--dry-run", action="store_true",
+                       help="print the plan, the estimates and the builder's script")
+    for p in (setup, check, teardown, orch, nodes, upgrade, build):
         add_profile(p, default="gcp")

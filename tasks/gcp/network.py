@@ -42,6 +42,32 @@ def get_or_none(what: str, fn: Any) -> Any:
     return api_call(what, call)
 
 
+def wait_operation(clients: Clients, project: str, what: str, op: Any,
+                   region: str | None = None, zone: str | None = None) -> None:
+    """Wait for a zone, region or global operation to be DONE; its errors raised naming
+    `what`."""
+    if zone is not None:
+        ops = clients.compute("ZoneOperationsClient")
+        wait = lambda: ops.wait(project=project, zone=zone, operation=op.name)  # noqa: E731
+    elif region is None:
+        ops = clients.compute("GlobalOperationsClient")
+        wait = lambda: ops.wait(project=project, operation=op.name)  # noqa: E731
+    else:
+        ops = clients.compute("RegionOperationsClient")
+        wait = lambda: ops.wait(project=project, region=region, operation=op.name)  # noqa: E731
+    for _ in range(WAIT_ROUNDS):
+        if op.status.name == "DONE":
+            break
+        op = api_call(f"{what} (waiting on {op.name})", wait)
+    else:
+        raise GcpError(f"{what}: operation {op.name} still {op.status.name} after "
+                       f"{WAIT_ROUNDS} waits — see it with `gcloud compute operations "
+                       f"describe {op.name}`, then run the command again")
+    errors = list(op.error.errors) if op.error else []
+    if errors:
+        raise GcpError(f"{what}: " + "; ".join(f"{e.code}: {e.message}" for e in errors))
+
+
 class ComputeResource(Resource):
     """A Compute resource: its operations waited, their errors raised with the resource."""
 
@@ -51,27 +77,7 @@ class ComputeResource(Resource):
         self.clients = clients
 
     def wait(self, op: Any, region: str | None = None, zone: str | None = None) -> None:
-        p = self.spec.project
-        if zone is not None:
-            ops = self.clients.compute("ZoneOperationsClient")
-            wait = lambda: ops.wait(project=p, zone=zone, operation=op.name)  # noqa: E731
-        elif region is None:
-            ops = self.clients.compute("GlobalOperationsClient")
-            wait = lambda: ops.wait(project=p, operation=op.name)  # noqa: E731
-        else:
-            ops = self.clients.compute("RegionOperationsClient")
-            wait = lambda: ops.wait(project=p, region=region, operation=op.name)  # noqa: E731
-        for _ in range(WAIT_ROUNDS):
-            if op.status.name == "DONE":
-                break
-            op = api_call(f"{self} (waiting on {op.name})", wait)
-        else:
-            raise GcpError(f"{self}: operation {op.name} still {op.status.name} after "
-                           f"{WAIT_ROUNDS} waits — see it with `gcloud compute operations "
-                           f"describe {op.name}`, then run the command again")
-        errors = list(op.error.errors) if op.error else []
-        if errors:
-            raise GcpError(f"{self}: " + "; ".join(f"{e.code}: {e.message}" for e in errors))
+        wait_operation(self.clients, self.spec.project, str(self), op, region, zone)
 
     def call(self, verb: str, fn: Any, region: str | None = None,
              zone: str | None = None) -> None:

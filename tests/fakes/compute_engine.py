@@ -37,7 +37,8 @@ Simulated behaviour, on the wall clock (durations are attributes, in seconds):
                      merged scheduling is validated as Compute validates it (see _set_scheduling)
     max run duration `scheduling.maxRunDuration` + instanceTerminationAction STOP: RUNNING for
                      longer than the duration (× `run_duration_scale`, so tests run in fractions
-                     of a second) → STOPPING → TERMINATED, counted again from every RUNNING
+                     of a second) → STOPPING → TERMINATED, counted again from every RUNNING;
+                     DELETE: the instance and its autoDelete disks are gone then
     IAM              principals from the credentials (the JWT assertion sent to /token, or a
                      self-signed JWT); `enforce_iam = True` checks each call against roles granted
                      with `grant(principal, role, resource)` (off by default: everyone may do
@@ -544,7 +545,7 @@ class FakeComputeEngine(Served):
         inst.status = "RUNNING"
         inst.last_start = now
         inst.running_since = now
-        if inst.max_run_seconds is not None and inst.termination_action == "STOP":
+        if inst.max_run_seconds is not None and inst.termination_action in ("STOP", "DELETE"):
             # [limit]: the termination timestamp is set on every entry into RUNNING (a stopped
             # and restarted VM gets the whole duration again) and cleared when it stops
             inst.termination_at = now + inst.max_run_seconds * self.run_duration_scale
@@ -553,7 +554,10 @@ class FakeComputeEngine(Served):
             def expire() -> None:
                 if inst.generation == gen and inst.status == "RUNNING":
                     inst.max_run_stops += 1
-                    self._stop(inst, user="system")
+                    if inst.termination_action == "DELETE":  # [limit]: the VM is deleted
+                        self.network.delete_now(inst)
+                    else:
+                        self._stop(inst, user="system")
 
             self._at(inst.termination_at, expire)
         if self.on_start is not None and inst.metadata.get(AGENT_KEY, "running") != "stopped":
@@ -759,7 +763,8 @@ class FakeComputeEngine(Served):
             "networkInterfaces": [self._nic_json(inst)],
             # an inserted instance's boot disk ([ref] instances: disks[].source); add_instance's
             # instances predate the disk model and list none
-            "disks": [{"boot": True, "autoDelete": d["autoDelete"], "deviceName": d["name"],
+            "disks": [{"boot": d.get("boot", True), "autoDelete": d["autoDelete"],
+                       "deviceName": d.get("deviceName", d["name"]),
                        "source": f"{self.url}/compute/v1/projects/{self.project}/zones/"
                                  f"{inst.zone}/disks/{d['name']}"}
                       for (z, _), d in self.network.disks.items()

@@ -156,6 +156,7 @@ ROUTES = [(m, re.compile(p), h, v, k) for m, p, h, v, k in [
     ("GET", "global/images/family/(?P<family>[^/]+)", "_image_family", "getFromFamily",
      "images"),
     ("GET", f"global/images/{_N}", "_image_get", "get", "images"),
+    ("POST", "global/images", "_image_insert", "insert", "images"),
     ("GET", f"global/operations/{_N}", "_op_get", "get", "operations"),
     ("POST", f"global/operations/{_N}/wait", "_op_wait", "wait", "operations"),
     ("GET", f"{_R}/operations/{_N}", "_op_get", "get", "operations"),

@@ -132,6 +132,9 @@ class Image:
     created: float
     deprecated: str | None = None  # DEPRECATED | OBSOLETE | DELETED
     id: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    source_disk: str | None = None  # the URL of the disk it was made from (images.insert)
 
 
 @dataclass

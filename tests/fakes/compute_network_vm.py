@@ -26,8 +26,20 @@ kept (distinct nodes on one port), any other address must be a free host of the 
 range (400 otherwise) and is kept as given — not reachable, but what an address reservation
 and the firewall check see. accessConfigs → an external IP from 203.0.113.0/24.
 
-instances.delete: compute.instances.delete; STOPPING now, gone (with its autoDelete boot disk)
-when the operation is DONE.
+Disks: the boot disk from an image (first), then any blank disks (initializeParams without a
+sourceImage: the image builder's scratch disk), each with compute.disks.create.
+
+instances.delete: compute.instances.delete; STOPPING now, gone (with its autoDelete disks; the
+others are detached and kept) when the operation is DONE.
+
+images.insert [images-insert] from a zonal disk (sourceDisk): compute.images.create and
+compute.disks.useReadOnly; a disk whose instance is not TERMINATED is refused without
+forceCreate=true (400 resourceInUseByAnotherResource, "The disk resource '…' is already being
+used by '…'"); labels as "Requirements for labels" (cloud.google.com/compute/docs/
+labeling-resources) says; the image exists (READY, in its family) when the operation is DONE,
+with the disk's size. Source: cloud.google.com/compute/docs/reference/rest/v1/images/insert and
+"Create custom images" (cloud.google.com/compute/docs/images/create-custom: "stop the VM … or
+use --force").
 """
 
 from __future__ import annotations
@@ -225,6 +237,12 @@ class VmVerbs:
             "archiveSizeBytes": str(img.disk_size_gb * 2**28), "selfLink": link}
         if img.family:
             out["family"] = img.family
+        if img.labels:
+            out["labels"] = dict(img.labels)
+        if img.description:
+            out["description"] = img.description
+        if img.source_disk:
+            out["sourceDisk"] = img.source_disk
         if img.deprecated:
             out["deprecated"] = {"state": img.deprecated}
         return out
@@ -262,6 +280,50 @@ class VmVerbs:
             return err or rules.not_found(where)
         return 200, self.image_json(img)
 
+    def _image_insert(self, call: Call) -> Reply:
+        """[images-insert] images.insert from a zonal disk: compute.images.create on the image,
+        compute.disks.useReadOnly on the disk; a disk attached to a RUNNING instance is refused
+        unless forceCreate=true ("resourceInUseByAnotherResource"); labels as [labels] says; the
+        image is READY (getFromFamily sees it) when the operation is DONE, its diskSizeGb the
+        disk's size."""
+        from tests.fakes.compute_network_rules import Image
+
+        body, name = call.body, call.body.get("name")
+        where = f"projects/{self.project}/global/images/{name}"
+        try:
+            need(self.check(call, "compute.images.create", where))
+            need(rules.bad_name("name", name))
+            if body.get("family"):
+                need(rules.bad_name("family", body["family"]))
+            need(_labels_error(body.get("labels") or {}))
+            if not body.get("sourceDisk"):
+                need(rules.required("sourceDisk"))  # the only source the fake models
+            m = re.search(r"zones/([^/]+)/disks/([^/]+)$", body["sourceDisk"])
+            disk = self.disks.get((m.group(1), m.group(2))) if m else None
+            disk_where = (f"projects/{self.project}/zones/{m.group(1)}/disks/{m.group(2)}"
+                          if m else str(body["sourceDisk"]))
+            if disk is None:
+                need(rules.not_found(disk_where))
+            need(self.check(call, "compute.disks.useReadOnly", disk_where))
+            need(rules.exists(where) if (self.project, name) in self.images else None)
+            user = self.host.instances.get((m.group(1), disk["user"])) if disk["user"] else None
+            force = (call.query.get("forceCreate") or ["false"])[0].lower() == "true"
+            if user is not None and user.status != "TERMINATED" and not force:
+                need(rules.cerror(400, f"The disk resource '{disk_where}' is already being "
+                                  f"used by 'projects/{self.project}/zones/{m.group(1)}/"
+                                  f"instances/{user.name}'", "resourceInUseByAnotherResource"))
+        except Refused as r:
+            return r.reply
+        image_id = next(self._ids)
+
+        def ready() -> None:
+            self.images[(self.project, name)] = Image(
+                self.project, name, body.get("family"), int(disk["sizeGb"]), time.time(),
+                None, image_id, dict(body.get("labels") or {}), body.get("description") or "",
+                f"{self.host.url}/compute/v1/{disk_where}")
+
+        return self.operate(call, "insert", f"global/images/{name}", str(image_id), ready)
+
     def _source_image(self, call: Call, i: int, value: str | None) -> Image:
         field_ = f"disks[{i}].initializeParams.sourceImage"
         if not value:
@@ -284,34 +346,48 @@ class VmVerbs:
         return img
 
     # ---- instances.insert / delete [ref-instances] ---------------------------------------
-    def _boot_disk(self, call: Call, body: dict[str, Any], zone: str) -> dict[str, Any]:
+    def _disks(self, call: Call, body: dict[str, Any], zone: str) -> list[dict[str, Any]]:
+        """The boot disk from an image, then any blank disks (initializeParams without a
+        sourceImage: an image builder's scratch disk); each checked for compute.disks.create and
+        a free name."""
         disks = body.get("disks") or []
         boots = [i for i, d in enumerate(disks) if d.get("boot")]
-        if len(boots) != 1 or len(disks) != 1:
-            need(rules.invalid("disks", "", "Exactly one disk, the boot disk, is modelled "
+        if len(boots) != 1 or boots[0] != 0:
+            need(rules.invalid("disks", "", "Exactly one boot disk, the first, is modelled "
                                "by the fake."))
-        i = boots[0]
-        init = disks[i].get("initializeParams") or {}
-        if disks[i].get("source") or not init:
-            need(rules.required(f"disks[{i}].initializeParams"))
-        img = self._source_image(call, i, init.get("sourceImage"))
-        size = int(init.get("diskSizeGb") or img.disk_size_gb)
-        if size < img.disk_size_gb:
-            need(rules.invalid(f"disks[{i}].initializeParams.diskSizeGb", size, "Requested "
-                               "disk size cannot be smaller than the image size "
-                               f"({img.disk_size_gb} GB)"))
-        m = re.search(r"(?:zones/([^/]+)/)?diskTypes/([^/]+)$", init.get("diskType") or
-                      "diskTypes/pd-standard")
-        if m is None or m.group(1) not in (None, zone) or m.group(2) not in DISK_TYPES:
-            need(rules.not_found(f"projects/{self.project}/zones/{zone}/diskTypes/"
-                                 f"{(m and m.group(2)) or init.get('diskType')}"))
-        disk = init.get("diskName") or body["name"]
-        where = f"projects/{self.project}/zones/{zone}/disks/{disk}"
-        need(self.check(call, "compute.disks.create", where))
-        need(rules.exists(where) if (zone, disk) in self.disks else None)
-        return {"name": disk, "sizeGb": size, "type": m.group(2), "image": img.name,
-                "imageProject": img.project,
-                "autoDelete": disks[i].get("autoDelete", True), "user": body["name"]}
+        out = []
+        for i, d in enumerate(disks):
+            init = d.get("initializeParams") or {}
+            if d.get("source") or not init:
+                need(rules.required(f"disks[{i}].initializeParams"))
+            img = self._source_image(call, i, init.get("sourceImage")) if i == 0 else None
+            if i and init.get("sourceImage"):
+                need(rules.invalid(f"disks[{i}].initializeParams.sourceImage", "", "Only "
+                                   "blank additional disks are modelled by the fake."))
+            size = int(init.get("diskSizeGb") or (img.disk_size_gb if img else 0))
+            if img is not None and size < img.disk_size_gb:
+                need(rules.invalid(f"disks[{i}].initializeParams.diskSizeGb", size, "Requested "
+                                   "disk size cannot be smaller than the image size "
+                                   f"({img.disk_size_gb} GB)"))
+            if img is None and size < 1:
+                need(rules.required(f"disks[{i}].initializeParams.diskSizeGb"))
+            m = re.search(r"(?:zones/([^/]+)/)?diskTypes/([^/]+)$", init.get("diskType") or
+                          "diskTypes/pd-standard")
+            if m is None or m.group(1) not in (None, zone) or m.group(2) not in DISK_TYPES:
+                need(rules.not_found(f"projects/{self.project}/zones/{zone}/diskTypes/"
+                                     f"{(m and m.group(2)) or init.get('diskType')}"))
+            disk = init.get("diskName") or (body["name"] if i == 0 else
+                                            f"{body['name']}-{i}")
+            where = f"projects/{self.project}/zones/{zone}/disks/{disk}"
+            need(self.check(call, "compute.disks.create", where))
+            taken = (zone, disk) in self.disks or any(o["name"] == disk for o in out)
+            need(rules.exists(where) if taken else None)
+            out.append({"name": disk, "sizeGb": size, "type": m.group(2),
+                        "image": img.name if img else None,
+                        "imageProject": img.project if img else None, "boot": i == 0,
+                        "deviceName": d.get("deviceName") or disk,
+                        "autoDelete": d.get("autoDelete", True), "user": body["name"]})
+        return out
 
     def _nic_subnet(self, nic: dict[str, Any], region: str) -> Subnetwork:
         field_ = "networkInterfaces[0]"
@@ -441,17 +517,17 @@ class VmVerbs:
             need(rules.bad_name("name", name))
             machine, gpus = self._machine(body, zone)
             sched = self._scheduling(body, bool(gpus))
-            disk = self._boot_disk(call, body, zone)
+            disks = self._disks(call, body, zone)
             nic = self._nic(call, body, region)
             ident = self._identity(call, body, where)
             need(rules.exists(where) if (zone, name) in self.host.instances else None)
         except Refused as r:
             return r.reply
-        return self._create_vm(call, zone, name, machine, gpus, sched | nic | ident, disk)
+        return self._create_vm(call, zone, name, machine, gpus, sched | nic | ident, disks)
 
     def _create_vm(self, call: Call, zone: str, name: str, machine: str,
                    gpus: list[tuple[str, int]], fields: dict[str, Any],
-                   disk: dict[str, Any]) -> Reply:
+                   disks: list[dict[str, Any]]) -> Reply:
         from tests.fakes.compute_engine import FakeInstance  # the engine imports this module
 
         host = self.host
@@ -460,7 +536,8 @@ class VmVerbs:
         inst.metadata_fingerprint = "fp-" + hashlib.sha256(json.dumps(
             inst.metadata, sort_keys=True).encode()).hexdigest()[:12]
         host.instances[(zone, name)] = inst
-        self.disks[(zone, disk["name"])] = disk
+        for disk in disks:
+            self.disks[(zone, disk["name"])] = disk
         now = time.time()
         pending = now + host.op_pending_seconds
         op = host._new_op(inst, "insert", pending, pending + inst.boot_seconds,
@@ -492,8 +569,10 @@ class VmVerbs:
             "kind": "compute#disk", "name": d["name"], "sizeGb": str(d["sizeGb"]),
             "zone": f"{base}/{self.project}/zones/{zone}",
             "type": f"{base}/{self.project}/zones/{zone}/diskTypes/{d['type']}",
-            "sourceImage": f"{base}/{d['imageProject']}/global/images/{d['image']}",
-            "users": [f"{base}/{self.project}/zones/{zone}/instances/{d['user']}"],
+            **({"sourceImage": f"{base}/{d['imageProject']}/global/images/{d['image']}"}
+               if d.get("image") else {}),
+            "users": ([f"{base}/{self.project}/zones/{zone}/instances/{d['user']}"]
+                      if d["user"] else []),
             "selfLink": f"{base}/{self.project}/zones/{zone}/disks/{d['name']}"}
 
     def _vm_delete(self, call: Call, zone: str, name: str) -> Reply:
@@ -518,8 +597,45 @@ class VmVerbs:
             if host.instances.get((zone, name)) is inst:
                 del host.instances[(zone, name)]
             for key, d in list(self.disks.items()):
-                if key[0] == zone and d["user"] == name and d["autoDelete"]:
-                    del self.disks[key]
+                if key[0] == zone and d["user"] == name:
+                    if d["autoDelete"]:
+                        del self.disks[key]
+                    else:
+                        d["user"] = None  # detached, kept (and billed)
 
         host._at(pending + host.stop_seconds, gone)
         return 200, host._op_json(op)
+
+    def delete_now(self, inst: Any) -> None:
+        """[limit] instanceTerminationAction DELETE at the end of maxRunDuration: the instance
+        and its autoDelete disks are gone (Compute's own action: no caller, no permission)."""
+        host = self.host
+        inst.generation += 1
+        if inst.status != "TERMINATED":
+            host._leave_running(inst, "TERMINATED")
+        host.instances.pop((inst.zone, inst.name), None)
+        for key, d in list(self.disks.items()):
+            if key[0] == inst.zone and d["user"] == inst.name:
+                if d["autoDelete"]:
+                    del self.disks[key]
+                else:
+                    d["user"] = None
+
+
+_LABEL = re.compile(r"[a-z0-9_-]{0,63}")
+
+
+def _labels_error(labels: dict[str, Any]) -> Reply | None:
+    """[labels] "Requirements for labels" (cloud.google.com/compute/docs/labeling-resources):
+    at most 64; keys start with a lowercase letter; keys and values at most 63 characters of
+    lowercase letters, digits, underscores and dashes (the API's message, not its exact text
+    for every case)."""
+    if len(labels) > 64:
+        return rules.invalid("labels", "", "At most 64 labels.")
+    for k, v in labels.items():
+        if not (k[:1].islower() and _LABEL.fullmatch(k) and _LABEL.fullmatch(str(v))):
+            return rules.invalid("labels", "", f"Label key '{k}' or value '{v}' violates format "
+                                 "constraints. The key and the value can only contain lowercase "
+                                 "letters, numeric characters, underscores and dashes, at most "
+                                 "63 characters; the key must start with a lowercase letter.")
+    return None

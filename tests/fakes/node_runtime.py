@@ -37,7 +37,11 @@ modelled (each as the named document says):
   CAP_DAC_READ_SEARCH — it reads anything (the interpreter under root's home), and writes only
   where the user may: a folder the script left to root refuses the unit, as on a node.
 Power-off (stop, preemption) stops every unit and the script; the pid files of a boot live in
-the mapped /run, cleared at the next boot as a reboot clears /run.
+the mapped /run, cleared at the next boot as a reboot clears /run. The guest's own `reboot`
+(the instance stays RUNNING: units and script end, the script runs again, counted in the
+instance folder's `reboots`) and `poweroff` (the instance TERMINATED, as Compute records a
+guest shutdown) are shims too. `forbid`: paths of this machine a mapped script must not name
+(the repository, say): such a script is not run — it would run here, as root.
 
 The engine may be replaced (`unit_overrides={"slm-engine": argv}`) by a faster stand-in; the
 worker's unit may not: it runs the rendered ExecStart, mapped.
@@ -55,6 +59,8 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -63,7 +69,7 @@ from tests.fakes.loopback import JsonHandler, LoopbackServer
 from tests.support.paths import ROOT
 
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance"
-SHIMS = ("systemctl", "gcloud", "useradd", "id", "chown", "journalctl")
+SHIMS = ("systemctl", "gcloud", "useradd", "id", "chown", "journalctl", "reboot", "poweroff")
 FIRST_UID = 61000  # useradd's users: above any a test machine's /etc/passwd holds
 STRIPPED_ENV = ("PREFECT_API_URL", "PREFECT_API_KEY", "HF_HUB_OFFLINE", "HF_HOME",
                 "TRANSFORMERS_OFFLINE", "PYTHONPATH")
@@ -86,7 +92,7 @@ class FakeNode:
                  secrets: dict[str, str] | None = None, env: dict[str, str] | None = None,
                  unit_overrides: dict[str, list[str]] | None = None,
                  project: str = "test-project", only: set[str] | None = None,
-                 ownership: bool = False) -> None:
+                 ownership: bool = False, forbid: tuple[str, ...] = ()) -> None:
         from tasks.compute.gce.startup import WORKER_UNIT
 
         if unit_overrides and WORKER_UNIT in unit_overrides:
@@ -97,6 +103,9 @@ class FakeNode:
         self.overrides = dict(unit_overrides or {})
         self.project = project
         self.only = only  # the instance names it runs (None: all); another VM boots to nothing
+        # paths a mapped script must not name (it runs as root here): a script that still
+        # names one after the mapping is not run, and the refusal is in its log
+        self.forbid = forbid
         self.ownership = ownership and os.geteuid() == 0  # applied only where root can
         self.env = dict(env or {})  # on top of this process's environment at each boot
         self.fake: Any = None
@@ -126,18 +135,25 @@ class FakeNode:
         # the machine's environment: the shims stand where systemctl, gcloud, … are on a node
         base = {k: v for k, v in os.environ.items() if k not in STRIPPED_ENV}
         env = {**base, **self.env, "FAKE_NODE_DIR": str(d),
-               "PATH": f"{d / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}"}
+               "PATH": f"{d / 'bin'}:{self.env.get('PATH') or base.get('PATH', '/usr/bin:/bin')}"}
         (d / "config.json").write_text(json.dumps({
             "env": env, "overrides": self.overrides, "secrets": self.secrets,
             "project": self.project, "log": str(self.log_path(inst.zone, inst.name)),
-            "ownership": self.ownership, "root": str(self.root)}))
+            "ownership": self.ownership, "root": str(self.root),
+            "power_url": f"{self.metadata_url}/{inst.zone}/{inst.name}/power"}))
         for shim in SHIMS:
             path = d / "bin" / shim
             path.write_text(f"#!/bin/bash\nPYTHONPATH={shlex.quote(str(ROOT))} exec "
                             f"{shlex.quote(sys.executable)} -m tests.fakes.node_runtime {shim} \"$@\"\n")
             path.chmod(0o755)
         mapped = d / "startup-script.sh"
-        mapped.write_text(self.map_script(script, inst.zone, inst.name))
+        text = self.map_script(script, inst.zone, inst.name)
+        named = [p for p in self.forbid if p in text]
+        if named:
+            with open(self.log_path(inst.zone, inst.name), "a") as log:
+                log.write(f"fake node: not run, the mapped script names {named}\n")
+            return
+        mapped.write_text(text)
         with open(self.log_path(inst.zone, inst.name), "ab") as log:
             self._scripts[(inst.zone, inst.name)] = subprocess.Popen(
                 ["bash", str(mapped)], cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -210,6 +226,33 @@ class FakeNode:
         pattern = re.compile("|".join(re.escape(k) for k in keys))
         return pattern.sub(lambda m: mapping[m.group(0)], script)
 
+    def _power(self, zone: str, name: str, verb: str) -> None:
+        """The guest's `reboot` / `poweroff` (systemd's, from the script): a reboot ends every
+        unit and the script and boots again (the instance stays RUNNING, the startup script
+        runs again, /run is cleared); a poweroff ends the instance as Compute records a guest
+        shutdown (compute.instances.guestTerminate: TERMINATED, no caller). After the answer,
+        on a thread of its own: the shim that asked is one of the processes it ends."""
+
+        def act() -> None:
+            fake = self.fake
+            with fake._lock:
+                inst = fake.instances.get((zone, name))
+                if inst is None or inst.status != "RUNNING":
+                    return
+                if verb == "reboot":
+                    self.power_off(inst)
+                    with open(self.dir(zone, name) / "reboots", "a") as f:
+                        f.write("reboot\n")
+                    self.boot(inst)
+                else:
+                    now = time.time()
+                    op = fake._new_op(inst, "compute.instances.guestTerminate", now, now)
+                    op.running_at = op.done_at = now
+                    inst.generation += 1
+                    fake._leave_running(inst, "TERMINATED")
+
+        threading.Timer(0.05, act).start()
+
     # ---- the metadata server -------------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         node = self
@@ -219,6 +262,10 @@ class FakeNode:
                 self.send_body(code, text.encode(), "application/text")
 
             def _route(self, method: str) -> None:
+                power = re.fullmatch(r"/([^/]+)/([^/]+)/power/(reboot|poweroff)", self.path)
+                if power is not None and method == "POST":
+                    self._answer(200, "")
+                    return node._power(*power.groups())
                 m = re.fullmatch(r"/([^/]+)/([^/]+)/computeMetadata/v1/instance/(.*)",
                                  self.path.split("?")[0])
                 if self.headers.get("Metadata-Flavor") != "Google":
@@ -257,7 +304,36 @@ class FakeNode:
             def do_DELETE(self) -> None:  # noqa: N802
                 self._route("DELETE")
 
+            def do_POST(self) -> None:  # noqa: N802
+                self._route("POST")
+
         return Handler
+
+
+class ByName:
+    """Node runtimes by instance name, one fake Compute Engine's `node_runtime`: the image
+    builder runs with its stand-ins beside the nodes' own runtime (`default`)."""
+
+    def __init__(self, default: Any, **by_name: Any) -> None:
+        self.default, self.by_name = default, by_name
+
+    def attach(self, fake: Any) -> ByName:
+        fake.node_runtime = self
+        for runtime in (self.default, *self.by_name.values()):
+            runtime.fake = fake
+        return self
+
+    def _of(self, inst: Any) -> Any:
+        return self.by_name.get(inst.name, self.default)
+
+    def boot(self, inst: Any) -> None:
+        self._of(inst).boot(inst)
+
+    def power_off(self, inst: Any) -> None:
+        self._of(inst).power_off(inst)
+
+    def metadata_changed(self, inst: Any) -> None:
+        self._of(inst).metadata_changed(inst)
 
 
 # ---- units (used by the systemctl shim and by power-off) ---------------------------------------
@@ -601,6 +677,13 @@ def main(argv: list[str]) -> int:
         with open(d / "chown.log", "a") as f:
             f.write(" ".join(args) + "\n")
         return _chown(d, config, args) if config.get("ownership") else 0
+    if cmd in ("reboot", "poweroff"):  # systemd's: the machine goes down; this never returns
+        import urllib.request
+
+        urllib.request.urlopen(urllib.request.Request(  # noqa: S310 - the runtime's own server
+            f"{config['power_url']}/{cmd}", data=b"", method="POST"), timeout=10).read()
+        time.sleep(60)
+        return 1
     print(f"fake node: {cmd} is not modelled", file=sys.stderr)
     return 2
 

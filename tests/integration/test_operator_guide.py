@@ -45,10 +45,13 @@ from typing import Any
 import httpx
 import pytest
 
+from tasks.gcp.image import BUILDER
+from tests.fakes.node_runtime import ByName
 from tests.support.checkout import orchestrator_checkout
 from tests.support.gcp_world import BUCKET as GCP_BUCKET
 from tests.support.gcp_world import PROJECT as GCP_PROJECT
 from tests.support.gcp_world import empty_project
+from tests.support.image_builder import builder_node
 from tests.support.paths import ROOT
 from tests.support.prefect import prefect_server as start_server
 
@@ -58,7 +61,13 @@ GUIDE_PORT = 4200  # the guide's `prefect config set PREFECT_API_URL=http://127.
 
 def here(cmd: str, port: int) -> str:
     """The guide's command with its Prefect server's address moved to this run's port."""
-    return cmd.replace(f"127.0.0.1:{GUIDE_PORT}/", f"127.0.0.1:{port}/")
+    cmd = cmd.replace(f"127.0.0.1:{GUIDE_PORT}/", f"127.0.0.1:{port}/")
+    if cmd.startswith("slm-nightly gcp image build"):
+        # this profile's recipe trains a local tiny GGUF (its night runs here), not a hub id:
+        # the image is built for production's base, as recipes/production.yaml names it
+        cmd += (" --base-model allenai/Olmo-3-7B-Think@main"
+                " --base-gguf /opt/models/olmo-3-7b-think-f16.gguf")
+    return cmd
 RUN_WORDS = ("prefect", "slm-nightly", "export")
 NOT_HERE = {
     "gcloud": "Google Cloud's CLI: only a real project runs it",
@@ -127,6 +136,8 @@ def test_every_command_of_the_guide_is_classified() -> None:
         "slm-nightly gcp orchestrator --profile gcp --repo "
         "https://github.com/YOUR-ORG/slm-nightly",
         "prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api",
+        "slm-nightly gcp image build --profile gcp --repo "
+        "https://github.com/YOUR-ORG/slm-nightly",
         "prefect work-pool create slm-orchestrator --type process --overwrite",
         "prefect work-pool create slm-node --type process --overwrite",
         "slm-nightly deploy",
@@ -203,6 +214,11 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
                 monkeypatch.setenv(key, value)
             node = WorkerNode(tmp_path, fake=world.compute, at=(GCP_PROJECT, NODE_ZONE, "slm-node"))
             node.runtime.env.update(adc(world, NODE_SA))
+            # §3's builder runs its script with stand-ins (tests/support/image_builder.py)
+            # (its checkout mapped under tmp: the profile's project_dir is this repository)
+            builder = builder_node(tmp_path / "builder", world.compute, GCP_PROJECT,
+                                   project_dir=str(ROOT))
+            ByName(node.runtime, **{BUILDER: builder}).attach(world.compute)
             with temporary_settings({PREFECT_API_URL: api}):
                 from prefect.blocks.notifications import SlackWebhook
                 from prefect_gcp import GcsBucket
@@ -219,6 +235,7 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
                 yield {"orch": orch, "env": env, "api": api, "node": node, "tmp": home,
                        "bucket": GCP_BUCKET, "port": port, "gcp": world, "gcp_env": gcp_env}
             node.runtime.close()
+            builder.close()
 
 
 OPERATOR = 65534  # nobody: an account that owns nothing here but the operator's folder
@@ -261,15 +278,16 @@ def gcp_table() -> str:
 
 def operator_env(world: Any, home: Path) -> dict[str, str]:
     """§0: the operator's application-default credentials (a project owner), the fakes'
-    endpoints; the project's GPU quota granted (§1's person step), debian-cloud's image, and
-    the node image §3 built, in its family."""
+    endpoints; the project's GPU quota granted (§1's person step), debian-cloud's and
+    ubuntu-os-cloud's images (the orchestrator's, the image builder's)."""
     owner = f"operator@{GCP_PROJECT}.iam.gserviceaccount.com"
     world.iam.seed("operator")
     world.gcp.grant(f"serviceAccount:{owner}", "roles/owner")
     world.quotas.set_quota("GPUS-ALL-REGIONS-per-project", 1)
     world.compute.network.add_image("debian-12-bookworm-v20261201", "debian-12",
                                     project="debian-cloud")
-    world.compute.network.add_image("slm-node-20261204", "slm-node", disk_size_gb=240)
+    world.compute.network.add_image("ubuntu-2204-jammy-v20261120", "ubuntu-2204-lts",
+                                    project="ubuntu-os-cloud")
     return {**world.env(owner), **adc(world, owner, home)}
 
 
@@ -310,13 +328,17 @@ def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
     # §2: the CLI talks to the guide's server, from the profile `prefect config set` wrote
     assert f"http://127.0.0.1:{port}/api" in (sandbox["tmp"] / "orchestrator-home" /
                                              "profiles.toml").read_text()
+    # §3: the image `gcp image build` made, in the family, from the builder's boot disk
+    img = sandbox["gcp"].compute.network.family_image(GCP_PROJECT, "slm-node")
+    assert img is not None and img.labels["cuda"] == "12-8", img
+    assert (NODE_ZONE, BUILDER) not in sandbox["gcp"].compute.instances
     # §6: `gcp nodes` made the node from §3's image, at the image's size, and left it stopped
     # (the night started and stopped it again)
     world = sandbox["gcp"]
     node = world.compute.instances[(NODE_ZONE, "slm-node")]
     disk = world.compute.network.disks[(NODE_ZONE, "slm-node")]
-    assert (node.status, node.service_account, int(disk["sizeGb"])) == (
-        "TERMINATED", NODE_SA, 240), (vars(node), disk)
+    assert (node.status, node.service_account, int(disk["sizeGb"]), disk["image"]) == (
+        "TERMINATED", NODE_SA, 100, img.name), (vars(node), disk)
     # §5: the deployments, the schedules deployed paused and resumed by §7
     deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=10).json()
     assert sorted(d["name"] for d in deps) == ["extract", "node", "production", "production",

@@ -59,3 +59,29 @@ def test_journalctl_prints_the_units_last_lines(tmp_path: Path,
     assert capsys.readouterr().out == "l17\nl18\nl19\n"
     assert _journalctl(tmp_path, ["-u", "other"]) == 0
     assert capsys.readouterr().out == "-- No entries --\n"
+
+
+def test_a_script_that_names_a_forbidden_path_is_not_run(tmp_path: Path) -> None:
+    """`forbid`: after the mapping, a script that still names one of these paths of this
+    machine (it would run here, as root) is refused, in its log; a mapped one runs."""
+    from types import SimpleNamespace
+
+    from tests.fakes.node_runtime import FakeNode
+
+    target = tmp_path / "precious"
+    target.mkdir()
+    node = FakeNode(tmp_path / "nodes", paths={"/opt/x": str(tmp_path / "x")},
+                    forbid=(str(target),))
+    try:
+        inst = SimpleNamespace(zone="z", name="vm", metadata={
+            "startup-script": f"rm -rf {target}\n"})
+        node.boot(inst)
+        assert node.script_exit("z", "vm") is None and target.is_dir()
+        assert node.log("z", "vm") == (f"fake node: not run, the mapped script names "
+                                       f"{[str(target)]}\n")
+        inst.metadata["startup-script"] = "mkdir -p /opt/x/made\n"
+        node.boot(inst)
+        proc = node._scripts[("z", "vm")]
+        assert proc.wait(10) == 0 and (tmp_path / "x" / "made").is_dir()
+    finally:
+        node.close()

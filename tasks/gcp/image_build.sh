@@ -1,0 +1,160 @@
+#!/bin/bash
+# Rendered by `slm-nightly gcp image build` (tasks/gcp/image_build.sh, tasks/gcp/image.py): the
+# image builder's startup script. It runs as root at every boot of the builder; each step leaves
+# a marker in @{state}, so the boots after the driver's and the toolkit's reboots resume at the
+# first step not done. Progress and errors go to the guest attributes @{ns}/* (the command that
+# made the builder reads them); the builder is stopped and deleted by that command, or deleted
+# by its maximum run time (scheduling.maxRunDuration, instanceTerminationAction DELETE) if
+# nobody is waiting.
+set -Eeuo pipefail
+MD=@{metadata}
+STATE=@{state}
+SCRATCH=@{scratch}
+PROJECT_DIR=@{project_dir}
+VENV=$PROJECT_DIR/.venv
+attr() {  # attr KEY VALUE: a guest attribute under @{ns}/
+  curl -sS -X PUT -H 'Metadata-Flavor: Google' --data-binary "$2" "$MD/guest-attributes/@{ns}/$1" \
+    >/dev/null || echo "could not write guest attribute @{ns}/$1" >&2
+}
+fail() {  # fail MESSAGE: the error and the log's last lines to @{ns}/error, then stop
+  local tail_
+  tail_=$(tail -n 15 "$STATE/log" 2>/dev/null | tail -c 1200 || true)
+  echo "slm-nightly image build failed: $1" >&2
+  attr error "$(date +%s) step ${STEP:-start}: ${1:0:1500}; its last lines: $tail_"
+  exit 1
+}
+trap 'rc=$?; fail "line $LINENO: $BASH_COMMAND (exit $rc)"' ERR
+mkdir -p "$STATE"
+exec > >(tee -a "$STATE/log") 2>&1
+BOOT=$(( $(cat "$STATE/boots" 2>/dev/null || echo 0) + 1 ))
+echo "$BOOT" > "$STATE/boots"
+attr boots "$BOOT"
+STEPS=(@{steps})
+step() {  # step NAME: run do_NAME unless a marker says it is done
+  STEP=$1
+  local n=0 i
+  for i in "${!STEPS[@@]}"; do [ "${STEPS[$i]}" = "$1" ] && n=$((i + 1)); done
+  if [ -e "$STATE/done-$1" ]; then echo "== $1: done before"; return 0; fi
+  echo "== step $n/${#STEPS[@@]} $1 (boot $BOOT) $(date -u +%FT%TZ)"
+  attr step "$n/${#STEPS[@@]} $1 $(date +%s)"
+  "do_$1"
+  touch "$STATE/done-$1"
+  attr "done-$1" "$(date +%s)"
+}
+
+# --- the scratch disk: downloads and intermediates, never in the image ---
+# Mounted at every boot without an fstab entry (the image must not wait for a disk it lacks).
+if ! mountpoint -q "$SCRATCH"; then
+  dev=/dev/disk/by-id/google-@{scratch_device}
+  blkid "$dev" >/dev/null 2>&1 || mkfs.ext4 -q -F "$dev"
+  mkdir -p "$SCRATCH" && mount "$dev" "$SCRATCH"
+fi
+
+do_packages() {
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3.11-venv python3.11-dev cmake \
+    g++ git curl
+}
+# Google's installer (cloud.google.com/compute/docs/gpus/install-drivers-gpu): it may reboot the
+# VM and must be run again after the reboot, which the next boot of this script does;
+# --ignore-no-gpu installs on a builder that has no GPU (the driver loads on the node).
+do_driver() {
+  [ -e "$STATE/cuda_installer.pyz" ] || curl -fsSL -o "$STATE/cuda_installer.pyz" @{installer_url}
+  python3 "$STATE/cuda_installer.pyz" install_driver --installation-mode=repo --ignore-no-gpu
+}
+do_toolkit() {
+  python3 "$STATE/cuda_installer.pyz" install_cuda --installation-mode=repo --ignore-no-gpu
+  # the CUDA runtime on the loader's path: llama-server links libcudart/libcublas shared and
+  # systemd starts it with no LD_LIBRARY_PATH
+  mkdir -p /etc/ld.so.conf.d
+  echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/slm-cuda.conf
+  ldconfig
+}
+do_nvcc() {
+  local out
+  out=$(@{nvcc} --version) || fail "@{nvcc} --version failed: the CUDA toolkit is not installed"
+  release=$(printf '%s\n' "$out" | sed -n 's/.*release \([0-9][0-9.]*\),.*/\1/p' | head -n 1)
+  [ -n "$release" ] || fail "@{nvcc} --version names no release: $out"
+  echo "$release" > "$STATE/cuda-release"
+  attr cuda "$release"
+}
+do_checkout() {
+  id -u @{user} >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/@{user} @{user}
+  # a folder this build did not start is never deleted: a fresh builder has none
+  if [ -e "$PROJECT_DIR" ] && [ ! -e "$STATE/checkout-started" ]; then
+    fail "$PROJECT_DIR exists and this build did not make it: build on a fresh builder"
+  fi
+  touch "$STATE/checkout-started"
+  rm -rf "$PROJECT_DIR"
+  git clone -q @{repo} "$PROJECT_DIR"
+  git -C "$PROJECT_DIR" checkout -q @{ref}
+  git -C "$PROJECT_DIR" rev-parse HEAD > "$STATE/commit"
+  attr commit "$(cat "$STATE/commit")"
+  python3.11 -m venv "$VENV"
+}
+# llama.cpp for the L4 (tasks/llama_build.py: -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=89,
+# the compiler named by CUDACXX) for both the wheel and llama-server, before the project, so pip
+# never builds llama-cpp-python with its own flags.
+do_engine() {
+  CUDACXX=@{nvcc} SLM_BUILD_CACHE="$SCRATCH/build-cache" "$VENV/bin/python" \
+    -m tasks.llama_build install --variant cuda
+}
+do_project() {
+  "$VENV/bin/pip" install -q -e "$PROJECT_DIR"
+  "$VENV/bin/python" -m tasks.training.convert install
+}
+# The published safetensors, at the pinned revisions; intermediates are deleted as they go.
+do_download() {
+  export HF_HOME="$SCRATCH/hf-dl"
+  mkdir -p "$SCRATCH/src"
+  "$VENV/bin/hf" download @{model_repo} --revision @{model_revision} --local-dir "$SCRATCH/model-st"
+  "$VENV/bin/hf" download @{model_repo} --revision @{model_revision} \
+    --include 'tokenizer*' 'special_tokens_map.json' 'chat_template*' \
+    --local-dir "$SCRATCH/src/@{tokenizer_name}"
+  "$VENV/bin/hf" download @{base_repo} --revision @{base_revision} \
+    --local-dir "$SCRATCH/src/@{base_name}"
+  rm -rf "$SCRATCH/hf-dl"
+}
+do_convert() {
+  convert=$(ls "$VENV"/share/slm-nightly/*/convert_hf_to_gguf.py)
+  "$VENV/bin/python" "$convert" "$SCRATCH/model-st" --outtype f16 --outfile "$SCRATCH/model-f16.gguf"
+  rm -rf "$SCRATCH/model-st"
+  "$VENV/bin/python" "$convert" "$SCRATCH/src/@{base_name}" --outtype f16 \
+    --outfile "$SCRATCH/src/@{base_gguf_name}"
+}
+do_quantize() {
+  "$VENV/bin/python" -m tasks.image.quantize "$SCRATCH/model-f16.gguf" \
+    "$SCRATCH/src/@{model_name}" @{quant}
+  rm -f "$SCRATCH/model-f16.gguf"
+}
+do_weights() {
+  "$VENV/bin/slm-nightly" node prepare-weights --profile @{profile} --source "$SCRATCH/src"
+  rm -rf "$SCRATCH/src"
+}
+do_checks() {
+  "$VENV/bin/slm-nightly" node prepare-weights --profile @{profile} --check
+  "$VENV/bin/python" -m tasks.llama_build check
+  local server missing
+  server=$(readlink -f "$VENV/bin/llama-server")
+  missing=$(ldd "$server" | grep 'not found' || true)
+  [ -z "$missing" ] || fail "ldd $server: $(echo "$missing" | tr -s ' \t\n' ' ')— the CUDA \
+runtime is not on the loader's path (/etc/ld.so.conf.d/slm-cuda.conf, ldconfig)"
+  chown -R @{user}:@{user} "$PROJECT_DIR" @{hf_home}
+}
+do_seal() {
+  "$VENV/bin/python" -c 'import json, sys
+m = json.load(open(sys.argv[1]))["files"]
+print(m["model"]["sha256"], (m.get("base_gguf") or {}).get("sha256", "-"))' \
+    "$(dirname @{model_path})/weights-manifest.json" > "$STATE/sha256"
+  attr sha256 "$(cat "$STATE/sha256")"
+  rm -f "$STATE/cuda_installer.pyz"
+}
+
+for s in "${STEPS[@@]}"; do step "$s"; done
+STEP=done
+attr done "$(date +%s) $(cat "$STATE/commit") cuda $(cat "$STATE/cuda-release")"
+umount "$SCRATCH" || true
+# The command that waits on the build stops the builder once it reads `done`; if nobody does,
+# it powers off after @{linger} s, its disk kept for an image made by hand.
+sleep @{linger}
+poweroff

@@ -1,0 +1,200 @@
+"""`slm-nightly gcp image build` against the wire fakes: Google's client library drives the fake
+Compute Engine (tests/fakes/compute_engine.py: instances with a scratch disk, guest attributes,
+maxRunDuration with DELETE, images.insert from a disk), whose node runtime (tests/fakes/
+node_runtime.py) runs the rendered builder script with bash, as google-startup-scripts does.
+
+What stands in (recording each call to CALLS): the CUDA installer (it reboots the VM the first
+time each of its commands runs, as Google's installer may: cloud.google.com/compute/docs/gpus/
+install-drivers-gpu), nvcc (CUDA 12.8's --version text), apt-get, git, the venv's python, pip, hf
+and slm-nightly, the disk tools (blkid knows a file system once mkfs made one), ldd and
+ldconfig. The reboot and the final poweroff are the runtime's: the script really ends and
+really runs again. Real: bash, the script line by line, curl to the metadata server, the fake's
+API as the client library calls it."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks.gcp.image import BUILDER, ImageBuild, build_image, image_build
+from tasks.gcp.reconcile import GcpError
+from tests.fakes.node_runtime import FakeNode
+from tests.support.gcp_world import PROJECT, World, empty_project, gcp_profile, spec_of
+from tests.support.image_builder import BASE_BYTES, COMMIT, MODEL_BYTES, builder_node
+
+ZONE = "us-central1-a"
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    from tasks.gcp.setup import apply
+
+    with empty_project(tmp_path) as w:
+        spec = spec_of(gcp_profile(tmp_path / "p.toml"))
+        apply(spec, w.clients(), "setup", state_dir=tmp_path / "state-setup",
+              values={"prefect-api-key": b"pnu_x"}, say=lambda _: None)
+        w.compute.network.add_image("ubuntu-2204-jammy-v20261120", "ubuntu-2204-lts",
+                                    disk_size_gb=10, project="ubuntu-os-cloud")
+        yield w
+
+
+def _build(world: World, **kw: object) -> ImageBuild:
+    from blocks.node_serve import NodeServeSettings
+
+    return image_build(spec_of(world.tmp / "p.toml"), NodeServeSettings(),
+                       "allenai/Olmo-3-7B-Think@main", "/opt/models/olmo-3-7b-think-f16.gguf",
+                       repo="https://github.com/acme/slm-nightly", ref="v1.4",
+                       model="allenai/Olmo-3-32B-Think@0123abc", image="slm-node-test-1",
+                       **kw)  # type: ignore[arg-type]
+
+
+def _node(world: World) -> FakeNode:
+    node = builder_node(world.tmp, world.compute, PROJECT)
+    return node.attach(world.compute)
+
+
+def _calls(tmp: Path) -> list[str]:
+    return (tmp / "CALLS").read_text().splitlines()
+
+
+def test_the_build_runs_every_step_across_two_reboots_and_makes_a_labelled_image(
+        world: World) -> None:
+    node = _node(world)
+    old = world.compute.network.add_image("slm-node-20261101", "slm-node", disk_size_gb=200,
+                                          created=time.time() - 3600)
+    said: list[str] = []
+    try:
+        name = build_image(_build(world), world.clients(), say=said.append, poll_seconds=0.2)
+    finally:
+        node.close()
+    tmp = world.tmp
+    assert name == "slm-node-test-1"
+    calls = _calls(tmp)
+    # the step order, each step once although the script ran at three boots
+    first = [c.split()[0] if not c.startswith(("installer ", "python ", "hf ", "slm-nightly "))
+             else " ".join(c.split()[:3]) for c in calls]
+    assert first == [
+        "mkfs.ext4", "mount", "apt-get", "apt-get",
+        "installer install_driver --installation-mode=repo",  # reboots
+        "mount", "installer install_driver --installation-mode=repo",
+        "installer install_cuda --installation-mode=repo",  # reboots
+        "mount", "installer install_cuda --installation-mode=repo", "ldconfig",
+        "nvcc", "git", "git", "git", "python3.11",
+        "python -m tasks.llama_build", "pip", "python -m tasks.training.convert",
+        "hf download allenai/Olmo-3-32B-Think", "hf download allenai/Olmo-3-32B-Think",
+        "hf download allenai/Olmo-3-7B-Think",
+        f"python {tmp}/checkout/.venv/share/slm-nightly/0.3.36/convert_hf_to_gguf.py "
+        f"{tmp}/scratch/model-st", f"python {tmp}/checkout/.venv/share/slm-nightly/0.3.36/"
+        f"convert_hf_to_gguf.py {tmp}/scratch/src/Olmo-3-7B-Think",
+        "python -m tasks.image.quantize", "slm-nightly node prepare-weights",
+        "slm-nightly node prepare-weights", "python -m tasks.llama_build", "ldd", "umount"]
+    assert all("--ignore-no-gpu" in c for c in calls if c.startswith("installer"))
+    d = node.dir(ZONE, BUILDER)
+    assert (d / "reboots").read_text().split() == ["reboot", "reboot"]
+    assert f"python -m tasks.llama_build install --variant cuda CUDACXX={tmp}/cuda/nvcc" in calls
+    assert "hf download allenai/Olmo-3-32B-Think --revision 0123abc --local-dir " \
+        f"{tmp}/scratch/model-st" in calls
+    assert "python -m tasks.image.quantize " f"{tmp}/scratch/model-f16.gguf " \
+        f"{tmp}/scratch/src/Olmo-3-32B-Think-Q3_K_M.gguf Q3_K_M CUDACXX=" in calls
+    assert (d / "etc" / "ld.so.conf.d" / "slm-cuda.conf").read_text() == "/usr/local/cuda/lib64\n"
+    # intermediates deleted as the steps went; the checkout given to the service user
+    assert not (tmp / "scratch" / "model-f16.gguf").exists()
+    assert not (tmp / "scratch" / "src").exists()
+    assert f"-R slm:slm {tmp}/checkout {tmp}/hf" in (d / "chown.log").read_text()
+    # the image: the builder's boot disk, in the family, labelled; the older image kept
+    img = world.clients().compute("ImagesClient").get_from_family(project=PROJECT,
+                                                                  family="slm-node")
+    model = hashlib.sha256(MODEL_BYTES).hexdigest()
+    base = hashlib.sha256(BASE_BYTES).hexdigest()
+    assert (img.name, img.disk_size_gb) == ("slm-node-test-1", 100)
+    assert dict(img.labels) == {"made-by": "slm-nightly", "commit": COMMIT[:12],
+                                "llama-cpp-python": "0-3-36", "cuda": "12-8",
+                                "model-sha256": model[:16], "base-sha256": base[:16]}
+    assert model in img.description and base in img.description
+    assert img.source_disk.endswith(f"/zones/{ZONE}/disks/{BUILDER}")
+    assert (PROJECT, old.name) in world.compute.network.images
+    # the builder and both its disks are gone
+    assert (ZONE, BUILDER) not in world.compute.instances
+    assert not [k for k in world.compute.network.disks if k[1].startswith(BUILDER)]
+    assert "  builder: cuda 12.8" in said and f"  builder: commit {COMMIT}" in said
+    assert "  builder: step 13/13 seal" in said
+
+
+def test_a_missing_cuda_library_fails_the_build_naming_it_and_the_builder_is_deleted(
+        world: World) -> None:
+    (world.tmp / "ldd-missing").touch()
+    node = _node(world)
+    try:
+        with pytest.raises(GcpError) as e:
+            build_image(_build(world), world.clients(), say=lambda _: None, poll_seconds=0.2)
+    finally:
+        node.close()
+    msg = str(e.value)
+    assert "image build failed on slm-image-builder" in msg
+    assert "libcublas.so.12 => not found" in msg and "ldconfig" in msg
+    assert "step checks: ldd " in msg
+    assert (ZONE, BUILDER) not in world.compute.instances
+    assert world.compute.network.family_image(PROJECT, "slm-node") is None
+
+
+def test_a_builder_nobody_finishes_is_deleted_at_its_maximum_run_time(world: World) -> None:
+    """The installer hangs; Compute deletes the builder at maxRunDuration (DELETE), and the
+    command says so instead of waiting."""
+    world.compute.run_duration_scale = 1 / 1800  # 1 h of maxRunDuration = 2 s
+    node = _node(world)
+    (world.tmp / "installer.pyz").write_text("import time; time.sleep(120)\n")
+    try:
+        with pytest.raises(GcpError, match="is gone before it finished"):
+            build_image(_build(world, max_run_hours=1), world.clients(), say=lambda _: None,
+                        poll_seconds=0.2)
+    finally:
+        node.close()
+    assert (ZONE, BUILDER) not in world.compute.instances
+    assert not [k for k in world.compute.network.disks if k[1].startswith(BUILDER)]
+
+
+def test_dry_run_prints_the_plan_and_a_script_bash_accepts(world: World,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    from flows.cli import main
+
+    assert main(["gcp", "image", "build", "--repo", "https://github.com/acme/slm-nightly",
+                 "--profile", str(world.tmp / "p.toml"), "--name", "slm-node-x",
+                 "--base-model", "allenai/Olmo-3-7B-Think@main", "--base-gguf",
+                 "/opt/models/olmo-3-7b-think-f16.gguf", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    plan, _, script = out.partition("\nthe builder's startup script:\n\n")
+    lines = plan.splitlines()
+    assert lines[0] == f"gcp image build (dry run): project {PROJECT}, zone {ZONE}"
+    assert [ln.split(":")[0].strip() for ln in lines if ln.startswith("  step")] == [
+        f"step {i}/13 {s}" for i, s in enumerate(
+            ["packages", "driver", "toolkit", "nvcc", "checkout", "engine", "project",
+             "download", "convert", "quantize", "weights", "checks", "seal"], 1)]
+    assert "boot disk 100 GB" in lines[1] and "at most 6 h then deleted by Compute" in lines[1]
+    assert lines[-2] == ("instances.stop slm-image-builder once it reports done; "
+                         "instances.delete slm-image-builder (both disks with it)")
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    assert "install_driver --installation-mode=repo --ignore-no-gpu" in script
+    assert (ZONE, BUILDER) not in world.compute.instances
+
+
+def test_a_checkout_folder_the_build_did_not_make_is_never_deleted(world: World) -> None:
+    """The checkout step deletes its folder to clone again after an interrupted run: only a
+    folder this build started. One that was there before (not a fresh builder) stops the
+    build, untouched."""
+    keep = world.tmp / "checkout" / "precious.txt"
+    keep.parent.mkdir()
+    keep.write_text("mine")
+    node = _node(world)
+    try:
+        with pytest.raises(GcpError, match=r"step checkout: .*/checkout exists and this build "
+                           "did not make it: build on a fresh builder"):
+            build_image(_build(world), world.clients(), say=lambda _: None, poll_seconds=0.2)
+    finally:
+        node.close()
+    assert keep.read_text() == "mine"
+    assert "git clone" not in (world.tmp / "CALLS").read_text()
