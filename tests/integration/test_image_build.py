@@ -18,6 +18,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,3 +199,27 @@ def test_a_checkout_folder_the_build_did_not_make_is_never_deleted(world: World)
         node.close()
     assert keep.read_text() == "mine"
     assert "git clone" not in (world.tmp / "CALLS").read_text()
+
+
+def test_quantize_writes_the_type_llama_cpp_names_and_refuses_an_unknown_one(
+        olmo3_tiny: dict[str, Any], tmp_path: Path) -> None:
+    """The builder's quantize step on the tiny OLMo 3's F32 GGUF: llama.cpp's own quantizer
+    writes general.file_type 7 (LLAMA_FTYPE_MOSTLY_Q8_0 in llama.h) and Q8_0 tensors, through
+    a .part file renamed into place; an unknown type is refused naming llama.cpp's types."""
+    import gguf
+
+    from tasks.errors import ConfigError
+    from tasks.image.quantize import quantize
+
+    out = tmp_path / "olmo3-tiny-Q8_0.gguf"
+    quantize(olmo3_tiny["gguf"], out, "q8_0")
+    reader = gguf.GGUFReader(out)
+    assert int(reader.fields["general.file_type"].contents()) == 7
+    types = {t.tensor_type.name for t in reader.tensors if t.name.endswith("attn_q.weight")}
+    assert types == {"Q8_0"}
+    assert not (tmp_path / "olmo3-tiny-Q8_0.gguf.part").exists()
+    with pytest.raises(ConfigError, match=r"quantization type 'Q3_X': not one of llama.cpp's "
+                       r"\(.*Q3_K_M.*\)"):
+        quantize(olmo3_tiny["gguf"], tmp_path / "x.gguf", "Q3_X")
+    with pytest.raises(ConfigError, match="is not a file — convert the model to a GGUF first"):
+        quantize(tmp_path / "missing.gguf", tmp_path / "y.gguf", "Q8_0")
