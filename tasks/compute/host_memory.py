@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.compute.kv_budget import GIB, KV_BYTES
+from tasks.compute.kv_budget import GIB, KV_BYTES, largest
 
 MIB = 1024**2
 # Per SWA cell, the metadata a checkpoint writes before the rows (src/llama-kv-cache.cpp
@@ -170,19 +170,13 @@ def host_fit(slots: int, context_tokens: int, *, ctx_checkpoints: int, cache_ram
 def most_checkpoints(slots: int, context_tokens: int, **settings: int | float | str | bool
                      ) -> int:
     """The most context checkpoints per slot that fit (-1: not even none)."""
-    n = -1
-    while host_fit(slots, context_tokens, **{**settings, "ctx_checkpoints": n + 1}).fits:  # type: ignore[arg-type]
-        n += 1
-        if n >= 64:
-            break
-    return n
+    def fits(n: int) -> bool:
+        kw = {**settings, "ctx_checkpoints": n}
+        return host_fit(slots, context_tokens, **kw).fits  # type: ignore[arg-type]
+
+    return largest(fits, start=0, limit=64)
 
 
 def most_slots(context_tokens: int, **settings: int | float | str | bool) -> int:
     """The most slots that fit with these settings (0: not even one)."""
-    n = 0
-    while host_fit(n + 1, context_tokens, **settings).fits:  # type: ignore[arg-type]
-        n += 1
-        if n >= 1024:
-            break
-    return n
+    return largest(lambda n: host_fit(n, context_tokens, **settings).fits)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ the figure is an estimate, and says so. The first night on a GPU confirms it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 GIB = 1024**3
@@ -82,11 +83,15 @@ def kv_fit(slots: int, context_tokens: int, *, layers: int, kv_heads: int, head_
                  card_gib)
 
 
+def largest(fits: Callable[[int], bool], start: int = 1, limit: int = 1024) -> int:
+    """The largest n (start ≤ n ≤ limit) that fits, counting up from `start`; start - 1 when
+    not even `start` fits."""
+    n = start - 1
+    while n < limit and fits(n + 1):
+        n += 1
+    return n
+
+
 def largest_fit(context_tokens: int, **shape: float | int | str) -> int:
     """The most slots of `context_tokens` that fit (0: not even one)."""
-    n = 0
-    while kv_fit(n + 1, context_tokens, **shape).fits:  # type: ignore[arg-type]
-        n += 1
-        if n >= 1024:
-            break
-    return n
+    return largest(lambda n: kv_fit(n, context_tokens, **shape).fits)  # type: ignore[arg-type]
