@@ -223,3 +223,29 @@ def test_quantize_writes_the_type_llama_cpp_names_and_refuses_an_unknown_one(
         quantize(olmo3_tiny["gguf"], tmp_path / "x.gguf", "Q3_X")
     with pytest.raises(ConfigError, match="is not a file — convert the model to a GGUF first"):
         quantize(tmp_path / "missing.gguf", tmp_path / "y.gguf", "Q8_0")
+
+
+def test_a_finished_builder_nobody_stops_powers_itself_off(world: World,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """`done`, then nobody stops it (the command was interrupted): the script powers the VM off
+    after LINGER_SECONDS, a guest shutdown Compute records as TERMINATED; the boot disk is kept
+    for an image made by hand."""
+    from tasks.gcp import image
+    from tasks.gcp.image import Builder
+
+    monkeypatch.setattr(image, "LINGER_SECONDS", 1)
+    node = _node(world)
+    try:
+        builder = Builder(_build(world), world.clients(), say=lambda _: None)
+        builder.insert()
+        deadline = time.monotonic() + 120
+        while builder.status() != "TERMINATED" and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        node.close()
+    assert builder.status() == "TERMINATED"
+    assert builder.attributes()["done"].endswith(f"{COMMIT} cuda 12.8")
+    ops = [op.op_type for op in world.compute.operations.values() if op.target.name == BUILDER]
+    assert ops[-1] == "compute.instances.guestTerminate", ops
+    assert (ZONE, BUILDER) in world.compute.network.disks
