@@ -80,6 +80,9 @@ MUTATE_PACE := tasks.capacity.* tasks.extraction.pacing.*
 # Issue 37: the rows a graph store refuses before any Cypher, and batches cut by bytes.
 MUTATE_GRAPH := tasks.graph.store.x_value_bytes__* tasks.graph.store.x_sized_batches__* \
 	tasks.graph.store.x__property_problem__* tasks.graph.store.x_check_row__*
+# Issue 39: the node's host-RAM estimate, the image build's plan and labels.
+MUTATE_NODE := tasks.compute.host_memory.* tasks.gcp.image.x__label__* \
+	tasks.gcp.image.x_labels__* tasks.gcp.image.x*ImageBuild* tasks.gcp.image.x_image_build__*
 MUTATE := tasks.extraction.plan.x_plan__* tasks.extraction.schema.x_map_*__* \
 	tasks.extraction.schema.x__relabel__* tasks.extraction.resolve.* \
 	tasks.corpus.scorecard.x__row_rules__* tasks.corpus.scorecard.x__ties__* \
@@ -98,7 +101,8 @@ MUTATE := tasks.extraction.plan.x_plan__* tasks.extraction.schema.x_map_*__* \
 	tasks.llama_build.x_add_to_wheel__* tasks.compute.kv_budget.* \
 	tasks.environment.x_differences__* tasks.environment.x_digest__* tasks.environment.x__name__* \
 	tasks.code_version.x_code_files__* tasks.code_version.x_code_version__* \
-	tasks.code_version.x_code_folder__* $(MUTATE_QUALITY) $(MUTATE_PACE) $(MUTATE_GRAPH)
+	tasks.code_version.x_code_folder__* $(MUTATE_QUALITY) $(MUTATE_PACE) $(MUTATE_GRAPH) \
+	$(MUTATE_NODE)
 mutation: $(STAMP)
 	rm -rf mutants
 	nice $(VENV)/bin/mutmut run --max-children 2 $(MUTATE) > /dev/null
