@@ -55,7 +55,7 @@ from tasks.compute.inference_server import llama_server_args, server_ready  # no
 from tasks.extraction.chunking import chunks  # noqa: E402
 from tasks.extraction.documents import scan  # noqa: E402
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema  # noqa: E402
-from tasks.extraction.llm import structured_output  # noqa: E402
+from tasks.extraction.llm import LLMClient  # noqa: E402
 from tasks.extraction.prompt import system_prompt, user_prompt  # noqa: E402
 from tasks.extraction.schema import Extraction, json_schema, parse_answer  # noqa: E402
 from tasks.llama_cpp import require_server  # noqa: E402
@@ -235,12 +235,11 @@ def main() -> None:
                 host_gib=node.host_memory_gib).text()}
         schema = json_schema(24, 24)
         budget = endpoint.reasoning_budget_tokens
-        body = {"model": endpoint.model, "max_tokens": endpoint.max_output_tokens,
-                "temperature": 0.0,
-                "messages": [{"role": "system", "content": system_prompt(default_schema())},
-                             {"role": "user", "content": TEXT}],
-                **structured_output("llama.cpp", schema, budget is not None),
-                **({"reasoning_budget_tokens": budget} if budget is not None else {})}
+        # the night's client's own request (raw here: reasoning_content is looked at)
+        client = LLMClient(url, endpoint.model, dialect="llama.cpp", reasoning_budget=budget,
+                           max_output_tokens=endpoint.max_output_tokens)
+        body = {**client.request_body(system_prompt(default_schema()), TEXT, schema),
+                "temperature": 0.0}
         t0 = time.monotonic()
         r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=1800)
         one: dict[str, Any] = {"status": r.status_code, "seconds": round(time.monotonic() - t0, 2)}

@@ -194,6 +194,18 @@ class Usage:
 
 
 @dataclass
+class _Attempts:
+    """What one chunk's attempts have found so far (LLMClient.extract)."""
+
+    last_error: str = "no attempt made"
+    down: bool = False  # the last attempt found the server gone (a transport error of _DOWN)
+    cut: bool = False  # the last answer was cut at max_tokens (resample_cut)
+    answered: bool = False  # some attempt got an answer from the model (usable or not)
+    resend: int = 0  # unusable answers so far: each one changes the next request's sampling
+    url: str = ""  # the endpoint the last attempt went to
+
+
+@dataclass
 class LLMClient:
     base_url: str
     model: str
@@ -321,8 +333,30 @@ class LLMClient:
         `resample_cut`: the chunk cannot be split further, so an answer cut at max_tokens is
         treated as unusable (resent with other sampling) before ChunkTooLong is raised.
         `history`: messages after the user's (a gleaning pass: the first answer, then the ask
-        for what it missed). `ontology`: the graph schema the answer's labels map onto."""
+        for what it missed). `ontology`: the graph schema the answer's labels map onto.
+
+        Each attempt: `_send` (paced, to the endpoint with room), `_judge` (the answer parsed,
+        or why not), then `_wait_to_retry`; `_given_up` says why when none was usable."""
         assert self._clients and self.pacing is not None, "use 'async with LLMClient'"
+        body = self.request_body(system, user, schema, history)
+        tries = _Attempts()
+        for attempt in range(self.max_retries + 1):
+            tries.cut = False  # (of this attempt: the last one decides what is raised)
+            resp = await self._send(body, attempt, tries)
+            retry_after = None
+            if resp is not None:
+                answer, retry_after = self._judge(resp, schema, ontology, resample_cut,
+                                                  attempt, tries)
+                if answer is not None:
+                    return answer
+            if attempt < self.max_retries:
+                await self._wait_to_retry(attempt, retry_after, tries.last_error)
+        raise self._given_up(tries)
+
+    def request_body(self, system: str, user: str, schema: dict[str, Any],
+                     history: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        """The request every attempt sends (before its sampling and lora list): the messages,
+        max_tokens, the dialect's structured output for `schema`, the reasoning budget."""
         body = {
             "model": self.model,
             "messages": [{"role": "system", "content": system},
@@ -332,106 +366,125 @@ class LLMClient:
         }
         if self.reasoning_budget is not None:
             body["reasoning_budget_tokens"] = self.reasoning_budget
-        last_error = "no attempt made"
-        down = cut = False
-        answered = False  # some attempt got an answer from the model (usable or not)
-        resend = 0  # unusable answers so far: each one changes the next request's sampling
-        for attempt in range(self.max_retries + 1):
-            retry_after = None
-            cut = False  # (of this attempt: the last one decides what is raised)
-            ep, ticket = await self.pacing.acquire(self.deadline, self.max_output_tokens,
-                                                   self.timeout_seconds)
-            if attempt:
-                self.usage.retries += 1
-            self.usage.calls += 1
-            timeout = ep.timeout(self.max_output_tokens, self.timeout_seconds)
-            outcome: Outcome = "other"
-            tokens = 0
-            lora = self._lora.get(ep.url)
-            payload = {**body, **self.sampling(resend), **({"lora": lora} if lora else {})}
-            try:
-                if self.dialect == "llama.cpp":
-                    resp = await _streamed(self._clients[ep.url], payload, timeout[0])
-                else:
-                    resp = await self._clients[ep.url].post(
-                        "/v1/chat/completions", timeout=timeout[0], json=payload)
-            except (httpx.TransportError, httpx.TimeoutException) as e:
-                last_error = self._transport_error(e, ep.url, timeout)
-                down = isinstance(e, _DOWN)
-                # (in a thread: it may wait a moment for a server that is still exiting)
-                died = await asyncio.to_thread(self.server_exit) \
-                    if down and self.server_exit else None
-                if died:
-                    await self.pacing.release(ep, ticket, "down")
-                    raise ServerDied(f"{died}\n(the request to {ep.url} failed: "
-                                     f"{last_error})") from e
-                outcome = ("down" if down or isinstance(e, httpx.ConnectTimeout)
-                           else "timeout" if isinstance(e, httpx.TimeoutException) else "other")
-                await self.pacing.release(ep, ticket, outcome)
+        return body
+
+    async def _send(self, body: dict[str, Any], attempt: int,
+                    tries: _Attempts) -> httpx.Response | None:
+        """One attempt on the wire, paced: the response, or None after a transport error
+        (recorded in `tries`); ServerDied when the server this run started is gone."""
+        assert self.pacing is not None
+        ep, ticket = await self.pacing.acquire(self.deadline, self.max_output_tokens,
+                                               self.timeout_seconds)
+        if attempt:
+            self.usage.retries += 1
+        self.usage.calls += 1
+        timeout = ep.timeout(self.max_output_tokens, self.timeout_seconds)
+        tries.url = ep.url
+        lora = self._lora.get(ep.url)
+        payload = {**body, **self.sampling(tries.resend), **({"lora": lora} if lora else {})}
+        try:
+            if self.dialect == "llama.cpp":
+                resp = await _streamed(self._clients[ep.url], payload, timeout[0])
             else:
-                down = False
-                if resp.status_code not in _NOT_ANSWERED:
-                    answered = True
-                if resp.status_code == 200:
-                    outcome, tokens = "ok", _completion_tokens(resp)
-                elif resp.status_code in (429, 503):
-                    outcome = "busy"  # the server says it is full: a signal for its limit
-                await self.pacing.release(ep, ticket, outcome, tokens)
-                if resp.status_code == 200:
-                    try:
-                        return self._parse(resp.json(), schema, ontology)
-                    except ChunkTooLong as e:
-                        if not resample_cut:
-                            raise
-                        # greedy decoding that loops (a small model repeating an entity) ends
-                        # at max_tokens every time; another sample may close the JSON
-                        self.usage.unusable("(answer): cut at max_tokens")
-                        last_error, cut = str(e), True
-                        resend += 1
-                    except SchemaViolation as e:
-                        # Off-schema JSON (the server did not hold the model to the schema):
-                        # another sample may do better.
-                        self.usage.unusable(e.bound)
-                        last_error = (f"unusable output: {e} — the answer breaks the schema "
-                                      "the request sent")
-                        resend += 1
-                    except ValidationError as e:
-                        err = e.errors()[0]
-                        where = ".".join(str(x) for x in err["loc"]) or "(answer)"
-                        self.usage.unusable(f"{re.sub(r'[.]([0-9]+)', '[]', where)}: "
-                                            f"{err['type']}")
-                        last_error = f"unusable output: {where}: {err['msg']}"
-                        resend += 1
-                    except json.JSONDecodeError as e:  # truncated JSON without a 'length' finish
-                        self.usage.unusable("not JSON")
-                        last_error = f"malformed response: {type(e).__name__}: {e}"
-                        resend += 1
-                    except (KeyError, TypeError, IndexError) as e:
-                        last_error = (f"malformed response: {type(e).__name__}: {e} — not an "
-                                      "OpenAI chat completion; check the inference block's "
-                                      "base_url and dialect")
-                elif resp.status_code == 400 and _CONTEXT_ERROR.search(resp.text):
-                    raise ChunkTooLong(f"endpoint rejected the prompt as too long: "
-                                       f"{resp.text[:200]}", attempt + 1)
-                elif resp.status_code in _RETRY_STATUS:
-                    last_error = f"HTTP {resp.status_code}: {resp.text[:200] or '(empty body)'}"
-                    retry_after = resp.headers.get("retry-after")
-                else:
-                    raise LLMError(f"HTTP {resp.status_code} from {ep.url}: "
-                                   f"{resp.text[:300] or '(empty body)'} — check the inference "
-                                   "block's model and dialect", attempt + 1)
-            if attempt < self.max_retries:
-                wait = self._backoff(attempt, retry_after)
-                if self.deadline is not None and time.time() + wait + self.pacing.min_estimate(
-                        self.max_output_tokens, self.timeout_seconds) > self.deadline:
-                    raise Deferred(f"a retry after {wait:.1f} s would end past the deadline "
-                                   f"(last attempt: {last_error})")
-                await asyncio.sleep(wait)
-        if cut:
-            raise ChunkTooLong(f"{last_error} (also after {resend - 1} resends with other "
-                               "sampling)", self.max_retries + 1)
-        raise LLMError(f"gave up after {self.max_retries + 1} attempts: {last_error}",
-                       self.max_retries + 1, endpoint_down=down, unanswered=not answered)
+                resp = await self._clients[ep.url].post(
+                    "/v1/chat/completions", timeout=timeout[0], json=payload)
+        except (httpx.TransportError, httpx.TimeoutException) as e:
+            tries.last_error = self._transport_error(e, ep.url, timeout)
+            tries.down = isinstance(e, _DOWN)
+            # (in a thread: it may wait a moment for a server that is still exiting)
+            died = await asyncio.to_thread(self.server_exit) \
+                if tries.down and self.server_exit else None
+            if died:
+                await self.pacing.release(ep, ticket, "down")
+                raise ServerDied(f"{died}\n(the request to {ep.url} failed: "
+                                 f"{tries.last_error})") from e
+            outcome: Outcome = ("down" if tries.down or isinstance(e, httpx.ConnectTimeout)
+                                else "timeout" if isinstance(e, httpx.TimeoutException)
+                                else "other")
+            await self.pacing.release(ep, ticket, outcome)
+            return None
+        tries.down = False
+        if resp.status_code not in _NOT_ANSWERED:
+            tries.answered = True
+        tokens = 0
+        outcome = "other"
+        if resp.status_code == 200:
+            outcome, tokens = "ok", _completion_tokens(resp)
+        elif resp.status_code in (429, 503):
+            outcome = "busy"  # the server says it is full: a signal for its limit
+        await self.pacing.release(ep, ticket, outcome, tokens)
+        return resp
+
+    def _judge(self, resp: httpx.Response, schema: dict[str, Any],
+               ontology: GraphSchema | None, resample_cut: bool, attempt: int,
+               tries: _Attempts) -> tuple[Extraction | None, str | None]:
+        """(the answer, None) when usable; (None, Retry-After) when another attempt may do
+        better (why: `tries.last_error`); raises what no retry can mend."""
+        if resp.status_code == 200:
+            try:
+                return self._parse(resp.json(), schema, ontology), None
+            except ChunkTooLong as e:
+                if not resample_cut:
+                    raise
+                # greedy decoding that loops (a small model repeating an entity) ends at
+                # max_tokens every time; another sample may close the JSON
+                self._unusable(tries, "(answer): cut at max_tokens", str(e))
+                tries.cut = True
+            except SchemaViolation as e:
+                # Off-schema JSON (the server did not hold the model to the schema): another
+                # sample may do better.
+                self._unusable(tries, e.bound, f"unusable output: {e} — the answer breaks the "
+                               "schema the request sent")
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"]) or "(answer)"
+                self._unusable(tries, f"{re.sub(r'[.]([0-9]+)', '[]', where)}: {err['type']}",
+                               f"unusable output: {where}: {err['msg']}")
+            except json.JSONDecodeError as e:  # truncated JSON without a 'length' finish
+                self._unusable(tries, "not JSON",
+                               f"malformed response: {type(e).__name__}: {e}")
+            except (KeyError, TypeError, IndexError) as e:
+                tries.last_error = (f"malformed response: {type(e).__name__}: {e} — not an "
+                                    "OpenAI chat completion; check the inference block's "
+                                    "base_url and dialect")
+            return None, None
+        if resp.status_code == 400 and _CONTEXT_ERROR.search(resp.text):
+            raise ChunkTooLong(f"endpoint rejected the prompt as too long: {resp.text[:200]}",
+                               attempt + 1)
+        if resp.status_code in _RETRY_STATUS:
+            tries.last_error = f"HTTP {resp.status_code}: {resp.text[:200] or '(empty body)'}"
+            return None, resp.headers.get("retry-after")
+        raise LLMError(f"HTTP {resp.status_code} from {tries.url}: "
+                       f"{resp.text[:300] or '(empty body)'} — check the inference block's "
+                       "model and dialect", attempt + 1)
+
+    def _unusable(self, tries: _Attempts, reason: str, error: str) -> None:
+        """An answer that cannot be used: counted by reason, resent with other sampling."""
+        self.usage.unusable(reason)
+        tries.last_error = error
+        tries.resend += 1
+
+    async def _wait_to_retry(self, attempt: int, retry_after: str | None,
+                             last_error: str) -> None:
+        """The backoff before the next attempt; Deferred when it would end past the
+        deadline."""
+        assert self.pacing is not None
+        wait = self._backoff(attempt, retry_after)
+        if self.deadline is not None and time.time() + wait + self.pacing.min_estimate(
+                self.max_output_tokens, self.timeout_seconds) > self.deadline:
+            raise Deferred(f"a retry after {wait:.1f} s would end past the deadline "
+                           f"(last attempt: {last_error})")
+        await asyncio.sleep(wait)
+
+    def _given_up(self, tries: _Attempts) -> Exception:
+        """Why every attempt failed: ChunkTooLong when the last was cut at max_tokens, else
+        LLMError (whether the endpoint was down, whether the model answered at all)."""
+        if tries.cut:
+            return ChunkTooLong(f"{tries.last_error} (also after {tries.resend - 1} resends "
+                                "with other sampling)", self.max_retries + 1)
+        return LLMError(f"gave up after {self.max_retries + 1} attempts: {tries.last_error}",
+                        self.max_retries + 1, endpoint_down=tries.down,
+                        unanswered=not tries.answered)
 
     def _parse(self, payload: dict[str, Any], schema: dict[str, Any],
                ontology: GraphSchema | None = None) -> Extraction:
