@@ -204,3 +204,53 @@ def test_every_slm_environment_variable_the_code_reads_is_in_the_reference() -> 
             if path.suffix in (".py", ".ipynb"):
                 read |= set(re.findall(r"\bSLM_[A-Z_]+\b", path.read_text(encoding="utf-8")))
     assert read == documented
+
+
+EXTENDING = ROOT / "docs" / "extending.md"
+FILE_TYPES = ("py", "toml", "yaml", "yml", "md", "sh", "java", "json", "jsonl", "ipynb", "jinja")
+
+
+def _names_a_path(span: str) -> bool:
+    """A backticked span that names a file or folder of the project: no spaces, options,
+    variables, URLs or issue references; a slash, or a file's extension. Placeholders
+    (`recipes/NAME.yaml`, `<state_dir>/runs`) name no one file."""
+    if re.search(r"\s|://|#|\[|<|\*", span) or span.startswith(("-", "$", "~", ".")):
+        return False
+    if re.search(r"(^|/)[A-Z_]+(\.\w+)?$", span):
+        return False
+    return "/" in span or re.fullmatch(r"[\w.-]+\.(?:" + "|".join(FILE_TYPES) + ")", span) \
+        is not None
+
+
+def test_extending_names_files_that_exist_and_names_that_are_in_them() -> None:
+    """docs/extending.md is lists of files to change: every file it names in backticks exists,
+    and every name in brackets after a file (`tasks/profile.py` (`_KINDS`, `Profile`)) occurs
+    in that file, or in a file under that folder, as a whole word."""
+    text = EXTENDING.read_text(encoding="utf-8")
+    missing = [span for span in re.findall(r"`([^`\n]+)`", text)
+               if _names_a_path(span) and not (ROOT / span).exists()]
+    absent, checked = [], 0
+    for path, names in re.findall(r"`([^`\n]+)` \(((?:`[^`\n]+`(?:,\s+)?)+)\)", text):
+        target = ROOT / path
+        if not _names_a_path(path) or not target.exists():
+            continue
+        files = [target] if target.is_file() else sorted(f for f in target.rglob("*")
+                                                           if f.is_file())
+        source = "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
+        for name in re.findall(r"`([^`\n]+)`", names):
+            checked += 1
+            if not re.search(r"(?<!\w)" + re.escape(name) + r"(?!\w)", source):
+                absent.append(f"{path}: {name}")
+    assert missing == [], "docs/extending.md names files that do not exist"
+    assert absent == [], "docs/extending.md names what its file does not hold"
+    assert checked >= 40, f"only {checked} names checked: has the list format changed?"
+
+
+def test_the_readme_is_short() -> None:
+    """The README says what to run and where to go (issue 40): measurements belong in
+    docs/benchmarks.md, history in CHANGELOG.md."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 120, f"README.md has {len(lines)} lines, at most 120"
+    long = [f"line {i}: {len(line)} characters" for i, line in enumerate(lines, 1)
+            if len(line) > 200]
+    assert long == [], "README.md: a line over 200 characters"

@@ -88,3 +88,83 @@ def test_a_model_path_without_a_type_in_its_name_is_refused() -> None:
     with pytest.raises(GcpError, match=r"model_path /opt/models/olmo.gguf: no quantization "
                        r"type in its name \(…-Q3_K_M.gguf\)"):
         _ = b.quant
+
+
+def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
+    plan = _build(max_run_hours=3).plan()
+    assert plan[0] == (
+        "instances.insert slm-image-builder in us-central1-a: n2-standard-8 (no GPU), "
+        "ubuntu-2204-lts, boot disk 100 GB pd-balanced (the image; each node's disk), scratch "
+        "disk 250 GB pd-balanced (peak ~160 GB, deleted with the builder), no external "
+        "address, as slm-node@acme-ml.iam.gserviceaccount.com, guest attributes on, at most "
+        "3 h then deleted by Compute")
+    assert plan[1] == (
+        "  its startup script: https://github.com/acme/slm-nightly@v2 into /opt/slm-nightly; "
+        "allenai/Olmo-3-32B-Think@abc123 → /opt/models/Olmo-3-32B-Think-Q3_K_M.gguf (Q3_K_M); "
+        "allenai/Olmo-3-7B-Think@def456 → /opt/slm-hf and /opt/models/olmo-3-7b-think-f16.gguf;"
+        " llama-cpp-python 0.3.36 for CUDA, architecture 89")
+    assert plan[2] == "  step 1/13 packages: ~3 min (scratch ~0 GB after)"
+    assert plan[10] == "  step 9/13 convert: ~30 min (scratch ~95 GB after)"
+    assert plan[15:18] == [
+        "images.insert slm-node-x in family slm-node from the boot disk (100 GB), labels "
+        "commit, llama-cpp-python, cuda, model-sha256, base-sha256; the family's other images "
+        "are kept",
+        "instances.stop slm-image-builder once it reports done; instances.delete "
+        "slm-image-builder (both disks with it)",
+        "estimate: ~2.4 h, ~$1.03 for the build, then ~$5.00/month for the image at most "
+        "(list prices, us-central1; none of it measured)"]
+
+
+def test_labels_of_a_builder_that_wrote_nothing_are_still_valid() -> None:
+    assert labels({}, "0.3.36") == {
+        "made-by": "slm-nightly", "commit": "", "llama-cpp-python": "0-3-36", "cuda": "",
+        "model-sha256": "-", "base-sha256": "-"}
+
+
+def test_the_run_time_bounds_are_inclusive_and_every_setting_lands() -> None:
+    assert _build(max_run_hours=1).max_run_hours == 1
+    assert _build(max_run_hours=24).max_run_hours == 24
+    node = NodeServeSettings(tokenizer="/m/tok", hf_home="/m/hf", project_dir="/srv/slm",
+                             service_user="svc")
+    b = image_build(SPEC, node, "org/base@r1", "/m/base.gguf", repo="R", ref="F",
+                    model="org/model@r2", profile="prod")
+    assert (b.repo, b.ref, b.model, b.base, b.tokenizer, b.hf_home, b.base_gguf,
+            b.project_dir, b.user, b.profile, b.pin, b.max_run_hours) == (
+        "R", "F", "org/model@r2", "org/base@r1", "/m/tok", "/m/hf", "/m/base.gguf",
+        "/srv/slm", "svc", "prod", "0.3.36", 6)
+    assert b.image.startswith("slm-node-") and len(b.image) == len("slm-node-20261204-2030")
+
+
+def test_the_script_names_each_value_where_the_steps_use_it() -> None:
+    """Every value the builder's script is rendered with, in the line that uses it."""
+    lines = [ln.strip() for ln in _build().script().splitlines()]
+    for want in (
+            "MD=http://metadata.google.internal/computeMetadata/v1/instance",
+            "STATE=/var/lib/slm-image-build", "SCRATCH=/mnt/slm-scratch",
+            "PROJECT_DIR=/opt/slm-nightly",
+            "curl -sS -X PUT -H 'Metadata-Flavor: Google' --data-binary \"$2\" "
+            "\"$MD/guest-attributes/slm-build/$1\" \\",
+            "dev=/dev/disk/by-id/google-slm-scratch",
+            "[ -e \"$STATE/cuda_installer.pyz\" ] || curl -fsSL -o \"$STATE/cuda_installer.pyz\" "
+            "https://storage.googleapis.com/compute-gpu-installation-us/installer/latest/"
+            "cuda_installer.pyz",
+            "out=$(/usr/local/cuda/bin/nvcc --version) || fail \"/usr/local/cuda/bin/nvcc "
+            "--version failed: the CUDA toolkit is not installed\"",
+            "CUDACXX=/usr/local/cuda/bin/nvcc SLM_BUILD_CACHE=\"$SCRATCH/build-cache\" "
+            "\"$VENV/bin/python\" \\",
+            "id -u slm >/dev/null 2>&1 || useradd --system --create-home --home-dir "
+            "/var/lib/slm slm",
+            "git clone -q https://github.com/acme/slm-nightly \"$PROJECT_DIR\"",
+            "git -C \"$PROJECT_DIR\" checkout -q v2",
+            "--local-dir \"$SCRATCH/src/Olmo-3-32B-Think\"",
+            "\"$VENV/bin/hf\" download allenai/Olmo-3-7B-Think --revision def456 \\",
+            "--local-dir \"$SCRATCH/src/Olmo-3-7B-Think\"",
+            "--outfile \"$SCRATCH/src/olmo-3-7b-think-f16.gguf\"",
+            "\"$SCRATCH/src/Olmo-3-32B-Think-Q3_K_M.gguf\" Q3_K_M",
+            "\"$VENV/bin/slm-nightly\" node prepare-weights --profile gcp --source "
+            "\"$SCRATCH/src\"",
+            "chown -R slm:slm \"$PROJECT_DIR\" /opt/slm-hf",
+            "\"$(dirname /opt/models/Olmo-3-32B-Think-Q3_K_M.gguf)/weights-manifest.json\" > "
+            "\"$STATE/sha256\"",
+            "sleep 3600"):
+        assert want in lines, want
