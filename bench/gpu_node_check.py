@@ -213,7 +213,7 @@ def main() -> None:
         record = server.record()
         pid = record.pid if record else None
     try:
-        from tasks.compute.host_memory import host_fit
+        from tasks.compute.host_memory import host_fit, node_settings
 
         props = httpx.get(f"{url}/props", timeout=30).json()
         template = str(props.get("chat_template") or "")
@@ -227,12 +227,7 @@ def main() -> None:
             "server_memory_loaded": server_memory(pid),
             "host_memory_estimate": host_fit(
                 endpoint.max_concurrent_requests, endpoint.context_tokens,
-                ctx_checkpoints=node.ctx_checkpoints, cache_ram_mib=node.cache_ram_mib,
-                cache_idle_slots=node.cache_idle_slots, layers=node.model_layers,
-                kv_heads=node.model_kv_heads, head_dim=node.model_head_dim,
-                cache_type=node.kv_cache_type, sliding_layers=node.model_sliding_layers,
-                sliding_window=node.model_sliding_window,
-                host_gib=node.host_memory_gib).text()}
+                **node_settings(node)).text()}
         schema = json_schema(24, 24)
         budget = endpoint.reasoning_budget_tokens
         # the night's client's own request (raw here: reasoning_content is looked at)

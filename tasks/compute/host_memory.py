@@ -46,6 +46,7 @@ logs the server's VmRSS/VmHWM, which confirms or corrects the estimate.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tasks.compute.kv_budget import GIB, KV_BYTES, largest
 
@@ -148,6 +149,15 @@ class HostFit:
                 f"Prefect worker and flow run {self.worker_gib:.1f} GiB + OS "
                 f"{self.os_gib:.1f} GiB = {self.needed_gib:.2f} GiB of the node's "
                 f"{self.host_gib:.1f} GiB of RAM (estimate)")
+
+
+def node_settings(s: Any) -> dict[str, Any]:
+    """host_fit's settings from a node's (blocks/node_serve.py NodeServeSettings)."""
+    return dict(ctx_checkpoints=s.ctx_checkpoints, cache_ram_mib=s.cache_ram_mib,
+                cache_idle_slots=s.cache_idle_slots, layers=s.model_layers,
+                kv_heads=s.model_kv_heads, head_dim=s.model_head_dim,
+                cache_type=s.kv_cache_type, sliding_layers=s.model_sliding_layers,
+                sliding_window=s.model_sliding_window, host_gib=s.host_memory_gib)
 
 
 def host_fit(slots: int, context_tokens: int, *, ctx_checkpoints: int, cache_ram_mib: int,

@@ -52,6 +52,7 @@ STATE = "/var/lib/slm-image-build"
 SCRATCH = "/mnt/slm-scratch"
 SCRATCH_DEVICE = "slm-scratch"  # /dev/disk/by-id/google-<deviceName>
 NVCC = "/usr/local/cuda/bin/nvcc"
+POLL_SECONDS = 20.0  # the longest wait between two reads of the builder's progress
 LINGER_SECONDS = 3600  # after `done`, for the command to stop it; then the script powers off
 INSTALLER_URL = ("https://storage.googleapis.com/compute-gpu-installation-us/installer/latest/"
                  "cuda_installer.pyz")
@@ -187,8 +188,15 @@ def _label(value: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
 
 
-def labels(attrs: dict[str, str], pin: str) -> dict[str, str]:
+def digests(attrs: dict[str, str]) -> tuple[str, str]:
+    """(the served model's sha256, the base GGUF's) as the builder's `sha256` attribute says
+    them ("-" for one it could not read)."""
     model, _, base = attrs.get("sha256", "- -").partition(" ")
+    return model, base
+
+
+def labels(attrs: dict[str, str], pin: str) -> dict[str, str]:
+    model, base = digests(attrs)
     return {"made-by": "slm-nightly", "commit": _label(attrs.get("commit", "")[:12]),
             "llama-cpp-python": _label(pin), "cuda": _label(attrs.get("cuda", "")),
             "model-sha256": _label(model[:16]), "base-sha256": _label(base[:16])}
@@ -198,7 +206,7 @@ class Builder:
     """The builder VM and the image, through Google's client library."""
 
     def __init__(self, build: ImageBuild, clients: Clients,
-                 say: Callable[[str], None] = print, poll_seconds: float = 20.0) -> None:
+                 say: Callable[[str], None] = print, poll_seconds: float = POLL_SECONDS) -> None:
         self.b, self.clients, self.say, self.poll = build, clients, say, poll_seconds
 
     def _vms(self) -> Any:
@@ -307,7 +315,7 @@ class Builder:
         from google.cloud import compute_v1
 
         b = self.b
-        model, _, base = attrs.get("sha256", "- -").partition(" ")
+        model, base = digests(attrs)
         body = compute_v1.Image(
             name=b.image, family=FAMILY,
             source_disk=f"projects/{b.project}/zones/{b.zone}/disks/{BUILDER}",
@@ -329,7 +337,7 @@ class Builder:
 
 
 def build_image(build: ImageBuild, clients: Clients, *, keep_builder: bool = False,
-                say: Callable[[str], None] = print, poll_seconds: float = 20.0) -> str:
+                say: Callable[[str], None] = print, poll_seconds: float = POLL_SECONDS) -> str:
     """Run the build (module docstring); the image's name."""
     builder = Builder(build, clients, say, poll_seconds)
     say(f"gcp image build: {BUILDER} in {build.zone} → {build.image} (family {FAMILY})")

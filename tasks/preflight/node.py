@@ -191,13 +191,9 @@ def host_memory_check(s: Any, slots: int, context_tokens: int) -> Check:
     the idle-slot saves inside it) beside the engine, the Prefect worker and the OS, against
     the node's RAM, by the estimate of tasks/compute/host_memory.py: refused when they do not
     fit, with both numbers and the settings that do."""
-    from tasks.compute.host_memory import host_fit, most_checkpoints, most_slots
+    from tasks.compute.host_memory import host_fit, most_checkpoints, most_slots, node_settings
 
-    settings = dict(ctx_checkpoints=s.ctx_checkpoints, cache_ram_mib=s.cache_ram_mib,
-                    cache_idle_slots=s.cache_idle_slots, layers=s.model_layers,
-                    kv_heads=s.model_kv_heads, head_dim=s.model_head_dim,
-                    cache_type=s.kv_cache_type, sliding_layers=s.model_sliding_layers,
-                    sliding_window=s.model_sliding_window, host_gib=s.host_memory_gib)
+    settings = node_settings(s)
     fit = host_fit(slots, context_tokens, **settings)
     if fit.fits:
         return passed("engine host memory", fit.text())

@@ -54,7 +54,7 @@ def _build(world: World, **kw: object) -> ImageBuild:
 
 
 def _node(world: World) -> FakeNode:
-    node = builder_node(world.tmp, world.compute, PROJECT)
+    node = builder_node(world.tmp, PROJECT)
     return node.attach(world.compute)
 
 

@@ -216,7 +216,7 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
             node.runtime.env.update(adc(world, NODE_SA))
             # §3's builder runs its script with stand-ins (tests/support/image_builder.py)
             # (its checkout mapped under tmp: the profile's project_dir is this repository)
-            builder = builder_node(tmp_path / "builder", world.compute, GCP_PROJECT,
+            builder = builder_node(tmp_path / "builder", GCP_PROJECT,
                                    project_dir=str(ROOT))
             ByName(node.runtime, **{BUILDER: builder}).attach(world.compute)
             with temporary_settings({PREFECT_API_URL: api}):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import textwrap
 from pathlib import Path
-from typing import Any
 
 from tasks.gcp.image import INSTALLER_URL
 from tests.fakes.node_runtime import FakeNode
@@ -96,16 +95,15 @@ def standins(tmp: Path) -> dict[str, str]:
 
 
 
-def builder_node(tmp: Path, compute: Any, project: str,
+def builder_node(tmp: Path, project: str,
                  project_dir: str = "/opt/slm-nightly") -> FakeNode:
-    """A FakeNode that runs the builder's script with the stand-ins under `tmp` (not attached:
-    tests/fakes/node_runtime.py ByName routes the builder's instance to it). `project_dir`:
+    """A FakeNode that runs the builder's script with the stand-ins under `tmp`, not attached:
+    attach it, or route the builder's instance to it with tests/fakes/node_runtime.py ByName
+    (either gives it the fake). `project_dir`:
     the profile's node checkout (the builder clones into it), mapped under `tmp` like every
     path the script writes; the script is refused if it still names this repository, this
     machine's home or a disk device (it runs as root: the checkout step deletes its folder)."""
     env = {"PATH": f"{tmp / 'standins'}:{os.environ['PATH']}"}
     paths = {**standins(tmp), project_dir: f"{tmp}/checkout"}
-    node = FakeNode(tmp / "nodes", paths=paths, env=env, project=project,
+    return FakeNode(tmp / "nodes", paths=paths, env=env, project=project,
                     forbid=(str(ROOT), str(Path.home()), "/dev/disk"))
-    node.fake = compute
-    return node
