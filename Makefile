@@ -74,7 +74,7 @@ MUTATE_QUALITY := tasks.ontology.* tasks.extraction.prompt.x_document_version__*
 	tasks.extraction.answers.x__from_llm__* tasks.extraction.answers.x__surname_aliases__* \
 	tasks.extraction.answers.x__join__* tasks.extraction.answers.x_grounded__* \
 	tasks.extraction.answers.x__ground_form__* tasks.extraction.answers.x__deterministic__* \
-	tasks.evaluation.metrics.*
+	tasks.extraction.rows.* tasks.evaluation.metrics.*
 # Issue 25: the night's capacity figures and phase 1's request pacing.
 MUTATE_PACE := tasks.capacity.* tasks.extraction.pacing.*
 # Issue 37: the rows a graph store refuses before any Cypher, and batches cut by bytes.

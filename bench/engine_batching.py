@@ -32,6 +32,8 @@ from _common import ROOT
 sys.path.insert(0, str(ROOT))
 from tasks.compute.inference_server import (  # noqa: E402
     LOCAL_EXTRA,
+    Served,
+    ServerSettings,
     llama_server_args,
     models_ready,
 )
@@ -91,8 +93,9 @@ def main() -> None:
         for n in args.n:
             for engine, argv in (
                     ("llama-server", lambda port, n=n: llama_server_args(
-                        require_server(), model, ["m"], host="127.0.0.1", port=port, slots=n,
-                        context_tokens=CONTEXT, threads=args.threads, extra=LOCAL_EXTRA)),
+                        require_server(), Served(model, "m"), ServerSettings(
+                            slots=n, context_tokens=CONTEXT, threads=args.threads,
+                            extra=LOCAL_EXTRA), host="127.0.0.1", port=port)),
                     ("llama-cpp-python", lambda port: [
                         sys.executable, "-m", "llama_cpp.server", "--model", str(model),
                         "--n_ctx", str(CONTEXT), "--n_threads", str(args.threads),

@@ -27,7 +27,7 @@ from tasks.errors import AdapterVerificationError  # noqa: E402
 from tasks.llama_cpp import default_model_path  # noqa: E402
 from tasks.training.base_model import f32_gguf, hf_from_gguf  # noqa: E402
 from tasks.training.convert import export_lora  # noqa: E402
-from tasks.training.verify import verify_adapter  # noqa: E402
+from tasks.training.verify import AdapterFiles, verify_adapter  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "List three colors."]
@@ -52,8 +52,8 @@ def build_adapter(hf_dir: Path, out: Path) -> None:
 def verify(base: Path, adapter: Path, hf: Path, peft: Path, args: argparse.Namespace) -> dict:
     t = time.monotonic()
     try:
-        r = verify_adapter(base, adapter, hf, peft, PROMPTS, max_tokens=args.max_tokens,
-                           n_threads=args.threads)
+        r = verify_adapter(AdapterFiles(base, adapter, hf, peft), PROMPTS,
+                           max_tokens=args.max_tokens, n_threads=args.threads)
         error = None
     except AdapterVerificationError as e:
         r, error = e.report, str(e).split(" — ")[0]

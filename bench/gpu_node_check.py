@@ -51,7 +51,12 @@ from _common import ROOT, skip
 sys.path.insert(0, str(ROOT))
 from blocks.inference import InferenceEndpoint  # noqa: E402
 from blocks.node_serve import NodeServeSettings  # noqa: E402
-from tasks.compute.inference_server import llama_server_args, server_ready  # noqa: E402
+from tasks.compute.inference_server import (  # noqa: E402
+    Served,
+    ServerSettings,
+    llama_server_args,
+    server_ready,
+)
 from tasks.extraction.chunking import chunks  # noqa: E402
 from tasks.extraction.documents import scan  # noqa: E402
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema  # noqa: E402
@@ -197,13 +202,15 @@ def main() -> None:
     if not url:
         port = free_port()
         extra = ["-ctk", args.kv, "-ctv", args.kv] + (["-fa", "on"] if args.kv != "f16" else [])
-        argv = llama_server_args(require_server(), args.model, [endpoint.model],
-                                 host="127.0.0.1", port=port,
-                                 slots=endpoint.max_concurrent_requests,
-                                 context_tokens=endpoint.context_tokens, threads=2,
-                                 gpu_layers="all", cache_ram_mib=node.cache_ram_mib,
-                                 ctx_checkpoints=node.ctx_checkpoints,
-                                 cache_idle_slots=node.cache_idle_slots, extra=extra)
+        argv = llama_server_args(require_server(), Served(args.model, endpoint.model),
+                                 ServerSettings(slots=endpoint.max_concurrent_requests,
+                                                context_tokens=endpoint.context_tokens,
+                                                threads=2, gpu_layers="all",
+                                                cache_ram_mib=node.cache_ram_mib,
+                                                ctx_checkpoints=node.ctx_checkpoints,
+                                                cache_idle_slots=node.cache_idle_slots,
+                                                extra=extra),
+                                 host="127.0.0.1", port=port)
         url = f"http://127.0.0.1:{port}"
         server = ManagedServer("gpu-check", tmp)
         t0 = time.monotonic()
@@ -213,7 +220,8 @@ def main() -> None:
         record = server.record()
         pid = record.pid if record else None
     try:
-        from tasks.compute.host_memory import host_fit, node_settings
+        from tasks.compute.host_memory import Host, host_fit
+        from tasks.compute.kv_budget import ModelShape
 
         props = httpx.get(f"{url}/props", timeout=30).json()
         template = str(props.get("chat_template") or "")
@@ -227,7 +235,7 @@ def main() -> None:
             "server_memory_loaded": server_memory(pid),
             "host_memory_estimate": host_fit(
                 endpoint.max_concurrent_requests, endpoint.context_tokens,
-                **node_settings(node)).text()}
+                ModelShape.of_node(node), node.kv_cache_type, Host.of_node(node)).text()}
         schema = json_schema(24, 24)
         budget = endpoint.reasoning_budget_tokens
         # the night's client's own request (raw here: reasoning_content is looked at)

@@ -60,7 +60,7 @@ def main() -> None:
     from flows.scorecard import scorecard
     from flows.train import train_flow
     from tasks.compute.local import LocalNode
-    from tasks.compute.node import run_on_node
+    from tasks.compute.node import Watch, run_on_node
     from tasks.llama_cpp import default_model_path
     from tasks.training.params import build_params
 
@@ -129,7 +129,7 @@ def main() -> None:
                     row = run_on_node(LocalNode(LocalCompute()), "train/node",
                                       {"params": params.model_dump(mode="json"),
                                        "profile": str(profile)}, 600, label=f"bench-{i}",
-                                      poll_seconds=0.2)
+                                      watch=Watch(poll_seconds=0.2))
                     node_s.append(time.perf_counter() - t)
                     assert row.reused and row.name == first.name and row.node_run
                     with get_client(sync_client=True) as c:

@@ -15,8 +15,9 @@ from _common import phase1_setup, profile, report
 from flows.extract import extract
 from tasks.extraction.batch import process_batch
 from tasks.extraction.documents import scan
-from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema, source_roots
-from tasks.extraction.plan import plan
+from tasks.extraction.inputs import llm_client, source_roots
+from tasks.extraction.plan import Redo, plan
+from tasks.extraction.setup import ask_for
 from tasks.graph.open import open_graph
 from tasks.graph.store import batched
 from tasks.profile import load_profile
@@ -32,11 +33,10 @@ def plain(prof: str) -> int:
     calls = 0
     with open_graph(cfg.graph) as store:
         docs, failures = scan(source_roots(cfg.sources), 10**7)
-        work = plan(docs, failures, store.document_states(), ["transcripts"], ep.model, True)
+        ask = ask_for(ep, cfg.extraction.ontology())
+        work = plan(docs, failures, store.document_states(), ask, ["transcripts"], Redo(True))
         for b in batched(work.extract, BATCH):
-            rep = process_batch(list(b), store, client, ep.model, chunk_tokens(ep),
-                                ep.chunk_overlap_tokens, response_schema(ep),
-                                set(work.changed))
+            rep = process_batch(list(b), store, client, ask, set(work.changed))
             calls += rep.usage.calls
         store.prune_orphans()
     return calls

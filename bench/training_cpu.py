@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 def one(mode: str, steps: int, dataset: Path, hf_dir: Path, work: Path) -> dict:
     from tasks.training.params import TrainParams, resolve
-    from tasks.training.train import Hooks, device_report, load_splits, train
+    from tasks.training.train import Hooks, TrainPaths, device_report, load_splits, train
 
     recipe = resolve(TrainParams(dataset=str(dataset), method="sft", bucket="bench", overrides={
         "peft": {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0}, "max_steps": steps,
@@ -35,8 +35,8 @@ def one(mode: str, steps: int, dataset: Path, hf_dir: Path, work: Path) -> dict:
         "export_gguf": False}))
     t = time.perf_counter()
     splits = load_splits(dataset, "sft", recipe.project.max_eval_rows)
-    r = train(recipe, splits, device_report(0), hf_dir, work / f"ck-{mode}", work / f"out-{mode}",
-              Hooks())
+    r = train(recipe, splits, device_report(0),
+              TrainPaths(hf_dir, work / f"ck-{mode}", work / f"out-{mode}"), Hooks())
     tokens = max((h.get("num_tokens", 0) for h in r.history), default=0)
     return {"mode": mode, "steps": r.steps, "train_seconds": r.seconds,
             "steps_per_s": r.steps_per_second, "tokens": tokens,

@@ -106,7 +106,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         skip(BENCH, "no CUDA GPU on this machine")
     from tasks.training import memory
-    from tasks.training.verify import TOLERANCES, verify_adapter
+    from tasks.training.verify import TOLERANCES, AdapterFiles, verify_adapter
 
     work = args.work or Path(tempfile.mkdtemp(prefix="verify-7b-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -118,8 +118,9 @@ def main() -> int:
     est = memory.estimate(config, "cuda", lora_r=16, target_modules=TARGETS)
     error = None
     try:
-        report = verify_adapter(gguf, adapter, hf, peft_dir, PROMPTS[:args.prompts],
-                                n_threads=4, device="cuda", timeout_s=1800)
+        report = verify_adapter(AdapterFiles(gguf, adapter, hf, peft_dir),
+                                PROMPTS[:args.prompts], n_threads=4, device="cuda",
+                                timeout_s=1800)
     except Exception as e:  # the figures are the point: a mismatch is reported, not fatal
         report = getattr(e, "report", {}) or {}
         error = f"{type(e).__name__}: {e}"[:500]

@@ -4,7 +4,8 @@ boot the node → start the inference server and wait for it → phase 1 (extrac
 inference server, release the accelerator → phase 2: score the corpus, train each passing
 bucket (export, verify, register, promote) → stop the node, always. The next night's server
 loads the promoted adapter. The stages are tasks/night/stages.py's; the phases that are flows
-of their own (extract, scorecard, train) run here as subflows.
+of their own (extract, scorecard, train) run here as subflows, each inside the stage that keeps
+its record. The subflows read the profile this flow loaded (profile_in_use).
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ from flows.scorecard import scorecard
 from flows.train import train
 from tasks.night.clock import phase1_timeout
 from tasks.night.fleet import stop_nodes_hook
-from tasks.night.handoff import TrainHere
-from tasks.night.stages import Night, RunExtract, check_buckets, check_phases
-from tasks.profile import load_profile
-from tasks.records import AdapterManifest, ExtractionReport, RunSummary, TrainingResult
+from tasks.night.stages import Night, check_buckets, check_phases
+from tasks.profile import load_profile, profile_in_use
+from tasks.records import RunSummary, TrainingResult
 from tasks.slots import gpu_slot
-from tasks.training.params import TrainParams
 
 
 @flow(name="nightly", on_cancellation=[stop_nodes_hook], on_crashed=[stop_nodes_hook])
@@ -44,36 +43,30 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     check_buckets(cfg, buckets)
     night = Night(cfg, phases, phase1_timeout_seconds, phase2_timeout_seconds,
                   night_budget_seconds)
-    with night.running():  # owns the node; stops it and writes the summary, whatever happens
+    # owns the node; stops it and writes the summary, whatever happens
+    with night.running(), profile_in_use(profile, cfg):
         night.preflight()
-        serving = night.boot()
+        nodes = night.boot()
         with gpu_slot():  # no ad-hoc training shares the card with the inference server
-            serving, phase1_error = night.serve_and_extract(serving, _extract(
-                profile, full, retry_failed, max_failed_share))
-            night.release(serving)
+            if night.wants("extract") and night.serve(nodes):
+                with night.extracting() as p1:
+                    p1.report = extract.with_options(timeout_seconds=phase1_timeout(p1.budget))(
+                        profile=profile, base_url=p1.urls[0], full=full,
+                        retry_failed=retry_failed, max_failed_share=max_failed_share,
+                        base_urls=p1.urls, budget_seconds=p1.budget)
+            night.release()
         night.down_extra_nodes()
-        night.score(lambda: scorecard(profile=profile))
-        night.train(profile, _train_here(profile, retrain), buckets, retrain)
-        night.finish(phase1_error)
+        if night.wants("scorecard"):
+            with night.phase("scorecard"):
+                night.summary.scorecard = scorecard(profile=profile)
+        if night.wants("train"):
+            turns = night.turns(profile)
+            for turn in turns.each(buckets):
+                with turns.running(turn):
+                    turn.result = turns.on_node(turn, retrain) if turn.remote else \
+                        TrainingResult.of_manifest(train.with_options(
+                            timeout_seconds=turn.seconds())(
+                            params=turn.params, profile=profile, created_by="nightly",
+                            retrain=retrain))
+        night.finish()
     return night.summary
-
-
-def _extract(profile: str, full: bool, retry_failed: bool,
-             max_failed_share: float | None) -> RunExtract:
-    """Phase 1, the extract flow, on the serving nodes within its budget."""
-    def run(budget: float, urls: list[str]) -> ExtractionReport:
-        return ExtractionReport.model_validate(
-            extract.with_options(timeout_seconds=phase1_timeout(budget))(
-                profile=profile, base_url=urls[0], full=full, retry_failed=retry_failed,
-                max_failed_share=max_failed_share, base_urls=urls, budget_seconds=budget))
-    return run
-
-
-def _train_here(profile: str, retrain: bool) -> TrainHere:
-    """Phase 2b in this process, the train flow (a node that trains remotely runs it itself)."""
-    def run(params: TrainParams, timeout_seconds: float) -> TrainingResult:
-        return TrainingResult.of_manifest(AdapterManifest.parse(
-            train.with_options(timeout_seconds=timeout_seconds)(
-                params=params, profile=profile, created_by="nightly", retrain=retrain),
-            "the train flow's result"))
-    return run

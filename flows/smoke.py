@@ -32,7 +32,7 @@ def node_smoke(profile: str = "gcp", train_timeout_seconds: int = 3600) -> Smoke
         raise ConfigError(f"node smoke: profile {profile} has no remote node ([compute] type "
                           "= \"gce\"); the local node is tested by `slm-nightly run`")
     node = cfg.node
-    smoke = Smoke(lambda m: print(m, flush=True))
+    smoke = Smoke()
     error = None
     with ExitStack() as stack:
         # The node is the smoke's, as it is a nightly's: the `nightly` slot tells the reaper

@@ -14,6 +14,7 @@ from prefect import flow
 from tasks.profile import load_profile
 from tasks.records import AdapterManifest, TrainingResult
 from tasks.training.job import (
+    JobData,
     TrainingJob,
     dataset_digest,
     fetch_dataset,
@@ -53,8 +54,8 @@ def train(params: TrainParams, profile: str = "local", promote: bool = True,
     if reused is not None:
         publish_result(reused)
         return reused
-    job = TrainingJob.queue(store, recipe, params, bucket, dataset, data_digest, run_digest,
-                            created_by)
+    job = TrainingJob.queue(store, recipe, params,
+                            JobData(bucket, dataset, data_digest, run_digest), created_by)
     try:
         inputs = job.check(cfg, model_cache)
         run = job.train(inputs)

@@ -12,6 +12,7 @@ phase 1 spent extracting, not over the night.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from tasks.records import CapacityReport
 
@@ -23,19 +24,36 @@ def _ceil(x: float) -> int:
     return math.ceil(round(x, 9))
 
 
-def capacity_report(*, extracted_documents: int, completion_tokens: int, prompt_tokens: int,
-                    phase1_seconds: float, phase1_budget_seconds: float | None,
-                    backlog_documents: int, backlog_tokens: int, nodes: int) -> CapacityReport:
+@dataclass(frozen=True)
+class Phase1Measured:
+    """What phase 1 did tonight: the documents it extracted and their tokens, the seconds it
+    spent extracting, and the backlog it left (documents still pending, and the estimated
+    prompt tokens of their text)."""
+
+    extracted_documents: int
+    completion_tokens: int
+    prompt_tokens: int
+    phase1_seconds: float
+    backlog_documents: int = 0
+    backlog_tokens: int = 0
+
+
+def capacity_report(tonight: Phase1Measured, *, phase1_budget_seconds: float | None,
+                    nodes: int) -> CapacityReport:
     """Tonight's phase-1 rates and the backlog's cost in nights or nodes.
 
-    `backlog_documents`/`backlog_tokens`: the documents still pending after tonight and the
-    estimated prompt tokens of their text. `phase1_budget_seconds`: one night's phase-1 budget
+    `phase1_budget_seconds`: one night's phase-1 budget
     (None: tonight's phase-1 time stands for it). `nights_to_clear`: nights of that budget at
     tonight's rate. `nodes_to_clear_in_one_night`: the node count for clearing the backlog in one
     such night at tonight's per-node rate, never fewer than tonight's `nodes` — a backlog means
     tonight's nodes were not enough, and tomorrow brings new documents besides the backlog.
     With no backlog both are 0. Without a measured rate (nothing extracted, or no time spent)
     or without a positive budget they are None and `note` says why."""
+    m = tonight
+    extracted_documents, completion_tokens, prompt_tokens = (
+        m.extracted_documents, m.completion_tokens, m.prompt_tokens)
+    phase1_seconds, backlog_documents, backlog_tokens = (
+        m.phase1_seconds, m.backlog_documents, m.backlog_tokens)
     for name, value in (("extracted_documents", extracted_documents),
                         ("completion_tokens", completion_tokens),
                         ("prompt_tokens", prompt_tokens), ("phase1_seconds", phase1_seconds),

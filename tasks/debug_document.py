@@ -14,8 +14,9 @@ from tasks.extraction.answers import BatchReport, build_batch
 from tasks.extraction.calls import DocOutcome, extract_document, run_sync
 from tasks.extraction.chunking import chunks
 from tasks.extraction.documents import Document, LoadFailure, load_document
-from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema, source_roots
+from tasks.extraction.inputs import chunk_tokens, llm_client, source_roots
 from tasks.extraction.prompt import system_prompt, user_prompt
+from tasks.extraction.setup import ask_for
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.profile import Profile
 
@@ -53,10 +54,7 @@ def extract(cfg: Profile, doc: Document, base_url: str) -> tuple[DocOutcome, dic
 
     async def go() -> DocOutcome:
         async with c:
-            return await extract_document(c, doc, chunk_tokens(ep, ontology, ex.gleanings),
-                                          ep.chunk_overlap_tokens,
-                                          response_schema(ep, ontology), ontology,
-                                          ex.gleanings)
+            return await extract_document(c, ask_for(ep, ontology, ex.gleanings), doc)
 
     return run_sync(go()), asdict(c.usage)  # notebooks already run an event loop
 

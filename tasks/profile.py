@@ -24,6 +24,8 @@ run's records never mix with production's. A section with `block` holds nothing 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -41,7 +43,11 @@ from blocks.sources import DocumentSources
 from tasks.compute.protocol import Node, nodes_for
 from tasks.corpus.scorecard import ScorecardConfig
 from tasks.errors import ConfigError, explain_validation
+from tasks.extraction.inputs import source_roots
+from tasks.extraction.setup import Phase1Setup, ask_for
+from tasks.extraction.streams import STREAMS
 from tasks.gcs_sync import env_bucket, parse_bucket_url
+from tasks.graph.snapshots import Shelf
 from tasks.ontology import DEFAULT_SCHEMA, GraphSchema, load_schema
 from tasks.paths import PROJECT_ROOT
 
@@ -56,7 +62,7 @@ PROFILE_DIR = PROJECT_ROOT / "profiles"
 _PATH_FIELDS: dict[str, tuple[str, ...]] = {
     "compute": ("state_dir", "model_path"),
     "graph": ("data_dir",),
-    "sources": ("transcripts", "research", "contacts"),
+    "sources": tuple(s.source_field for s in STREAMS if s.source_field),  # each stream's field
     "corpus": ("root",),
     "extraction": ("schema",),
     "training": ("artifact_store", "model_cache"),
@@ -76,6 +82,9 @@ def _with_project_paths(section: str, table: dict[str, Any]) -> dict[str, Any]:
     for key in _PATH_FIELDS.get(section, ()):
         if isinstance(out.get(key), str) and out[key]:
             out[key] = project_path(out[key])
+    if section == "sources" and isinstance(out.get("other"), dict):  # name → folder
+        out["other"] = {k: project_path(v) if isinstance(v, str) and v else v
+                        for k, v in out["other"].items()}
     return out
 
 
@@ -220,6 +229,26 @@ class Profile:
     def snapshot_gcs_block(self) -> str | None:
         return self.gcs_block or self.training.gcs_block
 
+    def phase1(self, named: str, max_failed_share: float | None = None) -> Phase1Setup:
+        """Phase 1's setup from this profile (tasks/extraction/setup.py), `named` as the run
+        named it (a name or a path, for the commands its messages suggest); `max_failed_share`
+        overrides [extraction] max_failed_share."""
+        ex, ontology = self.extraction, self.extraction.ontology()
+        return Phase1Setup(
+            profile=named, endpoint=self.inference,
+            ask=ask_for(self.inference, ontology, ex.gleanings),
+            roots=source_roots(self.sources), max_bytes=int(self.sources.max_document_mb * 1e6),
+            batch_documents=ex.batch_documents,
+            max_failed_share=ex.max_failed_share if max_failed_share is None
+            else max_failed_share,
+            state_dir=self.state_dir, graph=self.graph, shelf=self.snapshot_shelf(),
+            server_exit=self.node.server_exit)
+
+    def snapshot_shelf(self) -> Shelf:
+        """Where this profile's graph snapshots are kept (tasks/graph/snapshots.py)."""
+        return Shelf(self.snapshot_root(), self.graph.describe(), self.graph.snapshots_to_keep(),
+                     self.snapshot_gcs_block())
+
 
 def profile_path(ref: str) -> Path:
     if ref.endswith(".toml") or "/" in ref:
@@ -295,8 +324,30 @@ def refuse_renamed(path: Path, compute: dict[str, Any]) -> None:
                           "drop prefect_bin/vllm_bin if set (set project_dir instead)")
 
 
+_IN_USE: dict[str, Profile] = {}  # profile_in_use's, by the reference it was loaded by
+
+
+@contextmanager
+def profile_in_use(ref: str, cfg: Profile) -> Iterator[Profile]:
+    """While the block runs, load_profile(ref) in this process returns `cfg`: the flows a
+    night runs as subflows share the profile the night loaded, once (a deployment's run of
+    the same flow loads it by name)."""
+    before = _IN_USE.get(ref)
+    _IN_USE[ref] = cfg
+    try:
+        yield cfg
+    finally:
+        if before is None:
+            _IN_USE.pop(ref, None)
+        else:
+            _IN_USE[ref] = before
+
+
 def load_profile(ref: str) -> Profile:
-    """Build the blocks a run needs from a profile name (profiles/NAME.toml) or path."""
+    """Build the blocks a run needs from a profile name (profiles/NAME.toml) or path (inside
+    profile_in_use: the profile in use under that reference)."""
+    if ref in _IN_USE:
+        return _IN_USE[ref]
     path, data = read_profile(ref)
     unknown = sorted(set(data) - {*_KINDS, "extraction", "corpus", "training", "state_dir",
                                   "gcs_block", "gcp"})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -26,20 +27,31 @@ def backoff_seconds(attempt: int, base: float, cap: float,
     return rand(0.0, min(cap, base * 2 ** max(attempt, 0)))
 
 
+@dataclass(frozen=True)
+class Clock:
+    """What `poll` reads the time from and sleeps with: the monotonic clock and time.sleep,
+    unless a test gives its own."""
+
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], object] = time.sleep
+
+
+MONOTONIC = Clock()
+
+
 def poll(check: Callable[[], T | None], timeout: float, *, first: float = 0.05,
-         factor: float = 2.0, cap: float = 1.0,
-         sleep: Callable[[float], object] = time.sleep,
-         clock: Callable[[], float] = time.monotonic) -> T | None:
+         factor: float = 2.0, cap: float = 1.0, clock: Clock = MONOTONIC) -> T | None:
     """Call `check` until it returns something other than None (or False), and return that;
     None when `timeout` seconds pass first. `check` runs at least once, and once more at the
     deadline. The caller raises its own error, naming what it waited for."""
-    deadline = clock() + timeout
+    sleep = clock.sleep
+    deadline = clock.now() + timeout
     wait = first
     while True:
         answer = check()
         if answer is not None and answer is not False:
             return answer
-        left = deadline - clock()
+        left = deadline - clock.now()
         if left <= 0:
             return None
         sleep(min(wait, left))

@@ -10,11 +10,11 @@ from flows.cli.parsing import add_profile, command_group
 
 def _eval(args: argparse.Namespace) -> int:
     """Phase 1 on the gold set: figures printed and written as JSON, gated on --baseline."""
-    from tasks.eval_command import eval_extraction
+    from tasks.eval_command import EvalOptions, eval_extraction
 
-    return eval_extraction(args.profile, split=args.split, out=args.out, baseline=args.baseline,
-                           tolerance=args.tolerance, base_url=args.base_url, gold=args.gold,
-                           verbose=args.verbose)
+    return eval_extraction(args.profile, EvalOptions(
+        split=args.split, out=args.out, baseline=args.baseline, tolerance=args.tolerance,
+        base_url=args.base_url, gold=args.gold, verbose=args.verbose))
 
 
 def add_eval(sub: Any) -> None:

@@ -35,7 +35,7 @@ def _values(args: argparse.Namespace) -> dict[str, bytes]:
 def _gcp(args: argparse.Namespace) -> int:
     from tasks.gcp.clients import Clients
     from tasks.gcp.reconcile import Mode
-    from tasks.gcp.setup import apply
+    from tasks.gcp.setup import ApplyOptions, apply
     from tasks.gcp.spec import spec_from_profile
     from tasks.profile import project_path, read_profile
 
@@ -67,7 +67,8 @@ def _gcp(args: argparse.Namespace) -> int:
     print(f"gcp {cmd}{' (dry run)' if 'dry' in mode else ''}: project {spec.project}, region "
           f"{spec.home_region}")
     result = apply(spec, Clients(project=spec.project), mode, state_dir=Path(state_dir),
-                   values=values, delete_bucket=getattr(args, "delete_bucket", None))
+                   options=ApplyOptions(values=values,
+                                        delete_bucket=getattr(args, "delete_bucket", None)))
     if cmd == "check":
         print("ok" if result.ok else f"{len(result.drifted)} missing or drifted"
               + (", GPU quota short" if any(q.short for q in result.quotas) else "")
@@ -97,13 +98,14 @@ def _orchestrator(args: argparse.Namespace, spec: Any) -> int:
 
 def _image(args: argparse.Namespace, spec: Any) -> int:
     from tasks.gcp.clients import Clients
-    from tasks.gcp.image import build_image, image_build
+    from tasks.gcp.image import BuildOptions, build_image, image_build
     from tasks.image.cli import layout_from_profile
 
     node, base, base_gguf = layout_from_profile(args.profile)
     build = image_build(spec, node, args.base_model or base, args.base_gguf or base_gguf,
-                        repo=args.repo, ref=args.ref, model=args.model, profile=args.profile,
-                        max_run_hours=args.max_run_hours, image=args.name)
+                        BuildOptions(repo=args.repo, ref=args.ref, model=args.model,
+                                     profile=args.profile, max_run_hours=args.max_run_hours,
+                                     image=args.name))
     if args.dry_run:
         print(f"gcp image build (dry run): project {spec.project}, zone {spec.home_zone}")
         for line in build.plan():

@@ -48,11 +48,8 @@ def _graph(args: argparse.Namespace) -> int:
     if args.graph_command in ("snapshots", "restore"):
         return _graph_snapshots(args, cfg)
 
-    def progress(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
     ledger = snap.Ledger(cfg.state_dir, cfg.graph.describe())
-    with open_graph(cfg.graph, progress=progress) as store:
+    with open_graph(cfg.graph, progress=sys.stderr) as store:
         if args.graph_command == "stats":
             stats = store.stats()
             check, why = ledger.check(stats)
@@ -77,8 +74,7 @@ def _graph(args: argparse.Namespace) -> int:
                 raise ConfigError("graph snapshot: the embedded FalkorDB and Neo4j are "
                                   "snapshotted here, with [graph] snapshots_keep > 0; back up "
                                   "an external FalkorDB with its own tools")
-            out = snap.take(write, cfg.snapshot_root(), stats, cfg.graph.describe(),
-                            cfg.graph.snapshots_to_keep(), cfg.snapshot_gcs_block(), "cli")
+            out = snap.take(cfg.snapshot_shelf(), write, stats, "cli")
             print(json.dumps(out.model_dump(), indent=2) if args.json else
                   f"snapshot {out.name}: {out.path} ({out.bytes / 1e6:.1f} MB)"
                   + (f", copied to {out.gcs}" if out.gcs else "")

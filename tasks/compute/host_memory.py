@@ -45,10 +45,10 @@ logs the server's VmRSS/VmHWM, which confirms or corrects the estimate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tasks.compute.kv_budget import GIB, KV_BYTES, largest
+from tasks.compute.kv_budget import GIB, KV_BYTES, ModelShape, largest
 
 MIB = 1024**2
 # Per SWA cell, the metadata a checkpoint writes before the rows (src/llama-kv-cache.cpp
@@ -84,28 +84,47 @@ def row_bytes(kv_heads: int, head_dim: int, cache_type: str) -> float:
     return kv_heads * head_dim * KV_BYTES[cache_type]
 
 
-def checkpoint_bytes(context_tokens: int, *, kv_heads: int, head_dim: int, cache_type: str,
-                     sliding_layers: int, sliding_window: int) -> int:
+def checkpoint_bytes(context_tokens: int, shape: ModelShape, cache_type: str) -> int:
     """The largest context checkpoint of one slot: its sliding-window cells (the window, or
     the whole context when shorter), each with its metadata and a K and a V row per sliding
     layer. 0 for a model without sliding-window layers (llama-server makes none for it)."""
-    if not sliding_layers or not sliding_window:
+    if not shape.sliding_layers or not shape.sliding_window:
         return 0
-    cells = min(context_tokens, sliding_window)
-    per_cell = CELL_META_BYTES + sliding_layers * 2 * row_bytes(kv_heads, head_dim, cache_type)
+    cells = min(context_tokens, shape.sliding_window)
+    per_cell = CELL_META_BYTES + shape.sliding_layers * 2 * row_bytes(
+        shape.kv_heads, shape.head_dim, cache_type)
     return int(cells * per_cell)
 
 
-def slot_state_bytes(context_tokens: int, *, layers: int, kv_heads: int, head_dim: int,
-                     cache_type: str, sliding_layers: int, sliding_window: int) -> int:
+def slot_state_bytes(context_tokens: int, shape: ModelShape, cache_type: str) -> int:
     """One slot's whole state as an idle-slot save copies it (LLAMA_STATE_SEQ_FLAGS_NONE): the
     full-attention layers over the context, the sliding ones over their window."""
-    row = row_bytes(kv_heads, head_dim, cache_type)
-    full = (layers - sliding_layers) if sliding_window else layers
-    swa = checkpoint_bytes(context_tokens, kv_heads=kv_heads, head_dim=head_dim,
-                           cache_type=cache_type, sliding_layers=sliding_layers,
-                           sliding_window=sliding_window)
+    row = row_bytes(shape.kv_heads, shape.head_dim, cache_type)
+    full = (shape.layers - shape.sliding_layers) if shape.sliding_window else shape.layers
+    swa = checkpoint_bytes(context_tokens, shape, cache_type)
     return int(context_tokens * (CELL_META_BYTES + full * 2 * row)) + swa
+
+
+@dataclass(frozen=True)
+class Host:
+    """The node's RAM and llama-server's host caches on it: context checkpoints per slot
+    (--ctx-checkpoints), the prompt cache's bound (--cache-ram, MiB; 0: none) and whether idle
+    slots are saved into it (--cache-idle-slots); beside them the engine, the Prefect worker
+    and the OS (estimates: ENGINE_GIB, WORKER_GIB, OS_GIB)."""
+
+    gib: float
+    ctx_checkpoints: int
+    cache_ram_mib: int
+    cache_idle_slots: bool
+    engine_gib: float = ENGINE_GIB
+    worker_gib: float = WORKER_GIB
+    os_gib: float = OS_GIB
+
+    @classmethod
+    def of_node(cls, s: Any) -> Host:
+        """From a node's settings (blocks/node_serve.py NodeServeSettings)."""
+        return cls(gib=s.host_memory_gib, ctx_checkpoints=s.ctx_checkpoints,
+                   cache_ram_mib=s.cache_ram_mib, cache_idle_slots=s.cache_idle_slots)
 
 
 @dataclass(frozen=True)
@@ -151,42 +170,26 @@ class HostFit:
                 f"{self.host_gib:.1f} GiB of RAM (estimate)")
 
 
-def node_settings(s: Any) -> dict[str, Any]:
-    """host_fit's settings from a node's (blocks/node_serve.py NodeServeSettings)."""
-    return dict(ctx_checkpoints=s.ctx_checkpoints, cache_ram_mib=s.cache_ram_mib,
-                cache_idle_slots=s.cache_idle_slots, layers=s.model_layers,
-                kv_heads=s.model_kv_heads, head_dim=s.model_head_dim,
-                cache_type=s.kv_cache_type, sliding_layers=s.model_sliding_layers,
-                sliding_window=s.model_sliding_window, host_gib=s.host_memory_gib)
-
-
-def host_fit(slots: int, context_tokens: int, *, ctx_checkpoints: int, cache_ram_mib: int,
-             cache_idle_slots: bool, layers: int, kv_heads: int, head_dim: int,
-             cache_type: str, sliding_layers: int, sliding_window: int, host_gib: float,
-             engine_gib: float = ENGINE_GIB, worker_gib: float = WORKER_GIB,
-             os_gib: float = OS_GIB) -> HostFit:
-    ckpt = checkpoint_bytes(context_tokens, kv_heads=kv_heads, head_dim=head_dim,
-                            cache_type=cache_type, sliding_layers=sliding_layers,
-                            sliding_window=sliding_window)
+def host_fit(slots: int, context_tokens: int, shape: ModelShape, cache_type: str,
+             host: Host) -> HostFit:
+    ckpt = checkpoint_bytes(context_tokens, shape, cache_type)
     # idle-slot saves need the prompt cache (server-context.cpp init disables them without)
-    idle = slot_state_bytes(context_tokens, layers=layers, kv_heads=kv_heads,
-                            head_dim=head_dim, cache_type=cache_type,
-                            sliding_layers=sliding_layers, sliding_window=sliding_window) \
-        if cache_idle_slots and cache_ram_mib else 0
-    return HostFit(slots, context_tokens, ctx_checkpoints, ckpt, cache_ram_mib, idle,
-                   engine_gib, worker_gib, os_gib, host_gib)
+    idle = slot_state_bytes(context_tokens, shape, cache_type) \
+        if host.cache_idle_slots and host.cache_ram_mib else 0
+    return HostFit(slots, context_tokens, host.ctx_checkpoints, ckpt, host.cache_ram_mib, idle,
+                   host.engine_gib, host.worker_gib, host.os_gib, host.gib)
 
 
-def most_checkpoints(slots: int, context_tokens: int, **settings: int | float | str | bool
-                     ) -> int:
+def most_checkpoints(slots: int, context_tokens: int, shape: ModelShape, cache_type: str,
+                     host: Host) -> int:
     """The most context checkpoints per slot that fit (-1: not even none)."""
     def fits(n: int) -> bool:
-        kw = {**settings, "ctx_checkpoints": n}
-        return host_fit(slots, context_tokens, **kw).fits  # type: ignore[arg-type]
+        return host_fit(slots, context_tokens, shape, cache_type,
+                        replace(host, ctx_checkpoints=n)).fits
 
     return largest(fits, start=0, limit=64)
 
 
-def most_slots(context_tokens: int, **settings: int | float | str | bool) -> int:
+def most_slots(context_tokens: int, shape: ModelShape, cache_type: str, host: Host) -> int:
     """The most slots that fit with these settings (0: not even one)."""
-    return largest(lambda n: host_fit(n, context_tokens, **settings).fits)  # type: ignore[arg-type]
+    return largest(lambda n: host_fit(n, context_tokens, shape, cache_type, host).fits)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +83,40 @@ def check_adapter_loads(model_path: Path, adapter: Path, timeout: float = 120.0)
                           "(slm-nightly adapters rollback BUCKET) or re-export it")
 
 
-def llama_server_args(binary: str | Path, model: str | Path, aliases: list[str], *,
-                      host: str, port: int, slots: int, context_tokens: int, threads: int,
-                      gpu_layers: str | None = None, adapter: str | Path | None = None,
-                      cache_ram_mib: int | None = None, ctx_checkpoints: int | None = None,
-                      cache_idle_slots: bool | None = None,
-                      extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+@dataclass(frozen=True)
+class Served:
+    """What llama-server serves: the GGUF, the model's name, and a LoRA adapter on it (None:
+    the base alone), which is served under the name and under each of `adapter_names` too."""
+
+    model: str | Path
+    name: str
+    adapter: str | Path | None = None
+    adapter_names: tuple[str, ...] = ()
+
+    @property
+    def aliases(self) -> list[str]:
+        """The names it answers to (one `-a` list): the model's, then the adapter's."""
+        return [self.name, *(self.adapter_names if self.adapter else ())]
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How llama-server runs, whatever it serves: `slots` slots of `context_tokens` each, its
+    CPU threads, the layers on the GPU (None: the CPU build), its host-RAM caches (None: the
+    flag is left out, llama-server's own default) and flags appended as they are."""
+
+    slots: int
+    context_tokens: int
+    threads: int
+    gpu_layers: str | None = None
+    cache_ram_mib: int | None = None
+    ctx_checkpoints: int | None = None
+    cache_idle_slots: bool | None = None
+    extra: Sequence[str] = ()
+
+
+def llama_server_args(binary: str | Path, served: Served, settings: ServerSettings, *,
+                      host: str, port: int) -> list[str]:
     """llama.cpp's own server (`llama-server`, tools/server of the llama.cpp the pinned
     llama-cpp-python vendors; flags from its common/arg.cpp):
 
@@ -108,26 +138,28 @@ def llama_server_args(binary: str | Path, model: str | Path, aliases: list[str],
     - `--metrics` exposes /metrics (tokens/s per server, for the benches); the API key, if
       any, comes from LLAMA_API_KEY in its environment, never argv.
     """
+    s = settings
     if host in {"0.0.0.0", "::", ""}:
         raise ValueError(f"llama_server_args: host {host!r} would listen on every interface")
+    aliases = served.aliases
     if not aliases or any("," in a or not a.strip() for a in aliases):
         raise ValueError(f"llama_server_args: aliases {aliases!r} must be non-empty names "
                          "without commas")
-    argv = [str(binary), "-m", str(model), "-a", ",".join(dict.fromkeys(aliases)),
+    argv = [str(binary), "-m", str(served.model), "-a", ",".join(dict.fromkeys(aliases)),
             "--host", host, "--port", str(port),
-            "-np", str(slots), "-c", str(slots * context_tokens),
-            "-t", str(threads), "-tb", str(threads), "--metrics", "--no-webui"]
-    if gpu_layers is not None:
-        argv += ["-ngl", gpu_layers, "--fit", "off"]
-    if adapter is not None:
-        argv += ["--lora", str(adapter)]
-    if cache_ram_mib is not None:
-        argv += ["--cache-ram", str(cache_ram_mib)]
-    if ctx_checkpoints is not None:
-        argv += ["--ctx-checkpoints", str(ctx_checkpoints)]
-    if cache_idle_slots is not None:
-        argv.append("--cache-idle-slots" if cache_idle_slots else "--no-cache-idle-slots")
-    return argv + list(extra)
+            "-np", str(s.slots), "-c", str(s.slots * s.context_tokens),
+            "-t", str(s.threads), "-tb", str(s.threads), "--metrics", "--no-webui"]
+    if s.gpu_layers is not None:
+        argv += ["-ngl", s.gpu_layers, "--fit", "off"]
+    if served.adapter is not None:
+        argv += ["--lora", str(served.adapter)]
+    if s.cache_ram_mib is not None:
+        argv += ["--cache-ram", str(s.cache_ram_mib)]
+    if s.ctx_checkpoints is not None:
+        argv += ["--ctx-checkpoints", str(s.ctx_checkpoints)]
+    if s.cache_idle_slots is not None:
+        argv.append("--cache-idle-slots" if s.cache_idle_slots else "--no-cache-idle-slots")
+    return argv + list(s.extra)
 
 
 def server_ready(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> bool:
@@ -159,24 +191,22 @@ LOCAL_CACHE_RAM_MIB = 1024
 LOCAL_EXTRA = ("-fa", "off")
 
 
-def start_llama_server(state_dir: Path, model_path: Path, alias: str, n_ctx: int,
-                       n_threads: int, readiness_timeout: float,
-                       adapter: Path | None = None, names: tuple[str, ...] = (),
-                       slots: int = 1) -> str:
+def start_llama_server(state_dir: Path, served: Served, n_ctx: int, n_threads: int,
+                       readiness_timeout: float, slots: int = 1) -> str:
     """Start llama-server on a free loopback port with `slots` slots of `n_ctx` tokens each;
-    return its base URL. With `adapter`, the GGUF LoRA adapter is checked to load, then served
-    on the base — under `alias` and under each of `names` (the bucket's name it is published
-    as) — and the server's /lora-adapters must list it."""
+    return its base URL. With `served.adapter`, the GGUF LoRA adapter is checked to load, then
+    served on the base — under `served.name` and under each of `served.adapter_names` (the
+    bucket's name it is published as) — and the server's /lora-adapters must list it."""
     binary = require_server()
     server = ManagedServer(SERVER_NAME, state_dir)
     server.stop()  # a leftover from a crashed run would hold the CPU
+    adapter = served.adapter
     if adapter is not None:
-        check_adapter_loads(model_path, adapter)
+        check_adapter_loads(Path(served.model), Path(adapter))
     port = free_port()
-    argv = llama_server_args(binary, model_path, [alias, *(names if adapter else ())],
-                             host="127.0.0.1", port=port, slots=slots, context_tokens=n_ctx,
-                             threads=n_threads, adapter=adapter,
-                             cache_ram_mib=LOCAL_CACHE_RAM_MIB, extra=LOCAL_EXTRA)
+    argv = llama_server_args(binary, served, ServerSettings(
+        slots=slots, context_tokens=n_ctx, threads=n_threads, cache_ram_mib=LOCAL_CACHE_RAM_MIB,
+        extra=LOCAL_EXTRA), host="127.0.0.1", port=port)
     base_url = f"http://127.0.0.1:{port}"
     server.start(argv, port, marker=f"--port {port}", ready=lambda: server_ready(base_url),
                  timeout=readiness_timeout)

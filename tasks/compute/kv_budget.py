@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 GIB = 1024**3
 # bytes per KV element by cache type (ggml type sizes: q8_0 = 34-byte blocks of 32, q4_0 = 18)
@@ -30,6 +31,41 @@ UBATCH = 512  # llama-server's default micro-batch: the sliding-window cache hol
 # 256); llama-kv-cache-iswa.cpp: size_swa = GGML_PAD(min(size_base, n_swa + n_ubatch), 256))
 PAD = 256
 OVERHEAD_GIB = 1.2  # CUDA context + compute buffers of a 32B model at ubatch 512 (estimate)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The model's attention, what its KV cache is sized from: transformer layers, KV heads per
+    layer, the head dimension, and the layers with sliding-window attention and their window in
+    tokens (0: none). The host-RAM estimate (tasks/compute/host_memory.py) reads it too."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    sliding_layers: int = 0
+    sliding_window: int = 0
+
+    @classmethod
+    def of_node(cls, s: Any) -> ModelShape:
+        """From a node's settings (blocks/node_serve.py NodeServeSettings, its model_* keys)."""
+        return cls(layers=s.model_layers, kv_heads=s.model_kv_heads, head_dim=s.model_head_dim,
+                   sliding_layers=s.model_sliding_layers,
+                   sliding_window=s.model_sliding_window)
+
+
+@dataclass(frozen=True)
+class Card:
+    """The node's GPU and what it holds beside the KV cache: the memory llama.cpp can use, the
+    weights, and the CUDA context with the compute buffers (an allowance, OVERHEAD_GIB)."""
+
+    gib: float
+    weights_gib: float
+    overhead_gib: float = OVERHEAD_GIB
+
+    @classmethod
+    def of_node(cls, s: Any) -> Card:
+        """From a node's settings (gpu_memory_gib, model_weights_gib)."""
+        return cls(gib=s.gpu_memory_gib, weights_gib=s.model_weights_gib)
 
 
 @dataclass(frozen=True)
@@ -55,32 +91,28 @@ class KvFit:
                 f"{self.needed_gib:.2f} GiB of the card's {self.card_gib:.1f} GiB (estimate)")
 
 
-def kv_bytes_per_slot(context_tokens: int, layers: int, kv_heads: int, head_dim: int,
-                      cache_type: str = "f16", sliding_layers: int = 0,
-                      sliding_window: int = 0, swa_full: bool = False) -> float:
+def kv_bytes_per_slot(context_tokens: int, shape: ModelShape, cache_type: str = "f16",
+                      swa_full: bool = False) -> float:
     """KV cache bytes of one slot of `context_tokens`."""
     if cache_type not in KV_BYTES:
         raise ValueError(f"KV cache type {cache_type!r}: use one of {', '.join(KV_BYTES)}")
-    per_layer_token = 2 * kv_heads * head_dim * KV_BYTES[cache_type]
-    full = layers - sliding_layers
+    per_layer_token = 2 * shape.kv_heads * shape.head_dim * KV_BYTES[cache_type]
+    full = shape.layers - shape.sliding_layers
     context = _pad(context_tokens)
-    swa_tokens = context if swa_full or not sliding_window else \
-        _pad(min(context, sliding_window + UBATCH))
-    return per_layer_token * (full * context + sliding_layers * swa_tokens)
+    swa_tokens = context if swa_full or not shape.sliding_window else \
+        _pad(min(context, shape.sliding_window + UBATCH))
+    return per_layer_token * (full * context + shape.sliding_layers * swa_tokens)
 
 
 def _pad(cells: int) -> int:
     return -(-cells // PAD) * PAD
 
 
-def kv_fit(slots: int, context_tokens: int, *, layers: int, kv_heads: int, head_dim: int,
-           weights_gib: float, card_gib: float, cache_type: str = "f16",
-           sliding_layers: int = 0, sliding_window: int = 0,
-           overhead_gib: float = OVERHEAD_GIB) -> KvFit:
-    per_slot = kv_bytes_per_slot(context_tokens, layers, kv_heads, head_dim, cache_type,
-                                 sliding_layers, sliding_window)
-    return KvFit(slots, context_tokens, slots * per_slot / GIB, weights_gib, overhead_gib,
-                 card_gib)
+def kv_fit(slots: int, context_tokens: int, shape: ModelShape, card: Card,
+           cache_type: str = "f16") -> KvFit:
+    per_slot = kv_bytes_per_slot(context_tokens, shape, cache_type)
+    return KvFit(slots, context_tokens, slots * per_slot / GIB, card.weights_gib,
+                 card.overhead_gib, card.gib)
 
 
 def largest(fits: Callable[[int], bool], start: int = 1, limit: int = 1024) -> int:
@@ -92,6 +124,7 @@ def largest(fits: Callable[[int], bool], start: int = 1, limit: int = 1024) -> i
     return n
 
 
-def largest_fit(context_tokens: int, **shape: float | int | str) -> int:
+def largest_fit(context_tokens: int, shape: ModelShape, card: Card,
+                cache_type: str = "f16") -> int:
     """The most slots of `context_tokens` that fit (0: not even one)."""
-    return largest(lambda n: kv_fit(n, context_tokens, **shape).fits)  # type: ignore[arg-type]
+    return largest(lambda n: kv_fit(n, context_tokens, shape, card, cache_type).fits)

@@ -80,8 +80,8 @@ class LocalNode:
             else default_model_path()
         # one slot per request the client may have in flight, each of the full context
         return inference_server.start_llama_server(
-            self._state_dir, model, endpoint.model, endpoint.context_tokens,
-            self.cpu_threads, endpoint.readiness_timeout_seconds, adapter, names,
+            self._state_dir, inference_server.Served(model, endpoint.model, adapter, names),
+            endpoint.context_tokens, self.cpu_threads, endpoint.readiness_timeout_seconds,
             slots=endpoint.max_concurrent_requests,
         )
 

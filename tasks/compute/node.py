@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,18 @@ def node_usage(node: Node, logger: Any) -> NodeUsage | None:
 NODE_RESULT_KEY = "node-result"  # table artifact a node-side flow publishes its result in
 
 
+@dataclass(frozen=True)
+class Watch:
+    """How run_on_node watches a node run: every `poll_seconds` (None: the node's
+    watch_seconds), and for at most `pickup_seconds` until a worker takes it."""
+
+    poll_seconds: float | None = None
+    pickup_seconds: float = 600.0
+
+
 def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
-                timeout_seconds: float, *, label: str, poll_seconds: float | None = None,
-                pickup_seconds: float = 600.0) -> TrainingResult:
+                timeout_seconds: float, *, label: str, watch: Watch | None = None
+                ) -> TrainingResult:
     """Run a node-side flow on the GCE node through Prefect: `run_deployment` on the
     deployment that lives on the node's work pool (its worker is started by the node's
     startup script), then watch the run — and the node — until it ends.
@@ -95,11 +105,11 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
     Returns the flow's result row as a TrainingResult (from the `node-result` table artifact
     it published: a result that crosses machines through the Prefect API, with no shared
     result storage), with `node_run` {id, name}. The run and the node are checked every
-    `poll_seconds` (default: the node's watch_seconds — 30 s in production, each check is a
+    `watch.poll_seconds` (default: the node's watch_seconds — 30 s in production, each check is a
     Compute call and a Prefect call); a transient Compute error in a check is retried by the
     node (GceNode._call), so the watch survives it.
     The node run is cancelled when this run times out, is cancelled, loses the node
-    (NodePreempted), or no worker takes the run within `pickup_seconds` (the node's worker
+    (NodePreempted), or no worker takes the run within `watch.pickup_seconds` (the node's worker
     is not up: better to fail than to pay for an idle GPU until the phase timeout); a node
     run that ends in any state but Completed fails here with its state and message."""
     from prefect.client.orchestration import get_client
@@ -115,7 +125,9 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
     from tasks.errors import PhaseFailed
 
     logger = get_run_logger()
-    every = node.watch_seconds if poll_seconds is None else poll_seconds
+    watch = watch or Watch()
+    every = node.watch_seconds if watch.poll_seconds is None else watch.poll_seconds
+    pickup_seconds = watch.pickup_seconds
     parent = current_run.get_id()
     child: Any = run_deployment(name=deployment, parameters=parameters, timeout=0,
                            idempotency_key=f"{parent}-{label}" if parent else None,

@@ -27,7 +27,7 @@ class Node(Protocol):
 
     remote_training: bool
     """True: the GPU is on another machine, and training runs there through the node's
-    deployment (tasks/night/handoff.py: run_for_marker); False: in this process."""
+    deployment (tasks/night/handoff.py: train_on_node); False: in this process."""
     loads_adapters: bool
     """Whether start_inference serves the promoted LoRA adapter it is given."""
 

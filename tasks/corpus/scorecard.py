@@ -275,9 +275,8 @@ def score_bucket(root: Path, bucket: str, kind: Kind, cfg: ScorecardConfig
                                  cfg.near_duplicate_threshold)
     df = df.with_columns(status=pl.when(ok & pl.col("id").is_in(near.implode()))
                          .then(pl.lit("near_duplicate")).otherwise(pl.col("status")))
-    counts = dict(df.group_by("status").len().iter_rows())
+    card = _compose(bucket, kind, path, df, cfg, raw_lines)
     clean = df.filter(pl.col("status").is_null())
-    card = _compose(bucket, kind, path, df, clean, counts, cfg, raw_lines)
     split = (pl.col("stable") % 10_000 < int(cfg.eval_share * 10_000))
     clean = clean.with_columns(split=pl.when(split).then(pl.lit("eval")).otherwise(pl.lit("train")))
     return card, clean.select("source", *cols, "split", "file", "line")
@@ -345,9 +344,12 @@ def _key_hashes(low: pl.Series) -> np.ndarray:
         for v in low.cast(pl.Binary).to_list()]), dtype="<u8").astype(np.uint64)
 
 
-def _compose(bucket: str, kind: Kind, path: Path, df: pl.DataFrame, clean: pl.DataFrame,
-             counts: dict[str | None, int], cfg: ScorecardConfig, raw_lines: int) -> BucketScore:
-    total, n_clean = df.height, clean.height
+def _compose(bucket: str, kind: Kind, path: Path, df: pl.DataFrame, cfg: ScorecardConfig,
+             raw_lines: int) -> BucketScore:
+    """The bucket's card from its rows and their statuses (None: clean)."""
+    counts: dict[str | None, int] = dict(df.group_by("status").len().iter_rows())
+    stable = df.select(pl.col("stable").filter(pl.col("status").is_null()))["stable"]
+    total, n_clean = df.height, stable.len()
     by_source = df.group_by("source").agg(total=pl.len(),
                                           clean=pl.col("status").is_null().sum()) \
         .sort(["clean", "source"], descending=[True, False])
@@ -364,7 +366,7 @@ def _compose(bucket: str, kind: Kind, path: Path, df: pl.DataFrame, clean: pl.Da
         if n_clean and s.share_of_clean > cfg.max_source_share:
             reasons.append(f"source '{s.source}' is {s.share_of_clean:.0%} of clean "
                            f"pairs > cap {cfg.max_source_share:.0%}")
-    digest = sha256_hex(clean["stable"].sort().to_numpy().astype("<u8").tobytes())
+    digest = sha256_hex(stable.sort().to_numpy().astype("<u8").tobytes())
     return BucketScore(
         bucket=bucket, kind=kind, path=str(path.resolve()), raw_lines=raw_lines, total=total,
         clean=n_clean, passed=not reasons, reasons=reasons,

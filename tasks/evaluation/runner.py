@@ -47,6 +47,17 @@ def small_model_note(model: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Gold:
+    """The gold cases an eval runs: the split they were chosen by, and the file they were read
+    from with its digest (load_gold), which the result records."""
+
+    cases: list[GoldCase]
+    split: str
+    path: Path
+    digest: str
+
+
 @dataclass
 class Engine:
     base_url: str
@@ -137,16 +148,18 @@ def _prediction(outcome: Any, batch: Any, report: Any) -> CasePrediction:
     return pred
 
 
-def run_eval(cfg: Any, profile: str, cases: list[GoldCase], split: str, gold: dict[str, Any],
-             base_url: str | None, say: Callable[[str], None]) -> dict[str, Any]:
+def run_eval(cfg: Any, profile: str, gold_set: Gold, base_url: str | None,
+             say: Callable[[str], None]) -> dict[str, Any]:
     """Extract every case, score it, and return the result (the JSON the CLI writes)."""
     from tasks.extraction.answers import BatchReport, build_batch
-    from tasks.extraction.calls import extract_documents, run_sync
+    from tasks.extraction.calls import Ask, extract_documents, run_sync
     from tasks.extraction.chunking import chunk_text
     from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
     from tasks.extraction.llm import Usage
     from tasks.extraction.prompt import prompt_digest
 
+    cases, split = gold_set.cases, gold_set.split
+    gold = {"path": shown(gold_set.path), "digest": gold_set.digest, "cases": len(cases)}
     endpoint = cfg.inference
     ontology = cfg.extraction.ontology()
     gleanings = cfg.extraction.gleanings
@@ -170,9 +183,9 @@ def run_eval(cfg: Any, profile: str, cases: list[GoldCase], split: str, gold: di
     with engine(cfg, base_url, say) as eng:
         client = replace(llm_client(endpoint, eng.base_url), usage=Usage())
         outcomes = run_sync(extract_documents(
-            client, [_document(c) for c in cases], size, endpoint.chunk_overlap_tokens,
-            response_schema(endpoint, ontology), on_done, ontology=ontology,
-            gleanings=gleanings))
+            client, Ask(endpoint.model, response_schema(endpoint, ontology), size,
+                        endpoint.chunk_overlap_tokens, ontology, gleanings),
+            [_document(c) for c in cases], on_done))
     preds: dict[str, CasePrediction] = {}
     total = BatchReport()
     for o in outcomes:

@@ -10,12 +10,14 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tasks.extraction import streams
 from tasks.extraction.calls import DocOutcome
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import Usage
 from tasks.extraction.prompt import document_version
-from tasks.extraction.resolve import looks_like_person_name, normalize, resolve
-from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, RelRow, now_iso
+from tasks.extraction.resolve import normalize
+from tasks.extraction.rows import DocRows, entity
+from tasks.graph.store import ChunkRow, GraphBatch, RelRow, now_iso
 from tasks.ontology import GraphSchema, default_schema
 from tasks.records import FailedDocument
 
@@ -69,13 +71,6 @@ class BatchReport:
         self.ungrounded.extend(other.ungrounded[:UNGROUNDED_SAMPLES - len(self.ungrounded)])
 
 
-def _entity(entity_type: str, raw: str, description: str = "") -> EntityRow:
-    key, r = resolve(entity_type, raw)
-    aliases = [raw.strip()] if raw.strip() != r.name else []
-    return EntityRow(key=key, type=entity_type, name=r.name, aliases=aliases,
-                     description=description.strip(), affiliation=r.affiliation)
-
-
 _GROUND = re.compile(r"[\W_]+")
 
 
@@ -90,60 +85,17 @@ def grounded(name: str, text: str) -> bool:
     return form.strip() != "" and form in _ground_form(text)
 
 
-@dataclass
-class _DocRows:
-    """What one document contributes, before aliases are resolved and it joins the batch."""
-
-    doc: Document
-    entities: list[tuple[EntityRow, int | None]] = field(default_factory=list)  # chunk index
-    relationships: list[RelRow] = field(default_factory=list)
-
-    def add(self, row: EntityRow, chunk: int | None = None) -> None:
-        self.entities.append((row, chunk))
-
-
-def _deterministic(doc: Document, rows: _DocRows, email_keys: dict[str, str],
+def _deterministic(doc: Document, rows: DocRows, email_keys: dict[str, str],
                    ontology: GraphSchema, report: BatchReport) -> None:
-    """Front matter and contact records: no model, the schema's labels where it has them."""
-    def keep(src: str, rel: str, dst: str) -> bool:
-        if ontology.node(src) and ontology.node(dst) and ontology.allows(src, rel, dst):
-            return True
-        report.pruned_relationships[f"{src} {rel} {dst}"] += 1
-        return False
-
-    if doc.stream == "transcripts" and ontology.node("Event"):
-        meeting = _entity("Event", str(doc.metadata.get("title") or doc.id),
-                          f"Meeting {doc.metadata.get('meeting_id', '')}".strip())
-        rows.add(meeting)
-        for raw in doc.metadata.get("participants", []):
-            if not looks_like_person_name(raw) or not ontology.node("Person"):
-                continue
-            person = _entity("Person", raw)
-            rows.add(person)
-            if keep("Person", "PARTICIPATED_IN", "Event"):
-                rows.relationships.append(RelRow(person.key, "PARTICIPATED_IN", meeting.key,
-                                                 [doc.id]))
-    elif doc.stream == "contacts" and ontology.node("Person"):
-        for rec in doc.records:
-            person = _entity("Person", rec["name"], rec.get("title") or "")
-            # Contacts unify by e-mail: a known address wins over the spelling of the name.
-            known = next((email_keys[e] for e in rec["emails"] if e in email_keys), None)
-            if known and known != person.key:
-                person.aliases = sorted({*person.aliases, person.name})
-                person.key = known
-            person.emails, person.phones = list(rec["emails"]), list(rec["phones"])
-            for e in rec["emails"]:
-                email_keys.setdefault(e, person.key)
-            rows.add(person)
-            if rec.get("organization") and ontology.node("Organization"):
-                org = _entity("Organization", rec["organization"])
-                rows.add(org)
-                if keep("Person", "WORKS_FOR", "Organization"):
-                    rows.relationships.append(RelRow(person.key, "WORKS_FOR", org.key,
-                                                     [doc.id], rec.get("title") or ""))
+    """The rows the document's stream writes without the model (tasks/extraction/streams.py:
+    front matter, contact records), the schema's labels where it has them; none for a stream
+    without such rows, or one not registered."""
+    stream = streams.find(doc.stream)
+    if stream is not None and stream.rows is not None:
+        stream.rows(doc, rows, email_keys, ontology, report.pruned_relationships)
 
 
-def _from_llm(outcome: DocOutcome, rows: _DocRows, report: BatchReport,
+def _from_llm(outcome: DocOutcome, rows: DocRows, report: BatchReport,
               ontology: GraphSchema) -> None:
     doc = outcome.doc
     doc_names: dict[str, str] = {}  # a name of any chunk: relationships across chunks resolve
@@ -169,7 +121,7 @@ def _from_llm(outcome: DocOutcome, rows: _DocRows, report: BatchReport,
                     if ontology.requires_grounding(label):
                         report.dropped_ungrounded[label] += 1
                         continue
-                row = _entity(label, ent.name[:200], ent.description[:500])
+                row = entity(label, ent.name[:200], ent.description[:500])
                 own = ontology.property_names(label)
                 for k, v in ent.properties.items():
                     if k in own and v.strip():
@@ -205,7 +157,7 @@ def _from_llm(outcome: DocOutcome, rows: _DocRows, report: BatchReport,
                                          chunks=[f"{doc.id}#{index}"]))
 
 
-def _surname_aliases(rows: _DocRows) -> dict[str, str]:
+def _surname_aliases(rows: DocRows) -> dict[str, str]:
     """Person keys of one word ("Mr. Viersen" → "Person:viersen") that match the last word of
     exactly one full name of the same document: key → that name's key. Only within a
     document: a surname alone never joins two documents' people."""
@@ -223,7 +175,7 @@ def _surname_aliases(rows: _DocRows) -> dict[str, str]:
     return out
 
 
-def _join(rows: _DocRows, batch: GraphBatch, report: BatchReport) -> None:
+def _join(rows: DocRows, batch: GraphBatch, report: BatchReport) -> None:
     """The document's rows into the batch, each one-word alias under its full name."""
     aliases = _surname_aliases(rows)
     report.aliases_resolved += len(aliases)
@@ -259,7 +211,7 @@ def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, st
             c = ca.chunk
             batch.add_chunk(ChunkRow(id=f"{d.id}#{c.index}", document=d.id, index=c.index,
                                      start=c.start, end=c.end, text=c.text))
-        rows = _DocRows(d)
+        rows = DocRows(d)
         _deterministic(d, rows, email_keys, ontology, report)
         _from_llm(o, rows, report, ontology)
         report.gleaning_failures += o.gleaning_failures

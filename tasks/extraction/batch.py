@@ -14,12 +14,11 @@ from typing import Any
 
 from tasks.errors import GraphError
 from tasks.extraction.answers import BatchReport, build_batch
-from tasks.extraction.calls import DocOutcome, extract_documents, run_sync
-from tasks.extraction.documents import Document
+from tasks.extraction.calls import Ask, DocOutcome, extract_documents, run_sync
+from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.prompt import document_version
 from tasks.graph.store import GraphBatch, GraphStore
-from tasks.ontology import GraphSchema, default_schema
 from tasks.records import FailedDocument
 from tasks.waiting import backoff_seconds
 
@@ -28,29 +27,31 @@ GRAPH_RETRY_SECONDS = 1.0
 GRAPH_RETRY_CAP_SECONDS = GRAPH_RETRY_SECONDS * 2 ** (GRAPH_ATTEMPTS - 2)  # the old longest wait
 
 
-def failure_record(doc_id: str, stream: str, path: str, digest: str | None, error: str,
-                   message: str, attempts: int, **extra: Any) -> FailedDocument:
-    """A failure row, stamped now; `extra`: the keys only some rows have (model, …)."""
-    return FailedDocument(id=doc_id, path=path, stream=stream, hash=digest, error=error,
-                          message=message, attempts=attempts,
-                          time=datetime.now(UTC).isoformat(timespec="seconds"), **extra)
+def failure_record(of: Document | LoadFailure, error: str, message: str, attempts: int = 0,
+                   **extra: Any) -> FailedDocument:
+    """A failure row of document `of` (its id, stream, path and hash), stamped now; `extra`:
+    the keys only some rows have (model, …, or an `id` of one record in the file)."""
+    row: dict[str, Any] = {"id": of.id, "path": of.path, "stream": of.stream, "hash": of.hash,
+                           **extra}
+    return FailedDocument(**row, error=error, message=message, attempts=attempts,
+                          time=datetime.now(UTC).isoformat(timespec="seconds"))
 
 
 def record_failures(docs: Iterable[Document]) -> list[FailedDocument]:
     """One failure per bad record of a loaded file, id "<document id>#<index>". The file's good
     records go on as usual (extracted, or skipped while the file is unchanged); the bad ones
     are listed again on every run until the file is fixed, like an unreadable file."""
-    return [failure_record(f"{d.id}#{b['record']}", d.stream, d.path, d.hash, "RecordError",
-                           f"{b['reason']} — fix or remove the record; the file's other "
-                           "records are used", 0, record=b["record"])
+    return [failure_record(d, "RecordError", f"{b['reason']} — fix or remove the record; the "
+                           "file's other records are used", id=f"{d.id}#{b['record']}",
+                           record=b["record"])
             for d in docs for b in d.bad_records]
 
 
-def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, model: str,
-                  chunk_tokens: int, overlap_tokens: int, schema: dict[str, Any],
-                  changed: set[str], on_done: Callable[[DocOutcome], None] | None = None,
-                  ontology: GraphSchema | None = None, gleanings: int = 0) -> BatchReport:
-    """Extract a batch of documents and write it to the graph.
+def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, ask: Ask,
+                  changed: set[str], on_done: Callable[[DocOutcome], None] | None = None
+                  ) -> BatchReport:
+    """Extract a batch of documents with `ask` and write it to the graph (`changed`: the ids
+    whose earlier contribution is retracted first).
 
     Order makes a crash harmless: retract what changed documents contributed before, upsert
     (idempotent MERGEs), and only then mark the documents extracted. A crash anywhere leaves
@@ -59,9 +60,8 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
     marked, not failed."""
     report = BatchReport()
     client = replace(client, usage=Usage())
-    ontology = ontology or default_schema()
-    outcomes = run_sync(extract_documents(client, docs, chunk_tokens, overlap_tokens, schema,
-                                          on_done, ontology=ontology, gleanings=gleanings))
+    model, ontology, gleanings = ask.model, ask.ontology, ask.gleanings
+    outcomes = run_sync(extract_documents(client, ask, docs, on_done))
     report.usage = client.usage
     report.deferred = [o.doc.id for o in outcomes if o.deferred]
     for o in outcomes:
@@ -71,8 +71,7 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
                              "retried on the next run" if o.endpoint_down else
                              " — the server never answered (timeouts): retried on the next run"
                              if o.unanswered else "")
-            report.failed.append(failure_record(d.id, d.stream, d.path, d.hash,
-                                                o.error_type or "Error", msg, o.attempts,
+            report.failed.append(failure_record(d, o.error_type or "Error", msg, o.attempts,
                                                 model=model, prompt_version=document_version(
                                                     d, ontology, gleanings),
                                                 held=not o.unanswered))

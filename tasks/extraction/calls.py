@@ -25,6 +25,29 @@ from tasks.ontology import GraphSchema, default_schema
 MAX_SPLIT_DEPTH = 2
 
 
+@dataclass(frozen=True)
+class Ask:
+    """What phase 1 asks of the model and how a document is cut for it: the model, the bounded
+    response schema, the graph schema (ontology), the gleaning passes per chunk, and the chunk
+    size and overlap in tokens (tasks/extraction/setup.py builds it from the profile)."""
+
+    model: str
+    schema: dict[str, Any]
+    chunk_tokens: int
+    overlap_tokens: int = 0
+    ontology: GraphSchema = field(default_factory=default_schema)
+    gleanings: int = 0
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One chunk's text as a request sends it: part `part` of `parts`."""
+
+    text: str
+    part: int
+    parts: int
+
+
 @dataclass
 class ChunkAnswer:
     """One chunk and what the model answered for it (halves and gleanings included)."""
@@ -58,45 +81,43 @@ def _answer_json(ex: Extraction) -> str:
                       ensure_ascii=False)
 
 
-async def _extract_chunk(client: LLMClient, doc: Document, chunk: str, schema: dict[str, Any],
-                         depth: int, part: int, parts: int, ontology: GraphSchema
-                         ) -> list[Extraction]:
-    system = system_prompt(ontology)
+async def _extract_chunk(client: LLMClient, ask: Ask, doc: Document, piece: Piece,
+                         depth: int = 0) -> list[Extraction]:
+    system = system_prompt(ask.ontology)
+    prompt = user_prompt(doc, piece.text, piece.part, piece.parts)
     try:
-        return [await client.extract(system, user_prompt(doc, chunk, part, parts), schema,
-                                     ontology=ontology)]
+        return [await client.extract(system, prompt, ask.schema, ontology=ask.ontology)]
     except ChunkTooLong as e:
-        halves = halve(chunk)
+        halves = halve(piece.text)
         if depth >= MAX_SPLIT_DEPTH or len(halves) < 2:
             if "max_tokens" not in str(e):
                 raise  # the prompt itself does not fit
             # Nothing left to split: the answer, not the chunk, is too long (greedy decoding
             # that loops) — other samples of the same chunk.
-            return [await client.extract(system, user_prompt(doc, chunk, part, parts),
-                                         schema, resample_cut=True, ontology=ontology)]
+            return [await client.extract(system, prompt, ask.schema, resample_cut=True,
+                                         ontology=ask.ontology)]
         results = await asyncio.gather(*(
-            _extract_chunk(client, doc, h, schema, depth + 1, part, parts, ontology)
+            _extract_chunk(client, ask, doc, Piece(h, piece.part, piece.parts), depth + 1)
             for h in halves))
         return [x for r in results for x in r]
 
 
-async def _glean(client: LLMClient, doc: Document, chunk: str, schema: dict[str, Any],
-                 part: int, parts: int, ontology: GraphSchema, first: list[Extraction],
-                 passes: int) -> tuple[list[Extraction], int]:
-    """Ask `passes` times for what the answers so far missed (GraphRAG's gleaning). A pass
-    that gets no usable answer ends gleaning for the chunk; what was found is kept."""
+async def _glean(client: LLMClient, ask: Ask, doc: Document, piece: Piece,
+                 first: list[Extraction]) -> tuple[list[Extraction], int]:
+    """Ask `ask.gleanings` times for what the answers so far missed (GraphRAG's gleaning). A
+    pass that gets no usable answer ends gleaning for the chunk; what was found is kept."""
     if len(first) != 1:  # the chunk was halved: its answers are of other prompts
         return [], 0
     history: list[dict[str, str]] = []
     last = first[0]
     more: list[Extraction] = []
-    for _ in range(passes):
+    for _ in range(ask.gleanings):
         history += [{"role": "assistant", "content": _answer_json(last)},
                     {"role": "user", "content": GLEAN_PROMPT}]
         try:
-            last = await client.extract(system_prompt(ontology),
-                                        user_prompt(doc, chunk, part, parts), schema,
-                                        history=list(history), ontology=ontology)
+            last = await client.extract(system_prompt(ask.ontology),
+                                        user_prompt(doc, piece.text, piece.part, piece.parts),
+                                        ask.schema, history=list(history), ontology=ask.ontology)
         except (LLMError, ChunkTooLong, Deferred):
             return more, 1
         if not last.entities and not last.relationships:
@@ -105,26 +126,21 @@ async def _glean(client: LLMClient, doc: Document, chunk: str, schema: dict[str,
     return more, 0
 
 
-async def extract_document(client: LLMClient, doc: Document, chunk_tokens: int,
-                           overlap_tokens: int, schema: dict[str, Any],
-                           ontology: GraphSchema | None = None, gleanings: int = 0
-                           ) -> DocOutcome:
+async def extract_document(client: LLMClient, ask: Ask, doc: Document) -> DocOutcome:
     """Run the document's free text through the LLM, chunk by chunk (concurrently), each
-    chunk gleaned `gleanings` times. Every chunk ends before the outcome is decided (no
+    chunk gleaned `ask.gleanings` times. Every chunk ends before the outcome is decided (no
     request outlives its document): a failed chunk fails the document, else a deferred one
     defers it."""
-    ontology = ontology or default_schema()
     outcome = DocOutcome(doc)
     if not doc.text.strip():
         return outcome
-    parts = chunks(doc.text, chunk_tokens, overlap_tokens)
+    parts = chunks(doc.text, ask.chunk_tokens, ask.overlap_tokens)
 
     async def one(c: Chunk) -> tuple[list[Extraction], int]:
-        got = await _extract_chunk(client, doc, c.text, schema, 0, c.index + 1, len(parts),
-                                   ontology)
-        if gleanings:
-            more, failed = await _glean(client, doc, c.text, schema, c.index + 1, len(parts),
-                                        ontology, got, gleanings)
+        piece = Piece(c.text, c.index + 1, len(parts))
+        got = await _extract_chunk(client, ask, doc, piece)
+        if ask.gleanings:
+            more, failed = await _glean(client, ask, doc, piece, got)
             return got + more, failed
         return got, 0
 
@@ -148,14 +164,13 @@ async def extract_document(client: LLMClient, doc: Document, chunk_tokens: int,
     return outcome
 
 
-async def extract_documents(client: LLMClient, docs: list[Document], chunk_tokens: int,
-                            overlap_tokens: int, schema: dict[str, Any],
-                            on_done: Callable[[DocOutcome], None] | None = None, *,
-                            ontology: GraphSchema | None = None, gleanings: int = 0
+async def extract_documents(client: LLMClient, ask: Ask, docs: list[Document],
+                            on_done: Callable[[DocOutcome], None] | None = None
                             ) -> list[DocOutcome]:
+    """Every document through `extract_document` at once (the client paces the requests);
+    `on_done` is told of each outcome as it ends."""
     async def one(d: Document) -> DocOutcome:
-        outcome = await extract_document(client, d, chunk_tokens, overlap_tokens, schema,
-                                         ontology, gleanings)
+        outcome = await extract_document(client, ask, d)
         if on_done:
             on_done(outcome)
         return outcome

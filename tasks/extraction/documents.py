@@ -1,248 +1,59 @@
-"""Loaders for the three document streams: transcripts, research, contacts.
+"""Reading the document streams: every file of a stream's folder, by the stream's patterns,
+through the stream's loader (tasks/extraction/streams.py).
 
 Every file becomes either a Document (stable id, content hash, the text the LLM reads and any
-structured records) or a LoadFailure with a reason. Nothing raises on bad input.
+structured records) or a LoadFailure with a reason. Nothing raises on bad input. What is the
+same for every stream is here: the id "<stream>/<relative path>", the hash of the bytes, the
+size limit, UTF-8, and a file that gives neither text nor records failing.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tasks.errors import DocumentError
+from tasks.extraction import streams
+from tasks.extraction.loaders import Document, LoadFailure, decode
+from tasks.extraction.streams import Stream
 from tasks.files import sha256_hex
 
-STREAMS = ("transcripts", "research", "contacts")
-PATTERNS = {
-    "transcripts": ("*.md",),
-    "research": ("*.yaml", "*.yml", "*.md"),
-    "contacts": ("*.json",),
-}
+__all__ = ["Document", "LoadFailure", "iter_paths", "load_document", "scan"]
 
 
-@dataclass(frozen=True)
-class Document:
-    id: str  # "<stream>/<relative path>": stable across runs and machines
-    stream: str
-    path: str
-    hash: str  # sha256 of the file's bytes
-    text: str  # what the LLM reads ("" when nothing needs the LLM)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    records: list[dict[str, Any]] = field(default_factory=list)  # structured contact records
-    # records of a record stream (contacts list, research YAML list) that failed to load, each
-    # {"record": index, "reason": …}; the file's other records are used as usual
-    bad_records: list[dict[str, Any]] = field(default_factory=list)
+def _stream(stream: str | Stream) -> Stream:
+    return stream if isinstance(stream, Stream) else streams.by_name(stream)
 
 
-@dataclass(frozen=True)
-class LoadFailure:
-    id: str
-    stream: str
-    path: str
-    hash: str | None
-    reason: str
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors/aliases: no alias bombs, and records never need them."""
-
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise DocumentError(
-                f"YAML aliases are not allowed (line {event.start_mark.line + 1}); "
-                "write the value out in full"
-            )
-        return super().compose_node(parent, index)
-
-
-def load_yaml(text: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - safe loader subclass
-    except yaml.YAMLError as e:
-        raise DocumentError(f"malformed YAML: {str(e).splitlines()[0]} — fix the syntax") from e
-
-
-class ContactRecord(BaseModel):
-    """One contact. Structured fields map to the graph without the LLM; `notes` goes to it."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(min_length=1, max_length=200)
-    emails: list[str] = []
-    phones: list[str] = []
-    organization: str | None = None
-    title: str | None = None
-    notes: str = ""
-
-    @field_validator("emails", "phones", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        if v is None:
-            return []
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("emails")
-    @classmethod
-    def _emails(cls, v: list[str]) -> list[str]:
-        out = []
-        for e in v:
-            e = e.strip().lower()
-            if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", e):
-                raise ValueError(f"not an e-mail address: {e!r}")
-            out.append(e)
-        return out
-
-
-def _decode(raw: bytes, max_bytes: int) -> str:
-    if not raw.strip():
-        raise DocumentError("empty file — remove it or add content")
-    if len(raw) > max_bytes:
-        raise DocumentError(
-            f"too large ({len(raw) / 1e6:.1f} MB > {max_bytes / 1e6:.1f} MB limit) — split the "
-            "file or raise the sources block's max_document_mb"
-        )
-    if b"\x00" in raw[:8192]:
-        raise DocumentError("binary file (NUL bytes) — only UTF-8 text is read")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DocumentError(f"not valid UTF-8 at byte {e.start} — re-save the file as UTF-8") from e
-
-
-def _front_matter(text: str) -> tuple[dict[str, Any], str]:
-    if not text.startswith("---"):
-        return {}, text
-    m = re.match(r"^---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(\r?\n|$)", text, re.S)
-    if not m:
-        raise DocumentError("front matter opened with '---' but never closed — add the closing '---'")
-    meta = load_yaml(m.group(1)) or {}
-    if not isinstance(meta, dict):
-        raise DocumentError("front matter is not a YAML mapping — write 'key: value' lines")
-    return meta, text[m.end():]
-
-
-def _transcript(text: str, rel: str) -> tuple[str, dict[str, Any]]:
-    meta, body = _front_matter(text)
-    heading = re.search(r"^#\s+(.+)$", body, re.M)
-    participants = meta.get("participants") or []
-    if not isinstance(participants, list) or not all(isinstance(p, str) for p in participants):
-        raise DocumentError("front matter 'participants' must be a list of names")
-    title = meta.get("title") or (heading.group(1).strip() if heading else None) \
-        or meta.get("meeting_id") or Path(rel).stem
-    date = meta.get("date")
-    return body.strip(), {
-        "title": str(title),
-        "date": str(date) if date is not None else None,
-        "participants": participants,
-        "meeting_id": str(meta.get("meeting_id") or Path(rel).stem),
-    }
-
-
-_KIND = {str: "a string", int: "a number", float: "a number", bool: "a boolean",
-         list: "a list", type(None): "nothing"}
-
-
-def _split_records(items: list[Any], check: Callable[[int, Any], dict[str, Any]]
-                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Good records and bad ones ({"record": i, "reason": …}); `check(i, item)` returns the
-    record or raises DocumentError. Every record bad: the file fails, with every reason."""
-    good: list[dict[str, Any]] = []
-    bad: list[dict[str, Any]] = []
-    for i, item in enumerate(items):
-        try:
-            good.append(check(i, item))
-        except DocumentError as e:
-            bad.append({"record": i, "reason": str(e)})
-    if not good:
-        reasons = "; ".join(b["reason"] for b in bad[:5]) + ("; …" if len(bad) > 5 else "")
-        raise DocumentError(reasons if len(bad) == 1 else f"every record is bad: {reasons}")
-    return good, bad
-
-
-def _research_record(i: int, item: Any) -> dict[str, Any]:
-    if not isinstance(item, dict):
-        raise DocumentError(f"record {i}: expected a mapping (key: value lines), got "
-                            f"{_KIND.get(type(item), type(item).__name__)}")
-    return item
-
-
-def _research(text: str, path: Path) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
-    if path.suffix == ".md":
-        meta, body = _front_matter(text)
-        return body.strip(), {k: str(v) for k, v in meta.items() if isinstance(v, str | int)}, []
-    data = load_yaml(text)
-    if not isinstance(data, dict | list) or data == []:
-        raise DocumentError("expected a YAML mapping or a list of mappings (research records)")
-    records, bad = _split_records(data if isinstance(data, list) else [data], _research_record)
-    rendered = yaml.safe_dump(records if len(records) > 1 else records[0], sort_keys=False,
-                              allow_unicode=True, default_flow_style=False, width=100)
-    title = records[0].get("title")
-    return rendered.strip(), {"title": str(title) if title else path.stem,
-                              "records": len(records)}, bad
-
-
-def _contact_record(i: int, item: Any) -> dict[str, Any]:
-    if not isinstance(item, dict):
-        raise DocumentError(f"record {i}: expected a JSON object with at least a 'name'")
-    try:
-        return ContactRecord.model_validate(item).model_dump()
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise DocumentError(f"record {i}: field '{loc}': {err['msg']}") from None
-
-
-def _contacts(text: str) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DocumentError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
-    items = data if isinstance(data, list) else [data]
-    if not items:
-        raise DocumentError("empty contact list — remove the file or add records")
-    records, bad = _split_records(items, _contact_record)
-    notes = [f"Notes on {r['name']}: {r['notes'].strip()}" for r in records if r["notes"].strip()]
-    return "\n".join(notes), records, bad
-
-
-def load_document(stream: str, root: Path, path: Path, max_bytes: int) -> Document | LoadFailure:
+def load_document(stream: str | Stream, root: Path, path: Path,
+                  max_bytes: int) -> Document | LoadFailure:
+    """One file of `stream` (a registered stream's name, or the Stream) under `root`."""
+    s = _stream(stream)
     rel = path.relative_to(root).as_posix()
-    doc_id = f"{stream}/{rel}"
+    doc_id = f"{s.name}/{rel}"
     try:
         raw = path.read_bytes()
     except OSError as e:
-        return LoadFailure(doc_id, stream, str(path), None, f"unreadable: {e.strerror}")
+        return LoadFailure(doc_id, s.name, str(path), None, f"unreadable: {e.strerror}")
     digest = sha256_hex(raw)
     try:
-        text = _decode(raw, max_bytes)
-        records: list[dict[str, Any]] = []
-        bad: list[dict[str, Any]] = []
-        if stream == "transcripts":
-            text, meta = _transcript(text, rel)
-        elif stream == "research":
-            text, meta, bad = _research(text, path)
-        else:
-            text, records, bad = _contacts(text)
-            meta = {"records": len(records)}
-        if stream != "contacts" and not text.strip():
+        parsed = s.loader(decode(raw, max_bytes), path)
+        if not parsed.text.strip() and not parsed.records:
             raise DocumentError("no text after the front matter — add content or remove the file")
     except DocumentError as e:
-        return LoadFailure(doc_id, stream, str(path), digest, str(e))
+        return LoadFailure(doc_id, s.name, str(path), digest, str(e))
     except RecursionError:
-        return LoadFailure(doc_id, stream, str(path), digest, "nesting too deep to parse")
-    return Document(doc_id, stream, str(path), digest, text, meta, records, bad)
+        return LoadFailure(doc_id, s.name, str(path), digest, "nesting too deep to parse")
+    return Document(doc_id, s.name, str(path), digest, parsed.text, parsed.metadata,
+                    parsed.records, parsed.bad_records)
 
 
-def iter_paths(stream: str, root: Path) -> Iterator[Path]:
+def iter_paths(stream: str | Stream, root: Path) -> Iterator[Path]:
+    """The files of `stream` under `root`, sorted: its patterns, hidden files and folders
+    skipped."""
+    s = _stream(stream)
     seen: set[Path] = set()
-    for pattern in PATTERNS[stream]:
+    for pattern in s.patterns:
         for p in root.rglob(pattern):
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts):
                 seen.add(p)
@@ -250,10 +61,12 @@ def iter_paths(stream: str, root: Path) -> Iterator[Path]:
 
 
 def scan(roots: dict[str, Path], max_bytes: int) -> tuple[list[Document], list[LoadFailure]]:
-    """Load every document of every configured stream."""
+    """Load every document of every configured stream (`roots`: stream name → folder, in the
+    order they are read)."""
     docs: list[Document] = []
     failures: list[LoadFailure] = []
-    for stream, root in roots.items():
+    for name, root in roots.items():
+        stream = streams.by_name(name)
         for path in iter_paths(stream, root):
             item = load_document(stream, root, path, max_bytes)
             (docs if isinstance(item, Document) else failures).append(item)  # type: ignore[arg-type]

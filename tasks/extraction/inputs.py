@@ -1,6 +1,7 @@
 """What phase 1 reads and whom it asks, from the profile's blocks: the document folders that
 exist, and the inference endpoint's client, chunk size and response schema. (The blocks hold
-the settings; blocks/sources.py, blocks/inference.py.)"""
+the settings, blocks/sources.py and blocks/inference.py; the streams and the field each reads
+its folder from, tasks/extraction/streams.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from blocks.inference import InferenceEndpoint
 from blocks.sources import DocumentSources
 from tasks.errors import ConfigError
+from tasks.extraction import streams
 from tasks.extraction.calls import prompt_overhead_tokens
 from tasks.extraction.chunking import estimate_tokens
 from tasks.extraction.llm import LLMClient
@@ -18,26 +20,29 @@ from tasks.extraction.prompt import GLEAN_PROMPT
 from tasks.extraction.schema import json_schema
 from tasks.ontology import GraphSchema
 
-STREAMS = ("transcripts", "research", "contacts")
-
 
 def source_roots(sources: DocumentSources) -> dict[str, Path]:
-    """stream → folder for every configured stream; ConfigError for a folder that does not
-    exist, or when no stream is configured."""
+    """stream → folder for every configured stream, in the registry's order
+    (tasks/extraction/streams.py); ConfigError for a folder that does not exist, a name in
+    `other` that is no such stream, or when no stream is configured."""
+    unknown = streams.unknown_others(sources)
+    if unknown:
+        others = [s.name for s in streams.STREAMS if not s.source_field]
+        raise ConfigError(
+            f"sources.other: {', '.join(unknown)} is no stream read from 'other' (those are: "
+            f"{', '.join(others) or 'none'}; tasks/extraction/streams.py) — fix or remove it")
     out: dict[str, Path] = {}
-    for stream in STREAMS:
-        value = getattr(sources, stream)
-        if not value:
-            continue
+    for stream, value in streams.configured(sources):
         path = Path(value).expanduser()
         if not path.is_dir():
             raise ConfigError(
-                f"sources.{stream}: folder {path.resolve()} does not exist — create it, or "
-                f"fix '{stream}' in the profile / sources block (empty disables the stream)"
+                f"sources.{stream.setting}: folder {path.resolve()} does not exist — create it, "
+                f"or fix '{stream.setting}' in the profile / sources block (empty disables the "
+                "stream)"
             )
-        out[stream] = path
+        out[stream.name] = path
     if not out:
-        raise ConfigError("sources: no stream configured — set transcripts, research or contacts")
+        raise ConfigError(f"sources: no stream configured — set {streams.settings_text()}")
     return out
 
 

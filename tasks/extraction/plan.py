@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from tasks.extraction.calls import Ask
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.prompt import document_version
-from tasks.ontology import GraphSchema, default_schema
 
 
 @dataclass
@@ -35,16 +35,23 @@ def _why(st: dict[str, Any], d: Document, model: str, version: str) -> str:
     return "retry"
 
 
+class Redo(NamedTuple):
+    """What is extracted again though unchanged: every document (`full`), or those that
+    failed before (`retry_failed`)."""
+
+    full: bool = False
+    retry_failed: bool = False
+
+
 def plan(docs: list[Document], failures: list[LoadFailure], states: dict[str, dict[str, Any]],
-         streams: Iterable[str], model: str, full: bool = False,
-         retry_failed: bool = False, ontology: GraphSchema | None = None,
-         gleanings: int = 0) -> Plan:
+         ask: Ask, streams: Iterable[str], redo: Redo | None = None) -> Plan:
     """Decide per document: skip (unchanged since its last successful extraction), hold
     (unchanged since it failed), extract, or retract (deleted). A file that now fails to load
     keeps its old graph contribution. "Unchanged" is the same content, model and extraction
     version (tasks/extraction/prompt.py: the schema's and the prompt's digests)."""
     out = Plan([], [], [], [])
-    ontology = ontology or default_schema()
+    model, ontology, gleanings = ask.model, ask.ontology, ask.gleanings
+    full, retry_failed = redo or Redo()
     for d in docs:
         st = states.get(d.id) or {}
         version = document_version(d, ontology, gleanings)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 from uuid import UUID
@@ -21,15 +21,18 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from tasks.errors import PhaseFailed, ServerDied
 from tasks.extraction.answers import BatchReport
-from tasks.extraction.batch import failure_record, record_failures
+from tasks.extraction.batch import append_dead_letters, failure_record, record_failures
 from tasks.extraction.chunking import estimate_tokens
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.plan import Plan
 from tasks.extraction.prompt import extraction_version
-from tasks.extraction.stages import count_documents
+from tasks.extraction.setup import Phase1Setup
+from tasks.extraction.stages import count_documents, extract_batch, retract_deleted
 from tasks.files import write_atomic
-from tasks.graph.store import batched
+from tasks.graph.open import snapshot_writer
+from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
+from tasks.graph.store import GraphStore, batched
 from tasks.ontology import GraphSchema
 from tasks.records import (
     AnswerQuality,
@@ -37,6 +40,7 @@ from tasks.records import (
     ExtractionReport,
     FailedDocument,
     GraphSummary,
+    SnapshotFailed,
     grounded_precision,
 )
 
@@ -134,15 +138,21 @@ class Batches:
                 sum(estimate_tokens(by_id[i].text) for i in deferred))
 
 
-def run_batches(queue: list[Document], batch_documents: int, planned: int,
-                extract_batch: Callable[[list[Document]], BatchReport], client: LLMClient,
+def run_batches(setup: Phase1Setup, store: GraphStore, client: LLMClient, work: Plan,
                 budget: Budget) -> Batches:
-    """`extract_batch` on each batch of `queue` in turn, until the budget closes the gate or
-    the server dies; the rest is deferred (no request sent, nothing marked or failed)."""
+    """The plan's documents in batches of `setup.batch_documents` (those a budget left pending
+    last time first), each an extract-batch task, until the budget closes the gate or the
+    server dies; the rest is deferred (no request sent, nothing marked or failed) and saved as
+    pending for the next run."""
     logger = get_run_logger()
+    queue, first = pending_first(setup.state_dir, work.extract)
+    if first:
+        logger.info("%d documents left pending by the last run's budget go first", first)
+    budget.log()
     progress = cast(UUID, create_progress_artifact(
         0.0, key="extraction-progress", description="Phase 1: documents extracted (%)"))
-    batches = list(batched(queue, batch_documents))
+    batches = list(batched(queue, setup.batch_documents))
+    planned, changed = len(work.extract), set(work.changed)
     out = Batches(queue)
     total, done = out.totals, 0
     started = time.monotonic()
@@ -151,7 +161,7 @@ def run_batches(queue: list[Document], batch_documents: int, planned: int,
             total.deferred.extend(d.id for d in batch)
             continue
         try:
-            rep = extract_batch(list(batch))
+            rep = extract_batch(list(batch), store, client, setup.ask, changed)
         except ServerDied as e:
             # Nothing of this batch was written or marked: it and the rest stay pending
             # (first on the next run), none is failed for the server's death.
@@ -169,6 +179,7 @@ def run_batches(queue: list[Document], batch_documents: int, planned: int,
                     i, len(batches), done, planned, total.usage.calls, len(total.failed),
                     f", {len(rep.deferred)} pending (out of budget)" if rep.deferred else "")
     out.seconds = time.monotonic() - started
+    out.save_pending(setup.state_dir)
     return out
 
 
@@ -185,12 +196,11 @@ class Failures:
     def of(cls, docs: list[Document], load_failures: list[LoadFailure],
            held: list[tuple[Document, str]], failed: list[FailedDocument]) -> Failures:
         return cls(
-            [failure_record(f.id, f.stream, f.path, f.hash, "DocumentError", f.reason, 0)
-             for f in load_failures],
+            [failure_record(f, "DocumentError", f.reason) for f in load_failures],
             record_failures(docs), failed,
-            [failure_record(d.id, d.stream, d.path, d.hash, "HeldAfterFailure",
-                            f"unchanged since it failed ({reason}); not retried — fix the "
-                            "document or run with --retry-failed", 0) for d, reason in held])
+            [failure_record(d, "HeldAfterFailure", f"unchanged since it failed ({reason}); not "
+                            "retried — fix the document or run with --retry-failed")
+             for d, reason in held])
 
     def dead_letters(self) -> list[FailedDocument]:
         """What goes to the dead-letter file (held documents are there from their failure)."""
@@ -200,17 +210,88 @@ class Failures:
         return self.load_failed + self.bad_records + self.failed + self.held
 
 
-def extraction_report(docs: list[Document], load_failures: list[LoadFailure], work: Plan,
-                      streams: list[str], out: Batches, fails: Failures, pruned: int,
-                      graph: GraphSummary, dead_letter: Path, ontology: GraphSchema,
-                      gleanings: int, started: float, budget: Budget,
+def check_graph(setup: Phase1Setup, store: GraphStore, full: bool) -> str:
+    """The graph against the ledger's counts (tasks/graph/snapshots.py Ledger): its verdict,
+    or GraphDamaged naming the ways back unless `full` re-extracts every document."""
+    check, why = Ledger(setup.state_dir, setup.shelf.graph).check(store.stats())
+    if check == "damaged" and not full:
+        raise GraphDamaged(damage_message(why, setup.profile, setup.shelf))
+    get_run_logger().info("graph check: %s — %s%s", check, why,
+                          " (re-extracting every document: --full)" if check == "damaged"
+                          else "")
+    return check
+
+
+def begin_writes(setup: Phase1Setup, store: GraphStore, work: Plan, run_id: str | None) -> None:
+    """Before the first write: the ledger notes that this run writes (a crash mid-way is then
+    not mistaken for damage), and the deleted documents lose their provenance."""
+    if work.deleted or work.extract:
+        Ledger(setup.state_dir, setup.shelf.graph).begin_write(run_id)
+    if work.deleted:
+        retract_deleted(store, work.deleted)
+
+
+def graph_summary(setup: Phase1Setup, store: GraphStore, work: Plan, check: str,
+                  run_id: str | None) -> tuple[GraphSummary, list[dict[str, Any]]]:
+    """After the batches: the counts recorded in the ledger, a snapshot when the run wrote
+    (tasks/graph/snapshots.py keep_snapshot), and the graph's summary and top entities."""
+    stats = store.stats()
+    Ledger(setup.state_dir, setup.shelf.graph).record(stats, run_id)
+    top = store.top_entities(10)
+    snapshot = keep_snapshot(setup.shelf, snapshot_writer(setup.graph, store, stats), stats,
+                             run_id, changed=bool(work.deleted or work.extract))
+    if isinstance(snapshot, SnapshotFailed):
+        get_run_logger().warning("graph snapshot not taken: %s", snapshot.error)
+    return GraphSummary(location=store.location, description=setup.shelf.graph, **stats,
+                        check=check, snapshot=snapshot), top
+
+
+def log_plan(work: Plan, unreadable: int, ontology: GraphSchema) -> None:
+    logger = get_run_logger()
+    logger.info("%d to extract, %d unchanged (skipped), %d unchanged since they failed "
+                "(held; retry with --retry-failed), %d deleted, %d unreadable",
+                len(work.extract), len(work.skipped), len(work.held), len(work.deleted),
+                unreadable)
+    if work.reasons:
+        logger.info("extracted again: %s%s", ", ".join(
+            f"{n} for {why}" for why, n in sorted(work.reasons.items())),
+            f" (graph schema {ontology.path}, digest {ontology.digest()[:8]}; prompt "
+            "and schema digests make the extraction version)"
+            if work.reasons.get("extraction version") else "")
+
+
+@dataclass
+class Phase1Run:
+    """What one run of phase 1 did, for its report: the documents scanned and those that did
+    not load, the plan, the batches, the orphans pruned, the graph after, the budget and when
+    it started (time.monotonic())."""
+
+    docs: list[Document]
+    load_failures: list[LoadFailure]
+    work: Plan
+    out: Batches
+    pruned: int
+    graph: GraphSummary
+    budget: Budget
+    started: float
+
+    @cached_property
+    def failures(self) -> Failures:
+        return Failures.of(self.docs, self.load_failures, self.work.held,
+                           self.out.totals.failed)
+
+
+def extraction_report(setup: Phase1Setup, run: Phase1Run,
                       endpoints: dict[str, dict[str, Any]]) -> ExtractionReport:
-    """The run's record from its totals (`started`: time.monotonic() at the start)."""
-    t, usage = out.totals, out.totals.usage
-    counts = count_documents(docs, load_failures, work.skipped, t.extracted,
-                             fails.failed + fails.held, streams)
-    pending, pending_tokens = out.pending()
+    """The run's record from its totals; its new failure rows appended to the dead-letter
+    file. `endpoints`: the client's per-URL stats (LLMClient.stats)."""
+    t, usage, fails = run.out.totals, run.out.totals.usage, run.failures
+    append_dead_letters(setup.dead_letter, fails.dead_letters())
+    counts = count_documents(run.docs, run.load_failures, run.work.skipped, t.extracted,
+                             fails.failed + fails.held, list(setup.roots))
+    pending, pending_tokens = run.out.pending()
     listed = fails.listed()
+    ontology, gleanings = setup.ask.ontology, setup.ask.gleanings
     return ExtractionReport(
         documents={stream: DocumentCounts(**c) for stream, c in counts.items()},
         llm_calls=usage.calls,
@@ -219,8 +300,8 @@ def extraction_report(docs: list[Document], load_failures: list[LoadFailure], wo
         llm_retries=usage.retries,
         entities=t.entities,
         relationships=t.relationships,
-        deleted=len(work.deleted),
-        pruned=pruned,
+        deleted=len(run.work.deleted),
+        pruned=run.pruned,
         rejected_entity_types=dict(t.rejected_entity_types),
         remapped_relationship_types=dict(t.remapped_relationship_types),
         dropped_fields=dict(t.dropped_fields),
@@ -238,32 +319,31 @@ def extraction_report(docs: list[Document], load_failures: list[LoadFailure], wo
             gleaning_failures=t.gleaning_failures, graph_schema=ontology.path,
             extraction_version=extraction_version(ontology, gleanings)),
         failures=listed,
-        dead_letter=str(dead_letter.resolve()) if listed else None,
-        graph=graph,
-        seconds=round(time.monotonic() - started, 2),
+        dead_letter=str(setup.dead_letter.resolve()) if listed else None,
+        graph=run.graph,
+        seconds=round(time.monotonic() - run.started, 2),
         status="partial" if t.deferred else "completed",
         pending=dict(pending),
         pending_tokens=pending_tokens,
-        budget_seconds=budget.seconds(),
-        extract_seconds=round(out.seconds, 2),
+        budget_seconds=run.budget.seconds(),
+        extract_seconds=round(run.out.seconds, 2),
         endpoints=endpoints,
     )
 
 
-def raise_if_failed(report: ExtractionReport, out: Batches, work: Plan,
-                    load_failures: list[LoadFailure], fails: Failures, share: float,
-                    state_dir: Path, dead_letter: Path) -> None:
+def raise_if_failed(setup: Phase1Setup, run: Phase1Run, report: ExtractionReport) -> None:
     """PhaseFailed (carrying the report's JSON) when the server died, or when more than
-    `share` of the documents attempted failed."""
+    `setup.max_failed_share` of the documents attempted failed."""
     summary = report.model_dump(mode="json")
+    out, fails, share = run.out, run.failures, setup.max_failed_share
     deferred = out.totals.deferred
     if out.died:
         raise PhaseFailed(f"{out.died}\n{len(deferred)} documents were not extracted: they go "
-                          f"first on the next run (listed in {state_dir / PENDING_FILE})",
+                          f"first on the next run (listed in {setup.state_dir / PENDING_FILE})",
                           summary)
-    attempted = len(work.extract) - len(deferred) + len(load_failures)
+    attempted = len(run.work.extract) - len(deferred) + len(run.load_failures)
     failed = len(fails.load_failed + fails.failed)
     if attempted and failed / attempted > share:
         raise PhaseFailed(f"{failed} of {attempted} documents failed (more than "
-                          f"{share:.0%}); reasons in {dead_letter} — fix them or raise "
+                          f"{share:.0%}); reasons in {setup.dead_letter} — fix them or raise "
                           "max_failed_share", summary)

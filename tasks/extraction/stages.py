@@ -12,12 +12,11 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.extraction.answers import BatchReport
 from tasks.extraction.batch import process_batch
-from tasks.extraction.calls import DocOutcome
+from tasks.extraction.calls import Ask, DocOutcome
 from tasks.extraction.documents import Document, LoadFailure, scan
 from tasks.extraction.llm import LLMClient
 from tasks.graph.store import GraphStore
-from tasks.ontology import GraphSchema
-from tasks.records import FailedDocument
+from tasks.records import ExtractionReport, FailedDocument
 
 
 @task(name="scan-documents", cache_policy=NO_CACHE)
@@ -37,12 +36,11 @@ def retract_deleted(store: GraphStore, doc_ids: list[str]) -> int:
 
 
 @task(name="extract-batch", cache_policy=NO_CACHE)
-def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, model: str,
-                  chunk_tokens: int, overlap_tokens: int, schema: dict[str, Any],
-                  changed: set[str], ontology: GraphSchema | None = None,
-                  gleanings: int = 0) -> BatchReport:
+def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, ask: Ask,
+                  changed: set[str]) -> BatchReport:
     """Extract a batch of documents with the LLM and upsert the result (graph writes are
-    retried inside; LLM calls are never repeated for a graph error)."""
+    retried inside; LLM calls are never repeated for a graph error; `changed`: the ids whose
+    earlier contribution is retracted first)."""
     logger = get_run_logger()
     done = [0]
     step = 1 if len(docs) <= 50 else len(docs) // 10  # every document, or every 10%
@@ -54,8 +52,7 @@ def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, mo
                 "pending (out of budget: first on the next run)" if outcome.deferred else "ok"
             logger.info("  %d/%d %s — %s", done[0], len(docs), outcome.doc.id, status)
 
-    return process_batch(docs, store, client, model, chunk_tokens, overlap_tokens, schema,
-                         changed, progress, ontology, gleanings)
+    return process_batch(docs, store, client, ask, changed, progress)
 
 
 @task(name="prune-orphans", cache_policy=NO_CACHE)
@@ -64,43 +61,44 @@ def prune_orphans(store: GraphStore) -> int:
     return store.prune_orphans()
 
 
-def markdown_report(summary: dict[str, Any], top: list[dict[str, Any]]) -> str:
+def markdown_report(report: ExtractionReport, top: list[dict[str, Any]]) -> str:
+    r = report
     lines = ["# Phase 1: extraction", "",
              "| stream | seen | extracted | skipped (unchanged) | failed |",
              "|---|---:|---:|---:|---:|"]
-    for stream, c in summary["documents"].items():
-        lines.append(f"| {stream} | {c['seen']} | {c['extracted']} | {c['skipped']} | {c['failed']} |")
-    lines += ["", f"LLM calls: {summary['llm_calls']} · prompt tokens: {summary['prompt_tokens']} · "
-              f"completion tokens: {summary['completion_tokens']} · retries: {summary['llm_retries']}",
-              f"Entities upserted: {summary['entities']} · relationships upserted: "
-              f"{summary['relationships']} · documents retracted (deleted): {summary['deleted']} · "
-              f"orphan entities pruned: {summary['pruned']}", ""]
-    if summary["rejected_entity_types"] or summary["remapped_relationship_types"]:
-        lines += [f"Rejected entity types: {summary['rejected_entity_types']} · relationship "
-                  f"types mapped to RELATED_TO: {summary['remapped_relationship_types']} · "
-                  f"relationships with unknown endpoints: {summary['dangling_relationships']}", ""]
-    q = summary.get("quality") or {}
-    if q.get("grounded_names", 0) + q.get("ungrounded_names", 0):
-        lines += [f"Grounded precision: {q['grounded_precision']} ({q['grounded_names']} of "
-                  f"{q['grounded_names'] + q['ungrounded_names']} names occur in their chunk) · "
-                  f"ungrounded names dropped: {q.get('dropped_ungrounded', {})} · "
-                  f"pruned (no pattern): {q['pruned_relationships']} · turned around: "
-                  f"{q['reversed_relationships']} · surnames joined: {q['aliases_resolved']} · "
-                  f"extraction version {q['extraction_version']}", ""]
-        if q["ungrounded"]:
+    for stream, c in r.documents.items():
+        lines.append(f"| {stream} | {c.seen} | {c.extracted} | {c.skipped} | {c.failed} |")
+    lines += ["", f"LLM calls: {r.llm_calls} · prompt tokens: {r.prompt_tokens} · "
+              f"completion tokens: {r.completion_tokens} · retries: {r.llm_retries}",
+              f"Entities upserted: {r.entities} · relationships upserted: "
+              f"{r.relationships} · documents retracted (deleted): {r.deleted} · "
+              f"orphan entities pruned: {r.pruned}", ""]
+    if r.rejected_entity_types or r.remapped_relationship_types:
+        lines += [f"Rejected entity types: {r.rejected_entity_types} · relationship "
+                  f"types mapped to RELATED_TO: {r.remapped_relationship_types} · "
+                  f"relationships with unknown endpoints: {r.dangling_relationships}", ""]
+    q = r.quality
+    if q is not None and q.grounded_names + q.ungrounded_names:
+        lines += [f"Grounded precision: {q.grounded_precision} ({q.grounded_names} of "
+                  f"{q.grounded_names + q.ungrounded_names} names occur in their chunk) · "
+                  f"ungrounded names dropped: {q.dropped_ungrounded} · "
+                  f"pruned (no pattern): {q.pruned_relationships} · turned around: "
+                  f"{q.reversed_relationships} · surnames joined: {q.aliases_resolved} · "
+                  f"extraction version {q.extraction_version}", ""]
+        if q.ungrounded:
             lines += ["Ungrounded names (first few): " + "; ".join(
-                n.replace("|", "\\|") for n in q["ungrounded"]), ""]
-    if summary["unusable_answers"] or summary["dropped_fields"] or summary["bad_records"]:
+                n.replace("|", "\\|") for n in q.ungrounded), ""]
+    if r.unusable_answers or r.dropped_fields or r.bad_records:
         lines += [f"Unusable answers (retried with other sampling), by reason: "
-                  f"{summary['unusable_answers']} · unknown fields dropped: "
-                  f"{summary['dropped_fields']} · bad records skipped (the file's other records "
-                  f"used): {summary['bad_records']}", ""]
-    if summary["failures"]:
+                  f"{r.unusable_answers} · unknown fields dropped: "
+                  f"{r.dropped_fields} · bad records skipped (the file's other records "
+                  f"used): {r.bad_records}", ""]
+    if r.failures:
         lines += ["## Failed documents and records", "",
                   "| document | error | reason |", "|---|---|---|"]
-        for f in summary["failures"]:
-            reason = str(f["message"]).replace("|", "\\|").replace("\n", " ")[:300]
-            lines.append(f"| {f['id']} | {f['error']} | {reason} |")
+        for f in r.failures:
+            reason = str(f.message).replace("|", "\\|").replace("\n", " ")[:300]
+            lines.append(f"| {f.id} | {f.error} | {reason} |")
         lines.append("")
     if top:
         lines += ["## Top entities", "", "| entity | type | documents |", "|---|---|---:|"]
@@ -109,8 +107,8 @@ def markdown_report(summary: dict[str, Any], top: list[dict[str, Any]]) -> str:
 
 
 @task(name="publish-extraction-report", cache_policy=NO_CACHE)
-def publish_report(summary: dict[str, Any], top: list[dict[str, Any]]) -> None:
-    create_markdown_artifact(markdown_report(summary, top), key="extraction-report",
+def publish_report(report: ExtractionReport, top: list[dict[str, Any]]) -> None:
+    create_markdown_artifact(markdown_report(report, top), key="extraction-report",
                              description="Phase 1: counts, failures with reasons, top entities")
 
 

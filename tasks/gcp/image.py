@@ -159,26 +159,41 @@ class ImageBuild:
         return lines
 
 
-def image_build(spec: GcpSpec, node: Any, base: str, base_gguf: str | None, *, repo: str,
-                ref: str, model: str, profile: str = "gcp", max_run_hours: int = MAX_RUN_HOURS,
-                image: str | None = None) -> ImageBuild:
+@dataclass(frozen=True)
+class BuildOptions:
+    """What `gcp image build`'s command line says beside the profile: the checkout the builder
+    clones (`repo` at `ref`), the served model's safetensors (org/name@revision), the profile
+    the builder prepares the weights for, the builder's longest run, and the image's name
+    (None: slm-node-<UTC time>)."""
+
+    repo: str
+    ref: str
+    model: str
+    profile: str = "gcp"
+    max_run_hours: int = MAX_RUN_HOURS
+    image: str | None = None
+
+
+def image_build(spec: GcpSpec, node: Any, base: str, base_gguf: str | None,
+                options: BuildOptions) -> ImageBuild:
     """The build for the profile's node settings (blocks/node_serve.py NodeServeSettings) and
     the training base (the recipe's base_model and base_gguf: tasks/image/cli.py
     layout_from_profile reads the three as `node prepare-weights` does on the builder)."""
     from tasks.llama_build import pin
 
+    o = options
     gguf = base_gguf or ""
     if base.partition("@")[0].count("/") != 1 or base.endswith(".gguf") or not gguf:
         raise GcpError(f"gcp image build: the training base {base!r} and its GGUF {gguf!r}: "
                        "the recipe's base_model must be a hub id org/name@revision and its "
                        "base_gguf the node's path (recipes/production.yaml), or pass "
                        "--base-model and --base-gguf")
-    if not 1 <= max_run_hours <= 24:
-        raise GcpError(f"--max-run-hours {max_run_hours}: between 1 and 24")
-    extra = {"image": image} if image else {}
-    return ImageBuild(spec.project, spec.home_zone, spec.subnet_url, spec.node_email, repo,
-                      ref, model, base, node.model_path, node.tokenizer, node.hf_home, gguf,
-                      node.project_dir, node.service_user, profile, pin(), max_run_hours,
+    if not 1 <= o.max_run_hours <= 24:
+        raise GcpError(f"--max-run-hours {o.max_run_hours}: between 1 and 24")
+    extra = {"image": o.image} if o.image else {}
+    return ImageBuild(spec.project, spec.home_zone, spec.subnet_url, spec.node_email, o.repo,
+                      o.ref, o.model, base, node.model_path, node.tokenizer, node.hf_home, gguf,
+                      node.project_dir, node.service_user, o.profile, pin(), o.max_run_hours,
                       **extra)
 
 

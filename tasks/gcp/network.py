@@ -14,6 +14,7 @@ poll through a client that ignores a custom api_endpoint; tasks/compute/gce/api.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tasks.gcp.clients import Clients
@@ -233,19 +234,31 @@ class RouterNat(ComputeResource):
             project=s.project, region=s.home_region, router=self.name), s.home_region)
 
 
+@dataclass(frozen=True)
+class Ingress:
+    """What one INGRESS rule allows in: TCP on `port`, from the service accounts `sources` (or
+    the address `ranges`) to the service accounts `targets` (or the VMs tagged `target_tags`),
+    and why."""
+
+    port: int
+    why: str
+    ranges: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    target_tags: tuple[str, ...] = ()
+
+
 class Firewall(ComputeResource):
     """One INGRESS allow rule; `sources`/`targets` are service accounts unless `ranges` or
     `target_tags` say otherwise."""
 
     kind = "firewall"
 
-    def __init__(self, name: str, spec: GcpSpec, clients: Clients, *, port: int,
-                 why: str, ranges: tuple[str, ...] = (), sources: tuple[str, ...] = (),
-                 targets: tuple[str, ...] = (), target_tags: tuple[str, ...] = ()) -> None:
+    def __init__(self, name: str, spec: GcpSpec, clients: Clients, rule: Ingress) -> None:
         super().__init__(name, spec, clients)
-        self.port, self.why = port, why
-        self.ranges, self.sources = ranges, sources
-        self.targets, self.target_tags = targets, target_tags
+        self.port, self.why = rule.port, rule.why
+        self.ranges, self.sources = rule.ranges, rule.sources
+        self.targets, self.target_tags = rule.targets, rule.target_tags
 
     def _client(self) -> Any:
         return self.clients.compute("FirewallsClient")
@@ -313,17 +326,20 @@ def firewalls(spec: GcpSpec, clients: Clients) -> list[Firewall]:
     """What is open inbound, and nothing else (issue 38, What to build 1)."""
     orch, node = spec.orchestrator_email, spec.node_email
     rules = [
-        Firewall("slm-allow-iap-ssh", spec, clients, port=22, ranges=(IAP_RANGE,),
-                 targets=(orch, node), why="SSH through IAP to both VMs"),
-        Firewall("slm-allow-prefect", spec, clients, port=4200, sources=(node,),
-                 targets=(orch,), why="the node's worker reaches the Prefect server"),
-        Firewall("slm-allow-engine", spec, clients, port=9080, sources=(orch,),
-                 targets=(node,), why="the orchestrator reaches the node's engine"),
+        Firewall("slm-allow-iap-ssh", spec, clients, Ingress(
+            port=22, ranges=(IAP_RANGE,), targets=(orch, node),
+            why="SSH through IAP to both VMs")),
+        Firewall("slm-allow-prefect", spec, clients, Ingress(
+            port=4200, sources=(node,), targets=(orch,),
+            why="the node's worker reaches the Prefect server")),
+        Firewall("slm-allow-engine", spec, clients, Ingress(
+            port=9080, sources=(orch,), targets=(node,),
+            why="the orchestrator reaches the node's engine")),
     ]
     if spec.neo4j == "self-hosted":
-        rules.append(Firewall("slm-allow-neo4j", spec, clients, port=7687,
-                              ranges=(spec.subnet_range,), target_tags=("slm-neo4j",),
-                              why="Bolt to the self-hosted Neo4j (VMs tagged slm-neo4j)"))
+        rules.append(Firewall("slm-allow-neo4j", spec, clients, Ingress(
+            port=7687, ranges=(spec.subnet_range,), target_tags=("slm-neo4j",),
+            why="Bolt to the self-hosted Neo4j (VMs tagged slm-neo4j)")))
     return rules
 
 

@@ -87,11 +87,20 @@ def resources(spec: GcpSpec, clients: Clients, values: dict[str, bytes] | None =
     return out
 
 
+@dataclass(frozen=True)
+class ApplyOptions:
+    """What the command line gives beside the profile: the secrets' values (`gcp setup
+    --secret-file`, `--secret-stdin`; None: none) and the bucket `gcp teardown
+    --delete-bucket` names (None: the bucket is kept)."""
+
+    values: dict[str, bytes] | None = None
+    delete_bucket: str | None = None
+
+
 def apply(spec: GcpSpec, clients: Clients, mode: Mode, *, state_dir: Path,
-          values: dict[str, bytes] | None = None, delete_bucket: str | None = None,
-          say: Callable[[str], None] = print) -> Result:
+          options: ApplyOptions = ApplyOptions(), say: Callable[[str], None] = print) -> Result:
     """Setup, check or teardown (or their dry runs); the quota is read after setup and check."""
-    items = resources(spec, clients, values, delete_bucket)
+    items = resources(spec, clients, options.values, options.delete_bucket)
     if mode.startswith("teardown"):
         # teardown removes what setup made; grants go with the accounts and the bucket
         items = [r for r in items if r.kind not in ("apis", "grants", "inbound")]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,14 +54,24 @@ def _client(host: str, port: int, password: str | None = None, timeout: float = 
     return client
 
 
-def wait_loaded(host: str, port: int, password: str | None = None,
-                timeout: float = DEFAULT_LOAD_TIMEOUT, progress: Progress | None = None,
-                where: str = "", server: ServerRecord | None = None) -> float:
+@dataclass(frozen=True)
+class Address:
+    """Where a FalkorDB server answers, and its password (None: none; never in the repr)."""
+
+    host: str
+    port: int
+    password: str | None = field(default=None, repr=False)
+
+
+def wait_loaded(at: Address, timeout: float = DEFAULT_LOAD_TIMEOUT,
+                progress: Progress | None = None, where: str = "",
+                server: ServerRecord | None = None) -> float:
     """Wait until the server answers PING — it refuses commands while it loads its data.
     Reports progress every few seconds; returns the seconds waited. With `server` (one we
     started), a process that exits while loading (a damaged file) fails at once, with its log."""
     import redis
 
+    host, port = at.host, at.port
     start = time.monotonic()
     last_report = start
     last_answer = start
@@ -104,7 +115,7 @@ def wait_loaded(host: str, port: int, password: str | None = None,
             last_report = time.monotonic()
         return None
 
-    r = _client(host, port, password, timeout=2.0, retry=False)
+    r = _client(host, port, at.password, timeout=2.0, retry=False)
     try:
         waited = poll(answered, timeout, first=0.05, cap=0.25)
     finally:
@@ -215,7 +226,7 @@ def start(data_dir: Path, port: int | None = None, timeout: float = 30.0,
                            marker=f"redis-server 127.0.0.1:{port}",
                            ready=lambda: port_open(port), timeout=timeout)
     try:
-        wait_loaded("127.0.0.1", rec.port, timeout=load_timeout, progress=progress,
+        wait_loaded(Address("127.0.0.1", rec.port), timeout=load_timeout, progress=progress,
                     where=f" (data in {data_dir})", server=rec)
     except GraphError:
         if started:
@@ -266,7 +277,7 @@ def _load_rdb_into_aof(data_dir: Path, rdb: Path, load_timeout: float) -> None:
         rec = server.start(_argv(data_dir, port, appendonly=False), port,
                            marker=f"redis-server 127.0.0.1:{port}",
                            ready=lambda: port_open(port), timeout=30.0)
-        wait_loaded("127.0.0.1", rec.port, timeout=load_timeout, server=rec,
+        wait_loaded(Address("127.0.0.1", rec.port), timeout=load_timeout, server=rec,
                     where=f" (restoring {rdb.name} into {data_dir})")
         r = _client("127.0.0.1", rec.port)
         try:

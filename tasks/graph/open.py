@@ -5,10 +5,12 @@ everything else asks the block (`embedded`) or these functions."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TextIO
 
 from blocks.graph import FalkorDBGraph, Neo4jGraph
 from tasks.errors import ConfigError, GraphError
@@ -18,12 +20,27 @@ from tasks.graph.export import export, replay
 from tasks.graph.store import GraphStore
 from tasks.records import GraphSnapshot
 
+Progress = logging.Logger | logging.LoggerAdapter[Any] | TextIO
+"""Where open_graph tells of a slow start: a logger (a flow's run logger), or a stream."""
+
+
+def _teller(to: Progress | None) -> Callable[[str], None] | None:
+    if to is None:
+        return None
+    if isinstance(to, logging.Logger | logging.LoggerAdapter):
+        return to.info
+
+    def tell(message: str) -> None:
+        print(message, file=to, flush=True)
+    return tell
+
 
 @contextmanager
 def open_graph(block: FalkorDBGraph | Neo4jGraph,
-               progress: Callable[[str], None] | None = None) -> Iterator[GraphStore]:
+               progress: Progress | None = None) -> Iterator[GraphStore]:
     """The store, ready, with its schema ensured (see _open_falkordb for the embedded
-    server's start and stop)."""
+    server's start and stop); a slow start (the embedded server loading its data) is told
+    to `progress`."""
     if isinstance(block, Neo4jGraph):
         store: GraphStore = Neo4jStore(block.uri, block.user, block.password.get_secret_value(),
                                        block.database, block.batch_size, block.batch_bytes)
@@ -31,7 +48,7 @@ def open_graph(block: FalkorDBGraph | Neo4jGraph,
             store.ensure_schema()
             yield store
         return
-    with _open_falkordb(block, progress) as falkor:
+    with _open_falkordb(block, _teller(progress)) as falkor:
         yield falkor
 
 
@@ -51,8 +68,9 @@ def _open_falkordb(block: FalkorDBGraph,
         host, port = "127.0.0.1", rec.port
     else:  # an existing server may be loading its data too
         host, port = str(block.host), block.port
-        falkordb_server.wait_loaded(host, port or 6379, pw, block.load_timeout_seconds,
-                                    progress, f" ({host}:{port or 6379})")
+        falkordb_server.wait_loaded(falkordb_server.Address(host, port or 6379, pw),
+                                    block.load_timeout_seconds, progress,
+                                    f" ({host}:{port or 6379})")
     try:
         store = FalkorDBStore(host, port or 6379, block.graph_name, block.batch_size, pw)
         with store:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -128,12 +129,25 @@ def stamp() -> str:
 Writer = Callable[[Path], Path]  # writes the snapshot file into a folder; returns the file
 
 
-def take(write: Writer, root: Path, stats: Stats, graph: str, keep: int,
-         gcs_block: str | None = None, run: str | None = None) -> GraphSnapshot:
+@dataclass(frozen=True)
+class Shelf:
+    """Where a graph's snapshots are kept: the artifact store `root` (its graph-snapshots/),
+    the graph they are of (GraphSettings.describe()), how many to keep (0: none are taken), and
+    the GcsBucket block they are copied to, if any (the profile's Profile.snapshot_shelf)."""
+
+    root: Path
+    graph: str
+    keep: int
+    gcs_block: str | None = None
+
+
+def take(shelf: Shelf, write: Writer, stats: Stats, run: str | None = None) -> GraphSnapshot:
     """Snapshot the graph with `write` (tasks/graph/open.py snapshot_writer); keep the newest
-    `keep` locally; copy to GCS (artifacts/graph-snapshots/<name>/) when `gcs_block` is set."""
+    `shelf.keep` locally; copy to GCS (artifacts/graph-snapshots/<name>/) when the shelf names
+    a GcsBucket block."""
+    root, graph, keep, gcs_block = Path(shelf.root), shelf.graph, shelf.keep, shelf.gcs_block
     name = f"{stamp()}-{(run or 'adhoc')[:8]}"
-    folder = Path(root) / SNAPSHOTS / name
+    folder = root / SNAPSHOTS / name
     try:
         data = write(folder)
     except BaseException:
@@ -220,33 +234,31 @@ def restore(data_dir: Path, snap: GraphSnapshot, load_timeout: float = 600.0) ->
     return falkordb_server.restore_rdb(Path(data_dir), verified(snap), load_timeout)
 
 
-def keep_snapshot(write: Writer | None, root: Path, stats: Stats, graph: str, keep: int,
-                  gcs_block: str | None, run: str | None,
+def keep_snapshot(shelf: Shelf, write: Writer | None, stats: Stats, run: str | None,
                   changed: bool) -> GraphSnapshot | SnapshotFailed | None:
     """After a run: snapshot the graph when the run wrote to it (or none exists yet);
     otherwise name the newest one, which still holds the same graph. Never raises: a
     snapshot that fails is reported (the graph itself is intact)."""
-    if keep <= 0 or write is None:
+    if shelf.keep <= 0 or write is None:
         return None
     try:
-        newest = list_local(root)
-        if newest and not changed and newest[0].graph == graph and \
+        newest = list_local(shelf.root)
+        if newest and not changed and newest[0].graph == shelf.graph and \
                 not diff_counts(newest[0].counts(), stats):
             newest[0].reused = True  # (read from its file just now)
             return newest[0]
-        return take(write, root, stats, graph, keep, gcs_block, run)
+        return take(shelf, write, stats, run)
     except Exception as e:  # noqa: BLE001
         return SnapshotFailed(error=f"{type(e).__name__}: {e}")
 
 
-def damage_message(why: str, profile: str, root: Path, gcs_block: str | None,
-                   snapshots: bool) -> str:
+def damage_message(why: str, profile: str, shelf: Shelf) -> str:
     """What was lost and the ways back, for a damaged graph."""
     ways = []
-    if snapshots:
-        local = list_local(root)
+    if shelf.keep > 0:
+        local = list_local(shelf.root)
         newest = f" (newest: {local[0].name}, {local[0].created_at})" if local else \
-            (" (from GCS)" if gcs_block else " (none kept yet)")
+            (" (from GCS)" if shelf.gcs_block else " (none kept yet)")
         ways.append(f"restore the last snapshot{newest}: slm-nightly graph restore "
                     f"--profile {profile}")
     ways.append(f"re-extract every document into it: slm-nightly run --profile {profile} "

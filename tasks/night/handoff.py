@@ -1,28 +1,22 @@
-"""The training job's hand-off: one training-pending marker → one training run, in this process
-or on the node through its deployment (`[training] node_deployment`, on the node's work pool)
-— the nightly's and the smoke's one way to hand a dataset to the node."""
+"""The training job's hand-off to the node: a run's parameters from the profile's recipe, and the
+train flow run on the node through its deployment (`[training] node_deployment`, on the node's
+work pool) — the nightly's and the smoke's one way to hand a dataset to the node. (Training in
+this process is the nightly flow's own call of the train flow: flows/nightly.py.)"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefect import get_run_logger
 
-from tasks.compute.node import run_on_node
+from tasks.compute.node import Watch, run_on_node
 from tasks.files import file_sha256
-from tasks.records import TrainingMarker, TrainingResult
+from tasks.records import TrainingResult
 from tasks.training.params import TrainParams, build_params
 
 if TYPE_CHECKING:
     from tasks.profile import Profile
-
-TrainHere = Callable[[TrainParams, float], TrainingResult]
-"""Runs the train flow in this process on (params, timeout_seconds): the flow composing the
-night passes it in, so no module here imports a flow."""
-
 
 def train_params(cfg: Profile, profile: str, fields: dict[str, Any]) -> TrainParams:
     """A run's parameters from the profile's recipe, on the node's base model unless the
@@ -48,21 +42,4 @@ def train_on_node(cfg: Profile, profile: str, params: TrainParams, timeout_secon
         get_run_logger().info("dataset for the node uploaded to %s", url)
         parameters.update(dataset_gcs_key=key, dataset_sha256=file_sha256(dataset))
     return run_on_node(cfg.node, cfg.training.node_deployment, parameters, timeout_seconds,
-                       label=label, pickup_seconds=cfg.training.node_pickup_seconds)
-
-
-def run_for_marker(cfg: Profile, profile: str, marker: TrainingMarker, timeout_seconds: float,
-                   train_here: TrainHere, retrain: bool = False) -> TrainingResult:
-    """The nightly's hand-over: the marker's bucket trained where the node says training runs
-    (Node.remote_training), in `timeout_seconds`. Returns the run's result row."""
-    params = train_params(cfg, profile, {"dataset": marker.dataset, "bucket": marker.bucket,
-                                         "method": marker.kind})
-    started = time.monotonic()
-    if cfg.node.remote_training:
-        row = train_on_node(cfg, profile, params, timeout_seconds,
-                            label=f"train:{marker.bucket}", created_by="nightly",
-                            retrain=retrain)
-    else:
-        row = train_here(params, timeout_seconds)
-    row.seconds = round(time.monotonic() - started, 1)
-    return row
+                       label=label, watch=Watch(pickup_seconds=cfg.training.node_pickup_seconds))

@@ -36,11 +36,16 @@ def smoke_dataset(folder: Path) -> Path:
     return path
 
 
-class Smoke:
-    """The phases as they run (SmokePhase records), each told to `say` as it starts and ends."""
+def _print(message: str) -> None:
+    print(message, flush=True)
 
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say = say
+
+class Smoke:
+    """The phases as they run (SmokePhase records), each told to `say` as it starts and ends
+    (default: printed at once, to the terminal and the flow's log)."""
+
+    def __init__(self, say: Callable[[str], None] | None = None) -> None:
+        self.say = say or _print
         self.phases: list[SmokePhase] = []
 
     @contextmanager

@@ -1,12 +1,14 @@
 """The night's stages, in the order the runbook reads: own the node (the `nightly` slot, the
 checks at start, the teardown and the summary at the end), preflight, boot, serve, extract,
-release, score, train, publish. flows/nightly.py composes them with the flows it runs as
-subflows (extract, scorecard, train), which it passes in as callables."""
+release, score, train, publish. flows/nightly.py calls them in that order and runs the flows
+that are phases of their own (extract, scorecard, train) itself, inside the stage that keeps
+their record (`Night.extracting`, `Night.phase`, `Turns.running`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,16 +22,14 @@ from tasks.compute.protocol import Node
 from tasks.errors import ConfigError, NodePreempted, PhaseFailed
 from tasks.night.clock import NightClock, night_budget, night_seconds
 from tasks.night.fleet import Fleet, drop_failed, each, node_lost, raise_first
-from tasks.night.handoff import TrainHere
 from tasks.night.phases import final_status, phase
 from tasks.night.reaper import reap
-from tasks.night.training import publish_phase, train_passing_buckets
+from tasks.night.training import Turns, publish_phase
 from tasks.records import (
     ExtractionReport,
     ReaperResult,
     ReconciledManifest,
     RunSummary,
-    ScorecardSummary,
     StaleNodeRun,
     SyncReport,
 )
@@ -42,8 +42,14 @@ if TYPE_CHECKING:
 
 PHASES = ("all", "extract", "train")  # the nightly's `phases`: the whole night, or one half
 
-RunExtract = Callable[[float, list[str]], ExtractionReport]
-"""Phase 1 on (budget_seconds, the serving nodes' base URLs): the extract flow."""
+@dataclass
+class Extracting:
+    """Phase 1's run as the night hands it out: its budget (seconds) and the serving nodes'
+    base URLs; the block that runs it sets the report."""
+
+    budget: float
+    urls: list[str]
+    report: ExtractionReport | None = None
 
 
 def check_phases(phases: str, buckets: list[str] | None) -> None:
@@ -79,6 +85,10 @@ class Night:
         # the primary (phase 2's) first; once booting, every one is stopped. Phase 2 alone needs
         # only the primary (its worker takes the node runs).
         self.fleet = Fleet(cfg.nodes if phases != "train" else cfg.nodes[:1])
+        self.serving: list[Node] = []  # the nodes whose engines are up (release stops them)
+        self.urls: list[str] = []  # their base URLs, phase 1's endpoints
+        self.phase1_error: Exception | None = None
+        self.training: Turns | None = None
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -130,29 +140,57 @@ class Night:
                 endpoint=self.cfg.inference,
                 timeout_seconds=self.clock.give_or_none(self.cfg.node.boot_timeout_seconds))
             up, where = drop_failed(nodes, booted, "boot", self.logger)
+            self.serving = up  # their engines start with the node: release stops them
             s.node = where[0] if len(nodes) == 1 else " | ".join(
                 f"node {i}: {w}" for i, w in enumerate(where, 1)) + (
                 f" ({len(nodes) - len(where)} of {len(nodes)} did not boot)"
                 if len(where) < len(nodes) else "")
         return up
 
-    def serve_and_extract(self, nodes: list[Node], run_extract: RunExtract
-                          ) -> tuple[list[Node], Exception | None]:
-        """Serve and extract on `nodes`: the nodes that served, and phase 1's failure, if any.
-        The corpus does not depend on tonight's graph, so a failed phase 1 is returned, not
-        raised: the caller releases the GPU and runs phase 2, then fails the night with this
-        reason (`summary.error` holds it already). A node that is gone (NodePreempted) and a
-        cancelled run (BaseException) are raised: there is nothing left to train on."""
-        if self.phases == "train":  # the engine the node booted gives the GPU up at once
-            self.summary.set_phase("extract", "skipped", note="phases = train")
-            return nodes, None
+    def wants(self, name: str) -> bool:
+        """Whether tonight runs phase `name` ("extract", "scorecard", "train"); when it does
+        not, the summary says why (its phase `skipped`)."""
+        skip = {"extract": "train", "scorecard": "extract", "train": "extract"}[name]
+        if self.phases == skip:
+            self.summary.set_phase(name, "skipped", note=f"phases = {skip}")
+            return False
+        if name == "scorecard" and not self.cfg.corpus.root:
+            self.summary.set_phase(name, "skipped", note="no [corpus] root in the profile")
+            return False
+        return True
+
+    def phase(self, name: str) -> AbstractContextManager[None]:
+        """The block as the summary's phase `name` (tasks/night/phases.py)."""
+        return phase(self.summary, name)
+
+    def serve(self, nodes: list[Node]) -> bool:
+        """The inference servers up on `nodes` with tonight's adapter; False when none came up
+        (the failure is kept: phase 2 runs, then `finish` fails the night with it)."""
+        self.serving = nodes
+        try:
+            self.serving, self.urls = self._serve(nodes)
+        except NodePreempted:
+            raise
+        except Exception as e:
+            self._phase1_failed(e)
+            return False
+        return True
+
+    @contextmanager
+    def extracting(self) -> Iterator[Extracting]:
+        """The block runs phase 1 (the extract flow) on the serving nodes within its budget and
+        sets the report. The corpus does not depend on tonight's graph, so a failed phase 1 is
+        kept, not raised: the caller releases the GPU and runs phase 2, and `finish` fails the
+        night with this reason (`summary.error` holds it already). A node that is gone
+        (NodePreempted) and a cancelled run (BaseException) are raised: there is nothing left
+        to train on."""
         s, cfg = self.summary, self.cfg
         try:
-            nodes, urls = self._serve(nodes)
             with phase(s, "extract"):
-                budget = self.clock.phase1(self.phase1_seconds, self.phase2_seconds)
+                run = Extracting(self.clock.phase1(self.phase1_seconds, self.phase2_seconds),
+                                 self.urls)
                 try:
-                    report = run_extract(budget, urls)
+                    yield run
                 except Exception as e:
                     lost = node_lost(cfg.node)
                     if lost is None:
@@ -160,20 +198,25 @@ class Night:
                     if isinstance(e, PhaseFailed):
                         s.merge_extraction(e.summary)
                     raise lost from e
+                report = run.report
+                if report is None:
+                    raise RuntimeError("extract: the block set no report")
                 s.merge_extraction(report)
                 lost = node_lost(cfg.node)  # documents failed with it: done next run
                 if lost is not None:
                     raise lost
             _mark_partial(s, report)
             if report.extract_seconds or report.pending:  # something to measure
-                s.capacity = _capacity(report, len(nodes))
+                s.capacity = _capacity(report, len(self.serving))
         except NodePreempted:
             raise
         except Exception as e:
-            self.logger.error("phase 1 failed (%s); the inference server is stopped and phase 2 "
-                              "runs", s.error or f"{type(e).__name__}: {e}")
-            return nodes, e
-        return nodes, None
+            self._phase1_failed(e)
+
+    def _phase1_failed(self, e: Exception) -> None:
+        self.phase1_error = e
+        self.logger.error("phase 1 failed (%s); the inference server is stopped and phase 2 "
+                          "runs", self.summary.error or f"{type(e).__name__}: {e}")
 
     def _serve(self, nodes: list[Node]) -> tuple[list[Node], list[str]]:
         s, cfg = self.summary, self.cfg
@@ -192,10 +235,11 @@ class Night:
                          names=serving.names)
             return drop_failed(nodes, ready, "inference", self.logger)
 
-    def release(self, nodes: list[Node]) -> None:
-        """The inference servers down: the accelerator is phase 2's."""
+    def release(self) -> None:
+        """The inference servers down (those the boot left up when phase 1 did not run): the
+        accelerator is phase 2's."""
         with phase(self.summary, "inference_down"):
-            raise_first(each(inference_down, nodes))
+            raise_first(each(inference_down, self.serving))
 
     def down_extra_nodes(self) -> None:
         """Only the primary's worker may take phase 2's node runs: the others go down now."""
@@ -203,35 +247,20 @@ class Night:
             with phase(self.summary, "extra_nodes_down"):
                 self.fleet.down_extra()
 
-    def score(self, run_scorecard: Callable[[], Any]) -> None:
-        """Phase 2a: the scorecard flow's verdict in the summary."""
-        s = self.summary
-        if self.phases == "extract":
-            s.set_phase("scorecard", "skipped", note="phases = extract")
-        elif self.cfg.corpus.root:
-            with phase(s, "scorecard"):
-                s.scorecard = ScorecardSummary.model_validate(run_scorecard())
-        else:
-            s.set_phase("scorecard", "skipped", note="no [corpus] root in the profile")
+    def turns(self, profile: str) -> Turns:
+        """Phase 2b's turns (tasks/night/training.py), within what is left of phase 2's time."""
+        self.training = Turns(self.summary, self.cfg, profile,
+                              self.clock.give(self.phase2_seconds))
+        return self.training
 
-    def train(self, profile: str, train_here: TrainHere, buckets: list[str] | None,
-              retrain: bool) -> None:
-        """Phase 2b, then what was promoted served by name (though a bucket failed)."""
-        try:
-            if self.phases == "extract":
-                self.summary.set_phase("train", "skipped", note="phases = extract")
-            else:
-                train_passing_buckets(self.summary, self.cfg, profile, train_here,
-                                      self.clock.give(self.phase2_seconds), buckets, retrain)
-        except Exception:
-            publish_phase(self.summary, self.cfg)
-            raise
+    def finish(self) -> None:
+        """What was promoted served by name (though a bucket failed); then a failed training
+        run fails the night, and a failed phase 1 does once phase 2 has had its turn."""
         publish_phase(self.summary, self.cfg)
-
-    def finish(self, phase1_error: Exception | None) -> None:
-        """A failed phase 1 fails the night once phase 2 has had its turn."""
-        if phase1_error is not None:
-            raise phase1_error
+        if self.training is not None:
+            self.training.end()
+        if self.phase1_error is not None:
+            raise self.phase1_error
         self.summary.status = "partial" if self.summary.phases["extract"].status == "partial" \
             else "completed"
 
@@ -317,15 +346,14 @@ def _mark_partial(summary: RunSummary, report: ExtractionReport) -> None:
 
 def _capacity(report: ExtractionReport, nodes: int) -> Any:
     """Tonight's phase-1 rate and the backlog it leaves (tasks/capacity.py)."""
-    from tasks.capacity import capacity_report
+    from tasks.capacity import Phase1Measured, capacity_report
 
-    return capacity_report(
+    return capacity_report(Phase1Measured(
         extracted_documents=sum(c.extracted for c in report.documents.values()),
         completion_tokens=report.completion_tokens, prompt_tokens=report.prompt_tokens,
         phase1_seconds=report.extract_seconds or 0.0,
-        phase1_budget_seconds=report.budget_seconds,
-        backlog_documents=sum(report.pending.values()),
-        backlog_tokens=report.pending_tokens, nodes=nodes)
+        backlog_documents=sum(report.pending.values()), backlog_tokens=report.pending_tokens),
+        phase1_budget_seconds=report.budget_seconds, nodes=nodes)
 
 
 def _write_summary(summary: RunSummary, state_dir: Path) -> Path:

@@ -1,86 +1,157 @@
 """Phase 2b as the night runs it: one training run per passing bucket, one after the other,
-within one budget; then each promoted adapter served by name."""
+within one budget; then each promoted adapter served by name. The nightly flow walks the turns
+(`Turns`) and trains each where the node says (on the node through its deployment, or with its
+own call of the train flow); the turns keep the records."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prefect import get_run_logger
 
 from tasks.errors import NodePreempted, PhaseFailed
-from tasks.night.handoff import TrainHere, run_for_marker
+from tasks.night.handoff import train_on_node, train_params
 from tasks.night.phases import phase
 from tasks.records import RunSummary, TrainingMarker, TrainingResult
+from tasks.training.params import TrainParams
 from tasks.training.serving import publish_promoted
 
 if TYPE_CHECKING:
     from tasks.profile import Profile
 
 
-def train_passing_buckets(summary: RunSummary, cfg: Profile, profile: str,
-                          train_here: TrainHere, timeout_seconds: float,
-                          buckets: list[str] | None = None, retrain: bool = False) -> None:
-    """One training run per passing bucket (of `buckets`, when given), one after the other
-    (each holds the `gpu` slot). A failed run fails the night after the others have had
-    their turn."""
-    logger = get_run_logger()
-    pending = summary.scorecard.training_pending if summary.scorecard else []
-    if buckets is not None:
-        passing = pending
-        pending = [b for b in pending if b in buckets]
-        if not pending and cfg.training.enabled:
-            summary.set_phase("train", "skipped", note=f"none of {sorted(buckets)} passed the "
-                              f"scorecard (passing: {sorted(passing) or 'none'})")
-            summary.training = {}
-            return
-    summary.training = {}
-    training = summary.training  # the record's own dict (assigning validates into a copy)
-    if not cfg.training.enabled:
-        summary.set_phase("train", "skipped", note="[training] enabled = false")
-        return
-    if not pending:
-        summary.set_phase("train", "skipped", note="no bucket passed the scorecard")
-        return
-    failed = []
-    preempted: NodePreempted | None = None
-    deadline = time.monotonic() + timeout_seconds  # one budget for the whole of phase 2b
-    for bucket in pending:
-        marker_path = cfg.state_dir / "training-pending" / f"{bucket}.json"
-        marker = TrainingMarker.load(marker_path)
+@dataclass
+class Turn:
+    """One passing bucket's training run: its marker, its parameters (the profile's recipe on
+    the marker's dataset), when phase 2b's budget ends (time.monotonic()), and, once it ran,
+    its result row."""
+
+    bucket: str
+    marker_path: Path
+    params: TrainParams
+    deadline: float
+    remote: bool  # the node trains (Node.remote_training): its deployment runs the train flow
+    result: TrainingResult | None = None
+
+    def seconds(self) -> float:
+        """What is left of phase 2b's budget for this run (at least 1 s)."""
+        return max(1.0, self.deadline - time.monotonic())
+
+
+class Turns:
+    """Phase 2b's turns over the buckets that passed the scorecard (of `buckets`, when given),
+    and what became of each in the summary: a failed run fails the night after the others have
+    had their turn (`end`)."""
+
+    def __init__(self, summary: RunSummary, cfg: Profile, profile: str,
+                 timeout_seconds: float) -> None:
+        self.summary, self.cfg, self.profile = summary, cfg, profile
+        self.timeout_seconds = timeout_seconds
+        self.failed: list[str] = []
+        self.rows: dict[str, TrainingResult] = {}  # the summary's own `training` (pending)
+        self.preempted: NodePreempted | None = None
+        self.logger = get_run_logger()
+
+    def pending(self, buckets: list[str] | None) -> list[str]:
+        """The buckets to train tonight; none (and the phase marked skipped, saying why)."""
+        s = self.summary
+        pending = s.scorecard.training_pending if s.scorecard else []
+        if buckets is not None:
+            passing = pending
+            pending = [b for b in pending if b in buckets]
+            if not pending and self.cfg.training.enabled:
+                s.set_phase("train", "skipped", note=f"none of {sorted(buckets)} passed the "
+                            f"scorecard (passing: {sorted(passing) or 'none'})")
+                s.training = {}
+                return []
+        s.training = {}
+        assert s.training is not None
+        self.rows = s.training  # the record's own dict (assigning validates into a copy)
+        if not self.cfg.training.enabled:
+            s.set_phase("train", "skipped", note="[training] enabled = false")
+            return []
+        if not pending:
+            s.set_phase("train", "skipped", note="no bucket passed the scorecard")
+        return pending
+
+    def each(self, buckets: list[str] | None) -> Iterator[Turn]:
+        """The turns, one bucket after the other within one budget; a bucket the budget or a
+        preempted node leaves no time for is recorded `not run`."""
+        deadline = time.monotonic() + self.timeout_seconds  # one budget for the whole of 2b
+        for bucket in self.pending(buckets):
+            marker_path = self.cfg.state_dir / "training-pending" / f"{bucket}.json"
+            marker = TrainingMarker.load(marker_path)
+            why = self._not_run(deadline)
+            if why:
+                self.rows[bucket] = TrainingResult(state="not run", message=why)
+                self.failed.append(bucket)
+                continue
+            try:  # a recipe that does not build fails this bucket, in its phase record
+                with phase(self.summary, f"train:{bucket}"):
+                    params = train_params(self.cfg, self.profile, {
+                        "dataset": marker.dataset, "bucket": marker.bucket,
+                        "method": marker.kind})
+            except Exception as e:  # noqa: BLE001 - recorded; the other bucket still trains
+                self._failed(bucket, e)
+                continue
+            yield Turn(bucket, marker_path, params, deadline, self.cfg.node.remote_training)
+
+    def _not_run(self, deadline: float) -> str | None:
         if time.monotonic() >= deadline:
-            training[bucket] = TrainingResult(state="not run", message="phase 2's time "
-                                              f"({timeout_seconds:.0f} s: its timeout, or what "
-                                              "was left of the night's budget) was spent "
-                                              "before this bucket's turn")
-            failed.append(bucket)
-            continue
-        if preempted is not None:  # no node left to train on tonight
-            training[bucket] = TrainingResult(state="not run", message="the node was "
-                                              f"preempted during an earlier bucket: {preempted}")
-            failed.append(bucket)
-            continue
+            return (f"phase 2's time ({self.timeout_seconds:.0f} s: its timeout, or what was "
+                    "left of the night's budget) was spent before this bucket's turn")
+        if self.preempted is not None:  # no node left to train on tonight
+            return f"the node was preempted during an earlier bucket: {self.preempted}"
+        return None
+
+    def on_node(self, turn: Turn, retrain: bool) -> TrainingResult:
+        """The turn's run on the node, through its deployment."""
+        return train_on_node(self.cfg, self.profile, turn.params, turn.seconds(),
+                             label=f"train:{turn.bucket}", created_by="nightly",
+                             retrain=retrain)
+
+    @contextmanager
+    def running(self, turn: Turn) -> Iterator[Turn]:
+        """The block trains `turn` (setting turn.result) as the summary's phase
+        train:<bucket>; a failure is recorded, not raised (the other buckets still train)."""
+        started = time.monotonic()
         try:
-            with phase(summary, f"train:{bucket}"):
-                m = run_for_marker(cfg, profile, marker, max(1.0, deadline - time.monotonic()),
-                                   train_here, retrain=retrain)
+            with phase(self.summary, f"train:{turn.bucket}"):
+                yield turn
         except Exception as e:  # noqa: BLE001 - recorded; the other bucket still trains
-            state = "preempted" if isinstance(e, NodePreempted) else "failed"
-            training[bucket] = TrainingResult(state=state, message=str(e)[:500])
-            failed.append(bucket)
-            if isinstance(e, NodePreempted):
-                preempted = e
-            continue
-        training[bucket] = m
-        marker_path.unlink(missing_ok=True)  # consumed: the manifest records the dataset
-        logger.info("%s: adapter %s %s", bucket, m.name,
-                    "reused (already trained on this data)" if m.reused else
-                    "PROMOTED" if m.promoted else "kept, not promoted")
-    if preempted is not None:
-        raise NodePreempted(f"training failed for {', '.join(failed)}: the node was preempted "
-                            f"({preempted}); the next run resumes from the last checkpoint")
-    if failed:
-        raise PhaseFailed(f"training failed for {', '.join(failed)} (see training in the summary)")
+            self._failed(turn.bucket, e)
+            return
+        m = turn.result
+        if m is None:
+            raise RuntimeError(f"train:{turn.bucket}: the block set no result")
+        m.seconds = round(time.monotonic() - started, 1)
+        self.rows[turn.bucket] = m
+        turn.marker_path.unlink(missing_ok=True)  # consumed: the manifest records the dataset
+        self.logger.info("%s: adapter %s %s", turn.bucket, m.name,
+                         "reused (already trained on this data)" if m.reused else
+                         "PROMOTED" if m.promoted else "kept, not promoted")
+
+    def _failed(self, bucket: str, e: Exception) -> None:
+        state = "preempted" if isinstance(e, NodePreempted) else "failed"
+        self.rows[bucket] = TrainingResult(state=state, message=str(e)[:500])
+        self.failed.append(bucket)
+        if isinstance(e, NodePreempted):
+            self.preempted = e
+
+    def end(self) -> None:
+        """NodePreempted when the node went, else PhaseFailed naming the buckets that failed."""
+        if self.preempted is not None:
+            raise NodePreempted(f"training failed for {', '.join(self.failed)}: the node was "
+                                f"preempted ({self.preempted}); the next run resumes from the "
+                                "last checkpoint")
+        if self.failed:
+            raise PhaseFailed(f"training failed for {', '.join(self.failed)} (see training "
+                              "in the summary)")
 
 
 def publish_phase(summary: RunSummary, cfg: Profile) -> None:

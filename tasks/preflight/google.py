@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from blocks.gce import GceCompute
@@ -184,7 +185,6 @@ def _nat_covers(nat: Any, subnet: str) -> bool:
 def quota_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
     """The L4 quota of each provisioning model the night may start with, per region of the
     profile's zones (regions.get), and GPUS_ALL_REGIONS (projects.get): `nodes` GPUs free."""
-    need = block.nodes
     models = (["spot"] if block.provisioning == "spot" else []) + (
         ["on-demand"] if block.provisioning == "on-demand" or block.on_demand_fallback else [])
     regions_client = _client(block, creds, "RegionsClient")
@@ -208,9 +208,9 @@ def quota_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
                 if _limit(quotas, SPOT_L4) == 0:  # a Spot VM uses the standard quota then
                     metric, note = ON_DEMAND_L4, f" ({SPOT_L4} is 0: spot VMs use {ON_DEMAND_L4})"
             wanted = SPOT_L4 if model == "spot" else ON_DEMAND_L4
-            yield _quota(f"{name} ({model})", quotas, metric, note, need, block.project,
-                         wanted, wanted.replace("_", "-") + "-per-project-region",
-                         f" --dimensions=region={region}")
+            yield _quota(f"{name} ({model})", quotas, metric, note, block,
+                         _Ask(wanted, wanted.replace("_", "-") + "-per-project-region",
+                              f" --dimensions=region={region}"))
     try:
         quotas = {q.metric: q for q in _client(block, creds, "ProjectsClient").get(
             project=block.project).quotas}
@@ -218,8 +218,8 @@ def quota_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
         yield failure("GPU quota (all regions)", f"cannot read project {block.project}: "
                     f"{_message(e)}", "check the project id and the Compute API")
         return
-    yield _quota("GPU quota (all regions)", quotas, ALL_GPUS, "", need, block.project,
-                 ALL_GPUS, "GPUS-ALL-REGIONS-per-project")
+    yield _quota("GPU quota (all regions)", quotas, ALL_GPUS, "", block,
+                 _Ask(ALL_GPUS, "GPUS-ALL-REGIONS-per-project"))
 
 
 def _limit(quotas: dict[str, Any], metric: str) -> float:
@@ -227,21 +227,33 @@ def _limit(quotas: dict[str, Any], metric: str) -> float:
     return float(q.limit) if q is not None else 0.0
 
 
-def _quota(name: str, quotas: dict[str, Any], metric: str, note: str, need: int, project: str,
-           ask: str, quota_id: str, dims: str = "") -> Check:
-    """`need` GPUs free in `metric`; the fix asks for more of `ask` (Cloud Quotas' id
-    `quota_id`): its usage plus `need`."""
+@dataclass(frozen=True)
+class _Ask:
+    """The quota a fix asks Cloud Quotas for more of: its Compute metric, its Cloud Quotas id
+    and the `gcloud` dimensions flag (a region's, or none)."""
+
+    metric: str
+    quota_id: str
+    dims: str = ""
+
+
+def _quota(name: str, quotas: dict[str, Any], metric: str, note: str, block: GceCompute,
+           ask: _Ask) -> Check:
+    """The block's `nodes` GPUs free in `metric`; the fix asks for more of `ask`: its usage
+    plus those."""
+    need, project = block.nodes, block.project
     q = quotas.get(metric)
     limit, usage = (float(q.limit), float(q.usage)) if q is not None else (0.0, 0.0)
     free = limit - usage
     detail = f"{metric} {free:g} free of {limit:g}{note}, {need} needed"
     if free >= need:
         return passed(name, detail)
-    asked = quotas.get(ask)
+    asked = quotas.get(ask.metric)
     want = int(float(asked.usage) if asked is not None else 0.0) + need
     return failure(name, detail + ("" if q is not None else f" (Compute lists no {metric})"),
                  f"`gcloud quotas preferences create --service=compute.googleapis.com "
-                 f"--project={project} --quota-id={quota_id} --preferred-value={want}{dims}` "
+                 f"--project={project} --quota-id={ask.quota_id} --preferred-value={want}"
+                 f"{ask.dims}` "
                  "(or IAM & Admin → Quotas in the console)")
 
 

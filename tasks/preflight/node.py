@@ -99,19 +99,16 @@ def slots_check(s: Any, slots: int, context_tokens: int) -> Check:
     """llama-server's slots (max_concurrent_requests x context_tokens) beside the weights on
     the node's card, by the estimate of tasks/compute/kv_budget.py: refused when they do not
     fit, with both numbers and the largest setting that does."""
-    from tasks.compute.kv_budget import kv_fit, largest_fit
+    from tasks.compute.kv_budget import Card, ModelShape, kv_fit, largest_fit
 
-    shape = dict(layers=s.model_layers, kv_heads=s.model_kv_heads, head_dim=s.model_head_dim,
-                 weights_gib=s.model_weights_gib, card_gib=s.gpu_memory_gib,
-                 cache_type=s.kv_cache_type, sliding_layers=s.model_sliding_layers,
-                 sliding_window=s.model_sliding_window)
-    fit = kv_fit(slots, context_tokens, **shape)
+    shape, card = ModelShape.of_node(s), Card.of_node(s)
+    fit = kv_fit(slots, context_tokens, shape, card, s.kv_cache_type)
     if fit.fits:
         return passed("engine slots", fit.text())
-    most = largest_fit(context_tokens, **shape)
+    most = largest_fit(context_tokens, shape, card, s.kv_cache_type)
     other = "q8_0" if s.kv_cache_type == "f16" else None
     more = (f"; kv_cache_type = \"{other}\" fits "
-            f"{largest_fit(context_tokens, **{**shape, 'cache_type': other})}" if other else "")
+            f"{largest_fit(context_tokens, shape, card, other)}" if other else "")
     return failure("engine slots", f"{fit.text()}: does not fit",
                  f"set [inference] max_concurrent_requests to {most} or less (the most slots "
                  f"of {context_tokens} tokens that fit){more}, or lower context_tokens"
@@ -191,14 +188,15 @@ def host_memory_check(s: Any, slots: int, context_tokens: int) -> Check:
     the idle-slot saves inside it) beside the engine, the Prefect worker and the OS, against
     the node's RAM, by the estimate of tasks/compute/host_memory.py: refused when they do not
     fit, with both numbers and the settings that do."""
-    from tasks.compute.host_memory import host_fit, most_checkpoints, most_slots, node_settings
+    from tasks.compute.host_memory import Host, host_fit, most_checkpoints, most_slots
+    from tasks.compute.kv_budget import ModelShape
 
-    settings = node_settings(s)
-    fit = host_fit(slots, context_tokens, **settings)
+    shape, host = ModelShape.of_node(s), Host.of_node(s)
+    fit = host_fit(slots, context_tokens, shape, s.kv_cache_type, host)
     if fit.fits:
         return passed("engine host memory", fit.text())
     fixes = []
-    ckpts = most_checkpoints(slots, context_tokens, **settings)
+    ckpts = most_checkpoints(slots, context_tokens, shape, s.kv_cache_type, host)
     if 0 <= ckpts < s.ctx_checkpoints:
         note = "; under 3 none survives to the next chunk" if ckpts < 3 else ""
         fixes.append(f"set [compute.node] ctx_checkpoints to {ckpts} or less (the most per "
@@ -206,7 +204,7 @@ def host_memory_check(s: Any, slots: int, context_tokens: int) -> Check:
     if s.cache_ram_mib:
         fixes.append("set [compute.node] cache_ram_mib = 0 (the night's distinct chunks do not "
                      "reuse the prompt cache)")
-    most = most_slots(context_tokens, **settings)
+    most = most_slots(context_tokens, shape, s.kv_cache_type, host)
     if most:
         fixes.append(f"set [inference] max_concurrent_requests to {most} or less (the most "
                      "slots that fit)")

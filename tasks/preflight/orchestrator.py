@@ -186,16 +186,22 @@ def folder_checks(cfg: Profile) -> Iterator[Check]:
     import os
     from pathlib import Path
 
-    from tasks.extraction.inputs import STREAMS
+    from tasks.extraction import streams
 
-    folders = [(f"sources {s}", getattr(cfg.sources, s), f"[sources] {s}") for s in STREAMS
-               if getattr(cfg.sources, s)]
+    # (check name, folder, where the profile sets it, what it holds)
+    folders = [(f"sources {s.name}", value, s.profile_key, s.description)
+               for s, value in streams.configured(cfg.sources)]
+    unknown = streams.unknown_others(cfg.sources)
+    if unknown:
+        yield failure("sources", f"[sources.other] names {', '.join(unknown)}: no stream is "
+                      "read from there by that name, so phase 1 fails",
+                      "fix or remove the name (the streams: tasks/extraction/streams.py)")
     if not folders:
         yield failure("sources", "no [sources] stream is configured: phase 1 fails",
-                    "set transcripts, research or contacts in [sources]")
+                    f"set {streams.settings_text()} in [sources]")
     if cfg.corpus.root:
-        folders.append(("corpus", cfg.corpus.root, "[corpus] root"))
-    for name, value, key in folders:
+        folders.append(("corpus", cfg.corpus.root, "[corpus] root", ""))
+    for name, value, key, holds in folders:
         path = Path(value).expanduser()
         if not path.is_dir():
             yield failure(name, f"{path} is not a directory on the orchestrator",
@@ -204,6 +210,6 @@ def folder_checks(cfg: Profile) -> Iterator[Check]:
             yield failure(name, f"{path} is not readable by this user",
                         f"`chmod u+rx {path}`, or run the orchestrator as its owner")
         else:
-            yield passed(name, str(path))
+            yield passed(name, f"{path} ({holds})" if holds else str(path))
 
 

@@ -7,7 +7,7 @@ manifest, so a reader (the CLI, the nightly, a later run's reconcile) sees how f
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,14 @@ from tasks.training.reconcile import reconcile_store, this_process
 from tasks.training.registry import ArtifactStore, gate, now, pack
 from tasks.training.train import (
     Hooks,
+    TrainPaths,
     TrainRun,
     device_report,
     load_splits,
     resolve_base_model,
 )
 from tasks.training.train import train as train_adapter
+from tasks.training.verify import AdapterFiles
 
 
 def _event(kind: str, name: str, payload: dict[str, Any]) -> None:
@@ -141,16 +143,16 @@ def export_adapter(peft_dir: Path, hf_dir: Path, out_dir: Path) -> dict[str, Any
 
 
 @task(name="verify-adapter", cache_policy=NO_CACHE)
-def verify(base_gguf: Path, adapter_gguf: Path, hf_dir: Path, peft_dir: Path, prompts: list[str],
-           cache_dir: Path, n_threads: int = 2, device: str = "cpu") -> dict[str, Any]:
+def verify(files: AdapterFiles, prompts: list[str], cache_dir: Path, n_threads: int = 2,
+           device: str = "cpu") -> dict[str, Any]:
     """cpu: exact comparison on an F32 copy of the served base (quantized matmuls differ from
     HF); cuda: on the (F16/BF16) base as it is, on the GPU (tasks/training/verify.py)."""
     from tasks.training.base_model import f32_gguf
     from tasks.training.verify import verify_adapter
 
-    gguf = f32_gguf(base_gguf, cache_dir) if device == "cpu" else base_gguf
-    return verify_adapter(gguf, adapter_gguf, hf_dir, peft_dir, prompts, n_threads=n_threads,
-                          device=device)
+    if device == "cpu":
+        files = replace(files, base_gguf=f32_gguf(files.base_gguf, cache_dir))
+    return verify_adapter(files, prompts, n_threads=n_threads, device=device)
 
 
 def record_environment(gcs_block: str | None) -> None:
@@ -238,6 +240,18 @@ class Inputs:
     promoted_peft: Path | None
 
 
+@dataclass(frozen=True)
+class JobData:
+    """What a job trains on, and the digests that name it: the bucket, the dataset file and its
+    sha256 (dataset_digest), and the run's digest (the data and the recipe's settings:
+    Recipe.digest), which its checkpoints are kept under."""
+
+    bucket: str
+    dataset: Path
+    data_digest: str
+    run_digest: str
+
+
 @dataclass
 class TrainingJob:
     """One job's manifest in the store, moved along its states by the stages below."""
@@ -251,15 +265,15 @@ class TrainingJob:
         return self.manifest.name
 
     @classmethod
-    def queue(cls, store: ArtifactStore, recipe: Recipe, params: TrainParams, bucket: str,
-              dataset: Path, data_digest: str, run_digest: str, created_by: str
-              ) -> TrainingJob:
+    def queue(cls, store: ArtifactStore, recipe: Recipe, params: TrainParams, data: JobData,
+              created_by: str) -> TrainingJob:
         """The job's manifest, written `queued`."""
-        name = f"{bucket}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{run_digest[:8]}"
+        d = data
+        name = f"{d.bucket}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{d.run_digest[:8]}"
         manifest = AdapterManifest(
-            name=name, bucket=bucket, method=params.method,
+            name=name, bucket=d.bucket, method=params.method,
             base=BaseRef(spec=recipe.project.base_model or "(served GGUF)"),
-            data_digest=data_digest, run_digest=run_digest, dataset=str(dataset),
+            data_digest=d.data_digest, run_digest=d.run_digest, dataset=str(d.dataset),
             params=recipe.settings(),
             state="queued", created=now(), created_by=created_by,
             flow_run_id=str(current_run.get_id() or ""), owner=this_process())
@@ -311,9 +325,10 @@ class TrainingJob:
             reporter = Reporter(self.store, m, m.bucket)
             # Prefect's own SIGTERM handling stays in place (a cancel is only acked with it):
             # the trainer checkpoints when the termination lands, and it propagates → Cancelled.
-            run = train_adapter(self.recipe, inputs.splits, device, inputs.hf_dir,
-                                self.store.checkpoint_dir(m.run_digest), out_dir,
-                                reporter.hooks(), inputs.promoted_peft)
+            run = train_adapter(self.recipe, inputs.splits, device,
+                                TrainPaths(inputs.hf_dir, self.store.checkpoint_dir(m.run_digest),
+                                           out_dir, inputs.promoted_peft),
+                                reporter.hooks())
         write_atomic(out_dir / "losses.json", json.dumps(run.history, indent=1))
         loss_png(run.history, out_dir / "loss.png", self.name)
         m.step, m.steps = run.steps, run.max_steps
@@ -331,7 +346,8 @@ class TrainingJob:
         files = {"peft": "peft", "losses": "losses.json", "loss_curve": "loss.png"}
         if project.export_gguf and inputs.base_gguf is not None:
             m.export = export_adapter(peft_dir, inputs.hf_dir, out_dir)
-            report = verify(inputs.base_gguf, out_dir / "adapter.gguf", inputs.hf_dir, peft_dir,
+            report = verify(AdapterFiles(inputs.base_gguf, out_dir / "adapter.gguf",
+                                         inputs.hf_dir, peft_dir),
                             project.verify_prompts, model_cache, cfg.node.cpu_threads,
                             inputs.verify_device)
             write_atomic(out_dir / "verify.json", json.dumps(report, indent=1))

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tasks.errors import ConfigError, SlmNightlyError
 from tasks.training.params import Recipe
@@ -124,7 +124,14 @@ def load_splits(dataset: Path, method: str, max_eval_rows: int
 
 # --- model --------------------------------------------------------------------------------------
 
-def load_model(recipe: Recipe, hf_dir: Path, cuda: bool) -> tuple[Any, Any]:
+class Loaded(NamedTuple):
+    """A model and its tokenizer (load_model's: the base with the recipe's LoRA attached)."""
+
+    model: Any
+    tok: Any
+
+
+def load_model(recipe: Recipe, hf_dir: Path, cuda: bool) -> Loaded:
     """The base model (NF4 when `load_in_4bit`) with the recipe's LoRA attached, and its
     tokenizer."""
     import torch
@@ -154,7 +161,7 @@ def load_model(recipe: Recipe, hf_dir: Path, cuda: bool) -> tuple[Any, Any]:
     if unknown and not isinstance(targets, str):  # a string is a regex: PEFT checks it
         raise ConfigError(f"peft: target_modules {unknown} not found in {hf_dir.name} — its "
                           f"linear layers include {sorted(n for n in names if n.endswith('_proj'))}")
-    return get_peft_model(model, lora), tok
+    return Loaded(get_peft_model(model, lora), tok)
 
 
 # --- evaluation (the promotion gate compares like with like) -------------------------------------
@@ -183,13 +190,15 @@ def _completion_logps(model: Any, tok: Any, prompt: list[dict[str, str]],
     return float(tok_lp.sum()), int(tok_lp.numel())
 
 
-def eval_loss(model: Any, tok: Any, rows: list[dict[str, Any]], method: str, max_length: int,
-              beta: float, adapter: str | None,
+def eval_loss(loaded: Loaded, rows: list[dict[str, Any]], recipe: Recipe, adapter: str | None,
               ref_cache: dict[int, tuple[float, float]] | None = None) -> float:
-    """Held-out loss with `adapter` active (None: the base model, adapter off).
+    """Held-out loss with `adapter` active (None: the base model, adapter off), by the recipe's
+    method, max_length and beta.
     SFT: mean NLL per completion token. DPO: mean DPO loss with the base as reference."""
     from contextlib import nullcontext
 
+    model, tok = loaded
+    method, max_length, beta = recipe.method, recipe.max_length, recipe.beta
     was_training = model.training
     model.eval()
     try:
@@ -255,11 +264,13 @@ def peak_memory_mib(cuda: bool) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
 
 
-def _trainer(recipe: Recipe, model: Any, tok: Any, train_rows: list[dict[str, Any]],
-             eval_rows: list[dict[str, Any]], ckpt_dir: Path, cuda: bool,
-             callbacks: list[Any]) -> Any:
+def _trainer(recipe: Recipe, loaded: Loaded,
+             splits: tuple[list[dict[str, Any]], list[dict[str, Any]]], ckpt_dir: Path,
+             cuda: bool, callbacks: list[Any]) -> Any:
     from datasets import Dataset
 
+    model, tok = loaded
+    train_rows, eval_rows = splits
     args = recipe.trl_config(ckpt_dir, cuda, bf16=_bf16())
     train_ds, eval_ds = Dataset.from_list(train_rows), Dataset.from_list(eval_rows)
     if recipe.method == "sft":
@@ -333,29 +344,43 @@ class TrainRun:
         return {k: v for k, v in asdict(self).items() if k != "history"}
 
 
+@dataclass(frozen=True)
+class TrainPaths:
+    """Where one training run reads and writes: the HF base folder it trains on, the folder of
+    its checkpoints (it resumes from the newest), the folder the adapter is saved under
+    (out_dir/peft), and the promoted adapter's PEFT folder (None: nothing promoted), whose
+    held-out loss it measures too."""
+
+    hf_dir: Path
+    ckpt_dir: Path
+    out_dir: Path
+    promoted_adapter: Path | None = None
+
+
 def train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, Any]]],
-          dev: dict[str, Any], hf_dir: Path, ckpt_dir: Path, out_dir: Path, hooks: Hooks,
-          promoted_adapter: Path | None = None) -> TrainRun:
+          dev: dict[str, Any], paths: TrainPaths, hooks: Hooks) -> TrainRun:
     """Train on `splits` (from `load_splits`) on the device `dev` (from `device_report`),
-    resuming from the newest checkpoint in `ckpt_dir`; save the adapter to `out_dir/peft`, and
-    measure held-out loss for the base, the promoted adapter and the new one.
+    resuming from the newest checkpoint in `paths.ckpt_dir`; save the adapter to
+    `paths.out_dir/peft`, and measure held-out loss for the base, the promoted adapter and the
+    new one.
     A termination (SIGTERM via Prefect, Ctrl-C) checkpoints the steps done, then propagates."""
     with quiet_libraries():
-        return _train(recipe, splits, dev, hf_dir, ckpt_dir, out_dir, hooks, promoted_adapter)
+        return _train(recipe, splits, dev, paths, hooks)
 
 
 def _train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, Any]]],
-           dev: dict[str, Any], hf_dir: Path, ckpt_dir: Path, out_dir: Path, hooks: Hooks,
-           promoted_adapter: Path | None) -> TrainRun:
+           dev: dict[str, Any], paths: TrainPaths, hooks: Hooks) -> TrainRun:
     import torch
     from transformers import TrainerCallback
 
+    ckpt_dir, out_dir = paths.ckpt_dir, paths.out_dir
     cuda = dev["device"] == "cuda"
     train_rows, eval_rows = splits
     torch.manual_seed(int(recipe.trl.get("seed", 42)))
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    model, tok = load_model(recipe, hf_dir, cuda)
+    loaded = load_model(recipe, paths.hf_dir, cuda)
+    model = loaded.model
     run: dict[str, Any] = {"t0": None, "step0": 0}
 
     class Reporter(TrainerCallback):  # type: ignore[misc]
@@ -379,7 +404,7 @@ def _train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, An
             if hooks.on_save:
                 hooks.on_save(state.global_step, str(ckpt_dir / f"checkpoint-{state.global_step}"))
 
-    trainer = _trainer(recipe, model, tok, train_rows, eval_rows, ckpt_dir, cuda, [Reporter()])
+    trainer = _trainer(recipe, loaded, splits, ckpt_dir, cuda, [Reporter()])
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     for cb in (PrinterCallback, ProgressCallback):  # the Reporter logs through Prefect instead
@@ -415,13 +440,11 @@ def _train(recipe: Recipe, splits: tuple[list[dict[str, Any]], list[dict[str, An
     peft_dir = out_dir / "peft"
     model.save_pretrained(peft_dir)
     ref: dict[int, tuple[float, float]] = {}  # DPO reference log-probs, shared by the three
-    method, max_length, beta = recipe.method, recipe.max_length, recipe.beta
-    losses = {"base": eval_loss(model, tok, eval_rows, method, max_length, beta, None, ref),
-              "new": eval_loss(model, tok, eval_rows, method, max_length, beta, "default", ref)}
-    if promoted_adapter is not None:
-        model.load_adapter(str(promoted_adapter), adapter_name="promoted")
-        losses["promoted"] = eval_loss(model, tok, eval_rows, method, max_length, beta,
-                                       "promoted", ref)
+    losses = {"base": eval_loss(loaded, eval_rows, recipe, None, ref),
+              "new": eval_loss(loaded, eval_rows, recipe, "default", ref)}
+    if paths.promoted_adapter is not None:
+        model.load_adapter(str(paths.promoted_adapter), adapter_name="promoted")
+        losses["promoted"] = eval_loss(loaded, eval_rows, recipe, "promoted", ref)
         model.delete_adapter("promoted")
     history = [h for h in trainer.state.log_history if "loss" in h or "eval_loss" in h]
     return TrainRun(

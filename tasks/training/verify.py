@@ -42,9 +42,20 @@ EXIT_NOT_LOADED = 3
 LOG_TAIL_LINES = 15
 
 
-def verify_adapter(base_gguf: Path, adapter_gguf: Path, hf_base_dir: Path, peft_adapter_dir: Path,
-                   prompts: list[str], max_tokens: int = 16, n_threads: int = 2,
-                   *, timeout_s: float = 600.0, device: str = "cpu") -> dict[str, Any]:
+@dataclass(frozen=True)
+class AdapterFiles:
+    """One adapter in both engines' forms, each on its base: the GGUF LoRA on the base GGUF
+    (llama.cpp) and the PEFT folder on the HF base folder (transformers)."""
+
+    base_gguf: Path
+    adapter_gguf: Path
+    hf_base_dir: Path
+    peft_adapter_dir: Path
+
+
+def verify_adapter(files: AdapterFiles, prompts: list[str], max_tokens: int = 16,
+                   n_threads: int = 2, *, timeout_s: float = 600.0,
+                   device: str = "cpu") -> dict[str, Any]:
     """Compare llama.cpp (base GGUF ± adapter GGUF) with transformers + PEFT, in a child process.
 
     Returns {loaded, prompts, base_outputs, adapter_outputs, peft_outputs, differs_from_base,
@@ -59,6 +70,8 @@ def verify_adapter(base_gguf: Path, adapter_gguf: Path, hf_base_dir: Path, peft_
     llama.cpp with every layer offloaded; pass the F16/BF16 GGUF) — see the module docstring.
     """
     start = time.monotonic()
+    base_gguf, adapter_gguf = files.base_gguf, files.adapter_gguf
+    hf_base_dir, peft_adapter_dir = files.hf_base_dir, files.peft_adapter_dir
     if not prompts:
         raise ConfigError("verify_adapter needs at least one prompt — pass a few short, "
                           "representative prompts")

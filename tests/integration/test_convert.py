@@ -20,7 +20,7 @@ from tasks.errors import AdapterVerificationError, ConfigError
 from tasks.training import base_model, convert
 from tasks.training.base_model import f32_gguf, hf_from_gguf
 from tasks.training.convert import ConversionError, export_lora
-from tasks.training.verify import verify_adapter
+from tasks.training.verify import AdapterFiles, verify_adapter
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # Prompt 0: a wrong q/k layout changes the answer; prompt 1: the adapter changes the answer.
@@ -186,7 +186,8 @@ def test_the_converter_rope_permutes_llama_qk(exported: dict[str, Any], peft_dir
 def test_verify_passes_on_f32_base(exported: dict[str, Any], peft_dir: Path,
                                    base_cache: dict[str, Any]) -> None:
     """llama.cpp + adapter == transformers + PEFT, token for token, and != base."""
-    report = verify_adapter(base_cache["f32"], Path(exported["path"]), base_cache["hf"], peft_dir,
+    report = verify_adapter(AdapterFiles(base_cache["f32"], Path(exported["path"]),
+                                         base_cache["hf"], peft_dir),
                             PROMPTS, max_tokens=MAX_TOKENS, n_threads=THREADS)
     assert report["loaded"] and report["differs_from_base"] and report["matches_peft"]
     assert report["adapter_outputs"] == report["peft_outputs"]
@@ -224,7 +225,7 @@ def test_verify_catches_an_unpermuted_qk_layout(exported: dict[str, Any], peft_d
                                                 tmp_path: Path) -> None:
     wrong = _unpermuted_copy(exported, peft_dir, tmp_path / "wrong.gguf")
     with pytest.raises(AdapterVerificationError, match="differs from HF\\+PEFT") as e:
-        verify_adapter(base_cache["f32"], wrong, base_cache["hf"], peft_dir,
+        verify_adapter(AdapterFiles(base_cache["f32"], wrong, base_cache["hf"], peft_dir),
                        PROMPTS, max_tokens=MAX_TOKENS, n_threads=THREADS)
     assert e.value.report["loaded"] and not e.value.report["matches_peft"]
     assert max(e.value.report["first_logit_max_abs_diff"]) > 1.0
@@ -246,7 +247,7 @@ def test_corrupt_or_missing_adapter_is_not_loaded(exported: dict[str, Any], peft
                              tmp_path / "other-base.gguf")
     for bad in (truncated, Path(other_base["path"]), tmp_path / "missing.gguf"):
         with pytest.raises(AdapterVerificationError, match="adapter not loaded") as e:
-            verify_adapter(base_cache["f32"], bad, base_cache["hf"], peft_dir, PROMPTS[:1],
-                           max_tokens=2, n_threads=THREADS)
+            verify_adapter(AdapterFiles(base_cache["f32"], bad, base_cache["hf"], peft_dir),
+                           PROMPTS[:1], max_tokens=2, n_threads=THREADS)
         assert e.value.report["loaded"] is False
         assert str(bad) in str(e.value)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tasks.compute.inference_server import start_llama_server, stop_llama_server
+from tasks.compute.inference_server import Served, start_llama_server, stop_llama_server
 from tasks.llama_cpp import default_model_path
 
 LONG = {"messages": [{"role": "user", "content": "Count from one to ten thousand."}],
@@ -24,7 +24,7 @@ SHORT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4,
 
 @pytest.fixture
 def one_slot(tmp_path: Path) -> Iterator[str]:
-    url = start_llama_server(tmp_path, default_model_path(), "m", 4096, 1, 60, slots=1)
+    url = start_llama_server(tmp_path, Served(default_model_path(), "m"), 4096, 1, 60, slots=1)
     yield url
     stop_llama_server(tmp_path)
 

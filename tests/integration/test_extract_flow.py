@@ -337,7 +337,8 @@ def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
         "- title: Briefing\n  summary: Sam Vale joined the board.\n- 42\n"
         "- title: Update\n  summary: Tia Ross left.\n")
 
-    s = extract(profile=str(profile)).model_dump(mode="json")
+    typed = extract(profile=str(profile))
+    s = typed.model_dump(mode="json")
     assert s["documents"] == {
         "transcripts": {"seen": 9, "extracted": 6, "skipped": 0, "failed": 3},
         "research": {"seen": 1, "extracted": 1, "skipped": 0, "failed": 0},
@@ -372,7 +373,7 @@ def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
     rels = Counter(r["t"] for r in store.query(
         "MATCH (:Entity)-[r]->(:Entity) RETURN type(r) AS t"))
     assert rels == {"PARTICIPATED_IN": 12, "RELATED_TO": 8, "WORKS_FOR": 1}
-    report = markdown_report(s, [])
+    report = markdown_report(typed, [])
     assert "'entities: maxItems': 5" in report and "'entities[].confidence': 2" in report
     assert "| contacts/people.json#1 | RecordError |" in report
 

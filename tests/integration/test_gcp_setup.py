@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tasks.gcp.reconcile import GcpError
-from tasks.gcp.setup import apply
+from tasks.gcp.setup import ApplyOptions, apply
 from tests.support.gcp_world import BUCKET, PROJECT, World, empty_project, gcp_profile, spec_of
 from tests.support.paths import ROOT
 
@@ -37,7 +37,7 @@ def setup(world: World, mode: str = "setup", member: str | None = None, **kw: ob
     said: list[str] = []
     kw.setdefault("values", {"prefect-api-key": KEY})
     result = apply(spec, world.clients(member), mode, state_dir=world.tmp / "state",  # type: ignore[arg-type]
-                   say=said.append, **kw)
+                   options=ApplyOptions(**kw), say=said.append)  # type: ignore[arg-type]
     return result, said
 
 

@@ -14,7 +14,12 @@ from types import ModuleType
 import pytest
 
 from blocks.inference import InferenceEndpoint
-from tasks.compute.inference_server import SERVER_NAME, start_llama_server, stop_llama_server
+from tasks.compute.inference_server import (
+    SERVER_NAME,
+    Served,
+    start_llama_server,
+    stop_llama_server,
+)
 from tasks.llama_cpp import default_model_path
 from tasks.ontology import default_schema
 from tasks.processes import ManagedServer
@@ -41,8 +46,9 @@ def _check() -> ModuleType:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     state = tmp_path_factory.mktemp("gpu-check")
-    url = start_llama_server(state, default_model_path(), ALIAS, n_ctx=ENDPOINT.context_tokens,
-                             n_threads=1, readiness_timeout=120, slots=2)
+    url = start_llama_server(state, Served(default_model_path(), ALIAS),
+                             n_ctx=ENDPOINT.context_tokens, n_threads=1, readiness_timeout=120,
+                             slots=2)
     record = ManagedServer(SERVER_NAME, state).record()
     assert record is not None
     try:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tasks.gcp.image import BUILDER, ImageBuild, build_image, image_build
+from tasks.gcp.image import BUILDER, BuildOptions, ImageBuild, build_image, image_build
 from tasks.gcp.reconcile import GcpError
 from tests.fakes.node_runtime import FakeNode
 from tests.support.gcp_world import PROJECT, World, empty_project, gcp_profile, spec_of
@@ -32,12 +32,12 @@ ZONE = "us-central1-a"
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    from tasks.gcp.setup import apply
+    from tasks.gcp.setup import ApplyOptions, apply
 
     with empty_project(tmp_path) as w:
         spec = spec_of(gcp_profile(tmp_path / "p.toml"))
         apply(spec, w.clients(), "setup", state_dir=tmp_path / "state-setup",
-              values={"prefect-api-key": b"pnu_x"}, say=lambda _: None)
+              options=ApplyOptions(values={"prefect-api-key": b"pnu_x"}), say=lambda _: None)
         w.compute.network.add_image("ubuntu-2204-jammy-v20261120", "ubuntu-2204-lts",
                                     disk_size_gb=10, project="ubuntu-os-cloud")
         yield w
@@ -48,9 +48,9 @@ def _build(world: World, **kw: object) -> ImageBuild:
 
     return image_build(spec_of(world.tmp / "p.toml"), NodeServeSettings(),
                        "allenai/Olmo-3-7B-Think@main", "/opt/models/olmo-3-7b-think-f16.gguf",
-                       repo="https://github.com/acme/slm-nightly", ref="v1.4",
-                       model="allenai/Olmo-3-32B-Think@0123abc", image="slm-node-test-1",
-                       **kw)  # type: ignore[arg-type]
+                       BuildOptions(repo="https://github.com/acme/slm-nightly", ref="v1.4",
+                                    model="allenai/Olmo-3-32B-Think@0123abc",
+                                    image="slm-node-test-1", **kw))  # type: ignore[arg-type]
 
 
 def _node(world: World) -> FakeNode:

@@ -226,7 +226,7 @@ def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
     from prefect import flow
 
     from tasks.compute.gce.lifecycle import GceNode
-    from tasks.compute.node import run_on_node
+    from tasks.compute.node import Watch, run_on_node
     from tasks.errors import PhaseFailed
 
     fake = FakeComputeEngine(PROJECT)  # boots, but starts no worker
@@ -242,7 +242,7 @@ def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
         def orchestrator() -> None:
             run_on_node(compute, node_deployment, {"params": {"dataset": "x.parquet", "method": "sft"},
                                                    "profile": "no-worker"},
-                        3600, label="train:x", poll_seconds=0.2, pickup_seconds=3)
+                        3600, label="train:x", watch=Watch(poll_seconds=0.2, pickup_seconds=3))
 
         t = time.monotonic()
         with pytest.raises(PhaseFailed, match="no worker on the node's pool took node run .* "

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from blocks.node_serve import SHIPPED_TEMPLATE, NodeServeSettings
-from tasks.compute.inference_server import llama_server_args, server_ready
+from tasks.compute.inference_server import Served, ServerSettings, llama_server_args, server_ready
 from tasks.extraction.llm import strip_reasoning, structured_output
 from tasks.extraction.prompt import system_prompt
 from tasks.extraction.schema import json_schema, parse_answer
@@ -44,9 +44,9 @@ SHIPPED_SHA256 = "1ade20769787775f065428f54ea9c21048f753f8715c1056f863e772173363
 
 def _serve(gguf: Path, template: Path, tmp: Path, name: str) -> Iterator[str]:
     port = free_port()
-    argv = llama_server_args(require_server(), gguf, ["olmo3-tiny"], host="127.0.0.1",
-                             port=port, slots=1, context_tokens=2048, threads=1,
-                             extra=["--chat-template-file", str(template)])
+    argv = llama_server_args(require_server(), Served(gguf, "olmo3-tiny"), ServerSettings(
+        slots=1, context_tokens=2048, threads=1, extra=["--chat-template-file", str(template)]),
+        host="127.0.0.1", port=port)
     url = f"http://127.0.0.1:{port}"
     server = ManagedServer(name, tmp)
     server.start(argv, port, marker=f"--port {port}", ready=lambda: server_ready(url),

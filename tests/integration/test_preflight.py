@@ -43,11 +43,12 @@ def smollm2_adapter(base_cache: dict[str, Any], tmp_path_factory: pytest.TempPat
 
 def test_the_verification_child_peak_rss_is_the_cpu_estimate(
         base_cache: dict[str, Any], smollm2_adapter: dict[str, Path]) -> None:
-    from tasks.training.verify import verify_adapter
+    from tasks.training.verify import AdapterFiles, verify_adapter
 
-    report = verify_adapter(base_cache["f32"], smollm2_adapter["gguf"], base_cache["hf"],
-                            smollm2_adapter["peft"], ["What is the capital of France?"],
-                            max_tokens=4, n_threads=1, device="cpu")
+    report = verify_adapter(AdapterFiles(base_cache["f32"], smollm2_adapter["gguf"],
+                                         base_cache["hf"], smollm2_adapter["peft"]),
+                            ["What is the capital of France?"], max_tokens=4, n_threads=1,
+                            device="cpu")
     config = memory.load_config(base_cache["hf"])
     est = memory.estimate(config, "cpu", lora_r=8, target_modules=TARGETS)
     measured = report["peak_rss_mib"] * memory.MIB

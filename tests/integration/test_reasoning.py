@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks.compute.inference_server import llama_server_args, server_ready
+from tasks.compute.inference_server import Served, ServerSettings, llama_server_args, server_ready
 from tasks.extraction.llm import LLMClient, strip_reasoning, structured_output
 from tasks.extraction.prompt import system_prompt
 from tasks.extraction.schema import json_schema
@@ -35,9 +35,10 @@ TEXT = "Ada Lovelace worked with Charles Babbage in London."
 @pytest.fixture
 def think_server(olmo3_tiny: dict[str, Any], tmp_path: Path) -> Any:
     port = free_port()
-    argv = llama_server_args(require_server(), olmo3_tiny["gguf"], ["olmo3-tiny"],
-                             host="127.0.0.1", port=port, slots=1, context_tokens=2048,
-                             threads=1, extra=["--chat-template-file", str(TEMPLATE)])
+    argv = llama_server_args(require_server(), Served(olmo3_tiny["gguf"], "olmo3-tiny"),
+                             ServerSettings(slots=1, context_tokens=2048, threads=1,
+                                            extra=["--chat-template-file", str(TEMPLATE)]),
+                             host="127.0.0.1", port=port)
     url = f"http://127.0.0.1:{port}"
     server = ManagedServer("think", tmp_path)
     server.start(argv, port, marker=f"--port {port}", ready=lambda: server_ready(url),

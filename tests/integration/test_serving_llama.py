@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from blocks.serving import ServingEndpoint
-from tasks.compute.inference_server import start_llama_server, stop_llama_server
+from tasks.compute.inference_server import Served, start_llama_server, stop_llama_server
 from tasks.records import AdapterManifest, BaseRef
 from tasks.training.base_model import gguf_digest
 from tasks.training.registry import ArtifactStore
@@ -79,8 +79,8 @@ def test_the_promoted_adapter_answers_by_the_bucket_name(promoted: ArtifactStore
     assert serving.note is None and serving.names == (BUCKET,)
     assert serving.adapter == promoted.serving(BUCKET)
     state = tmp_path / "state"
-    url = start_llama_server(state, gguf, ALIAS, 512, THREADS, 60, serving.adapter,
-                             serving.names)
+    url = start_llama_server(state, Served(gguf, ALIAS, serving.adapter, serving.names), 512,
+                             THREADS, 60)
     try:
         cards = httpx.get(f"{url}/v1/models").json()["data"]
         assert len(cards) == 1 and set(cards[0]["aliases"]) == {ALIAS, BUCKET}

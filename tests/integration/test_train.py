@@ -52,10 +52,11 @@ def _train_tiny(recipe: Recipe, dataset: Path, base: Path, tmp: Path
                 ) -> tuple[dict[str, Any], Any]:
     from tasks.training.train import _trainer, load_model, load_splits
 
-    train_rows, eval_rows = load_splits(dataset, recipe.method, 8)
-    model, tok = load_model(recipe, base, cuda=False)
+    splits = load_splits(dataset, recipe.method, 8)
+    loaded = load_model(recipe, base, cuda=False)
+    model = loaded.model
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = _trainer(recipe, model, tok, train_rows, eval_rows, tmp / "ck", False, [])
+    trainer = _trainer(recipe, loaded, splits, tmp / "ck", False, [])
     trainer.train()
     return before, model
 
@@ -76,16 +77,17 @@ def _only_lora_changed(model: Any, before: dict[str, Any]) -> None:
 
 def test_sft_learns_toy_task_and_only_lora_weights_change(tiny_base: Path, tmp_path: Path
                                                           ) -> None:
-    from tasks.training.train import eval_loss, load_splits
+    from tasks.training.train import Loaded, eval_loss, load_splits
 
     data = sft_parquet(tmp_path / "toy.parquet")
-    before, model = _train_tiny(tiny_recipe(max_steps=20, learning_rate=1e-2), data, tiny_base,
-                                tmp_path)
+    recipe = tiny_recipe(max_steps=20, learning_rate=1e-2)
+    assert (recipe.method, recipe.max_length, recipe.beta) == ("sft", 64, 0.1)
+    before, model = _train_tiny(recipe, data, tiny_base, tmp_path)
     _only_lora_changed(model, before)
     _, eval_rows = load_splits(data, "sft", 8)
-    tok = _tokenizer(tiny_base)
-    base_loss = eval_loss(model, tok, eval_rows, "sft", 64, 0.1, None)
-    new_loss = eval_loss(model, tok, eval_rows, "sft", 64, 0.1, "default")
+    loaded = Loaded(model, _tokenizer(tiny_base))
+    base_loss = eval_loss(loaded, eval_rows, recipe, None)
+    new_loss = eval_loss(loaded, eval_rows, recipe, "default")
     assert new_loss < base_loss - 2.0, (base_loss, new_loss)  # learned, not noise
 
 
@@ -96,15 +98,16 @@ def _tokenizer(base: Path) -> Any:
 
 
 def test_dpo_trains_with_the_base_as_reference(tiny_base: Path, tmp_path: Path) -> None:
-    from tasks.training.train import eval_loss, load_splits
+    from tasks.training.train import Loaded, eval_loss, load_splits
 
     data = dpo_parquet(tmp_path / "pairs.parquet")
-    _, model = _train_tiny(tiny_recipe("dpo", max_steps=8, learning_rate=1e-2), data, tiny_base,
-                           tmp_path)
+    recipe = tiny_recipe("dpo", max_steps=8, learning_rate=1e-2)
+    assert (recipe.method, recipe.max_length, recipe.beta) == ("dpo", 64, 0.1)
+    _, model = _train_tiny(recipe, data, tiny_base, tmp_path)
     _, eval_rows = load_splits(data, "dpo", 8)
-    tok = _tokenizer(tiny_base)
-    base = eval_loss(model, tok, eval_rows, "dpo", 64, 0.1, None)
-    new = eval_loss(model, tok, eval_rows, "dpo", 64, 0.1, "default")
+    loaded = Loaded(model, _tokenizer(tiny_base))
+    base = eval_loss(loaded, eval_rows, recipe, None)
+    new = eval_loss(loaded, eval_rows, recipe, "default")
     assert base == pytest.approx(math.log(2))  # policy == reference
     assert new < base
 

@@ -317,12 +317,15 @@ def test_a_file_that_is_not_json_names_itself(tmp_path: Path) -> None:
 
 def test_a_failure_row_has_the_keys_it_was_given_in_every_dump(tmp_path: Path) -> None:
     from tasks.extraction.batch import append_dead_letters, failure_record
-    load = failure_record("transcripts/b.md", "transcripts", "/d/b.md", None, "DocumentError",
-                          "not UTF-8 — re-save the file as UTF-8", 0)
-    llm = failure_record("transcripts/a.md", "transcripts", "/d/a.md", "h1", "LLMError",
-                         "boom", 3, model="m", prompt_version="v1", held=True)
-    bad = failure_record("contacts/c.json#1", "contacts", "/d/c.json", "h2", "RecordError",
-                         "no name", 0, record=1)
+    from tasks.extraction.documents import Document, LoadFailure
+    load = failure_record(LoadFailure("transcripts/b.md", "transcripts", "/d/b.md", None,
+                                      "not UTF-8"), "DocumentError",
+                          "not UTF-8 — re-save the file as UTF-8")
+    llm = failure_record(Document("transcripts/a.md", "transcripts", "/d/a.md", "h1", "text"),
+                         "LLMError", "boom", 3, model="m", prompt_version="v1", held=True)
+    bad = failure_record(Document("contacts/c.json", "contacts", "/d/c.json", "h2", ""),
+                         "RecordError", "no name", id="contacts/c.json#1", record=1)
+    assert (bad.id, bad.path, bad.hash, bad.attempts) == ("contacts/c.json#1", "/d/c.json", "h2", 0)
     base = ["id", "path", "stream", "hash", "error", "message", "attempts", "time"]
     assert list(load.model_dump()) == base
     assert list(llm.model_dump(mode="json")) == base + ["model", "prompt_version", "held"]

@@ -1,6 +1,6 @@
 """The shared waiting helpers: full-jitter backoff bounds and poll's schedule."""
 
-from tasks.waiting import backoff_seconds, poll
+from tasks.waiting import Clock, backoff_seconds, poll
 
 
 def test_backoff_is_full_jitter_under_the_cap():
@@ -26,7 +26,7 @@ def test_poll_grows_waits_and_stops_at_the_deadline():
     c = _Clock()
     calls = []
     assert poll(lambda: calls.append(1), 1.0, first=0.1, factor=2.0, cap=0.3,
-                sleep=c.sleep, clock=lambda: c.now) is None
+                clock=Clock(now=lambda: c.now, sleep=c.sleep)) is None
     assert c.sleeps == [0.1, 0.2, 0.3, 0.3, 0.1]
     assert len(calls) == 6  # once more at the deadline
 
@@ -34,5 +34,5 @@ def test_poll_grows_waits_and_stops_at_the_deadline():
 def test_poll_returns_the_first_answer():
     c = _Clock()
     answers = iter([None, False, 0, "up"])
-    assert poll(lambda: next(answers), 5.0, sleep=c.sleep, clock=lambda: c.now) == 0
+    assert poll(lambda: next(answers), 5.0, clock=Clock(now=lambda: c.now, sleep=c.sleep)) == 0
     assert c.sleeps == [0.05, 0.1]

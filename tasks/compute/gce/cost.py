@@ -3,19 +3,19 @@ block's hourly rates (unit-tested with exact values in tests/unit/compute/test_c
 
 from __future__ import annotations
 
-from tasks.compute.gce.instance import UP
+from tasks.compute.gce.instance import UP, Instance
 from tasks.records import NodeUsage, ZoneSpan
 
 NOTE = ("estimate from lastStart/lastStopTimestamp × the block's hourly rates; disk and egress "
         "not included")
 
 
-def zone_usage(*, status: str, last_start: float | None, last_stop: float | None, spot: bool,
-               since: float, now: float, spot_usd_per_hour: float,
+def zone_usage(inst: Instance, *, since: float, now: float, spot_usd_per_hour: float,
                on_demand_usd_per_hour: float) -> ZoneSpan | None:
     """The most recent RUNNING span of one instance that began at or after `since` (1 s of
     clock slack), and its cost; None when it did not run since then. A node still up (or one
     whose last stop is older than its last start) is counted up to `now`."""
+    status, last_start, last_stop, spot = inst.status, inst.last_start, inst.last_stop, inst.spot
     if last_start is None or last_start < since - 1.0:
         return None
     up = status in UP or last_stop is None or last_stop < last_start

@@ -411,8 +411,7 @@ class GceNode:
         now = time.time()
         zones: dict[str, ZoneSpan] = {}
         for inst in self.api.instances(strict=False):
-            used = zone_usage(status=inst.status, last_start=inst.last_start,
-                              last_stop=inst.last_stop, spot=inst.spot, since=since, now=now,
+            used = zone_usage(inst, since=since, now=now,
                               spot_usd_per_hour=b.spot_usd_per_hour,
                               on_demand_usd_per_hour=b.on_demand_usd_per_hour)
             if used is not None:

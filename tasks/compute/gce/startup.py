@@ -43,7 +43,7 @@ from typing import Any
 from blocks.inference import InferenceEndpoint
 from blocks.node_serve import NodeServeSettings
 from tasks.compute.engines import chat_template_on_node, worker_command
-from tasks.compute.inference_server import llama_server_args
+from tasks.compute.inference_server import Served, ServerSettings, llama_server_args
 
 VPC_IP = "$VPC_IP"  # placeholder in argv: the startup script expands it on the node
 # Instance metadata key the node's watcher obeys: running | stopped (whichever the engine).
@@ -122,12 +122,13 @@ def llama_cpp_launch_args(endpoint: InferenceEndpoint, *, host: str = VPC_IP, po
     template = chat_template_on_node(s)  # what lets it honour a reasoning budget
     tmpl = ["--chat-template-file", template] if template else []
     return llama_server_args(
-        s.venv_bin("llama-server"), s.model_path, [endpoint.model], host=host, port=port,
-        slots=endpoint.max_concurrent_requests, context_tokens=endpoint.context_tokens,
-        threads=s.engine_threads,
-        gpu_layers="all" if s.n_gpu_layers == -1 else str(s.n_gpu_layers),
-        cache_ram_mib=s.cache_ram_mib, ctx_checkpoints=s.ctx_checkpoints,
-        cache_idle_slots=s.cache_idle_slots, extra=["--no-slots", *kv, *tmpl, *s.extra_args])
+        s.venv_bin("llama-server"), Served(s.model_path, endpoint.model), ServerSettings(
+            slots=endpoint.max_concurrent_requests, context_tokens=endpoint.context_tokens,
+            threads=s.engine_threads,
+            gpu_layers="all" if s.n_gpu_layers == -1 else str(s.n_gpu_layers),
+            cache_ram_mib=s.cache_ram_mib, ctx_checkpoints=s.ctx_checkpoints,
+            cache_idle_slots=s.cache_idle_slots,
+            extra=["--no-slots", *kv, *tmpl, *s.extra_args]), host=host, port=port)
 
 
 def engine_launch_args(endpoint: InferenceEndpoint, lora_modules: dict[str, str] | None = None,

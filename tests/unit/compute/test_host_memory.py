@@ -12,12 +12,14 @@ from pydantic import ValidationError
 from blocks.inference import InferenceEndpoint
 from blocks.node_serve import NodeServeSettings
 from tasks.compute.gce.startup import llama_cpp_launch_args
-from tasks.compute.host_memory import checkpoint_bytes, host_fit, slot_state_bytes
-from tasks.compute.inference_server import llama_server_args
+from tasks.compute.host_memory import Host, checkpoint_bytes, host_fit, slot_state_bytes
+from tasks.compute.inference_server import Served, ServerSettings, llama_server_args
+from tasks.compute.kv_budget import ModelShape
 from tasks.preflight.node import host_memory_check
 
 GIB = 2**30
-OLMO3_32B = dict(kv_heads=8, head_dim=128, sliding_layers=48, sliding_window=4096)
+OLMO3_32B = ModelShape(layers=64, kv_heads=8, head_dim=128, sliding_layers=48,
+                       sliding_window=4096)
 # One SWA cell of a checkpoint: 12 bytes of metadata (pos, n_seq_id, seq_id), then per sliding
 # layer a K and a V row of 8 x 128 elements — q8_0: 1024 / 32 blocks of 34 bytes = 1088.
 Q8_CELL = 12 + 48 * 2 * 1088  # 104,460
@@ -27,24 +29,25 @@ F16_CELL = 12 + 48 * 2 * 2048  # 196,620
 def test_a_checkpoint_is_the_sliding_window_of_one_slot() -> None:
     assert Q8_CELL == 104_460 and F16_CELL == 196_620
     # a full window: 4096 cells
-    assert checkpoint_bytes(8192, cache_type="q8_0", **OLMO3_32B) == 4096 * 104_460 \
+    assert checkpoint_bytes(8192, OLMO3_32B, cache_type="q8_0") == 4096 * 104_460 \
         == 427_868_160  # 0.398 GiB
-    assert checkpoint_bytes(8192, cache_type="f16", **OLMO3_32B) == 805_355_520  # 0.750 GiB
+    assert checkpoint_bytes(8192, OLMO3_32B, cache_type="f16") == 805_355_520  # 0.750 GiB
     # a context shorter than the window: its own tokens only
-    assert checkpoint_bytes(2048, cache_type="q8_0", **OLMO3_32B) == 2048 * 104_460
+    assert checkpoint_bytes(2048, OLMO3_32B, cache_type="q8_0") == 2048 * 104_460
     # no sliding layers: llama-server makes no checkpoints
-    assert checkpoint_bytes(8192, cache_type="q8_0", kv_heads=8, head_dim=128,
-                            sliding_layers=0, sliding_window=0) == 0
+    assert checkpoint_bytes(8192, ModelShape(layers=64, kv_heads=8, head_dim=128,
+                                             sliding_layers=0, sliding_window=0),
+                            cache_type="q8_0") == 0
     # an idle-slot save: the 16 full layers over 8192 tokens plus the window —
     # 8192 x (12 + 16 x 2 x 1088) + 427,868,160 = 285,310,976 + 427,868,160 (~0.7 GB)
-    assert slot_state_bytes(8192, layers=64, cache_type="q8_0", **OLMO3_32B) == 713_179_136
+    assert slot_state_bytes(8192, OLMO3_32B, cache_type="q8_0") == 713_179_136
 
 
 def test_the_production_settings_fit_the_16_gib_node() -> None:
     # 8 slots x 8192 at q8_0, 3 checkpoints each, no prompt cache: 24 x 427,868,160 B =
     # 9.5636 GiB, + 1.5 (llama-server) + 1.5 (worker and flow run) + 1.0 (OS) = 13.56 GiB
-    fit = host_fit(8, 8192, ctx_checkpoints=3, cache_ram_mib=0, cache_idle_slots=False,
-                   layers=64, cache_type="q8_0", host_gib=16.0, **OLMO3_32B)
+    fit = host_fit(8, 8192, OLMO3_32B, "q8_0", Host(gib=16.0, ctx_checkpoints=3,
+                                                     cache_ram_mib=0, cache_idle_slots=False))
     assert fit.fits and fit.idle_save_bytes == 0
     assert round(fit.checkpoints_gib, 4) == round(24 * 427_868_160 / GIB, 4) == 9.5636
     assert fit.text() == (
@@ -53,8 +56,9 @@ def test_the_production_settings_fit_the_16_gib_node() -> None:
         "run 1.5 GiB + OS 1.0 GiB = 13.56 GiB of the node's 16.0 GiB of RAM (estimate)")
     # llama-server's own defaults (32 checkpoints, 8 GiB of cache, idle saves): 8 x 32 x
     # 0.3985 = 102.01 GiB of checkpoints alone
-    default = host_fit(8, 8192, ctx_checkpoints=32, cache_ram_mib=8192, cache_idle_slots=True,
-                       layers=64, cache_type="q8_0", host_gib=16.0, **OLMO3_32B)
+    default = host_fit(8, 8192, OLMO3_32B, "q8_0", Host(gib=16.0, ctx_checkpoints=32,
+                                                         cache_ram_mib=8192,
+                                                         cache_idle_slots=True))
     assert not default.fits and round(default.needed_gib, 2) == 102.01 + 8 + 4
     assert default.idle_save_bytes == 713_179_136
 
@@ -83,19 +87,20 @@ def test_preflight_refuses_a_node_whose_ram_the_caches_overrun() -> None:
 
 
 def test_the_engine_gets_the_host_cache_flags() -> None:
-    argv = llama_server_args("/b/llama-server", "/m.gguf", ["m"], host="127.0.0.1", port=1,
-                             slots=8, context_tokens=8192, threads=2, cache_ram_mib=0,
-                             ctx_checkpoints=3, cache_idle_slots=False)
+    argv = llama_server_args("/b/llama-server", Served("/m.gguf", "m"), ServerSettings(
+        slots=8, context_tokens=8192, threads=2, cache_ram_mib=0, ctx_checkpoints=3,
+        cache_idle_slots=False), host="127.0.0.1", port=1)
     assert argv[argv.index("--cache-ram"):] == ["--cache-ram", "0", "--ctx-checkpoints", "3",
                                                 "--no-cache-idle-slots"]
-    on = llama_server_args("/b/llama-server", "/m.gguf", ["m"], host="127.0.0.1", port=1,
-                           slots=1, context_tokens=512, threads=1, cache_ram_mib=512,
-                           ctx_checkpoints=0, cache_idle_slots=True)
+    on = llama_server_args("/b/llama-server", Served("/m.gguf", "m"), ServerSettings(
+        slots=1, context_tokens=512, threads=1, cache_ram_mib=512, ctx_checkpoints=0,
+        cache_idle_slots=True), host="127.0.0.1", port=1)
     assert on[on.index("--cache-ram"):] == ["--cache-ram", "512", "--ctx-checkpoints", "0",
                                             "--cache-idle-slots"]
     # unset: no flag (llama-server's own defaults)
-    plain = llama_server_args("/b/llama-server", "/m.gguf", ["m"], host="127.0.0.1", port=1,
-                              slots=1, context_tokens=512, threads=1)
+    plain = llama_server_args("/b/llama-server", Served("/m.gguf", "m"),
+                              ServerSettings(slots=1, context_tokens=512, threads=1),
+                              host="127.0.0.1", port=1)
     assert not {"--cache-ram", "--ctx-checkpoints", "--cache-idle-slots",
                 "--no-cache-idle-slots"} & set(plain)
     node = llama_cpp_launch_args(InferenceEndpoint(model="m", dialect="llama.cpp"),

@@ -7,38 +7,38 @@ from __future__ import annotations
 import pytest
 
 from blocks.node_serve import NodeServeSettings
-from tasks.compute.kv_budget import GIB, kv_bytes_per_slot, kv_fit, largest_fit
+from tasks.compute.kv_budget import GIB, Card, ModelShape, kv_bytes_per_slot, kv_fit, largest_fit
 from tasks.preflight.node import slots_check
 
-OLMO3 = dict(layers=64, kv_heads=8, head_dim=128, sliding_layers=48, sliding_window=4096)
-CARD = dict(weights_gib=15.0, card_gib=22.5)
+OLMO3 = ModelShape(layers=64, kv_heads=8, head_dim=128, sliding_layers=48, sliding_window=4096)
+CARD = Card(gib=22.5, weights_gib=15.0)
 
 
 def test_kv_per_token_and_per_slot() -> None:
     # one token on every layer: 2 (K, V) x 64 x 8 x 128 x 2 bytes = 256 KiB; q8_0 34/32 bytes
     # (256 tokens: the cache's smallest size, below)
-    full = dict(layers=64, kv_heads=8, head_dim=128)
-    assert kv_bytes_per_slot(256, **full) == 256 * 256 * 1024
-    assert kv_bytes_per_slot(256, **full, cache_type="q8_0") == 256 * 136 * 1024
+    full = ModelShape(layers=64, kv_heads=8, head_dim=128)
+    assert kv_bytes_per_slot(256, full) == 256 * 256 * 1024
+    assert kv_bytes_per_slot(256, full, cache_type="q8_0") == 256 * 136 * 1024
     # 8192 tokens: 16 full layers keep 8192, 48 sliding ones 4096 + 512 (window + ubatch)
-    slot = kv_bytes_per_slot(8192, **OLMO3)
+    slot = kv_bytes_per_slot(8192, OLMO3)
     assert slot == 4096 * (16 * 8192 + 48 * 4608)
     assert round(slot / GIB, 3) == 1.344
-    assert round(kv_bytes_per_slot(8192, **OLMO3, cache_type="q8_0") / GIB, 3) == 0.714
+    assert round(kv_bytes_per_slot(8192, OLMO3, cache_type="q8_0") / GIB, 3) == 0.714
     # a context inside the window: the sliding layers keep all of it
-    assert kv_bytes_per_slot(2048, **OLMO3) == 4096 * 64 * 2048
-    assert kv_bytes_per_slot(8192, **OLMO3, swa_full=True) == 4096 * 64 * 8192
+    assert kv_bytes_per_slot(2048, OLMO3) == 4096 * 64 * 2048
+    assert kv_bytes_per_slot(8192, OLMO3, swa_full=True) == 4096 * 64 * 8192
 
 
 def test_both_caches_are_padded_to_256_cells() -> None:
     """llama-context.cpp pads each slot's context, llama-kv-cache-iswa.cpp the sliding-window
     cache, to 256 cells: 1000 tokens cost 1024; a 4000-token window + 512 costs 4608."""
-    one = dict(layers=1, kv_heads=1, head_dim=1)  # 4 bytes per token at f16
-    assert kv_bytes_per_slot(1000, **one) == 4 * 1024
-    assert kv_bytes_per_slot(1024, **one) == 4 * 1024
-    assert kv_bytes_per_slot(1025, **one) == 4 * 1280
-    swa = dict(layers=2, kv_heads=1, head_dim=1, sliding_layers=1, sliding_window=4000)
-    assert kv_bytes_per_slot(8000, **swa) == 4 * (8192 + 4608)
+    one = ModelShape(layers=1, kv_heads=1, head_dim=1)  # 4 bytes per token at f16
+    assert kv_bytes_per_slot(1000, one) == 4 * 1024
+    assert kv_bytes_per_slot(1024, one) == 4 * 1024
+    assert kv_bytes_per_slot(1025, one) == 4 * 1280
+    swa = ModelShape(layers=2, kv_heads=1, head_dim=1, sliding_layers=1, sliding_window=4000)
+    assert kv_bytes_per_slot(8000, swa) == 4 * (8192 + 4608)
 
 
 @pytest.mark.parametrize("flag", ["-kvu", "--kv-unified", "-ub", "--ubatch-size=1024",
@@ -50,12 +50,12 @@ def test_flags_that_resize_the_kv_cache_are_refused(flag: str) -> None:
 
 
 def test_what_fits_beside_the_weights_on_an_l4() -> None:
-    assert largest_fit(8192, **OLMO3, **CARD) == 4
-    assert largest_fit(8192, **OLMO3, **CARD, cache_type="q8_0") == 8
-    fit = kv_fit(8, 8192, **OLMO3, **CARD, cache_type="q8_0")
+    assert largest_fit(8192, OLMO3, CARD) == 4
+    assert largest_fit(8192, OLMO3, CARD, cache_type="q8_0") == 8
+    fit = kv_fit(8, 8192, OLMO3, CARD, cache_type="q8_0")
     assert fit.fits and fit.needed_gib == pytest.approx(15.0 + 1.2 + 8 * 0.7139, abs=1e-3)
-    assert not kv_fit(9, 8192, **OLMO3, **CARD, cache_type="q8_0").fits
-    assert largest_fit(8192, **OLMO3, weights_gib=22.0, card_gib=22.5) == 0
+    assert not kv_fit(9, 8192, OLMO3, CARD, cache_type="q8_0").fits
+    assert largest_fit(8192, OLMO3, Card(gib=22.5, weights_gib=22.0)) == 0
 
 
 def test_preflight_refuses_slots_that_do_not_fit_with_both_numbers() -> None:

@@ -4,7 +4,7 @@ import time
 import pytest
 
 from tasks.errors import ChunkTooLong, LLMError
-from tasks.extraction.calls import extract_document
+from tasks.extraction.calls import Ask, extract_document
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient, response_format, strip_reasoning
 from tasks.extraction.schema import json_schema
@@ -26,7 +26,7 @@ def doc(text: str, name: str = "d.md") -> Document:
 def run(c: LLMClient, d: Document, chunk_tokens: int = 1000):
     async def go():
         async with c:
-            return await extract_document(c, d, chunk_tokens, 0, SCHEMA)
+            return await extract_document(c, Ask("fake", SCHEMA, chunk_tokens), d)
     return asyncio.run(go())
 
 
@@ -207,7 +207,7 @@ def test_concurrency_is_bounded_by_the_endpoint_limit() -> None:
 
         async def go():
             async with c:
-                return await asyncio.gather(*(extract_document(c, d, 1000, 0, SCHEMA)
+                return await asyncio.gather(*(extract_document(c, Ask("fake", SCHEMA, 1000), d)
                                               for d in docs))
         t = time.monotonic()
         asyncio.run(go())

@@ -5,8 +5,9 @@ with (or failed with); the plan compares all three."""
 
 from typing import Any
 
+from tasks.extraction.calls import Ask
 from tasks.extraction.documents import Document, LoadFailure
-from tasks.extraction.plan import plan
+from tasks.extraction.plan import Redo, plan
 from tasks.extraction.prompt import extraction_version
 from tasks.ontology import default_schema
 
@@ -32,18 +33,24 @@ def failed(digest: str = "h1", model: str = MODEL, prompt: str = PROMPT_VERSION,
             "failed_reason": reason, "stream": stream}
 
 
+def ask(model: str) -> Ask:
+    """What phase 1 asks with the shipped schema and no gleaning (the schema sent is not read
+    by the plan)."""
+    return Ask(model, {}, 1000)
+
+
 def ids(docs: list[Document]) -> list[str]:
     return [d.id for d in docs]
 
 
 def test_a_new_document_is_extracted_and_not_counted_as_changed() -> None:
-    p = plan([doc("a.md")], [], {}, STREAMS, MODEL)
+    p = plan([doc("a.md")], [], {}, ask(MODEL), STREAMS)
     assert (ids(p.extract), p.skipped, p.changed, p.deleted, p.held) == (
         ["transcripts/a.md"], [], [], [], [])
 
 
 def test_an_unchanged_document_is_skipped() -> None:
-    p = plan([doc("a.md")], [], {"transcripts/a.md": done()}, STREAMS, MODEL)
+    p = plan([doc("a.md")], [], {"transcripts/a.md": done()}, ask(MODEL), STREAMS)
     assert (p.extract, ids(p.skipped), p.changed, p.deleted) == ([], ["transcripts/a.md"], [], [])
 
 
@@ -53,7 +60,7 @@ def test_changed_content_model_or_prompt_each_cause_reextraction() -> None:
               "transcripts/prompt.md": done(prompt=PROMPT_VERSION + "-old"),
               "transcripts/same.md": done()}
     docs = [doc("hash.md"), doc("model.md"), doc("prompt.md"), doc("same.md")]
-    p = plan(docs, [], states, STREAMS, MODEL)
+    p = plan(docs, [], states, ask(MODEL), STREAMS)
     changed = ["transcripts/hash.md", "transcripts/model.md", "transcripts/prompt.md"]
     assert ids(p.extract) == changed and p.changed == changed
     assert ids(p.skipped) == ["transcripts/same.md"]
@@ -62,13 +69,13 @@ def test_changed_content_model_or_prompt_each_cause_reextraction() -> None:
 
 def test_the_model_argument_is_what_is_compared() -> None:
     states = {"transcripts/a.md": done(model="m1")}
-    assert ids(plan([doc("a.md")], [], states, STREAMS, "m1").skipped) == ["transcripts/a.md"]
-    assert ids(plan([doc("a.md")], [], states, STREAMS, "m2").extract) == ["transcripts/a.md"]
+    assert ids(plan([doc("a.md")], [], states, ask("m1"), STREAMS).skipped) == ["transcripts/a.md"]
+    assert ids(plan([doc("a.md")], [], states, ask("m2"), STREAMS).extract) == ["transcripts/a.md"]
 
 
 def test_full_reextracts_everything_unchanged_too() -> None:
     states = {"transcripts/a.md": done(), "transcripts/b.md": failed()}
-    p = plan([doc("a.md"), doc("b.md")], [], states, STREAMS, MODEL, full=True)
+    p = plan([doc("a.md"), doc("b.md")], [], states, ask(MODEL), STREAMS, Redo(full=True))
     assert ids(p.extract) == ["transcripts/a.md", "transcripts/b.md"]
     assert p.changed == ["transcripts/a.md", "transcripts/b.md"]
     assert p.skipped == [] and p.held == []
@@ -76,7 +83,7 @@ def test_full_reextracts_everything_unchanged_too() -> None:
 
 def test_a_document_that_failed_unchanged_is_held_with_its_reason() -> None:
     states = {"transcripts/a.md": failed(reason="LLMError: unusable output")}
-    p = plan([doc("a.md")], [], states, STREAMS, MODEL)
+    p = plan([doc("a.md")], [], states, ask(MODEL), STREAMS)
     assert [(d.id, why) for d, why in p.held] == [("transcripts/a.md", "LLMError: unusable output")]
     assert p.extract == [] and p.skipped == []
 
@@ -85,7 +92,7 @@ def test_a_failed_document_is_retried_when_its_content_model_or_prompt_changed()
     states = {"transcripts/hash.md": failed(digest="old"),
               "transcripts/model.md": failed(model="other"),
               "transcripts/prompt.md": failed(prompt="p0")}
-    p = plan([doc("hash.md"), doc("model.md"), doc("prompt.md")], [], states, STREAMS, MODEL)
+    p = plan([doc("hash.md"), doc("model.md"), doc("prompt.md")], [], states, ask(MODEL), STREAMS)
     assert ids(p.extract) == ["transcripts/hash.md", "transcripts/model.md",
                               "transcripts/prompt.md"]
     assert p.held == []
@@ -93,7 +100,7 @@ def test_a_failed_document_is_retried_when_its_content_model_or_prompt_changed()
 
 def test_retry_failed_extracts_held_documents_but_still_skips_fresh_ones() -> None:
     states = {"transcripts/a.md": failed(), "transcripts/b.md": done()}
-    p = plan([doc("a.md"), doc("b.md")], [], states, STREAMS, MODEL, retry_failed=True)
+    p = plan([doc("a.md"), doc("b.md")], [], states, ask(MODEL), STREAMS, Redo(retry_failed=True))
     assert ids(p.extract) == ["transcripts/a.md"] and p.changed == ["transcripts/a.md"]
     assert ids(p.skipped) == ["transcripts/b.md"] and p.held == []
 
@@ -101,14 +108,14 @@ def test_retry_failed_extracts_held_documents_but_still_skips_fresh_ones() -> No
 def test_a_fresh_extraction_wins_over_an_older_failure_record() -> None:
     # extracted fine at h1 after a failure at h1 was recorded: skip, do not hold
     states = {"transcripts/a.md": {**failed(), **done()}}
-    p = plan([doc("a.md")], [], states, STREAMS, MODEL)
+    p = plan([doc("a.md")], [], states, ask(MODEL), STREAMS)
     assert ids(p.skipped) == ["transcripts/a.md"] and p.held == []
 
 
 def test_a_deleted_file_is_retracted_only_in_the_streams_scanned() -> None:
     states = {"transcripts/gone.md": done(), "research/gone.yaml": done(stream="research"),
               "contacts/gone.json": done(stream="contacts"), "transcripts/here.md": done()}
-    p = plan([doc("here.md")], [], states, ["transcripts", "contacts"], MODEL)
+    p = plan([doc("here.md")], [], states, ask(MODEL), ["transcripts", "contacts"])
     assert p.deleted == ["contacts/gone.json", "transcripts/gone.md"]  # sorted; research kept
 
 
@@ -116,17 +123,17 @@ def test_a_file_that_fails_to_load_keeps_its_graph_contribution() -> None:
     states = {"transcripts/broken.md": done(), "transcripts/gone.md": done()}
     failure = LoadFailure("transcripts/broken.md", "transcripts", "/src/broken.md", "h2",
                           "not valid UTF-8")
-    p = plan([], [failure], states, STREAMS, MODEL)
+    p = plan([], [failure], states, ask(MODEL), STREAMS)
     assert p.deleted == ["transcripts/gone.md"]
     assert (p.extract, p.skipped, p.changed, p.held) == ([], [], [], [])
 
 
 def test_a_state_without_a_stream_is_never_retracted() -> None:
-    p = plan([], [], {"transcripts/x.md": {"hash": "h1"}}, STREAMS, MODEL)
+    p = plan([], [], {"transcripts/x.md": {"hash": "h1"}}, ask(MODEL), STREAMS)
     assert p.deleted == []
 
 
 def test_streams_may_be_a_one_shot_iterator() -> None:
     states = {"transcripts/a.md": done(), "research/b.md": done(stream="research")}
-    p = plan([], [], states, iter(["research"]), MODEL)
+    p = plan([], [], states, ask(MODEL), iter(["research"]))
     assert p.deleted == ["research/b.md"]

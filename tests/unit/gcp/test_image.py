@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from blocks.node_serve import NodeServeSettings
-from tasks.gcp.image import STEPS, ImageBuild, _label, image_build, labels
+from tasks.gcp.image import STEPS, BuildOptions, ImageBuild, _label, image_build, labels
 from tasks.gcp.reconcile import GcpError
 from tasks.gcp.spec import GcpSpec
 
@@ -18,7 +18,8 @@ def _build(**kw: object) -> ImageBuild:
                                    model="allenai/Olmo-3-32B-Think@abc123", image="slm-node-x")
     args.update(kw)
     return image_build(SPEC, NodeServeSettings(), "allenai/Olmo-3-7B-Think@def456",
-                       "/opt/models/olmo-3-7b-think-f16.gguf", **args)  # type: ignore[arg-type]
+                       "/opt/models/olmo-3-7b-think-f16.gguf",
+                       BuildOptions(**args))  # type: ignore[arg-type]
 
 
 def test_label_values_are_what_compute_accepts() -> None:
@@ -77,14 +78,14 @@ def test_a_base_that_is_not_a_hub_id_or_no_base_gguf_is_refused() -> None:
     for base, gguf in (("/models/base.gguf", "/opt/b.gguf"), ("allenai", "/opt/b.gguf"),
                        ("allenai/Olmo-3-7B-Think@main", None)):
         with pytest.raises(GcpError, match="pass --base-model and --base-gguf"):
-            image_build(SPEC, NodeServeSettings(), base, gguf, repo="r", ref="main",
-                        model="allenai/Olmo-3-32B-Think")
+            image_build(SPEC, NodeServeSettings(), base, gguf,
+                        BuildOptions(repo="r", ref="main", model="allenai/Olmo-3-32B-Think"))
 
 
 def test_a_model_path_without_a_type_in_its_name_is_refused() -> None:
     node = NodeServeSettings(model_path="/opt/models/olmo.gguf")
-    b = image_build(SPEC, node, "allenai/Olmo-3-7B-Think@main", "/opt/b.gguf", repo="r",
-                    ref="main", model="allenai/Olmo-3-32B-Think")
+    b = image_build(SPEC, node, "allenai/Olmo-3-7B-Think@main", "/opt/b.gguf",
+                    BuildOptions(repo="r", ref="main", model="allenai/Olmo-3-32B-Think"))
     with pytest.raises(GcpError, match=r"model_path /opt/models/olmo.gguf: no quantization "
                        r"type in its name \(…-Q3_K_M.gguf\)"):
         _ = b.quant
@@ -126,8 +127,8 @@ def test_the_run_time_bounds_are_inclusive_and_every_setting_lands() -> None:
     assert _build(max_run_hours=24).max_run_hours == 24
     node = NodeServeSettings(tokenizer="/m/tok", hf_home="/m/hf", project_dir="/srv/slm",
                              service_user="svc")
-    b = image_build(SPEC, node, "org/base@r1", "/m/base.gguf", repo="R", ref="F",
-                    model="org/model@r2", profile="prod")
+    b = image_build(SPEC, node, "org/base@r1", "/m/base.gguf",
+                    BuildOptions(repo="R", ref="F", model="org/model@r2", profile="prod"))
     assert (b.repo, b.ref, b.model, b.base, b.tokenizer, b.hf_home, b.base_gguf,
             b.project_dir, b.user, b.profile, b.pin, b.max_run_hours) == (
         "R", "F", "org/model@r2", "org/base@r1", "/m/tok", "/m/hf", "/m/base.gguf",

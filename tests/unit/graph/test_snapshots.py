@@ -94,14 +94,16 @@ def test_an_unchanged_graph_reuses_the_newest_snapshot_and_a_failure_is_reported
     def write(folder: Path) -> Path:  # FalkorDB's, at a port where no server listens
         return falkordb_server.save_rdb(1, folder / "graph.rdb")
 
-    kept = snap.keep_snapshot(write, tmp_path, counts, META["graph"], 2, None, "r", changed=False)
+    shelf = snap.Shelf(tmp_path, META["graph"], 2)
+    kept = snap.keep_snapshot(shelf, write, counts, "r", changed=False)
     assert kept is not None and not isinstance(kept, SnapshotFailed)
     assert (kept.name, kept.reused) == (META["name"], True)
     assert list(kept.model_dump())[-2:] == ["path", "reused"]
-    assert snap.keep_snapshot(None, tmp_path, counts, META["graph"], 2, None, "r", True) is None
-    assert snap.keep_snapshot(write, tmp_path, counts, META["graph"], 0, None, "r", True) is None
+    assert snap.keep_snapshot(shelf, None, counts, "r", True) is None
+    assert snap.keep_snapshot(snap.Shelf(tmp_path, META["graph"], 0), write, counts, "r",
+                              True) is None
     # other counts: a new one is taken, and the server is not there (port 1): reported
-    failed = snap.keep_snapshot(write, tmp_path, {**counts, "nodes": {"Person": 4}}, META["graph"],
-                                2, None, "r", changed=False)
+    failed = snap.keep_snapshot(shelf, write, {**counts, "nodes": {"Person": 4}}, "r",
+                                changed=False)
     assert isinstance(failed, SnapshotFailed) and failed.error.startswith("ConnectionError: ")
     assert snap.find(tmp_path, None).name == META["name"]  # the failure left the old one

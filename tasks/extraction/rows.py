@@ -1,0 +1,97 @@
+"""The rows a document contributes to the graph, and the ones written without the model: a
+transcript's meeting and participants from its front matter, a contacts file's people, their
+e-mail addresses and organizations.
+
+A stream's rows writer (tasks/extraction/streams.py names it; answers.py calls it) adds to a
+document's DocRows with the graph schema's labels, where the schema has them; a relationship
+the schema does not allow is counted in `pruned` ("Source TYPE Target") and not written. What
+these rows depend on is versioned by tasks/extraction/prompt.py (deterministic_version).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tasks.extraction.loaders import Document
+from tasks.extraction.resolve import looks_like_person_name, resolve
+from tasks.graph.store import EntityRow, RelRow
+from tasks.ontology import GraphSchema
+
+
+def entity(entity_type: str, raw: str, description: str = "") -> EntityRow:
+    """The row of an entity named `raw`: its resolved key and name, the spelling as an alias."""
+    key, r = resolve(entity_type, raw)
+    aliases = [raw.strip()] if raw.strip() != r.name else []
+    return EntityRow(key=key, type=entity_type, name=r.name, aliases=aliases,
+                     description=description.strip(), affiliation=r.affiliation)
+
+
+@dataclass
+class DocRows:
+    """What one document contributes, before aliases are resolved and it joins the batch."""
+
+    doc: Document
+    entities: list[tuple[EntityRow, int | None]] = field(default_factory=list)  # chunk index
+    relationships: list[RelRow] = field(default_factory=list)
+
+    def add(self, row: EntityRow, chunk: int | None = None) -> None:
+        self.entities.append((row, chunk))
+
+
+# A stream's rows written without the model: (document, its rows so far, e-mail address →
+# Person key across the batch, the graph schema, pruned relationships by pattern) → None.
+RowsWriter = Callable[[Document, DocRows, dict[str, str], GraphSchema, Counter[str]], None]
+
+
+def _allowed(ontology: GraphSchema, pruned: Counter[str], pattern: tuple[str, str, str]) -> bool:
+    src, rel, dst = pattern
+    if ontology.node(src) and ontology.node(dst) and ontology.allows(src, rel, dst):
+        return True
+    pruned[f"{src} {rel} {dst}"] += 1
+    return False
+
+
+def transcript_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
+                    ontology: GraphSchema, pruned: Counter[str]) -> None:
+    """The meeting (an Event) and each participant who looks like a person, who
+    PARTICIPATED_IN it."""
+    if not ontology.node("Event"):
+        return
+    meeting = entity("Event", str(doc.metadata.get("title") or doc.id),
+                     f"Meeting {doc.metadata.get('meeting_id', '')}".strip())
+    rows.add(meeting)
+    for raw in doc.metadata.get("participants", []):
+        if not looks_like_person_name(raw) or not ontology.node("Person"):
+            continue
+        person = entity("Person", raw)
+        rows.add(person)
+        if _allowed(ontology, pruned, ("Person", "PARTICIPATED_IN", "Event")):
+            rows.relationships.append(RelRow(person.key, "PARTICIPATED_IN", meeting.key,
+                                             [doc.id]))
+
+
+def contact_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
+                 ontology: GraphSchema, pruned: Counter[str]) -> None:
+    """Each contact a Person (with e-mail addresses and phones), who WORKS_FOR their
+    organization. Contacts unify by e-mail: a known address wins over the spelling of the
+    name."""
+    if not ontology.node("Person"):
+        return
+    for rec in doc.records:
+        person = entity("Person", rec["name"], rec.get("title") or "")
+        known = next((email_keys[e] for e in rec["emails"] if e in email_keys), None)
+        if known and known != person.key:
+            person.aliases = sorted({*person.aliases, person.name})
+            person.key = known
+        person.emails, person.phones = list(rec["emails"]), list(rec["phones"])
+        for e in rec["emails"]:
+            email_keys.setdefault(e, person.key)
+        rows.add(person)
+        if rec.get("organization") and ontology.node("Organization"):
+            org = entity("Organization", rec["organization"])
+            rows.add(org)
+            if _allowed(ontology, pruned, ("Person", "WORKS_FOR", "Organization")):
+                rows.relationships.append(RelRow(person.key, "WORKS_FOR", org.key,
+                                                 [doc.id], rec.get("title") or ""))
