@@ -162,7 +162,9 @@ def spec_from_profile(path: Path, data: dict[str, Any]) -> GcpSpec:
         if key in compute:
             table.setdefault(field_, compute[key])
     if "data_dirs" not in table:  # absolute paths only: relative ones live in the checkout
-        named = [*data.get("sources", {}).values(), data.get("corpus", {}).get("root")]
+        sources = data.get("sources", {})  # a stream without a field of its own: [sources.other]
+        named = [*sources.values(), *(sources.get("other") or {}).values(),
+                 data.get("corpus", {}).get("root")]
         table["data_dirs"] = [p for p in named if isinstance(p, str) and p.startswith("/")]
     node = compute.get("node", {})
     if node.get("prefect_api_key_secret"):

@@ -6,7 +6,8 @@
   them data; tasks/ never calls back up.
 - no function in flows/, tasks/ or blocks/ takes more than MAX_PARAMETERS parameters besides
   `self`/`cls` (`*args` and `**kwargs` count one each); a flow's own parameters are its
-  deployment's interface and are exempt.
+  deployment's interface and are exempt;
+- a flow's body (its docstring aside) is at most MAX_FLOW_BODY_LINES lines: a runbook.
 
 Each rule is checked on a sample that breaks it (the checks must fail there) and on the tree.
 """
@@ -271,3 +272,18 @@ def test_no_function_takes_more_than_six_parameters() -> None:
              for hit in too_many_parameters(path.read_text(encoding="utf-8"),
                                             str(path.relative_to(ROOT)))]
     assert found == []
+
+
+MAX_FLOW_BODY_LINES = 40
+
+
+def test_every_flow_body_reads_as_a_runbook_of_at_most_forty_lines() -> None:
+    long = []
+    for path in sorted((ROOT / "flows").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _is_flow(node):
+                body = node.body[1:] if ast.get_docstring(node) else node.body
+                lines = body[-1].end_lineno - body[0].lineno + 1  # type: ignore[operator]
+                if lines > MAX_FLOW_BODY_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines}")
+    assert long == []

@@ -38,9 +38,11 @@ def test_names_come_from_compute_and_the_defaults() -> None:
 
 
 def test_the_folders_the_night_reads_are_the_absolute_ones_of_the_profile() -> None:
-    data = {**profile(), "sources": {"transcripts": "/srv/slm/t", "research": "rel/r"},
+    data = {**profile(), "sources": {"transcripts": "/srv/slm/t", "research": "rel/r",
+                                     "other": {"notes": "/srv/slm/n", "memos": "rel/m"}},
             "corpus": {"root": "/srv/slm/corpus"}}
-    assert spec_from_profile(P, data).data_dirs == ["/srv/slm/t", "/srv/slm/corpus"]
+    assert spec_from_profile(P, data).data_dirs == ["/srv/slm/t", "/srv/slm/n",
+                                                    "/srv/slm/corpus"]
 
 
 @pytest.mark.parametrize("gcp, says", [
