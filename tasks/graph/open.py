@@ -20,8 +20,9 @@ from tasks.graph.export import export, replay
 from tasks.graph.store import GraphStore
 from tasks.records import GraphSnapshot
 
-Progress = logging.Logger | logging.LoggerAdapter[Any] | TextIO
-"""Where open_graph tells of a slow start: a logger (a flow's run logger), or a stream."""
+Progress = logging.Logger | logging.LoggerAdapter[Any] | TextIO | Callable[[str], None]
+"""Where open_graph tells of a slow start: a logger (a flow's run logger), a stream, or a
+function of tasks/ (or a test's) taking each line."""
 
 
 def _teller(to: Progress | None) -> Callable[[str], None] | None:
@@ -29,9 +30,12 @@ def _teller(to: Progress | None) -> Callable[[str], None] | None:
         return None
     if isinstance(to, logging.Logger | logging.LoggerAdapter):
         return to.info
+    if callable(to):
+        return to
+    stream = to
 
     def tell(message: str) -> None:
-        print(message, file=to, flush=True)
+        print(message, file=stream, flush=True)
     return tell
 
 
