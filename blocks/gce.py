@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from google.api_core.client_options import ClientOptions
 from prefect.blocks.core import Block
 from prefect_gcp import GcpCredentials
 from pydantic import Field, field_validator, model_validator
@@ -158,7 +159,6 @@ class GceCompute(Block):
     def get_compute_clients(self) -> tuple[Any, Any]:
         """(InstancesClient, ZoneOperationsClient), REST transport, on the block's credentials
         (get_credentials) and api_endpoint."""
-        from google.api_core.client_options import ClientOptions
         from google.cloud import compute_v1
 
         creds = self.get_credentials()

@@ -11,11 +11,14 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 from prefect import flow
 
+from blocks.inference import server_root
 from tasks.errors import ConfigError
 from tasks.night.clock import night_budget
 from tasks.night.smoke import Smoke, environment, one_request, one_step
+from tasks.preflight.node import template_thinks
 from tasks.profile import Profile, load_profile
 from tasks.records import SmokeResult
 from tasks.slots import NIGHTLY_SLOT_WAIT_SECONDS, held_by, nightly_slot
@@ -87,10 +90,6 @@ def served_template_thinks(cfg: Profile, base_url: str) -> str:
     mark reasoning as llama-server detects it (tasks.preflight.node.template_thinks: a thinking
     end tag after reasoning_content; /props chat_template_caps.supports_preserve_reasoning),
     or the server drops the budget: ConfigError naming the fix."""
-    import httpx
-
-    from blocks.inference import server_root
-
     key = cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     props = httpx.get(f"{server_root(base_url)}/props", headers=headers, timeout=30)
@@ -100,8 +99,6 @@ def served_template_thinks(cfg: Profile, base_url: str) -> str:
 
 def template_verdict(props: dict[str, Any], budget: int | None) -> str:
     """What the engine's /props says of a reasoning budget: the detail, or ConfigError."""
-    from tasks.preflight.node import template_thinks
-
     caps = props.get("chat_template_caps") or {}
     if caps.get("supports_preserve_reasoning") and template_thinks(props.get("chat_template", "")):
         return f"its chat template marks reasoning: the budget of {budget} tokens is honoured"

@@ -14,6 +14,9 @@ from typing import Any
 from uuid import UUID
 
 import yaml
+from prefect.client.orchestration import get_client
+from prefect.events.schemas.automations import AutomationCore
+from prefect.exceptions import ObjectNotFound
 
 from tasks.errors import ConfigError
 
@@ -51,8 +54,6 @@ def _retarget(spec: Any, flow: str, deployment: str) -> Any:
 def prepare(items: list[dict[str, Any]], block_id: UUID, deployment: str) -> list[Any]:
     """AutomationCore models: the notification block's id in every send-notification action,
     the triggers matching `deployment` ("flow/name")."""
-    from prefect.events.schemas.automations import AutomationCore
-
     flow, _, name = deployment.partition("/")
     out = []
     for item in items:
@@ -73,8 +74,6 @@ def prepare(items: list[dict[str, Any]], block_id: UUID, deployment: str) -> lis
 def resolve_block(client: Any, ref: str) -> tuple[UUID, str]:
     """A notification block by `type-slug/name` (as `prefect block ls` shows it) or by its
     name alone when only one block has it → (id, "type-slug/name")."""
-    from prefect.exceptions import ObjectNotFound
-
     slug, _, name = ref.rpartition("/")
     if slug:
         try:
@@ -104,9 +103,6 @@ def install(notify_block: str, deployment: str = "nightly/production",
             path: Path = ALERTS_FILE) -> list[dict[str, str]]:
     """Create or update the file's automations on the Prefect server PREFECT_API_URL names;
     one row per automation: {name, id, action: created|updated}."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
     if deployment.count("/") != 1 or not all(deployment.split("/")):
         raise ConfigError(f"alerts: --deployment {deployment!r}: FLOW/NAME, e.g. "
                           "nightly/production")

@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pathspec
+from prefect_gcp import GcsBucket
+
 from tasks.files import file_sha256, sha256_hex
 
 IGNORE_FILE = ".prefectignore"
@@ -31,8 +34,6 @@ def code_files(root: Path) -> list[str]:
     """The files under `root` that push_to_gcs uploads (posix paths relative to root, sorted).
     Ignored folders are not walked (gitignore: a file under an excluded folder cannot be
     re-included), so a checkout's .venv costs nothing."""
-    import pathspec
-
     ignore = root / IGNORE_FILE
     if not ignore.is_file():
         raise FileNotFoundError(f"{ignore}: missing — the node's code is what this file lets "
@@ -64,8 +65,6 @@ def code_folder(bucket_folder: str | None, version: str) -> str:
 
 def code_location(block: str = "slm-gcs") -> dict[str, Any]:
     """Deploy step: where this checkout's code goes in the saved GcsBucket block's bucket."""
-    from prefect_gcp import GcsBucket
-
     try:
         gcs = GcsBucket.load(block)
     except (ValueError, RuntimeError) as e:  # Prefect: "Unable to find block document …"

@@ -25,7 +25,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from google.api_core.exceptions import NotFound
+from packaging.requirements import Requirement
+from packaging.version import InvalidVersion, Version
+
 from tasks.files import sha256_hex
+from tasks.gcs_sync import gcs_bucket_from_env_or_block
 from tasks.paths import PROJECT_ROOT
 
 RECORD_KEY = "records/node-environment.json"
@@ -35,8 +40,6 @@ REBUILD = ("rebuild the node image from this checkout (docs/operator-gcp.md, sec
 
 
 def _requirements(pyproject: Path) -> list[Any]:
-    from packaging.requirements import Requirement
-
     deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     return [Requirement(d) for d in deps]
 
@@ -70,8 +73,6 @@ def differences(here: dict[str, Any], node: dict[str, Any], pyproject: Path | No
                 ) -> tuple[list[str], list[str]]:
     """(refused, said): what makes the node's environment unfit for this checkout's code, and
     the versions that differ within pyproject's ranges."""
-    from packaging.version import InvalidVersion, Version
-
     refused: list[str] = []
     said: list[str] = []
     if here.get("python") != node.get("python"):
@@ -99,8 +100,6 @@ def differences(here: dict[str, Any], node: dict[str, Any], pyproject: Path | No
 
 def record(gcs_block: str, description: dict[str, Any] | None = None) -> str:
     """Write this machine's description to the bucket (the node's training runs do)."""
-    from tasks.gcs_sync import gcs_bucket_from_env_or_block
-
     bucket = gcs_bucket_from_env_or_block(gcs_block)
     if bucket is None:
         raise ValueError(f"gcs_block {gcs_block!r}: no bucket")
@@ -110,10 +109,6 @@ def record(gcs_block: str, description: dict[str, Any] | None = None) -> str:
 
 def recorded(gcs_block: str) -> dict[str, Any] | None:
     """The last description a node wrote to the bucket (None when no node run has yet)."""
-    from google.api_core.exceptions import NotFound
-
-    from tasks.gcs_sync import gcs_bucket_from_env_or_block
-
     bucket = gcs_bucket_from_env_or_block(gcs_block)
     if bucket is None:
         return None

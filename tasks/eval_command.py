@@ -13,6 +13,7 @@ from tasks.evaluation.gold import DEFAULT_GOLD, Split, load_gold
 from tasks.evaluation.report import render, render_gate
 from tasks.evaluation.runner import Gold, run_eval
 from tasks.files import write_atomic
+from tasks.profile import load_profile
 from tasks.runtime import logs
 
 
@@ -44,8 +45,6 @@ class EvalOptions:
 def eval_extraction(profile: str, options: EvalOptions = EvalOptions()) -> int:
     """Run the eval and print its figures; 1 when the baseline's gate fails, else 0.
     Library output goes to <state_dir>/eval/runs/run-<time>.log (tasks/runtime/logs.py)."""
-    from tasks.profile import load_profile
-
     o = options
     split, out, baseline, tolerance = o.split, o.out, o.baseline, o.tolerance
     base_url, gold, verbose = o.base_url, o.gold, o.verbose

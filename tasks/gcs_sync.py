@@ -22,6 +22,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from google.cloud.storage.retry import DEFAULT_RETRY
+from prefect_gcp import GcpCredentials, GcsBucket
+
 from tasks.errors import ConfigError
 from tasks.files import replacing
 from tasks.records import SyncReport, error_text
@@ -64,8 +67,6 @@ def env_bucket() -> str | None:
 def gcs_bucket_from_env_or_block(block_name: str | None) -> Any | None:
     """The configured GcsBucket: a saved block by name, or a `gs://bucket[/folder]` reference
     (application-default credentials); without either, SLM_YOYO_WEIGHTS_GCS_BUCKET; else None."""
-    from prefect_gcp import GcpCredentials, GcsBucket
-
     ref = block_name or env_bucket()
     if not ref:
         return None
@@ -172,8 +173,6 @@ class GcsFolder:
         """One whole object. `if_generation_match`: GCS writes only while the live object has
         that generation (0: only if there is none), else answers 412, raised as
         google.api_core.exceptions.PreconditionFailed."""
-        from google.cloud.storage.retry import DEFAULT_RETRY
-
         blob = self._bucket.blob(self._name(key))
         if if_generation_match is None:  # an unconditional overwrite is idempotent: retry it
             blob.upload_from_string(data, content_type="application/json", retry=DEFAULT_RETRY)
@@ -182,8 +181,6 @@ class GcsFolder:
                                     if_generation_match=if_generation_match)
 
     def upload(self, path: Path, key: str) -> None:
-        from google.cloud.storage.retry import DEFAULT_RETRY
-
         self._bucket.blob(self._name(key)).upload_from_filename(str(path), retry=DEFAULT_RETRY)
 
     def push(self, local: Path, sub: str, last: str | None = None, skip: tuple[str, ...] = (),

@@ -18,9 +18,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from tasks.errors import ConfigError, SlmNightlyError
+from tasks.processes import free_port
 from tasks.waiting import poll
 
 DIST = "llama-cpp-python"
@@ -199,11 +202,6 @@ def check_server(model: Path | None = None, threads: int | None = None,
     """The installed llama-server evaluates the same prompt: started on a free loopback port,
     one chat completion of CHECK_TEXT (max_tokens 1); BuildError with the signal when it
     dies, or when it never answers."""
-    import urllib.error
-    import urllib.request
-
-    from tasks.processes import free_port
-
     binary = require_server()
     model = model or default_model_path()
     threads = threads or 1

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from prefect.blocks.core import Block
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -50,11 +50,9 @@ from tasks.gcs_sync import env_bucket, parse_bucket_url
 from tasks.graph.snapshots import Shelf
 from tasks.ontology import DEFAULT_SCHEMA, GraphSchema, load_schema
 from tasks.paths import PROJECT_ROOT
+from tasks.training.registry import ArtifactStore
 
 DEFAULT_SCHEMA_NAME = str(DEFAULT_SCHEMA.relative_to(DEFAULT_SCHEMA.parents[1]))  # schemas/…
-
-if TYPE_CHECKING:
-    from tasks.training.registry import ArtifactStore
 
 PROFILE_DIR = PROJECT_ROOT / "profiles"
 
@@ -222,8 +220,6 @@ class Profile:
     def artifact_store(self) -> ArtifactStore:
         """The adapter registry at [training] artifact_store, with GCS as its truth when
         [training] gcs_block names a bucket (tasks/training/registry.py)."""
-        from tasks.training.registry import ArtifactStore
-
         return ArtifactStore(self.snapshot_root(), self.training.gcs_block)
 
     def snapshot_gcs_block(self) -> str | None:

@@ -36,6 +36,19 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import httpx
+from prefect import get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.client.schemas.objects import ConcurrencyLeaseHolder
+from prefect.concurrency.context import ConcurrencyContext
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import MissingContextError, ObjectAlreadyExists, ObjectNotFound
+from prefect.logging import get_logger
+from prefect.runtime import flow_run
+from prefect.settings import PREFECT_HOME
+from prefect.states import Crashed
+
 from tasks.errors import PhaseFailed
 from tasks.files import locked, write_atomic
 from tasks.processes import owner_alive, start_ticks
@@ -48,10 +61,6 @@ LEASE_SECONDS = max(60.0, float(os.environ.get("SLM_LEASE_SECONDS", "60")))  # s
 
 def ensure_limit(name: str, slots: int = 1) -> bool:
     """Create the limit if it is missing (idempotent). True when it was created."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
     with get_client(sync_client=True) as client:
         try:
             client.read_global_concurrency_limit_by_name(name)
@@ -72,9 +81,6 @@ def ensure_gpu_limit(slots: int = 1) -> bool:
 
 def active_slots(name: str = GPU_LIMIT) -> int:
     """Slots in use now (0 when the limit does not exist yet)."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
     with get_client(sync_client=True) as client:
         try:
             return int(client.read_global_concurrency_limit_by_name(name).active_slots)
@@ -84,26 +90,15 @@ def active_slots(name: str = GPU_LIMIT) -> int:
 
 def _holder() -> object | None:
     """This flow run as the lease holder (shown by the server; None outside a run)."""
-    from uuid import UUID
-
-    from prefect.client.schemas.objects import ConcurrencyLeaseHolder
-    from prefect.runtime import flow_run
-
     run_id = flow_run.get_id()
     return ConcurrencyLeaseHolder(type="flow_run", id=UUID(run_id)) if run_id else None
 
 
 def _records() -> Path:
-    from prefect.settings import PREFECT_HOME
-
     return Path(PREFECT_HOME.value()) / "slm-nightly" / "slots"
 
 
 def _log(message: str) -> None:
-    from prefect import get_run_logger
-    from prefect.exceptions import MissingContextError
-    from prefect.logging import get_logger
-
     try:
         get_run_logger().warning(message)
     except MissingContextError:
@@ -123,8 +118,6 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _record_holder(name: str, lease_id: UUID, api_url: str) -> Path:
-    from prefect.runtime import flow_run
-
     rec = {"limit": name, "lease_id": str(lease_id), "flow_run_id": flow_run.get_id(),
            "flow_run_name": flow_run.get_name(), "pid": os.getpid(),
            "process_start": start_ticks(os.getpid()), "hostname": socket.gethostname(),
@@ -157,11 +150,6 @@ def holders(name: str) -> list[str]:
 def _release_dead(name: str, rec: dict[str, Any]) -> str | None:
     """Give back a dead holder's slot; mark its flow run Crashed. How it was done, or None
     when there was nothing to give back (another server's holder, or an expired lease)."""
-    import httpx
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-    from prefect.states import Crashed
-
     lease_id = UUID(rec["lease_id"])
     with get_client(sync_client=True) as client:
         run = None
@@ -222,10 +210,6 @@ def take_over_dead_holders(name: str) -> list[str]:
 
 @contextmanager
 def _slot(name: str, timeout_seconds: float | None) -> Iterator[None]:
-    from prefect.client.orchestration import get_client
-    from prefect.concurrency.context import ConcurrencyContext
-    from prefect.concurrency.sync import concurrency
-
     ensure_limit(name)
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     with ExitStack() as stack:

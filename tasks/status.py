@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from prefect.settings import PREFECT_API_URL
+
+from tasks.errors import ConfigError, RecordError
+from tasks.gcs_sync import GcsFolder, env_bucket, gcs_bucket_from_env_or_block, parse_bucket_url
+from tasks.profile import load_profile, profile_path, project_path
 from tasks.records import RunSummary
+from tasks.summary import render_text
 
 MAX_AGE_HOURS = 26.0
 HEALTHY = ("completed", "partial")
@@ -78,12 +85,7 @@ def newest_local(state_dir: Path) -> tuple[str, RunSummary] | None:
 def newest_in_bucket(block: str) -> tuple[str, RunSummary] | None:
     """The newest run summary under gs://…/records/runs/ (by its UTC-time name), else
     records/runs/last-run.json there."""
-    from tasks.errors import ConfigError
-    from tasks.gcs_sync import GcsFolder, gcs_bucket_from_env_or_block
-
     if not block.startswith("gs://"):  # a saved GcsBucket block: it lives on the Prefect server
-        from prefect.settings import PREFECT_API_URL
-
         fix = ("set PREFECT_API_URL to the server it is saved on, or pass --bucket "
                "gs://BUCKET[/FOLDER] (application-default credentials)")
         if not PREFECT_API_URL.value():
@@ -105,8 +107,6 @@ def newest_in_bucket(block: str) -> tuple[str, RunSummary] | None:
             try:
                 data = json.loads(got[0])
             except json.JSONDecodeError as e:
-                from tasks.errors import RecordError
-
                 raise RecordError(f"{where}: not JSON ({e})") from None
             return where, RunSummary.parse(data, where)
     return None
@@ -126,12 +126,6 @@ class RecordsPlace:
 def records_place(ref: str, bucket: str | None = None) -> RecordsPlace:
     """The profile's state_dir and records bucket as load_profile resolves them (gcs_block,
     else SLM_YOYO_WEIGHTS_GCS_BUCKET); `bucket` (gs://bucket[/folder]) overrides both."""
-    import tomllib
-
-    from tasks.errors import ConfigError
-    from tasks.gcs_sync import env_bucket, parse_bucket_url
-    from tasks.profile import load_profile, profile_path, project_path
-
     path = profile_path(ref)
     if not path.is_file():
         load_profile(ref)  # its error names the profiles there are
@@ -163,8 +157,6 @@ def read_status(place: RecordsPlace, now: datetime | None = None,
 
 
 def render(st: Status, profile_ref: str) -> str:
-    from tasks.summary import render_text
-
     when = ("finished at an unknown time" if st.finished is None else
             f"finished {st.finished.isoformat()} ({st.age_hours:.1f} h ago)")
     verdict = (f"status: OK — the newest night ended {st.summary.status} "

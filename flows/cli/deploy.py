@@ -7,12 +7,11 @@ import argparse
 from typing import Any
 
 from flows.cli.parsing import command
-from tasks.deploy import PRODUCTION
+from tasks.deploy import PRODUCTION, redeploy
 from tasks.errors import ConfigError
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from tasks.deploy import redeploy
     from tasks.preflight.prefect_api import api_url_unset
 
     unset = api_url_unset()  # without it each side would start a temporary server of its own

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.cli.parsing import add_profile, command_group
+from tasks.deploy import PRODUCTION, redeploy
 from tasks.errors import ConfigError
 
 
@@ -120,7 +121,6 @@ def _image(args: argparse.Namespace, spec: Any) -> int:
 def _upgrade(args: argparse.Namespace, spec: Any) -> int:
     """The nodes onto the family's newest image, then the code redeployed with each schedule
     kept as it was."""
-    from tasks.deploy import PRODUCTION, redeploy
     from tasks.gcp.clients import Clients
     from tasks.gcp.nodes import node_images
     from tasks.gcp.reconcile import run

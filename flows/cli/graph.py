@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import secrets
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +17,6 @@ from tasks.errors import ConfigError
 
 def _local_neo4j(args: argparse.Namespace) -> int:
     """Neo4j Community on this machine until Ctrl-C: its URI and a profile's [graph] table."""
-    import os
-    import secrets
-    import tempfile
-
     from tasks.graph import neo4j_local
 
     password = os.environ.get(neo4j_local.PASSWORD_ENV) or secrets.token_urlsafe(16)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.cli.parsing import add_json, add_profile, command, command_group
+from tasks.records import RunSummary
 from tasks.runtime import logs, prefect_env
 
 
@@ -73,8 +74,6 @@ def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
         print(f"run {ended} before writing a summary{': ' + str(state.message) if state else ''}",
               file=log.err)
     else:
-        from tasks.records import RunSummary
-
         summary = RunSummary.load(last)
         print("\n" + render_text(summary, args.profile), file=log.out)
         if args.summary:

@@ -11,6 +11,7 @@ from typing import Any
 
 from flows.cli.parsing import PROFILE_ENV, add_json, add_profile, command
 from tasks.errors import ConfigError
+from tasks.records import TrainingMarker
 
 
 def _scorecard(args: argparse.Namespace) -> int:
@@ -43,8 +44,6 @@ def _train(args: argparse.Namespace) -> int:
         if not marker.is_file():
             raise ConfigError(f"train: no --dataset and no marker {marker} — run the scorecard "
                               "(slm-nightly run) or pass --dataset PARQUET")
-        from tasks.records import TrainingMarker
-
         dataset = TrainingMarker.load(marker).dataset
     method = args.method or ("dpo" if bucket == cfg.corpus.apprenticeship_bucket else "sft")
     overrides: dict[str, Any] = {"dataset": dataset, "bucket": bucket, "method": method,

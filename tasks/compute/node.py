@@ -11,10 +11,16 @@ from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
+from prefect.deployments import run_deployment
+from prefect.exceptions import TerminationSignal
+from prefect.runtime import flow_run as current_run
+from prefect.states import Cancelled, Cancelling, Crashed
 
 from blocks.inference import InferenceEndpoint
 from tasks.compute.protocol import Node
-from tasks.errors import NodePreempted
+from tasks.errors import NodePreempted, PhaseFailed
 from tasks.records import NodeUsage, TrainingResult
 from tasks.waiting import poll
 
@@ -112,18 +118,6 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
     (NodePreempted), or no worker takes the run within `watch.pickup_seconds` (the node's worker
     is not up: better to fail than to pay for an idle GPU until the phase timeout); a node
     run that ends in any state but Completed fails here with its state and message."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        ArtifactFilter,
-        ArtifactFilterKey,
-        FlowRunFilter,
-        FlowRunFilterId,
-    )
-    from prefect.deployments import run_deployment
-    from prefect.runtime import flow_run as current_run
-
-    from tasks.errors import PhaseFailed
-
     logger = get_run_logger()
     watch = watch or Watch()
     every = node.watch_seconds if watch.poll_seconds is None else watch.poll_seconds
@@ -189,9 +183,6 @@ def _end_node_run(client: Any, run_id: Any, logger: Any, label: str, why: BaseEx
     carries out (it ends the flow-run process and marks it Cancelled) — given `ack_seconds`,
     except when this run is itself being cancelled (its grace is for stopping the node), after
     which it is marked Cancelled here: the node stop that follows ends the process anyway."""
-    from prefect.exceptions import TerminationSignal
-    from prefect.states import Cancelled, Cancelling, Crashed
-
     try:
         if isinstance(why, NodePreempted):
             client.set_flow_run_state(run_id, Crashed(message=f"the node went away: {why}"),

@@ -16,6 +16,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks.corpus.buckets import Kind
 from tasks.corpus.scorecard import RULES, ScorecardConfig, card_json, score_bucket
 from tasks.files import replacing
+from tasks.gcs_sync import ENV_BUCKET, gcs_bucket_from_env_or_block, sync_folder
 from tasks.records import (
     BucketScore,
     BucketVerdict,
@@ -116,8 +117,6 @@ def hand_over(card: Scorecard, scorecard_path: Path, clean: dict[str, pl.DataFra
 def sync_corpus(corpus: Path, gcs_block: str | None) -> SyncReport | None:
     """Upload new and changed corpus files to GCS, if a bucket is configured; a failure is
     reported in the summary and the local corpus stays as it is."""
-    from tasks.gcs_sync import ENV_BUCKET, gcs_bucket_from_env_or_block, sync_folder
-
     logger = get_run_logger()
     bucket = gcs_bucket_from_env_or_block(gcs_block)
     if bucket is None:

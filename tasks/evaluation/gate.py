@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError
+from tasks.evaluation.runner import FORMAT
 
 DEFAULT_TOLERANCE = 0.02
 GATED = (("entity F1 (type-strict)", ("entities", "type_strict", "f1")),
@@ -31,8 +32,6 @@ def _get(figures: dict[str, Any], path: tuple[str, ...]) -> float | None:
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
-    from tasks.evaluation.runner import FORMAT
-
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:

@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Any
 from tasks.errors import ConfigError
 from tasks.evaluation.gold import GoldCase
 from tasks.evaluation.metrics import CasePrediction, PredictedEntity, score
+from tasks.extraction.answers import BatchReport, build_batch
+from tasks.extraction.calls import Ask, extract_documents, run_sync
+from tasks.extraction.chunking import chunk_text
+from tasks.extraction.documents import Document
+from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
+from tasks.extraction.llm import Usage
+from tasks.extraction.prompt import prompt_digest
 from tasks.files import sha256_hex
+from tasks.llama_cpp import default_model_path
 
 if TYPE_CHECKING:
     from tasks.extraction.llm import Dialect
@@ -100,8 +108,6 @@ def engine(cfg: Any, base_url: str | None, say: Callable[[str], None]) -> Iterat
     if node is None:
         raise ConfigError("eval: the profile's inference server runs on a GCE node, which the "
                           "eval does not boot — pass --base-url URL of a running endpoint")
-    from tasks.llama_cpp import default_model_path
-
     model = node.base_model or str(default_model_path())
     undo = _stop_on_signals()
     try:
@@ -127,8 +133,6 @@ def shown(path: str | Path | None) -> str | None:
 
 
 def _document(case: GoldCase) -> Any:
-    from tasks.extraction.documents import Document
-
     return Document(id=case.id, stream="research", path=f"gold:{case.id}",
                     hash=sha256_hex(case.text), text=case.text,
                     metadata={"title": case.title or case.id})
@@ -151,13 +155,6 @@ def _prediction(outcome: Any, batch: Any, report: Any) -> CasePrediction:
 def run_eval(cfg: Any, profile: str, gold_set: Gold, base_url: str | None,
              say: Callable[[str], None]) -> dict[str, Any]:
     """Extract every case, score it, and return the result (the JSON the CLI writes)."""
-    from tasks.extraction.answers import BatchReport, build_batch
-    from tasks.extraction.calls import Ask, extract_documents, run_sync
-    from tasks.extraction.chunking import chunk_text
-    from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
-    from tasks.extraction.llm import Usage
-    from tasks.extraction.prompt import prompt_digest
-
     cases, split = gold_set.cases, gold_set.split
     gold = {"path": shown(gold_set.path), "digest": gold_set.digest, "cases": len(cases)}
     endpoint = cfg.inference

@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefect.exceptions import TerminationSignal
+
 from tasks.errors import ChunkTooLong, Deferred, LLMError
 from tasks.extraction.chunking import Chunk, chunks, estimate_tokens, halve
 from tasks.extraction.documents import Document
@@ -193,8 +195,6 @@ def run_sync(coro: Any) -> Any:
         with ThreadPoolExecutor(1) as pool:
             return pool.submit(asyncio.run, _signals_kept(coro)).result()
     except BaseExceptionGroup as group:
-        from prefect.exceptions import TerminationSignal
-
         signal: BaseException | None = group.subgroup((KeyboardInterrupt, TerminationSignal))
         while isinstance(signal, BaseExceptionGroup):
             signal = signal.exceptions[0]

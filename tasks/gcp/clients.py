@@ -17,6 +17,16 @@ import os
 from functools import cached_property
 from typing import Any
 
+import google.auth
+import grpc
+from google.api_core.client_options import ClientOptions
+from google.auth.exceptions import DefaultCredentialsError
+from google.auth.transport.grpc import AuthMetadataPlugin
+from google.auth.transport.requests import Request
+from google.cloud import cloudquotas_v1, iam_admin_v1, resourcemanager_v3, secretmanager_v1, service_usage_v1
+from google.cloud.iam_admin_v1.services.iam.transports import IAMGrpcTransport
+from google.cloud.storage import Client
+
 from tasks.errors import ConfigError
 
 ENDPOINTS_ENV = "SLM_GCP_API_ENDPOINTS"
@@ -42,9 +52,6 @@ def endpoints_from_env() -> dict[str, str]:
 
 
 def default_credentials() -> Any:
-    import google.auth
-    from google.auth.exceptions import DefaultCredentialsError
-
     try:
         creds, _ = google.auth.default(scopes=SCOPES)
     except DefaultCredentialsError as e:
@@ -67,8 +74,6 @@ class Clients:
         return self._credentials if self._credentials is not None else default_credentials()
 
     def _options(self, api: str) -> Any:
-        from google.api_core.client_options import ClientOptions
-
         url = self.endpoints.get(api)
         return ClientOptions(api_endpoint=url) if url else None
 
@@ -84,39 +89,24 @@ class Clients:
 
     @cached_property
     def services(self) -> Any:
-        from google.cloud import service_usage_v1
-
         return self._rest(service_usage_v1.ServiceUsageClient, "serviceusage")
 
     @cached_property
     def quotas(self) -> Any:
-        from google.cloud import cloudquotas_v1
-
         return self._rest(cloudquotas_v1.CloudQuotasClient, "cloudquotas")
 
     @cached_property
     def projects(self) -> Any:
-        from google.cloud import resourcemanager_v3
-
         return self._rest(resourcemanager_v3.ProjectsClient, "resourcemanager")
 
     @cached_property
     def secrets(self) -> Any:
-        from google.cloud import secretmanager_v1
-
         return self._rest(secretmanager_v1.SecretManagerServiceClient, "secretmanager")
 
     @cached_property
     def iam(self) -> Any:
-        from google.cloud import iam_admin_v1
-        from google.cloud.iam_admin_v1.services.iam.transports import IAMGrpcTransport
-
         url = self.endpoints.get("iam")
         if url and url.startswith("http://"):
-            import grpc
-            from google.auth.transport.grpc import AuthMetadataPlugin
-            from google.auth.transport.requests import Request
-
             call = grpc.metadata_call_credentials(AuthMetadataPlugin(self.credentials,
                                                                      Request()))
             channel = grpc.secure_channel(url.removeprefix("http://"),
@@ -128,7 +118,5 @@ class Clients:
 
     @cached_property
     def storage(self) -> Any:
-        from google.cloud.storage import Client
-
         return Client(project=self.project, credentials=self.credentials,
                               client_options=self._options("storage"))

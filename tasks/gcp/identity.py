@@ -14,6 +14,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from google.api_core.exceptions import Aborted, BadRequest, Conflict, InvalidArgument
+from google.iam.v1 import policy_pb2
+
 from tasks.gcp import grants
 from tasks.gcp.clients import Clients
 from tasks.gcp.network import get_or_none, not_found
@@ -28,8 +31,6 @@ PROPAGATION_SECONDS = 180.0
 def _passing(e: Exception) -> bool:
     """Errors that pass with time: a concurrent policy write, a service account that IAM does
     not see yet."""
-    from google.api_core.exceptions import Aborted, BadRequest, Conflict, InvalidArgument
-
     if isinstance(e, Aborted | Conflict):
         return True
     return isinstance(e, BadRequest | InvalidArgument) and "does not exist" in str(e)
@@ -152,8 +153,6 @@ class PolicyGrants(Resource):
         return "setIamPolicy"
 
     def repair(self, found: Found) -> None:
-        from google.iam.v1 import policy_pb2
-
         def write() -> None:
             # a service account just made is not found by IAM for a while: read again
             policy = retry(str(self), self._get, retry_on=not_found,

@@ -35,11 +35,14 @@ from importlib.resources import files
 from string import Template
 from typing import Any
 
+from google.api_core.exceptions import NotFound
+
 from tasks.gcp.clients import Clients
 from tasks.gcp.network import get_or_none, wait_operation
 from tasks.gcp.nodes import FAMILY
 from tasks.gcp.reconcile import GcpError, api_call
 from tasks.gcp.spec import GcpSpec
+from tasks.llama_build import pin
 
 BUILDER = "slm-image-builder"
 MACHINE_TYPE = "n2-standard-8"
@@ -179,8 +182,6 @@ def image_build(spec: GcpSpec, node: Any, base: str, base_gguf: str | None,
     """The build for the profile's node settings (blocks/node_serve.py NodeServeSettings) and
     the training base (the recipe's base_model and base_gguf: tasks/image/cli.py
     layout_from_profile reads the three as `node prepare-weights` does on the builder)."""
-    from tasks.llama_build import pin
-
     o = options
     gguf = base_gguf or ""
     if base.partition("@")[0].count("/") != 1 or base.endswith(".gguf") or not gguf:
@@ -267,7 +268,6 @@ class Builder:
         return None if vm is None else str(vm.status)
 
     def attributes(self) -> dict[str, str]:
-        from google.api_core.exceptions import NotFound
         from google.cloud import compute_v1
 
         try:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from google.api_core.exceptions import NotFound
+
 from tasks.gcp.clients import Clients
 from tasks.gcp.reconcile import Found, GcpError, Resource, api_call
 from tasks.gcp.spec import IAP_RANGE, GcpSpec
@@ -25,15 +27,11 @@ WAIT_ROUNDS = 30  # each wait returns after at most ~2 minutes on the real API
 
 
 def not_found(e: Exception) -> bool:
-    from google.api_core.exceptions import NotFound
-
     return isinstance(e, NotFound)
 
 
 def get_or_none(what: str, fn: Any) -> Any:
     """fn()'s resource, or None on 404; any other error is a GcpError."""
-    from google.api_core.exceptions import NotFound
-
     def call() -> Any:
         try:
             return fn()

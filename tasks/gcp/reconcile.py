@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from google.api_core.exceptions import GoogleAPICallError
+
 from tasks.errors import SlmNightlyError
 
 T = TypeVar("T")
@@ -89,8 +91,6 @@ class Outcome:
 def api_call(what: str, fn: Callable[[], T], fix: str = "") -> T:
     """fn(), its Google API error turned into a GcpError naming `what` and the API's message
     (the message of a 403 names the missing permission or the disabled API)."""
-    from google.api_core.exceptions import GoogleAPICallError
-
     try:
         return fn()
     except GoogleAPICallError as e:

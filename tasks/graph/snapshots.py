@@ -28,6 +28,8 @@ from typing import Any
 
 from tasks.errors import ConfigError, GraphError
 from tasks.files import file_sha256, write_atomic
+from tasks.gcs_sync import _full, _load, download_file, sync_folder
+from tasks.graph import falkordb_server
 from tasks.records import GraphSnapshot, LedgerEntry, SnapshotFailed, SyncReport
 
 Stats = dict[str, dict[str, int]]
@@ -161,8 +163,6 @@ def take(shelf: Shelf, write: Writer, stats: Stats, run: str | None = None) -> G
     for old in list_local(root)[keep:]:
         shutil.rmtree(old.path, ignore_errors=True)
     if gcs_block:
-        from tasks.gcs_sync import _full, _load, sync_folder
-
         prefix = f"artifacts/{SNAPSHOTS}/{name}"
         try:
             bucket = _load(gcs_block)
@@ -178,8 +178,6 @@ def take(shelf: Shelf, write: Writer, stats: Stats, run: str | None = None) -> G
 
 def _fetch_remote(root: Path, name: str | None, gcs_block: str) -> GraphSnapshot | None:
     """Download a snapshot (the newest when `name` is None) from GCS into `root`."""
-    from tasks.gcs_sync import _full, _load, download_file
-
     bucket = _load(gcs_block)
     prefix = _full(bucket, f"artifacts/{SNAPSHOTS}/")
     names = sorted({b.name[len(prefix):].split("/")[0] for b in
@@ -226,8 +224,6 @@ def restore(data_dir: Path, snap: GraphSnapshot, load_timeout: float = 600.0) ->
     """Put FalkorDB snapshot `snap` in place of the embedded graph's data folder (the server
     must be stopped). Checks the file's sha256 first; returns where the replaced folder was
     kept. (Neo4j's: tasks/graph/export.py replay.)"""
-    from tasks.graph import falkordb_server
-
     if snap.file != "graph.rdb":
         raise ConfigError(f"graph snapshot {snap.name} is a {snap.file}, not FalkorDB's "
                           "graph.rdb — restore it into the Neo4j graph it was taken of")

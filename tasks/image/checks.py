@@ -15,6 +15,7 @@ from tasks.checks import Check, failure, passed
 from tasks.errors import ConfigError
 from tasks.files import file_sha256
 from tasks.image.layout import COMMAND, GGUF_MAGIC, WeightsLayout
+from tasks.training import convert
 
 
 def as_record(check: Check) -> dict[str, Any]:
@@ -156,8 +157,6 @@ def _load_offline(layout: WeightsLayout) -> dict[str, Any]:
 
 
 def _converter_check(config: dict[str, Any], repo: str) -> Check:
-    from tasks.training import convert
-
     arch = convert.hf_architecture(config)
     try:
         known = convert.supported_architectures()

@@ -9,10 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from prefect.settings import PREFECT_API_URL
+
+from blocks.node_serve import NodeServeSettings
 from tasks.errors import ConfigError
 from tasks.image.checks import as_record, check_weights
 from tasks.image.layout import COMMAND, WeightsError, WeightsLayout
 from tasks.image.weights import prepare_weights
+from tasks.profile import _build, read_profile, refuse_renamed
+from tasks.training.params import read_recipe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,10 +42,6 @@ def layout_from_profile(profile: str) -> tuple[Any, str, str | None]:
     inline [compute.node] keys the files only, so no Prefect API is needed on the machine
     building the image; with `[compute] block = "NAME"` the node settings are the saved
     GceCompute block's (`node`), loaded from the server PREFECT_API_URL names."""
-    from blocks.node_serve import NodeServeSettings
-    from tasks.profile import read_profile, refuse_renamed
-    from tasks.training.params import read_recipe
-
     path, data = read_profile(profile)
     compute = data.get("compute") or {}
     if "block" in compute:
@@ -61,10 +62,6 @@ def layout_from_profile(profile: str) -> tuple[Any, str, str | None]:
 def _saved_node_settings(path: Path, compute: dict[str, Any]) -> Any:
     """The `node` settings of the saved compute block [compute] names (the profile loader's
     rules: `type` picks the block type, no other key may stand beside `block`)."""
-    from prefect.settings import PREFECT_API_URL
-
-    from tasks.profile import _build
-
     if not PREFECT_API_URL.value():  # Prefect would start a temporary server without the block
         raise ConfigError(f"profile {path}: [compute] is the saved block {compute['block']!r} "
                           f"and PREFECT_API_URL is not set — set PREFECT_API_URL to the server "

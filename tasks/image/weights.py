@@ -43,8 +43,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import google_crc32c
+
 from tasks.errors import ConfigError
 from tasks.files import file_sha256, replacing, write_atomic
+from tasks.gcs_sync import GcsFolder, gcs_bucket_from_env_or_block, parse_bucket_url
 from tasks.image.checks import as_record, run_checks
 from tasks.image.layout import COMMAND, WeightsError, WeightsLayout
 
@@ -100,8 +103,6 @@ class _GcsEntry(_Entry):
             return False
         if self.blob.md5_hash:
             return _b64(dest, hashlib.md5(usedforsecurity=False)) == self.blob.md5_hash
-        import google_crc32c
-
         return _b64(dest, google_crc32c.Checksum()) == self.blob.crc32c
 
     def copy_to(self, tmp: Path) -> None:
@@ -115,8 +116,6 @@ class _GcsEntry(_Entry):
 def _files(source: str) -> tuple[str, dict[str, _Entry]]:
     """(what the source is, relative path → entry) for every file under the source."""
     if source.startswith("gs://"):
-        from tasks.gcs_sync import GcsFolder, gcs_bucket_from_env_or_block, parse_bucket_url
-
         if not parse_bucket_url(source, where="--source")[1]:
             raise ConfigError(f"source {source}: name the folder that holds the weights, e.g. "
                               "gs://my-bucket/models")

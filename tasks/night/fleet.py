@@ -10,6 +10,7 @@ from tasks.compute.node import compute_down, node_usage
 from tasks.compute.protocol import Node
 from tasks.errors import NodePreempted
 from tasks.night.phases import phase
+from tasks.profile import load_profile
 from tasks.records import NodeUsage, RunSummary, ZoneSpan
 from tasks.summary import cost_summary
 
@@ -91,8 +92,6 @@ def stop_nodes_hook(flow: Any, flow_run: Any, state: Any) -> None:
     """The nightly's backstop for cancellation and crashes: its teardown may not have run.
     Every node of the run's profile is stopped, each on its own (one that fails leaves no
     other up)."""
-    from tasks.profile import load_profile
-
     try:
         nodes = load_profile(flow_run.parameters.get("profile", "local")).nodes
     except Exception as e:  # noqa: BLE001 - a hook must not raise

@@ -12,6 +12,7 @@ from prefect import get_run_logger
 
 from tasks.compute.node import Watch, run_on_node
 from tasks.files import file_sha256
+from tasks.gcs_sync import upload_file
 from tasks.records import TrainingResult
 from tasks.training.params import TrainParams, build_params
 
@@ -34,8 +35,6 @@ def train_on_node(cfg: Profile, profile: str, params: TrainParams, timeout_secon
     parameters: dict[str, Any] = {"params": params.model_dump(mode="json"),
                                   "profile": profile, **flags}
     if cfg.training.gcs_block:
-        from tasks.gcs_sync import upload_file
-
         dataset = Path(params.dataset)
         key = f"datasets/{params.bucket}/{dataset.name}"
         url = upload_file(cfg.training.gcs_block, dataset, key)

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+from prefect.exceptions import TerminationSignal
+
 from tasks.errors import NodePreempted, PhaseFailed, PhaseTimedOut
 from tasks.records import RunSummary
 
@@ -26,8 +28,6 @@ def timed(ended: Callable[[float, BaseException | None], None]) -> Iterator[None
 
 
 def final_status(e: BaseException) -> Literal["preempted", "cancelled", "failed"]:
-    from prefect.exceptions import TerminationSignal
-
     if isinstance(e, NodePreempted):
         return "preempted"
     # KeyboardInterrupt: `slm-nightly run` stopped by Ctrl-C or SIGTERM (tasks/interrupts.py).

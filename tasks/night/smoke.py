@@ -10,6 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
+from tasks.environment import REBUILD, describe, differences, recorded
+from tasks.extraction.calls import run_sync
+from tasks.extraction.inputs import llm_client, response_schema
+from tasks.extraction.prompt import system_prompt
 from tasks.night.handoff import train_on_node, train_params
 from tasks.night.phases import timed
 from tasks.records import SmokePhase
@@ -24,8 +30,6 @@ SMOKE_ROWS = 4
 
 
 def smoke_dataset(folder: Path) -> Path:
-    import polars as pl
-
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     rows = [{"messages": [{"role": "user", "content": f"Smoke test {stamp}: say {i}."},
                           {"role": "assistant", "content": f"{i}"}],
@@ -68,10 +72,6 @@ class Smoke:
 
 def one_request(cfg: Profile, base_url: str) -> str:
     """One structured request through phase 1's client, as extraction sends it."""
-    from tasks.extraction.calls import run_sync
-    from tasks.extraction.inputs import llm_client, response_schema
-    from tasks.extraction.prompt import system_prompt
-
     user = ("Document: smoke (transcripts)\n---\nAnn Lee, an engineer at Acme Ltd, met "
             "Bob Stone in Leeds to plan the bridge survey.")
     ontology = cfg.extraction.ontology()
@@ -103,8 +103,6 @@ def one_step(cfg: Profile, profile: str, timeout_seconds: float) -> str:
 
 def environment(cfg: Profile, since: str) -> str:
     """The environment the node's run recorded (tasks/environment.py) against this one."""
-    from tasks.environment import REBUILD, describe, differences, recorded
-
     if not cfg.training.gcs_block:
         return "not compared: the profile names no bucket the node could report to"
     node = recorded(cfg.training.gcs_block)

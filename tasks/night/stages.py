@@ -17,14 +17,18 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run as current_run
 
+from tasks.capacity import Phase1Measured, capacity_report
 from tasks.compute.node import compute_up, inference_down, inference_up
 from tasks.compute.protocol import Node
+from tasks.compute.stale_runs import cancel_stale_node_runs
 from tasks.errors import ConfigError, NodePreempted, PhaseFailed
+from tasks.gcs_sync import mirror_records
 from tasks.night.clock import NightClock, night_budget, night_seconds
 from tasks.night.fleet import Fleet, drop_failed, each, node_lost, raise_first
 from tasks.night.phases import final_status, phase
 from tasks.night.reaper import reap
 from tasks.night.training import Turns, publish_phase
+from tasks.preflight.run import run_preflight
 from tasks.records import (
     ExtractionReport,
     ReaperResult,
@@ -35,6 +39,7 @@ from tasks.records import (
 )
 from tasks.slots import owning_the_node
 from tasks.summary import new_summary, render_markdown
+from tasks.training.reconcile import reconcile_store
 from tasks.training.serving import LocalServing, local_serving, served_gguf
 
 if TYPE_CHECKING:
@@ -279,8 +284,6 @@ def _reconcile_at_start(cfg: Profile, logger: Any) -> list[ReconciledManifest] |
     with the reason (tasks/training/reconcile.py), before tonight's runs look at them."""
     if not cfg.training.enabled:
         return None
-    from tasks.training.reconcile import reconcile_store
-
     store = cfg.artifact_store()
     try:
         done = reconcile_store(store)
@@ -296,8 +299,6 @@ def _reconcile_at_start(cfg: Profile, logger: Any) -> list[ReconciledManifest] |
 def _cancel_stale_node_runs(cfg: Profile, logger: Any) -> list[StaleNodeRun] | None:
     """Node runs a dead orchestrator left open would be taken by the node's worker as soon as it
     boots, before tonight's: cancel those no live nightly owns (this run holds the slot)."""
-    from tasks.compute.stale_runs import cancel_stale_node_runs
-
     own = current_run.get_id()
     try:
         return cancel_stale_node_runs(cfg.training.node_deployment,
@@ -311,8 +312,6 @@ def _cancel_stale_node_runs(cfg: Profile, logger: Any) -> list[StaleNodeRun] | N
 def _preflight(cfg: Profile, logger: Any) -> None:
     """tasks/preflight/ for tonight (the orchestrator's own deployments left out):
     a failing check fails the night, naming each failure and its fix, before anything boots."""
-    from tasks.preflight.run import run_preflight
-
     report = run_preflight(cfg, night=True)
     for check in report.checks:
         (logger.info if check.ok else logger.error)("preflight %s", check.line())
@@ -346,8 +345,6 @@ def _mark_partial(summary: RunSummary, report: ExtractionReport) -> None:
 
 def _capacity(report: ExtractionReport, nodes: int) -> Any:
     """Tonight's phase-1 rate and the backlog it leaves (tasks/capacity.py)."""
-    from tasks.capacity import Phase1Measured, capacity_report
-
     return capacity_report(Phase1Measured(
         extracted_documents=sum(c.extracted for c in report.documents.values()),
         completion_tokens=report.completion_tokens, prompt_tokens=report.prompt_tokens,
@@ -366,8 +363,6 @@ def _write_summary(summary: RunSummary, state_dir: Path) -> Path:
 
 def _mirror_records(cfg: Profile, logger: Any) -> None:
     """Run summaries, scorecards and the dead-letter file to the profile's GcsBucket."""
-    from tasks.gcs_sync import mirror_records
-
     try:
         report = mirror_records(cfg.state_dir, cfg.gcs_block)
     except Exception as e:  # noqa: BLE001 - the local records are kept either way

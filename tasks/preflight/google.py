@@ -9,6 +9,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from google.api_core import exceptions as gexc
+from google.api_core.client_options import ClientOptions
+from google.auth.transport.requests import AuthorizedSession
+
 from blocks.gce import GceCompute
 from tasks.checks import Check, failure, passed, skipped
 
@@ -39,7 +43,6 @@ def account_email(creds: Any) -> str | None:
 def _client(block: GceCompute, creds: Any, kind: str) -> Any:
     """A compute_v1 client (`kind`: "RegionsClient", ...) as get_compute_clients builds its
     own: REST, the same credentials and api_endpoint."""
-    from google.api_core.client_options import ClientOptions
     from google.cloud import compute_v1
 
     opts = ClientOptions(api_endpoint=block.api_endpoint) if block.api_endpoint else None
@@ -48,7 +51,6 @@ def _client(block: GceCompute, creds: Any, kind: str) -> Any:
 
 def compute_checks(block: GceCompute, email: str | None, creds: Any,
                     node_ips: list[str]) -> Iterator[Check]:
-    from google.api_core import exceptions as gexc
     from google.cloud import compute_v1
 
     client, _ = block.get_compute_clients()
@@ -267,8 +269,6 @@ def _act_as(block: GceCompute, where: str, inst: Any, creds: Any) -> Check:
     if block.api_endpoint:
         return skipped(name, f"not checked: with api_endpoint {block.api_endpoint} the IAM API "
                      "(iam.googleapis.com) is not asked")
-    from google.auth.transport.requests import AuthorizedSession
-
     url = (f"https://iam.googleapis.com/v1/projects/{block.project}/serviceAccounts/"
            f"{accounts[0]}:testIamPermissions")
     try:
@@ -302,8 +302,6 @@ def node_secret_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
     (projects.secrets.versions.get: metadata only). Not checked: that the node's own account may
     access it (a secret's policy does not show roles the node inherits from the project or a
     group; the boot names a secret it cannot read in slm/startup-error)."""
-    from google.auth.transport.requests import AuthorizedSession
-
     s = block.node
     names = [(key, getattr(s, key)) for key in ("prefect_api_key_secret",
                                                 "prefect_auth_string_secret",

@@ -9,9 +9,20 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from prefect.settings import PREFECT_API_KEY
 
 from blocks.gce import GceCompute
 from tasks.checks import Check, failure, passed, skipped
+from tasks.compute.engines import engine_problems, worker_command
+from tasks.compute.host_memory import Host, host_fit, most_checkpoints, most_slots
+from tasks.compute.kv_budget import Card, ModelShape, kv_fit, largest_fit
+from tasks.environment import REBUILD, RECORD_KEY, describe, differences, recorded
+from tasks.paths import PROJECT_ROOT
 
 if TYPE_CHECKING:
     from tasks.profile import Profile
@@ -25,8 +36,6 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 # --- the node: its engine and its worker ---------------------------------------------------------
 def node_checks(cfg: Profile, block: GceCompute, training: bool,
                  node_ips: list[str]) -> Iterator[Check]:
-    from tasks.compute.engines import engine_problems, worker_command
-
     s = block.node
     problems = engine_problems(s, cfg.inference.dialect)
     for problem in problems:
@@ -63,10 +72,6 @@ def _node_api_check(url: str, node_ips: list[str]) -> Check:
     (on the node that is the node), and answering GET <url>/health here — the orchestrator is
     in the node's VPC. Loopback is allowed only for a node whose own internal IP is a loopback
     address: the fake Compute Engine's nodes, which run on this machine."""
-    from urllib.parse import urlsplit
-
-    import httpx
-
     name = "node Prefect API"
     fix = ("set [compute.node] prefect_api_url to the Prefect API as the node reaches it over "
            "the VPC: http://<orchestrator VPC IP>:4200/api (`hostname -I` on the orchestrator), "
@@ -78,8 +83,6 @@ def _node_api_check(url: str, node_ips: list[str]) -> Check:
     if host in LOOPBACK_HOSTS and not on_this_machine:
         return failure(name, f"prefect_api_url {url} is a loopback address: on the node it is "
                      "the node itself, not the orchestrator", fix)
-    from prefect.settings import PREFECT_API_KEY
-
     key = PREFECT_API_KEY.value()  # Prefect Cloud: its /health wants the key
     key = key.get_secret_value() if hasattr(key, "get_secret_value") else key
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -99,8 +102,6 @@ def slots_check(s: Any, slots: int, context_tokens: int) -> Check:
     """llama-server's slots (max_concurrent_requests x context_tokens) beside the weights on
     the node's card, by the estimate of tasks/compute/kv_budget.py: refused when they do not
     fit, with both numbers and the largest setting that does."""
-    from tasks.compute.kv_budget import Card, ModelShape, kv_fit, largest_fit
-
     shape, card = ModelShape.of_node(s), Card.of_node(s)
     fit = kv_fit(slots, context_tokens, shape, card, s.kv_cache_type)
     if fit.fits:
@@ -127,9 +128,6 @@ def template_thinks(text: str) -> bool:
     (`</think>`). Without one the server drops `reasoning_budget_tokens`
     (tools/server/server-common.cpp: only with thinking end tags). A template that does not
     render is False (the server skips the detection too)."""
-    from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     def fail(message: str) -> None:
         raise TemplateError(message)
 
@@ -153,8 +151,6 @@ def reasoning_template_check(s: Any, budget: int | None) -> Check:
     thinking end tag in (template_thinks). The node's chat_template_file is read from this
     checkout (a relative one: the node runs the same checkout) or this machine (an absolute
     one); the GGUF's own template cannot be read here, and OLMo 3 Think's has no end tag."""
-    from tasks.paths import PROJECT_ROOT
-
     name = "reasoning template"
     if budget is None:
         return skipped(name, "[inference] reasoning_budget_tokens is not set")
@@ -188,9 +184,6 @@ def host_memory_check(s: Any, slots: int, context_tokens: int) -> Check:
     the idle-slot saves inside it) beside the engine, the Prefect worker and the OS, against
     the node's RAM, by the estimate of tasks/compute/host_memory.py: refused when they do not
     fit, with both numbers and the settings that do."""
-    from tasks.compute.host_memory import Host, host_fit, most_checkpoints, most_slots
-    from tasks.compute.kv_budget import ModelShape
-
     shape, host = ModelShape.of_node(s), Host.of_node(s)
     fit = host_fit(slots, context_tokens, shape, s.kv_cache_type, host)
     if fit.fits:
@@ -217,8 +210,6 @@ def host_memory_check(s: Any, slots: int, context_tokens: int) -> Check:
 def environment_check(cfg: Profile, training: bool) -> Check:
     """The environment the node's last training run recorded in the bucket against this
     checkout's pyproject.toml and this machine's versions (tasks/environment.py)."""
-    from tasks.environment import REBUILD, RECORD_KEY, describe, differences, recorded
-
     name = "node environment"
     if not training or not cfg.training.gcs_block:
         return skipped(name, "the night does not train on the node through a bucket")

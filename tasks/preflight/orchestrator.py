@@ -5,14 +5,21 @@ folders (phase 1 and the scorecard run on the orchestrator)."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from google.api_core import exceptions as gexc
+from pydantic import SecretStr
+
 from tasks.checks import Check, failure, passed, skipped
 from tasks.errors import GraphError
+from tasks.extraction import streams
+from tasks.gcs_sync import gcs_bucket_from_env_or_block
 from tasks.graph.backends import Neo4jStore
+from tasks.graph.open import graph_server
 from tasks.graph.store import GraphStore
 
 if TYPE_CHECKING:
@@ -25,8 +32,6 @@ BUCKET_PERMISSIONS = ("storage.objects.create", "storage.objects.get",
 # --- the bucket ---------------------------------------------------------------------------------
 def bucket_checks(cfg: Profile, training: bool, orchestrator: str | None = None
                    ) -> Iterator[Check]:
-    from tasks.gcs_sync import gcs_bucket_from_env_or_block
-
     refs = sorted({r for r in (cfg.gcs_block, cfg.training.gcs_block, cfg.corpus.gcs_block) if r})
     if not refs:
         if training:
@@ -76,8 +81,6 @@ def _key_check(name: str, gcs: Any, orchestrator: str | None) -> Check:
 
 
 def _one_bucket(name: str, gcs: Any) -> Iterator[Check]:
-    from google.api_core import exceptions as gexc
-
     try:
         bucket = gcs.get_bucket()
     except gexc.NotFound:
@@ -117,8 +120,6 @@ def _one_bucket(name: str, gcs: Any) -> Iterator[Check]:
 # --- blocks and secrets -------------------------------------------------------------------------
 def secret_checks(cfg: Profile) -> Iterator[Check]:
     """A Secret-typed field that is set but empty (a Neo4j block saved without its password)."""
-    from pydantic import SecretStr
-
     blocks = {"compute": cfg.compute, "inference": cfg.inference, "graph": cfg.graph,
               "serving": cfg.serving}
     empty = [f"[{section}] {name}" for section, b in blocks.items() if b is not None
@@ -133,8 +134,6 @@ def secret_checks(cfg: Profile) -> Iterator[Check]:
 def graph_checks(cfg: Profile) -> Iterator[Check]:
     """Open the profile's graph as phase 1 does (tasks/graph/open.py) and read from it; the
     detail names the URI, never the password. An embedded FalkorDB is phase 1's to start."""
-    from tasks.graph.open import graph_server
-
     server = graph_server(cfg.graph)
     if server.connect is None:
         yield skipped("graph", f"{server.where}: phase 1 starts it on this machine")
@@ -183,11 +182,6 @@ def schema_check(store: GraphStore, where: str) -> Check | None:
 def folder_checks(cfg: Profile) -> Iterator[Check]:
     """The [sources] folders (phase 1) and the [corpus] root (the scorecard): readable
     directories on this machine, the orchestrator."""
-    import os
-    from pathlib import Path
-
-    from tasks.extraction import streams
-
     # (check name, folder, where the profile sets it, what it holds)
     folders = [(f"sources {s.name}", value, s.profile_key, s.description)
                for s, value in streams.configured(cfg.sources)]

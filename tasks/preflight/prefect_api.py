@@ -6,8 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from prefect.client.orchestration import get_client
+from prefect.exceptions import ObjectNotFound
+from prefect.settings import PREFECT_API_URL
+
 from blocks.gce import GceCompute
 from tasks.checks import Check, failure, passed, skipped
+from tasks.code_version import code_version
+from tasks.errors import ConfigError
+from tasks.paths import PROJECT_ROOT
+from tasks.profile import read_profile
 
 if TYPE_CHECKING:
     from tasks.profile import Profile
@@ -28,8 +36,6 @@ def api_url_unset(profile: str | None = None) -> Check | None:
     (a GCE node, or a saved block) — said before anything loads a saved block: without the
     setting, Prefect 3 starts a temporary local server that holds none of them. `profile`
     None: always needed. None when it is set, or not needed."""
-    from prefect.settings import PREFECT_API_URL
-
     if PREFECT_API_URL.value() or (profile is not None and not _needs_api(profile)):
         return None
     return failure("Prefect API", "PREFECT_API_URL is not set: the saved blocks, the node's work "
@@ -39,9 +45,6 @@ def api_url_unset(profile: str | None = None) -> Check | None:
 
 
 def _needs_api(profile: str) -> bool:
-    from tasks.errors import ConfigError
-    from tasks.profile import read_profile
-
     try:
         _, data = read_profile(profile)
     except (OSError, ConfigError):
@@ -56,16 +59,12 @@ def _needs_api(profile: str) -> bool:
 
 def prefect_checks(cfg: Profile, block: GceCompute, night: bool, training: bool
                     ) -> Iterator[Check]:
-    from prefect.settings import PREFECT_API_URL
-
     url = PREFECT_API_URL.value()
     if not url:
         unset = api_url_unset()
         assert unset is not None
         yield unset
         return
-    from prefect.client.orchestration import get_client
-
     with get_client(sync_client=True) as client:
         down = client.api_healthcheck()
         if down is not None:
@@ -90,9 +89,6 @@ def prefect_checks(cfg: Profile, block: GceCompute, night: bool, training: bool
 def _node_code(dep: Any) -> str | None:
     """What is wrong with the code the node's deployment runs (prefect.yaml: pushed to GCS at
     deploy time, pulled by each run): None when it pulls this checkout's version."""
-    from tasks.code_version import code_version
-    from tasks.paths import PROJECT_ROOT
-
     pulls = [s[PULL_FROM_GCS] for s in dep.pull_steps or []
              if isinstance(s, dict) and PULL_FROM_GCS in s]
     if not pulls:
@@ -112,8 +108,6 @@ def _node_settings(block: GceCompute) -> Any:
 
 def _deployment(client: Any, name: str, pool: str | None, settings: Any,
                 pools: set[str]) -> Iterator[Check]:
-    from prefect.exceptions import ObjectNotFound
-
     check = f"deployment {name}"
     try:
         dep = client.read_deployment_by_name(name)

@@ -70,6 +70,8 @@ from tasks.preflight.google import (
 from tasks.preflight.node import environment_check, node_checks
 from tasks.preflight.orchestrator import bucket_checks, folder_checks, graph_checks, secret_checks
 from tasks.preflight.prefect_api import prefect_checks
+from tasks.training.params import build_params, resolve
+from tasks.training.preflight import node_limits, preflight
 
 if TYPE_CHECKING:
     from tasks.profile import Profile
@@ -156,9 +158,6 @@ def recipe_checks(cfg: Profile, training: bool) -> Iterator[Check]:
     if not training:
         yield skipped("training recipe", "the night does not train")
         return
-    from tasks.training.params import build_params, resolve
-    from tasks.training.preflight import node_limits, preflight
-
     limits = node_limits(cfg)
     seen: dict[tuple[str, str, str], list[str]] = {}
     for method in ("sft", "dpo"):

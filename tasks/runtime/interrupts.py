@@ -24,6 +24,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from prefect.exceptions import TerminationSignal
+
+from tasks.graph import falkordb_server
 from tasks.processes import ManagedServer
 from tasks.runtime.logs import say  # to the terminal, also while the run's output goes to its log
 
@@ -34,10 +37,6 @@ class RunStopper:
     """Signal handling for one run of the profile `cfg` (see the module docstring)."""
 
     def __init__(self, cfg: Any) -> None:
-        from prefect.exceptions import TerminationSignal
-
-        from tasks.graph import falkordb_server
-
         # Everything is resolved now: a signal handler must not import.
         self.servers: list[tuple[str, ManagedServer, Any]] = list(cfg.node.signal_stops())
         if cfg.graph.embedded:

@@ -4,6 +4,7 @@ temporary Prefect server (its launcher also starts the tests' and the benches' s
 The user never has to export them; an explicit environment value still wins.
 """
 
+import atexit
 import os
 import sys
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tasks.paths import PROJECT_ROOT
 from tasks.processes import ManagedServer, free_port
 from tasks.runtime.logs import say as _say  # the terminal, also while a run's output goes to its log
 
@@ -49,8 +51,6 @@ def temporary_server(state_dir: Path) -> Iterator[ManagedServer | None]:
     its API. Tracked by a PID file, stopped at exit — after Prefect's log and event workers have
     flushed, as Prefect does with its own — and by the next run if this process was killed.
     Points this process and its children at it. None when PREFECT_API_URL is set."""
-    import atexit
-
     from prefect.settings import (
         PREFECT_API_URL,
         PREFECT_UI_URL,
@@ -107,8 +107,6 @@ def api_server(home: Path, port: int | None = None, **settings: str) -> Iterator
     PREFECT_HOME (its PID file and log beside it), for the tests and the benches; yields the
     environment for subprocesses (CLI, workers, flows) to talk to it, with this checkout on
     their path. `settings`: extra PREFECT_* variables for the server and its clients."""
-    from tasks.paths import PROJECT_ROOT
-
     port = port or free_port()
     env = {**os.environ, "PREFECT_HOME": str(home),
            "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PWD": str(PROJECT_ROOT),

@@ -21,10 +21,14 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 from prefect.events import emit_event
+from prefect.exceptions import Abort, CancelledRun, TerminationSignal
 from prefect.runtime import flow_run as current_run
 
+from tasks.compute.node import NODE_RESULT_KEY
+from tasks.environment import describe, record
 from tasks.errors import ConfigError
 from tasks.files import file_sha256, write_atomic
+from tasks.gcs_sync import download_file
 from tasks.records import (
     FINAL,
     AdapterManifest,
@@ -35,7 +39,8 @@ from tasks.records import (
     TrainingResult,
 )
 from tasks.slots import gpu_slot
-from tasks.training.base_model import gguf_digest
+from tasks.training.base_model import f32_gguf, gguf_digest
+from tasks.training.convert import export_lora
 from tasks.training.params import Recipe, TrainParams
 from tasks.training.preflight import node_limits, preflight, require, verify_plan
 from tasks.training.reconcile import reconcile_store, this_process
@@ -49,7 +54,7 @@ from tasks.training.train import (
     resolve_base_model,
 )
 from tasks.training.train import train as train_adapter
-from tasks.training.verify import AdapterFiles
+from tasks.training.verify import AdapterFiles, verify_adapter
 
 
 def _event(kind: str, name: str, payload: dict[str, Any]) -> None:
@@ -135,8 +140,6 @@ class Reporter:
 @task(name="export-adapter", cache_policy=NO_CACHE)
 def export_adapter(peft_dir: Path, hf_dir: Path, out_dir: Path) -> dict[str, Any]:
     """The GGUF LoRA, by llama.cpp's own convert_lora_to_gguf.py, and the PEFT tarball."""
-    from tasks.training.convert import export_lora
-
     report = export_lora(peft_dir, hf_dir, out_dir / "adapter.gguf", outtype="f32")
     pack(peft_dir, out_dir / "adapter.tar.gz")
     return report
@@ -147,9 +150,6 @@ def verify(files: AdapterFiles, prompts: list[str], cache_dir: Path, n_threads: 
            device: str = "cpu") -> dict[str, Any]:
     """cpu: exact comparison on an F32 copy of the served base (quantized matmuls differ from
     HF); cuda: on the (F16/BF16) base as it is, on the GPU (tasks/training/verify.py)."""
-    from tasks.training.base_model import f32_gguf
-    from tasks.training.verify import verify_adapter
-
     if device == "cpu":
         files = replace(files, base_gguf=f32_gguf(files.base_gguf, cache_dir))
     return verify_adapter(files, prompts, n_threads=n_threads, device=device)
@@ -159,8 +159,6 @@ def record_environment(gcs_block: str | None) -> None:
     """On the node (a dataset handed over through the bucket): say in the bucket what this
     environment is, for preflight and `node smoke` to compare with the orchestrator's
     (tasks/environment.py). Never fails the run."""
-    from tasks.environment import describe, record
-
     if not gcs_block:
         return
     logger = get_run_logger()
@@ -176,8 +174,6 @@ def record_environment(gcs_block: str | None) -> None:
 def fetch_dataset(block: str | None, key: str, sha256: str | None, state_dir: Path) -> Path:
     """The dataset the nightly uploaded for the node, checked against the scorecard's digest
     (downloaded again only when the local copy does not match)."""
-    from tasks.gcs_sync import download_file
-
     if not block:
         raise ConfigError(f"dataset_gcs_key {key!r} given but the profile names no GcsBucket "
                           "block — set gcs_block at the top of the profile (or [training] "
@@ -398,8 +394,6 @@ class TrainingJob:
     def fail(self, e: BaseException) -> None:
         """`cancelled` or `failed` with the error's message; a `done` job (its promotion
         failed) keeps its state: the adapter stands."""
-        from prefect.exceptions import Abort, CancelledRun, TerminationSignal
-
         m = self.manifest
         cancelled = isinstance(e, TerminationSignal | CancelledRun | Abort | KeyboardInterrupt)
         message = f"{type(e).__name__}: {e}"[:2000]
@@ -414,8 +408,6 @@ class TrainingJob:
 def publish_result(m: AdapterManifest) -> None:
     """The run's result as a one-row table artifact: how a run on the GPU node hands its
     result to the nightly on the orchestrator (tasks/compute/node.py: run_on_node)."""
-    from tasks.compute.node import NODE_RESULT_KEY
-
     create_table_artifact([TrainingResult.of_manifest(m).to_dict()], key=NODE_RESULT_KEY,
                           description=f"Training result, {m.name}")
 

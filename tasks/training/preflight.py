@@ -22,11 +22,12 @@ from typing import Any
 
 from tasks.checks import Check, PreflightFailed, failure, passed, skipped
 from tasks.errors import ConfigError
-from tasks.llama_cpp import DIST, llama_cpp_version
-from tasks.training import memory
+from tasks.llama_cpp import DIST, default_model_path, llama_cpp_version
+from tasks.training import convert, memory
 from tasks.training.base_model import HF_MARKER, hf_cache_entry
 from tasks.training.memory import NodeLimits
 from tasks.training.params import RECIPE_DIR, Recipe
+from tasks.training.train import resolve_base_model
 
 # GGUF general.file_type values (llama.cpp's llama_ftype) the cuda plan can verify on exactly
 # enough: all-F32, mostly-F16, mostly-BF16. Quantized types change greedy text by themselves.
@@ -105,11 +106,7 @@ def _gguf_config(path: Path) -> dict[str, Any]:
 
 def locate_base(spec: str, model_cache: Path | None) -> tuple[Check, BaseInfo]:
     """Whether the base model is here, without loading it; its config.json when it is."""
-    from tasks.training.train import resolve_base_model
-
     if not spec:
-        from tasks.llama_cpp import default_model_path
-
         spec = str(default_model_path())
     try:
         if spec.endswith(".gguf"):  # resolving would dequantize it: only look
@@ -185,8 +182,6 @@ def _params_check(config: dict[str, Any], source: str) -> Check:
 
 
 def _export_check(config: dict[str, Any], lora: dict[str, Any]) -> Check:
-    from tasks.training import convert
-
     try:
         problems = convert.export_problems(config, lora)
     except ConfigError as e:  # the converters are not installed here

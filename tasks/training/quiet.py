@@ -6,6 +6,8 @@ Below both tasks/training/base_model.py (dequantizing a GGUF) and tasks/training
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,9 +17,6 @@ def quiet_libraries() -> Iterator[None]:
     """While training: no progress bars from datasets/transformers/huggingface_hub (the flow
     logs step, loss and peak memory itself), and Python warnings into logging (`py.warnings`)
     rather than printed — unless someone (the CLI's run log) already routes them."""
-    import logging
-    import warnings
-
     import datasets
     import huggingface_hub.utils as hub_utils
     from transformers.utils import logging as hf_logging

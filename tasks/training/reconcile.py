@@ -24,8 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from prefect.client.orchestration import get_client
+from prefect.exceptions import ObjectNotFound
+
 from tasks.processes import owner_alive, start_ticks
 from tasks.records import FINAL, AdapterManifest, JobState, Owner
+from tasks.training.registry import now
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +68,6 @@ def owner_gone(owner: Owner | None, host: str | None = None) -> bool:
 def _flow_run_state(flow_run_id: str) -> tuple[str, str] | None:
     """(state type, message) of a flow run; ("MISSING", …) when the API does not know it;
     None when the API cannot be asked (then nothing is reconciled on its word)."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
     try:
         run_id = UUID(flow_run_id)
     except ValueError:
@@ -109,8 +110,6 @@ def reconcile(manifests: Iterable[AdapterManifest], write: Callable[[AdapterMani
     """Mark every unfinished manifest whose run is gone; write each change with `write`;
     return what changed (the callers log it). `current_flow_run`: the caller's own run, never
     reconciled."""
-    from tasks.training.registry import now
-
     out = []
     for m in manifests:
         if m.state in FINAL or (current_flow_run and m.flow_run_id == current_flow_run):

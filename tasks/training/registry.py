@@ -35,10 +35,12 @@ import tarfile
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from google.api_core.exceptions import PreconditionFailed
 
 from tasks.errors import ConfigError
 from tasks.files import replacing, write_atomic
+from tasks.gcs_sync import GcsFolder, gcs_bucket_from_env_or_block
 from tasks.records import (
     STATES,
     AdapterManifest,
@@ -48,9 +50,7 @@ from tasks.records import (
     Promotion,
     error_text,
 )
-
-if TYPE_CHECKING:
-    from tasks.gcs_sync import GcsFolder
+from tasks.training.train import checkpoint_step, latest_checkpoint
 
 __all__ = ["STATES", "AdapterManifest", "ArtifactStore", "gate", "now", "pack"]
 
@@ -73,8 +73,6 @@ class ArtifactStore:
         """gs://…/artifacts, the truth when a bucket is configured (None: local only)."""
         if not self.gcs_block:
             return None
-        from tasks.gcs_sync import GcsFolder, gcs_bucket_from_env_or_block
-
         return GcsFolder(gcs_bucket_from_env_or_block(self.gcs_block), "artifacts")
 
     @property
@@ -156,8 +154,6 @@ class ArtifactStore:
         """False when GCS refused it: the pointer changed since it was read (`generation`)."""
         text = ptr.to_json()
         if self.remote:
-            from google.api_core.exceptions import PreconditionFailed
-
             try:
                 self.remote.write(f"promoted/{bucket}.json", text.encode(),
                                   if_generation_match=generation)
@@ -264,8 +260,6 @@ class ArtifactStore:
         when it is newer than the newest one there. Returns its name, or None."""
         if not self.remote:
             return None
-        from tasks.training.train import checkpoint_step, latest_checkpoint
-
         sub = f"checkpoints/{run_digest}"
         complete = [k.split("/")[2] for k in self.remote.list(sub)
                     if k.count("/") == 3 and k.endswith("/trainer_state.json")]

@@ -31,6 +31,7 @@ import httpx
 
 from blocks.serving import ServingEndpoint
 from tasks.errors import ServingError
+from tasks.llama_cpp import default_model_path
 from tasks.records import AdapterManifest, PublishResult
 from tasks.training.base_model import gguf_digest
 from tasks.training.registry import ArtifactStore
@@ -89,8 +90,6 @@ def local_serving(store: ArtifactStore, bucket: str, served_gguf: Path) -> Local
 
 def served_gguf(model_path: str | None) -> Path:
     """The GGUF the local server serves: the compute block's model_path, else the bundled one."""
-    from tasks.llama_cpp import default_model_path
-
     return Path(model_path) if model_path else default_model_path()
 
 

@@ -9,16 +9,23 @@ bad parameter, cost nothing.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import resource
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import polars as pl
+from prefect.exceptions import TerminationSignal
+
 from tasks.errors import ConfigError, SlmNightlyError
+from tasks.llama_cpp import default_model_path
+from tasks.training.base_model import hf_from_gguf
 from tasks.training.params import Recipe
 from tasks.training.quiet import quiet_libraries
 
@@ -53,16 +60,12 @@ def check_free_memory(name: str, free_mib: int, total_mib: int, required_mib: in
 
 def resolve_base_model(spec: str, cache_dir: Path) -> tuple[Path, Path | None]:
     """(HF folder to train on, GGUF the server serves or None) from a base-model spec."""
-    from tasks.llama_cpp import default_model_path
-
     if not spec:
         spec = str(default_model_path())
     path = Path(spec)
     if spec.endswith(".gguf"):
         if not path.is_file():
             raise ConfigError(f"base model {spec}: GGUF file not found — fix base_model")
-        from tasks.training.base_model import hf_from_gguf
-
         return hf_from_gguf(path, cache_dir), path
     if path.exists() or spec.startswith((".", "/")):
         if not (path / "config.json").is_file():
@@ -90,8 +93,6 @@ def load_splits(dataset: Path, method: str, max_eval_rows: int
                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train and eval rows in TRL's conversational form (prompt-completion for SFT, so the
     loss covers the assistant's answer only; prompt/chosen/rejected for DPO)."""
-    import polars as pl
-
     if not dataset.is_file():
         raise ConfigError(f"dataset {dataset}: not found — run the scorecard first (it writes "
                           "<state_dir>/datasets/<bucket>/<digest>.parquet for a passing bucket)")
@@ -195,8 +196,6 @@ def eval_loss(loaded: Loaded, rows: list[dict[str, Any]], recipe: Recipe, adapte
     """Held-out loss with `adapter` active (None: the base model, adapter off), by the recipe's
     method, max_length and beta.
     SFT: mean NLL per completion token. DPO: mean DPO loss with the base as reference."""
-    from contextlib import nullcontext
-
     model, tok = loaded
     method, max_length, beta = recipe.method, recipe.max_length, recipe.beta
     was_training = model.training
@@ -286,8 +285,6 @@ def _trainer(recipe: Recipe, loaded: Loaded,
 
 def _finished(checkpoint: Path) -> bool:
     """Whether the checkpoint is the run's last step (its trainer_state.json says so)."""
-    import json
-
     state = json.loads((checkpoint / "trainer_state.json").read_text())
     return bool(state.get("max_steps")) and state["global_step"] >= state["max_steps"]
 
@@ -305,8 +302,6 @@ def _load_finished(trainer: Any, model: Any, checkpoint: Path) -> float:
 
 
 def _is_termination(e: BaseException) -> bool:
-    from prefect.exceptions import TerminationSignal
-
     return isinstance(e, KeyboardInterrupt | TerminationSignal)
 
 

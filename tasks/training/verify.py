@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tasks.errors import AdapterVerificationError, ConfigError
 from tasks.files import write_atomic
 
@@ -241,7 +243,6 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 
 def _child(request: dict[str, Any], result: Path) -> int:
-    import numpy as np
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -429,7 +430,6 @@ def _llama_greedy(llm: Any, prompt: list[int], max_tokens: int,
                   eos: set[int]) -> tuple[list[int], Any]:
     """Argmax decoding on llama.cpp's raw logits (no sampler, no penalties), like HF greedy."""
     import llama_cpp
-    import numpy as np
 
     llm.reset()
     # One token per decode: on these CPUs a batched F32 prompt decode took 1-10 s (erratic)

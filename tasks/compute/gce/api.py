@@ -22,6 +22,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import requests
+from google.api_core import exceptions as gexc
+from google.auth.exceptions import DefaultCredentialsError
+
 from blocks.gce import GceCompute
 from tasks.compute.gce.api_errors import brief, member, transient
 from tasks.compute.gce.boot_status import ENGINE_KEY, KEY, NAMESPACE, parse_error
@@ -50,8 +54,6 @@ class ComputeApi:
     def clients(self) -> tuple[Any, Any]:
         """(InstancesClient, ZoneOperationsClient), made once."""
         if self._clients_cache is None:
-            from google.auth.exceptions import DefaultCredentialsError
-
             try:
                 self._clients_cache = self.block.get_compute_clients()
             except DefaultCredentialsError as e:
@@ -81,8 +83,6 @@ class ComputeApi:
 
     # ---- instances ------------------------------------------------------------------------
     def get(self, zone: str) -> Instance:
-        from google.api_core import exceptions as gexc
-
         b = self.block
         inst, _ = self.clients()
         try:
@@ -126,7 +126,6 @@ class ComputeApi:
                        deadline: float) -> Errors:
         """Set every scheduling field a start depends on (lifecycle.py: Compute keeps the
         fields a setScheduling body leaves out); the operation's errors."""
-        from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
         b = self.block
@@ -146,7 +145,6 @@ class ComputeApi:
     def set_metadata(self, zone: str, updates: dict[str, str]) -> None:
         """Compare-and-swap on the metadata fingerprint: another writer in between makes
         Compute refuse the write (412), and it is retried on a fresh read."""
-        from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
         b = self.block
@@ -184,8 +182,6 @@ class ComputeApi:
     def _wait(self, zone: str, op: Any, deadline: float) -> Any:
         """ZoneOperationsClient.wait until DONE (it returns early, within ~2 min, DONE or not;
         our deadline may be sooner)."""
-        import requests
-        from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
         b = self.block
@@ -225,7 +221,6 @@ class ComputeApi:
         """The failures this boot of the instance reported, by guest attribute key
         (boot_status.py: `startup-error`, `engine-error`); empty when none was written, guest
         attributes are unreadable, or each is a previous boot's."""
-        from google.api_core import exceptions as gexc
         from google.cloud import compute_v1
 
         client, _ = self.clients()
@@ -249,8 +244,6 @@ class ComputeApi:
     # ---- refusals ------------------------------------------------------------------------
     def refused(self, zone: str, verb: str, e: Any) -> ConfigError:
         """A refusal no other zone would answer differently, as a ConfigError with the fix."""
-        from google.api_core import exceptions as gexc
-
         b = self.block
         if isinstance(e, gexc.Forbidden):
             caller = self.caller()

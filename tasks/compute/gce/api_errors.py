@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import requests
+from google.api_core import exceptions as gexc
+from google.auth.exceptions import TransportError
+
 from tasks.compute.gce.placement import StartFailureKind, start_failure
 
 RATE_LIMIT_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
@@ -28,10 +32,6 @@ def reasons(e: Any) -> set[str]:
 def transient(e: BaseException) -> bool:
     """Whether a failed call may succeed when repeated: 5xx, 429, 403 rate limits (Compute
     answers 403 rateLimitExceeded for its per-minute limits), connection resets, timeouts."""
-    import requests
-    from google.api_core import exceptions as gexc
-    from google.auth.exceptions import TransportError
-
     if isinstance(e, (gexc.ServerError, gexc.TooManyRequests, gexc.DeadlineExceeded,
                       gexc.ServiceUnavailable, requests.exceptions.ConnectionError,
                       requests.exceptions.Timeout, TransportError, ConnectionError)):
@@ -42,9 +42,6 @@ def transient(e: BaseException) -> bool:
 def http_start_failure(e: BaseException) -> StartFailureKind | None:
     """A start call refused with an HTTP error: the kind, when another placement may do
     better; None for a refusal every zone would repeat (permission, not found, bad request)."""
-    import requests
-    from google.api_core import exceptions as gexc
-
     if isinstance(e, requests.exceptions.RequestException):
         return "connection"
     why = reasons(e)

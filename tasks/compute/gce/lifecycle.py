@@ -30,6 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+import requests
+from google.api_core import exceptions as gexc
+from prefect import get_run_logger
+
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute.gce import engine
@@ -188,9 +192,6 @@ class GceNode:
         """Start in one zone with one provisioning model, waiting until `deadline` (`limit`
         seconds from now): the node, or why not (when another placement may do better);
         ConfigError/ServerError when none would."""
-        import requests
-        from google.api_core import exceptions as gexc
-
         b = self.block
         try:
             inst = self.api.get(zone)
@@ -444,8 +445,6 @@ def _unavailable_hint(kinds: set[StartFailureKind], on_demand_allowed: bool) -> 
 def _progress(message: str, level: int = logging.INFO) -> None:
     """Log to the Prefect run when there is one (the UI shows it), else to this module's log."""
     try:
-        from prefect import get_run_logger
-
         get_run_logger().log(level, message)
     except Exception:  # noqa: BLE001 - MissingContextError outside a run
         log.log(level, message)
