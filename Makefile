@@ -8,25 +8,25 @@ TORCH := torch==2.13.0
 .PHONY: run test test-fast mutation lint bench clean-state docs
 
 # convert.py, llama_build.py and llama_cpp.py: their install steps run in existing environments too.
-$(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/llama_cpp.py \
-		tasks/wheelhouse.py
+$(STAMP): pyproject.toml tasks/training/convert.py tasks/engine/llama_build.py tasks/engine/llama_cpp.py \
+		tasks/engine/wheelhouse.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch, pinned here (pyproject has a lower bound only: the GPU node trains on its engine's
 	# torch), installs while llama.cpp compiles: PyPI's default build, +cu130 with its CUDA
 	# libraries (4.7 GB installed; a CPU-only build is not on PyPI), from wheels downloaded once
-	# per machine into the build cache (tasks/wheelhouse.py: pip's own cache keeps nothing here).
+	# per machine into the build cache (tasks/engine/wheelhouse.py: pip's own cache keeps nothing here).
 	# llama.cpp before the project, so pip never compiles it with -march=native nor takes an
-	# old wheel from its cache: tasks/llama_build.py holds the flags (the x86-64 baseline,
+	# old wheel from its cache: tasks/engine/llama_build.py holds the flags (the x86-64 baseline,
 	# AVX2/FMA/F16C), compiles the vendored llama.cpp once — its libraries and llama-server —
 	# and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags (~7 min once per
 	# machine on 2 cores; seconds after that, fresh clones included).
-	{ w=$$($(PY) -m tasks.wheelhouse $(TORCH)) && \
+	{ w=$$($(PY) -m tasks.engine.wheelhouse $(TORCH)) && \
 	  $(PY) -m pip install --quiet --no-index --find-links "$$w" $(TORCH); \
 	} > $(VENV)/torch-install.log 2>&1 & torch=$$!; \
-	$(PY) -m tasks.llama_build build; built=$$?; \
+	$(PY) -m tasks.engine.llama_build build; built=$$?; \
 	wait $$torch || { cat $(VENV)/torch-install.log; exit 1; }; test $$built = 0
-	$(PY) -m tasks.llama_build install
+	$(PY) -m tasks.engine.llama_build install
 	$(PY) -m pip install --quiet -e '.[dev]' $(TORCH)
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
 	# llama-cpp-python's source distribution, into $(VENV)/share/slm-nightly (a few seconds).
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/llama_build.py tasks/ll
 	# The installed library evaluates a prompt of a few hundred tokens in a child process, and
 	# so does llama-server: a build this CPU cannot run fails here, with the signal, the library
 	# and its flags.
-	$(PY) -m tasks.llama_build check
+	$(PY) -m tasks.engine.llama_build check
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -44,7 +44,7 @@ run: $(STAMP)
 # third worker on 2 cores was slower, 31 min 45 s for the parallel part against 23 min 42 s, and
 # lost a SIGTERM):
 # each worker has its own servers (FalkorDB, Prefect, llama-server, the GCS emulator), ports
-# (tasks/processes.py reserves them machine-wide), PREFECT_HOME and temporary folders; a module
+# (tasks/shared/processes.py reserves them machine-wide), PREFECT_HOME and temporary folders; a module
 # stays on one worker (--dist loadfile), so a night it shares among its tests runs once. Then the
 # serial group alone: tests whose point is timing on an otherwise idle machine (a busy core,
 # sub-second deadlines), marked `serial` (Ctrl-C and SIGTERM on a busy run stay in the parallel
@@ -69,14 +69,14 @@ test-fast: $(STAMP)
 # counts the bugs some test catches. Fails under 80 % killed; `$(VENV)/bin/mutmut show NAME`
 # prints a survivor. CPU-heavy: about 40 minutes on 2 busy cores (1,100 mutants).
 # Issue 24: the graph schema, the prompt's version, what build_batch keeps, the eval's scores.
-MUTATE_QUALITY := tasks.ontology.* tasks.extraction.prompt.x_document_version__* \
+MUTATE_QUALITY := tasks.graph.ontology.* tasks.extraction.prompt.x_document_version__* \
 	tasks.extraction.prompt.x_deterministic_version__* tasks.extraction.prompt.x_extraction_version__* \
 	tasks.extraction.answers.x__from_llm__* tasks.extraction.answers.x__surname_aliases__* \
 	tasks.extraction.answers.x__join__* tasks.extraction.answers.x_grounded__* \
 	tasks.extraction.answers.x__ground_form__* tasks.extraction.answers.x__deterministic__* \
 	tasks.extraction.rows.* tasks.evaluation.metrics.*
 # Issue 25: the night's capacity figures and phase 1's request pacing.
-MUTATE_PACE := tasks.capacity.* tasks.extraction.pacing.*
+MUTATE_PACE := tasks.extraction.capacity.* tasks.extraction.pacing.*
 # Issue 37: the rows a graph store refuses before any Cypher, and batches cut by bytes.
 MUTATE_GRAPH := tasks.graph.store.x_value_bytes__* tasks.graph.store.x_sized_batches__* \
 	tasks.graph.store.x__property_problem__* tasks.graph.store.x_check_row__*
@@ -94,14 +94,14 @@ MUTATE := tasks.extraction.plan.x_plan__* tasks.extraction.schema.x_map_*__* \
 	tasks.corpus.scorecard.x__shingles__* tasks.corpus.scorecard.x__distinct__* \
 	tasks.training.registry.x_gate__* tasks.training.registry.x*ArtifactStore*promote__* \
 	tasks.training.reconcile.x_verdict__* tasks.training.reconcile.x_reconcile__* \
-	tasks.compute.gce.placement.* tasks.llama_build.x_pin__* tasks.llama_build.x_flags__* \
-	tasks.llama_build.x_build_key__* tasks.llama_build.x_cache_root__* \
-	tasks.llama_build.x_entry_dir__* tasks.llama_build.x_cached_wheel__* \
-	tasks.llama_cpp.x_features__* tasks.llama_build.x__record_line__* \
-	tasks.llama_build.x_add_to_wheel__* tasks.compute.kv_budget.* \
-	tasks.environment.x_differences__* tasks.environment.x_digest__* tasks.environment.x__name__* \
-	tasks.code_version.x_code_files__* tasks.code_version.x_code_version__* \
-	tasks.code_version.x_code_folder__* $(MUTATE_QUALITY) $(MUTATE_PACE) $(MUTATE_GRAPH) \
+	tasks.compute.gce.placement.* tasks.engine.llama_build.x_pin__* tasks.engine.llama_build.x_flags__* \
+	tasks.engine.llama_build.x_build_key__* tasks.engine.llama_build.x_cache_root__* \
+	tasks.engine.llama_build.x_entry_dir__* tasks.engine.llama_build.x_cached_wheel__* \
+	tasks.engine.llama_cpp.x_features__* tasks.engine.llama_build.x__record_line__* \
+	tasks.engine.llama_build.x_add_to_wheel__* tasks.compute.kv_budget.* \
+	tasks.shared.environment.x_differences__* tasks.shared.environment.x_digest__* tasks.shared.environment.x__name__* \
+	tasks.shared.code_version.x_code_files__* tasks.shared.code_version.x_code_version__* \
+	tasks.shared.code_version.x_code_folder__* $(MUTATE_QUALITY) $(MUTATE_PACE) $(MUTATE_GRAPH) \
 	$(MUTATE_NODE)
 mutation: $(STAMP)
 	rm -rf mutants

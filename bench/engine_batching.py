@@ -37,8 +37,8 @@ from tasks.compute.inference_server import (  # noqa: E402
     llama_server_args,
     models_ready,
 )
-from tasks.llama_cpp import CHECK_TEXT, default_model_path, require_server  # noqa: E402
-from tasks.processes import ManagedServer, free_port  # noqa: E402
+from tasks.engine.llama_cpp import CHECK_TEXT, default_model_path, require_server  # noqa: E402
+from tasks.shared.processes import ManagedServer, free_port  # noqa: E402
 
 CONTEXT = 2048
 

@@ -21,7 +21,7 @@ import sys
 from _common import ROOT
 
 sys.path.insert(0, str(ROOT))
-from tasks.llama_cpp import CHECK_TEXT, default_model_path  # noqa: E402
+from tasks.engine.llama_cpp import CHECK_TEXT, default_model_path  # noqa: E402
 
 CHILD = r"""
 import json, sys, time

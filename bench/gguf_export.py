@@ -23,8 +23,8 @@ from _common import ROOT, report
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(ROOT))
 
-from tasks.errors import AdapterVerificationError  # noqa: E402
-from tasks.llama_cpp import default_model_path  # noqa: E402
+from tasks.engine.llama_cpp import default_model_path  # noqa: E402
+from tasks.shared.errors import AdapterVerificationError  # noqa: E402
 from tasks.training.base_model import f32_gguf, hf_from_gguf  # noqa: E402
 from tasks.training.convert import export_lora  # noqa: E402
 from tasks.training.verify import AdapterFiles, verify_adapter  # noqa: E402

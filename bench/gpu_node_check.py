@@ -24,7 +24,7 @@ a GPU is lent or the node first boots:
 
 Against a running server (the node's engine, `--url http://NODE:9080`), or one it starts here
 from a GGUF with every layer on the GPU (`--model PATH`, llama-server from <venv>/bin: build it
-with `python -m tasks.llama_build install --variant cuda`; `--slots`, `--context`, `--kv`).
+with `python -m tasks.engine.llama_build install --variant cuda`; `--slots`, `--context`, `--kv`).
 Skips (exit 77) when there is neither a URL nor an NVIDIA GPU.
 
     python bench/gpu_node_check.py --url http://10.128.0.7:9080 [--profile gcp] [--pid PID]
@@ -57,15 +57,15 @@ from tasks.compute.inference_server import (  # noqa: E402
     llama_server_args,
     server_ready,
 )
+from tasks.engine.llama_cpp import require_server  # noqa: E402
 from tasks.extraction.chunking import chunks  # noqa: E402
 from tasks.extraction.documents import scan  # noqa: E402
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema  # noqa: E402
 from tasks.extraction.llm import LLMClient  # noqa: E402
 from tasks.extraction.prompt import system_prompt, user_prompt  # noqa: E402
 from tasks.extraction.schema import Extraction, json_schema, parse_answer  # noqa: E402
-from tasks.llama_cpp import require_server  # noqa: E402
-from tasks.ontology import GraphSchema, default_schema  # noqa: E402
-from tasks.processes import ManagedServer, free_port  # noqa: E402
+from tasks.graph.ontology import GraphSchema, default_schema  # noqa: E402
+from tasks.shared.processes import ManagedServer, free_port  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 TEXT = ("Ann Lee (Acme Corp) chaired the budget review with Bob Stone of the Paris office; they "

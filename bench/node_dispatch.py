@@ -61,7 +61,7 @@ def main() -> None:
     from flows.train import train_flow
     from tasks.compute.local import LocalNode
     from tasks.compute.node import Watch, run_on_node
-    from tasks.llama_cpp import default_model_path
+    from tasks.engine.llama_cpp import default_model_path
     from tasks.training.params import build_params
 
     tmp = Path(tempfile.mkdtemp(prefix="node-dispatch-"))

@@ -58,7 +58,7 @@ def main() -> int:
         return 0
 
     from tasks.corpus.scorecard import ScorecardConfig, score_bucket
-    from tasks.llama_cpp import default_model_path
+    from tasks.engine.llama_cpp import default_model_path
     from tasks.training.base_model import hf_from_gguf
 
     work = Path(tempfile.mkdtemp(prefix="bench-train-"))

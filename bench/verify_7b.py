@@ -39,7 +39,7 @@ def random_model(work: Path, layers: int) -> tuple[Path, Path]:
     import torch
     from transformers import AutoTokenizer, Olmo3Config, Olmo3ForCausalLM
 
-    from tasks.llama_cpp import default_model_path
+    from tasks.engine.llama_cpp import default_model_path
     from tasks.training.convert import export_base
 
     hf = work / "hf"

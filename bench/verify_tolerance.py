@@ -34,7 +34,7 @@ PROMPTS = ["What did the team decide about the schedule?",
 
 
 def smollm2(work: Path) -> Path:
-    from tasks.llama_cpp import default_model_path
+    from tasks.engine.llama_cpp import default_model_path
     from tasks.training.base_model import hf_from_gguf
 
     return hf_from_gguf(default_model_path(), ROOT / ".slm-nightly" / "models")
@@ -45,7 +45,7 @@ def olmo3_tiny(work: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, Olmo3Config, Olmo3ForCausalLM
 
-    from tasks.llama_cpp import default_model_path
+    from tasks.engine.llama_cpp import default_model_path
 
     out = work / "olmo3-tiny"
     gguf = default_model_path()
@@ -66,7 +66,7 @@ def requantize(gguf_type: str, out: Path) -> None:
     tokenizer the HF→GGUF converter reads without sentencepiece)."""
     import llama_cpp
 
-    from tasks.llama_cpp import default_model_path
+    from tasks.engine.llama_cpp import default_model_path
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = {"f32": llama_cpp.LLAMA_FTYPE_ALL_F32, "f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16,

@@ -5,7 +5,7 @@ which model is tasks/compute/engines.py.
 
 One environment on the node. `project_dir` is the node's checkout of this project with ONE
 virtual environment, `.venv`, holding the project, its GPU build of torch and the engine:
-llama-server and llama-cpp-python built for CUDA (`python -m tasks.llama_build install
+llama-server and llama-cpp-python built for CUDA (`python -m tasks.engine.llama_build install
 --variant cuda`, then `pip install -e .`), plus vLLM
 for the vllm engine (`pip install -e '.[gpu]'`). The worker is `{project_dir}/.venv/bin/prefect`
 because Prefect's process worker starts each flow run with its own interpreter
@@ -49,7 +49,7 @@ class NodeServeSettings(BaseModel):
 
     engine: Literal["llama.cpp", "vllm"] = "llama.cpp"
     """Inference engine on the node. llama.cpp (llama-server, built for CUDA by
-    `python -m tasks.llama_build install --variant cuda`) loads the OLMo 3 GGUF; vLLM does not
+    `python -m tasks.engine.llama_build install --variant cuda`) loads the OLMo 3 GGUF; vLLM does not
     (its GGUF loader has no olmo2: vllm-project/vllm#30691). Needs the inference block's dialect
     to match (llama.cpp → "llama.cpp", vllm → "vllm")."""
     project_dir: str = "/opt/slm-nightly"

@@ -403,18 +403,18 @@ ENVIRONMENT = (
      "path); an explicit `--profile` wins. `gcp` on an orchestrator.", "flows/cli/parsing.py"),
     ("SLM_YOYO_WEIGHTS_GCS_BUCKET", "the bucket (`bucket`, `bucket/folder` or "
      "`gs://bucket/folder`, application-default credentials) where a profile names no "
-     "`gcs_block`: corpus sync, datasets, adapters, records.", "tasks/gcs_sync.py"),
+     "`gcs_block`: corpus sync, datasets, adapters, records.", "tasks/shared/gcs_sync.py"),
     ("SLM_BUILD_CACHE", "where the llama.cpp build (the wheel, its libraries and llama-server) "
-     "is kept (default `~/.cache/slm-nightly`).", "tasks/llama_build.py"),
+     "is kept (default `~/.cache/slm-nightly`).", "tasks/engine/llama_build.py"),
     ("SLM_PORT_LOCKS", "the folder of machine-wide port reservations for the servers the "
      "project starts (default `<tmp>/slm-nightly-ports`; one folder for every process that "
-     "must not share a port).", "tasks/processes.py"),
+     "must not share a port).", "tasks/shared/processes.py"),
     ("SLM_LLAMA_SERVER", "a llama-server binary to run instead of `<venv>/bin/llama-server`.",
-     "tasks/llama_cpp.py"),
+     "tasks/engine/llama_cpp.py"),
     ("SLM_LLAMA_CPP_TOOLS", "a folder holding llama.cpp's converters, instead of the "
-     "environment's `share/slm-nightly`.", "tasks/llama_cpp.py"),
+     "environment's `share/slm-nightly`.", "tasks/engine/llama_cpp.py"),
     ("SLM_LEASE_SECONDS", "the concurrency slots' lease (at least 60 s, the server's minimum).",
-     "tasks/slots.py"),
+     "tasks/shared/slots.py"),
     ("SLM_TEMPORARY_PREFECT_API", "set by the CLI itself: the API URL of the temporary Prefect "
      "server a local run starts (never set it by hand).", "tasks/runtime/prefect_env.py"),
     ("SLM_PROFILE", "the notebook's profile.", "notebooks/debug_document.ipynb"),

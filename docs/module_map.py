@@ -41,7 +41,7 @@ def _summary(tree: ast.Module) -> str:
 
 def _package(name: str) -> str:
     """What the map names an import by: the sub-package of tasks/ (tasks.compute), else the
-    module (tasks.files, blocks.gce, flows.extract)."""
+    module (tasks.shared.files, blocks.gce, flows.extract)."""
     parts = name.split(".")
     if parts[0] == "tasks" and len(parts) > 2:
         return ".".join(parts[:2])

@@ -20,7 +20,7 @@ from tasks.night.fleet import stop_nodes_hook
 from tasks.night.stages import Night, check_buckets, check_phases
 from tasks.profile import load_profile, profile_in_use
 from tasks.records import RunSummary, TrainingResult
-from tasks.slots import gpu_slot
+from tasks.shared.slots import gpu_slot
 
 
 @flow(name="nightly", on_cancellation=[stop_nodes_hook], on_crashed=[stop_nodes_hook])

@@ -10,9 +10,9 @@ from pathlib import Path
 from prefect import flow
 
 from tasks.corpus.handoff import hand_over, score_and_publish, summary_of, sync_corpus
-from tasks.errors import ConfigError
 from tasks.profile import load_profile
 from tasks.records import ScorecardSummary
+from tasks.shared.errors import ConfigError
 
 
 @flow(name="scorecard", log_prints=True)

@@ -15,13 +15,13 @@ import httpx
 from prefect import flow
 
 from blocks.inference import server_root
-from tasks.errors import ConfigError
 from tasks.night.clock import night_budget
 from tasks.night.smoke import Smoke, environment, one_request, one_step
 from tasks.preflight.node import template_thinks
 from tasks.profile import Profile, load_profile
 from tasks.records import SmokeResult
-from tasks.slots import NIGHTLY_SLOT_WAIT_SECONDS, held_by, nightly_slot
+from tasks.shared.errors import ConfigError
+from tasks.shared.slots import NIGHTLY_SLOT_WAIT_SECONDS, held_by, nightly_slot
 
 
 @flow(name="node-smoke")

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import SlmNightlyError
-from tasks.paths import PROJECT_ROOT
+from tasks.shared.errors import SlmNightlyError
+from tasks.shared.paths import PROJECT_ROOT
 
 # docs/operator-gcp.md §5's deploy command (tests/unit/test_deploy.py keeps them in step).
 PRODUCTION = ["nightly/production", "node-reaper/production", "train/node", "nightly/extract",

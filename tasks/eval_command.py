@@ -12,9 +12,9 @@ from tasks.evaluation.gate import check_comparable, compare, load_baseline
 from tasks.evaluation.gold import DEFAULT_GOLD, Split, load_gold
 from tasks.evaluation.report import render, render_gate
 from tasks.evaluation.runner import Gold, run_eval
-from tasks.files import write_atomic
 from tasks.profile import load_profile
 from tasks.runtime import logs
+from tasks.shared.files import write_atomic
 
 
 def _num(v: float | None) -> str:

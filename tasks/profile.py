@@ -42,14 +42,14 @@ from blocks.serving import ServingEndpoint
 from blocks.sources import DocumentSources
 from tasks.compute.protocol import Node, nodes_for
 from tasks.corpus.scorecard import ScorecardConfig
-from tasks.errors import ConfigError, explain_validation
 from tasks.extraction.inputs import source_roots
 from tasks.extraction.setup import Phase1Setup, ask_for
 from tasks.extraction.streams import STREAMS
-from tasks.gcs_sync import env_bucket, parse_bucket_url
+from tasks.graph.ontology import DEFAULT_SCHEMA, GraphSchema, load_schema
 from tasks.graph.snapshots import Shelf
-from tasks.ontology import DEFAULT_SCHEMA, GraphSchema, load_schema
-from tasks.paths import PROJECT_ROOT
+from tasks.shared.errors import ConfigError, explain_validation
+from tasks.shared.gcs_sync import env_bucket, parse_bucket_url
+from tasks.shared.paths import PROJECT_ROOT
 from tasks.training.registry import ArtifactStore
 
 DEFAULT_SCHEMA_NAME = str(DEFAULT_SCHEMA.relative_to(DEFAULT_SCHEMA.parents[1]))  # schemas/…

@@ -2,7 +2,7 @@
 
 With a bucket for the profile's run records (`gcs_block`, else SLM_YOYO_WEIGHTS_GCS_BUCKET),
 the summary is the newest `records/runs/<UTC time>-<run>.json` there (the nightly mirrors its
-records at its end: tasks/night/stages.py _write_summary, tasks/gcs_sync.py mirror_records), so any
+records at its end: tasks/night/stages.py _write_summary, tasks/shared/gcs_sync.py mirror_records), so any
 shell with read access to the bucket sees what the orchestrator's night did. Without one, it
 is `<state_dir>/runs/last-run.json`. A night is healthy when it ended `completed` or `partial`
 and finished less than `max_age_hours` (26) ago.
@@ -20,11 +20,11 @@ from typing import Any
 
 from prefect.settings import PREFECT_API_URL
 
-from tasks.errors import ConfigError, RecordError
-from tasks.gcs_sync import GcsFolder, env_bucket, gcs_bucket_from_env_or_block, parse_bucket_url
+from tasks.night.summary import render_text
 from tasks.profile import load_profile, profile_path, project_path
 from tasks.records import RunSummary
-from tasks.summary import render_text
+from tasks.shared.errors import ConfigError, RecordError
+from tasks.shared.gcs_sync import GcsFolder, env_bucket, gcs_bucket_from_env_or_block, parse_bucket_url
 
 MAX_AGE_HOURS = 26.0
 HEALTHY = ("completed", "partial")

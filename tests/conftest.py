@@ -15,7 +15,7 @@ from tasks.runtime import prefect_env
 
 # Each test process (an xdist worker, or a second checkout testing at once) has a PREFECT_HOME of
 # its own, set before Prefect is imported: Prefect's files and the project's slot records
-# (tasks/slots.py, under PREFECT_HOME) are never another process's, nor the user's ~/.prefect.
+# (tasks/shared/slots.py, under PREFECT_HOME) are never another process's, nor the user's ~/.prefect.
 _HOME = tempfile.mkdtemp(prefix=f"slm-tests-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-")
 atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 os.environ["PREFECT_HOME"] = os.path.join(_HOME, "prefect")

@@ -7,8 +7,8 @@ import sys
 
 from flows.cli import adapters, deploy, evaluation, gcp, graph, node, run, train
 from flows.cli.parsing import PROFILE_ENV, Parser, describe, env_profile_defaults
-from tasks.errors import SlmNightlyError
 from tasks.runtime import prefect_env
+from tasks.shared.errors import SlmNightlyError
 
 
 def build_parser() -> argparse.ArgumentParser:

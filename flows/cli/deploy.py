@@ -8,7 +8,7 @@ from typing import Any
 
 from flows.cli.parsing import command
 from tasks.deploy import PRODUCTION, redeploy
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 
 def _deploy(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from flows.cli.parsing import add_profile, command_group
 from tasks.deploy import PRODUCTION, redeploy
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 
 def _values(args: argparse.Namespace) -> dict[str, bytes]:

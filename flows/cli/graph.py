@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.cli.parsing import add_json, add_profile, command_group, print_rows
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 
 def _local_neo4j(args: argparse.Namespace) -> int:

@@ -8,15 +8,15 @@ import json
 from typing import Any
 
 from flows.cli.parsing import add_json, add_profile, command, command_group
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 
 def _node_preflight(args: argparse.Namespace) -> int:
     """Everything a night on a GCE profile needs, checked without booting the node."""
-    from tasks.checks import Check
     from tasks.preflight.prefect_api import api_url_unset
     from tasks.preflight.run import PreflightReport, run_preflight
     from tasks.profile import load_profile
+    from tasks.shared.checks import Check
 
     unset = api_url_unset(args.profile)  # before a saved block loads: no temporary server
     if unset is not None:

@@ -32,8 +32,8 @@ def _run_logged(args: argparse.Namespace, cfg: Any, log: logs.RunLog) -> int:
     from prefect.exceptions import TerminationSignal
 
     from tasks.extraction.inputs import source_roots
+    from tasks.night.summary import render_text
     from tasks.runtime.interrupts import RunStopper, say
-    from tasks.summary import render_text
 
     last = cfg.state_dir / "runs" / "last-run.json"
     before = last.stat().st_mtime if last.exists() else None
@@ -105,7 +105,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _alerts(args: argparse.Namespace) -> int:
-    from tasks.alerts import ALERTS_FILE, install
+    from tasks.night.alerts import ALERTS_FILE, install
 
     rows = install(args.notify_block, args.deployment, Path(args.file or ALERTS_FILE))
     for r in rows:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from flows.cli.parsing import PROFILE_ENV, add_json, add_profile, command
-from tasks.errors import ConfigError
 from tasks.records import TrainingMarker
+from tasks.shared.errors import ConfigError
 
 
 def _scorecard(args: argparse.Namespace) -> int:

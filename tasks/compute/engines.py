@@ -26,8 +26,8 @@ from functools import cache
 from pathlib import Path
 
 from blocks.node_serve import NodeServeSettings
-from tasks.errors import ConfigError
-from tasks.llama_cpp import INSTALL_HINT, tools_dir
+from tasks.engine.llama_cpp import INSTALL_HINT, tools_dir
+from tasks.shared.errors import ConfigError
 
 LLAMA_ARCH_FILE = "src/llama-arch.cpp"
 # load_gguf_checkpoint's renames of llama.cpp names to transformers' (transformers 5.24,

@@ -1,4 +1,4 @@
-"""The local inference server (llama.cpp's own `llama-server`, built by tasks/llama_build.py),
+"""The local inference server (llama.cpp's own `llama-server`, built by tasks/engine/llama_build.py),
 its command line (the GPU node's too) and readiness polling."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 
 from blocks.inference import server_root
-from tasks import waiting
-from tasks.errors import ServerError
-from tasks.llama_cpp import require_server
-from tasks.processes import ManagedServer, free_port, tail
+from tasks.engine.llama_cpp import require_server
+from tasks.shared import waiting
+from tasks.shared.errors import ServerError
+from tasks.shared.processes import ManagedServer, free_port, tail
 
 SERVER_NAME = "inference"
 

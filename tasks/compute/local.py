@@ -13,9 +13,9 @@ from blocks.compute import LocalCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute import inference_server
 from tasks.compute.threads import auto_threads
-from tasks.llama_cpp import default_model_path
-from tasks.processes import ManagedServer
+from tasks.engine.llama_cpp import default_model_path
 from tasks.records import NodeUsage
+from tasks.shared.processes import ManagedServer
 
 
 class LocalNode:

@@ -20,9 +20,9 @@ from prefect.states import Cancelled, Cancelling, Crashed
 
 from blocks.inference import InferenceEndpoint
 from tasks.compute.protocol import Node
-from tasks.errors import NodePreempted, PhaseFailed
 from tasks.records import NodeUsage, TrainingResult
-from tasks.waiting import poll
+from tasks.shared.errors import NodePreempted, PhaseFailed
+from tasks.shared.waiting import poll
 
 
 @task(name="compute-up", cache_policy=NO_CACHE)

@@ -16,9 +16,9 @@ from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute.gce.lifecycle import GceNode
 from tasks.compute.local import LocalNode
-from tasks.errors import ConfigError
-from tasks.processes import ManagedServer
 from tasks.records import NodeUsage
+from tasks.shared.errors import ConfigError
+from tasks.shared.processes import ManagedServer
 
 
 @runtime_checkable

@@ -9,7 +9,7 @@ boot, picks it up: the night trains yesterday's data first, beside the inference
 Who can own a node run: only the nightly run that submitted it (the outermost flow run above
 it: run_deployment records its caller as the node run's parent task run, in the nightly or in a
 subflow of it), and only while that nightly holds the `nightly` slot — it takes the slot at its
-start and submits node runs only while it holds it (flows/nightly.py, tasks/slots.py). So a
+start and submits node runs only while it holds it (flows/nightly.py, tasks/shared/slots.py). So a
 node run whose nightly is final (Completed, Failed, Cancelled, Crashed), gone, or absent
 (submitted by hand) has no owner. A nightly still Running may be a dead process that never
 reported: when the caller holds the `nightly` slot itself (the nightly at its start), no other
@@ -34,7 +34,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled
 
 from tasks.records import StaleNodeRun
-from tasks.slots import NIGHTLY_LIMIT, active_slots
+from tasks.shared.slots import NIGHTLY_LIMIT, active_slots
 
 # Not final, so a worker may still take or keep running them. SCHEDULED covers Scheduled, Late
 # and AwaitingRetry; CANCELLING is a cancel no worker is left to carry out; PAUSED waits for a

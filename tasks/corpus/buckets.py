@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 Kind = Literal["sft", "dpo"]
 MESSAGE = pl.Struct({"role": pl.String, "content": pl.String})

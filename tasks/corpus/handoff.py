@@ -15,8 +15,6 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.corpus.buckets import Kind
 from tasks.corpus.scorecard import RULES, ScorecardConfig, card_json, score_bucket
-from tasks.files import replacing
-from tasks.gcs_sync import ENV_BUCKET, gcs_bucket_from_env_or_block, sync_folder
 from tasks.records import (
     BucketScore,
     BucketVerdict,
@@ -25,6 +23,8 @@ from tasks.records import (
     SyncReport,
     TrainingMarker,
 )
+from tasks.shared.files import replacing
+from tasks.shared.gcs_sync import ENV_BUCKET, gcs_bucket_from_env_or_block, sync_folder
 
 
 def score_corpus(corpus: Path, buckets: dict[str, Kind], cfg: ScorecardConfig

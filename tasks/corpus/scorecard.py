@@ -19,8 +19,8 @@ import numpy as np
 import polars as pl
 
 from tasks.corpus.buckets import Kind, bucket_files, empty_bucket, read_file
-from tasks.files import sha256_hex
 from tasks.records import BucketScore, SourceShare
+from tasks.shared.files import sha256_hex
 
 SCORECARD_VERSION = 1
 CLEAN_PAIR_FLOOR = 3000

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import ConfigError
 from tasks.evaluation.runner import FORMAT
+from tasks.shared.errors import ConfigError
 
 DEFAULT_TOLERANCE = 0.02
 GATED = (("entity F1 (type-strict)", ("entities", "type_strict", "f1")),

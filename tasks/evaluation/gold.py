@@ -12,8 +12,8 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tasks.errors import ConfigError
-from tasks.files import sha256_hex
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import sha256_hex
 
 Split = Literal["train", "validation", "examples"]
 SPLITS: tuple[Split, ...] = get_args(Split)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.errors import ConfigError
+from tasks.engine.llama_cpp import default_model_path
 from tasks.evaluation.gold import GoldCase
 from tasks.evaluation.metrics import CasePrediction, PredictedEntity, score
 from tasks.extraction.answers import BatchReport, build_batch
@@ -30,8 +30,8 @@ from tasks.extraction.documents import Document
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
 from tasks.extraction.llm import Usage
 from tasks.extraction.prompt import prompt_digest
-from tasks.files import sha256_hex
-from tasks.llama_cpp import default_model_path
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import sha256_hex
 
 if TYPE_CHECKING:
     from tasks.extraction.llm import Dialect

@@ -17,8 +17,8 @@ from tasks.extraction.llm import Usage
 from tasks.extraction.prompt import document_version
 from tasks.extraction.resolve import normalize
 from tasks.extraction.rows import DocRows, entity
+from tasks.graph.ontology import GraphSchema, default_schema
 from tasks.graph.store import ChunkRow, GraphBatch, RelRow, now_iso
-from tasks.ontology import GraphSchema, default_schema
 from tasks.records import FailedDocument
 
 UNGROUNDED_SAMPLES = 20  # names listed in the report (the count is whole)

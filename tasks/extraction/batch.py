@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import GraphError
 from tasks.extraction.answers import BatchReport, build_batch
 from tasks.extraction.calls import Ask, DocOutcome, extract_documents, run_sync
 from tasks.extraction.documents import Document, LoadFailure
@@ -20,7 +19,8 @@ from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.prompt import document_version
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.records import FailedDocument
-from tasks.waiting import backoff_seconds
+from tasks.shared.errors import GraphError
+from tasks.shared.waiting import backoff_seconds
 
 GRAPH_ATTEMPTS = 3
 GRAPH_RETRY_SECONDS = 1.0

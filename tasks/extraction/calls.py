@@ -16,13 +16,13 @@ from typing import Any
 
 from prefect.exceptions import TerminationSignal
 
-from tasks.errors import ChunkTooLong, Deferred, LLMError
 from tasks.extraction.chunking import Chunk, chunks, estimate_tokens, halve
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.prompt import GLEAN_PROMPT, system_prompt, user_prompt
 from tasks.extraction.schema import Extraction
-from tasks.ontology import GraphSchema, default_schema
+from tasks.graph.ontology import GraphSchema, default_schema
+from tasks.shared.errors import ChunkTooLong, Deferred, LLMError
 
 MAX_SPLIT_DEPTH = 2
 

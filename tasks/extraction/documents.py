@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.errors import DocumentError
 from tasks.extraction import streams
 from tasks.extraction.loaders import Document, LoadFailure, decode
 from tasks.extraction.streams import Stream
-from tasks.files import sha256_hex
+from tasks.shared.errors import DocumentError
+from tasks.shared.files import sha256_hex
 
 __all__ = ["Document", "LoadFailure", "iter_paths", "load_document", "scan"]
 

@@ -11,14 +11,14 @@ from typing import Any
 
 from blocks.inference import InferenceEndpoint
 from blocks.sources import DocumentSources
-from tasks.errors import ConfigError
 from tasks.extraction import streams
 from tasks.extraction.calls import prompt_overhead_tokens
 from tasks.extraction.chunking import estimate_tokens
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.prompt import GLEAN_PROMPT
 from tasks.extraction.schema import json_schema
-from tasks.ontology import GraphSchema
+from tasks.graph.ontology import GraphSchema
+from tasks.shared.errors import ConfigError
 
 
 def source_roots(sources: DocumentSources) -> dict[str, Path]:

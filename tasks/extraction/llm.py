@@ -23,11 +23,11 @@ import httpx
 from pydantic import ValidationError
 
 from blocks.inference import server_root
-from tasks.errors import ChunkTooLong, Deferred, LLMError, ServerDied
 from tasks.extraction.pacing import Outcome, Pacing
 from tasks.extraction.schema import Extraction, SchemaViolation, parse_answer
-from tasks.ontology import GraphSchema
-from tasks.waiting import backoff_seconds
+from tasks.graph.ontology import GraphSchema
+from tasks.shared.errors import ChunkTooLong, Deferred, LLMError, ServerDied
+from tasks.shared.waiting import backoff_seconds
 
 Dialect = Literal["vllm", "llama.cpp", "openai"]
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}

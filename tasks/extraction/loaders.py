@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tasks.errors import DocumentError
+from tasks.shared.errors import DocumentError
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from tasks.errors import Deferred
+from tasks.shared.errors import Deferred
 
 START_LIMIT = 4          # first limit (or the ceiling, if lower): most servers take 4 at once
 GAIN = 0.2               # a limit step must return this share of its concurrency gain

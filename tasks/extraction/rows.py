@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from tasks.extraction.loaders import Document
 from tasks.extraction.resolve import looks_like_person_name, resolve
+from tasks.graph.ontology import GraphSchema
 from tasks.graph.store import EntityRow, RelRow
-from tasks.ontology import GraphSchema
 
 
 def entity(entity_type: str, raw: str, description: str = "") -> EntityRow:

@@ -19,7 +19,6 @@ from uuid import UUID
 from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from tasks.errors import PhaseFailed, ServerDied
 from tasks.extraction.answers import BatchReport
 from tasks.extraction.batch import append_dead_letters, failure_record, record_failures
 from tasks.extraction.chunking import estimate_tokens
@@ -29,11 +28,10 @@ from tasks.extraction.plan import Plan
 from tasks.extraction.prompt import extraction_version
 from tasks.extraction.setup import Phase1Setup
 from tasks.extraction.stages import count_documents, extract_batch, retract_deleted
-from tasks.files import write_atomic
+from tasks.graph.ontology import GraphSchema
 from tasks.graph.open import snapshot_writer
 from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
 from tasks.graph.store import GraphStore, batched
-from tasks.ontology import GraphSchema
 from tasks.records import (
     AnswerQuality,
     DocumentCounts,
@@ -43,6 +41,8 @@ from tasks.records import (
     SnapshotFailed,
     grounded_precision,
 )
+from tasks.shared.errors import PhaseFailed, ServerDied
+from tasks.shared.files import write_atomic
 
 PENDING_FILE = "phase1-pending.json"  # <state_dir>/…: documents a budget left, first next run
 # Kept back from the budget for what follows the last requests: that batch's graph writes, the

@@ -1,7 +1,7 @@
 """What the model must answer: the output models, the request's JSON schema, and the check of
 an answer against it.
 
-The types come from the graph schema (tasks/ontology.py, schemas/graph.toml). Labels that
+The types come from the graph schema (tasks/graph/ontology.py, schemas/graph.toml). Labels that
 reach Cypher come only from it; model output is mapped onto them (or rejected and counted),
 never interpolated.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from tasks.ontology import GraphSchema, default_schema
+from tasks.graph.ontology import GraphSchema, default_schema
 
 # The shipped schema's types (schemas/graph.toml), for code and benchmarks that need no other.
 ENTITY_TYPES: tuple[str, ...] = default_schema().entity_types

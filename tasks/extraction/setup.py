@@ -14,8 +14,8 @@ from blocks.inference import InferenceEndpoint
 from tasks.extraction.calls import Ask
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
 from tasks.extraction.llm import LLMClient
+from tasks.graph.ontology import GraphSchema
 from tasks.graph.snapshots import Shelf
-from tasks.ontology import GraphSchema
 
 DEAD_LETTER_FILE = "dead-letter.jsonl"  # <state_dir>/…: every failure row, appended
 

@@ -27,7 +27,7 @@ from google.cloud import cloudquotas_v1, iam_admin_v1, resourcemanager_v3, secre
 from google.cloud.iam_admin_v1.services.iam.transports import IAMGrpcTransport
 from google.cloud.storage import Client
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 ENDPOINTS_ENV = "SLM_GCP_API_ENDPOINTS"
 API_NAMES = ("compute", "storage", "iam", "resourcemanager", "serviceusage", "secretmanager",

@@ -37,12 +37,12 @@ from typing import Any
 
 from google.api_core.exceptions import NotFound
 
+from tasks.engine.llama_build import pin
 from tasks.gcp.clients import Clients
 from tasks.gcp.network import get_or_none, wait_operation
 from tasks.gcp.nodes import FAMILY
 from tasks.gcp.reconcile import GcpError, api_call
 from tasks.gcp.spec import GcpSpec
-from tasks.llama_build import pin
 
 BUILDER = "slm-image-builder"
 MACHINE_TYPE = "n2-standard-8"

@@ -92,12 +92,12 @@ do_checkout() {
   attr commit "$(cat "$STATE/commit")"
   python3.11 -m venv "$VENV"
 }
-# llama.cpp for the L4 (tasks/llama_build.py: -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=89,
+# llama.cpp for the L4 (tasks/engine/llama_build.py: -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=89,
 # the compiler named by CUDACXX) for both the wheel and llama-server, before the project, so pip
 # never builds llama-cpp-python with its own flags.
 do_engine() {
   CUDACXX=@{nvcc} SLM_BUILD_CACHE="$SCRATCH/build-cache" "$VENV/bin/python" \
-    -m tasks.llama_build install --variant cuda
+    -m tasks.engine.llama_build install --variant cuda
 }
 do_project() {
   "$VENV/bin/pip" install -q -e "$PROJECT_DIR"
@@ -133,7 +133,7 @@ do_weights() {
 }
 do_checks() {
   "$VENV/bin/slm-nightly" node prepare-weights --profile @{profile} --check
-  "$VENV/bin/python" -m tasks.llama_build check
+  "$VENV/bin/python" -m tasks.engine.llama_build check
   local server missing
   server=$(readlink -f "$VENV/bin/llama-server")
   missing=$(ldd "$server" | grep 'not found' || true)

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 from google.api_core.exceptions import GoogleAPICallError
 
-from tasks.errors import SlmNightlyError
+from tasks.shared.errors import SlmNightlyError
 
 T = TypeVar("T")
 Mode = Literal["setup", "check", "dry-run", "teardown", "teardown-dry-run"]

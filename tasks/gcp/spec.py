@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tasks.errors import ConfigError, explain_validation
+from tasks.shared.errors import ConfigError, explain_validation
 
 # IAP's TCP forwarding reaches instances from this range only
 # (cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule)

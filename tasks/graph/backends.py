@@ -9,9 +9,9 @@ from typing import Any
 
 from falkordb import FalkorDB
 
-from tasks.errors import GraphError
 from tasks.graph import queries as q
 from tasks.graph.store import DEFAULT_BATCH_BYTES, GraphStore
+from tasks.shared.errors import GraphError
 
 
 class FalkorDBStore(GraphStore):

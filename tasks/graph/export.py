@@ -27,10 +27,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import GraphError
-from tasks.files import replacing
 from tasks.graph import queries as q
 from tasks.graph.store import GraphStore, sized_batches
+from tasks.shared.errors import GraphError
+from tasks.shared.files import replacing
 
 FORMAT, VERSION = "slm-graph", 1
 KEY_OF = {label: prop for _, label, prop in q.UNIQUE_KEYS}  # Entity → key, …
@@ -73,7 +73,7 @@ def _count(stats: Stats, labels: list[str] | None = None, rel: str | None = None
 def export(store: GraphStore, path: Path) -> Stats:
     """Write the graph to `path` (gzip JSON lines); the counts it holds, as stats() gives
     them. The body is written first (the counts are known only at its end), then the header
-    and the body go into a temporary file renamed over `path` (tasks.files.replacing)."""
+    and the body go into a temporary file renamed over `path` (tasks.shared.files.replacing)."""
     stats: Stats = {"nodes": {}, "relationships": {}}
     tmp = path.with_name(path.name + ".body")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -30,10 +30,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tasks.errors import GraphError, ServerError
-from tasks.files import replacing
-from tasks.processes import ManagedServer, ServerRecord, alive, free_port, port_open, tail
-from tasks.waiting import poll
+from tasks.shared.errors import GraphError, ServerError
+from tasks.shared.files import replacing
+from tasks.shared.processes import ManagedServer, ServerRecord, alive, free_port, port_open, tail
+from tasks.shared.waiting import poll
 
 Progress = Callable[[str], None]
 DEFAULT_LOAD_TIMEOUT = 600.0

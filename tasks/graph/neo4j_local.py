@@ -5,7 +5,7 @@ an in-process DBMS run by a small Java main (LocalNeo4j.java beside this file), 
 
 Needs Java 17 and Maven (`java`, `javac`, `mvn` on PATH) the first time: `resolve()` has Maven
 download the harness and its dependencies (~240 jars, ~145 MB, ~45 s) and compiles the main,
-once per machine, into the build cache (tasks/llama_build.py `cache_root()`, outside any
+once per machine, into the build cache (tasks/engine/llama_build.py `cache_root()`, outside any
 checkout). The jars are GPL-3 and never enter the repository; the project talks to them over
 a socket only. `make run`, the orchestrator and the node image need none of this.
 
@@ -27,10 +27,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.errors import ConfigError, ServerError, print_result
-from tasks.files import locked, sha256_hex
-from tasks.llama_build import cache_root
-from tasks.processes import free_port, release_port
+from tasks.engine.llama_build import cache_root
+from tasks.shared.errors import ConfigError, ServerError, print_result
+from tasks.shared.files import locked, sha256_hex
+from tasks.shared.processes import free_port, release_port
 
 HARNESS = "org.neo4j.test:neo4j-harness"
 VERSION = "5.26.30"  # the last LTS line on Java 17 (Maven Central, 2026-12)

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from blocks.graph import FalkorDBGraph, Neo4jGraph
-from tasks.errors import ConfigError, GraphError
 from tasks.graph import falkordb_server, snapshots
 from tasks.graph.backends import FalkorDBStore, Neo4jStore
 from tasks.graph.export import export, replay
 from tasks.graph.store import GraphStore
 from tasks.records import GraphSnapshot
+from tasks.shared.errors import ConfigError, GraphError
 
 Progress = logging.Logger | logging.LoggerAdapter[Any] | TextIO | Callable[[str], None]
 """Where open_graph tells of a slow start: a logger (a flow's run logger), a stream, or a

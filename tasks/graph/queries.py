@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from tasks.ontology import NameKind, checked_name
+from tasks.graph.ontology import NameKind, checked_name
 
 Dialect = Literal["falkordb", "neo4j"]  # which schema statements a store runs
 

@@ -26,11 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import ConfigError, GraphError
-from tasks.files import file_sha256, write_atomic
-from tasks.gcs_sync import _full, _load, download_file, sync_folder
 from tasks.graph import falkordb_server
 from tasks.records import GraphSnapshot, LedgerEntry, SnapshotFailed, SyncReport
+from tasks.shared.errors import ConfigError, GraphError
+from tasks.shared.files import file_sha256, write_atomic
+from tasks.shared.gcs_sync import _full, _load, download_file, sync_folder
 
 Stats = dict[str, dict[str, int]]
 LEDGER = "graph-ledger.json"

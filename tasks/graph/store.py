@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from tasks.errors import GraphError
 from tasks.graph import queries as q
 from tasks.records import FailedDocument
+from tasks.shared.errors import GraphError
 
 T = TypeVar("T")
 
@@ -116,7 +116,7 @@ class EntityRow:
     emails: list[str] = field(default_factory=list)
     phones: list[str] = field(default_factory=list)
     # the graph schema's optional properties of this type ({"role": "chair"}); names were
-    # checked as identifiers when the schema was read (tasks/ontology.py)
+    # checked as identifiers when the schema was read (tasks/graph/ontology.py)
     properties: dict[str, str] = field(default_factory=dict)
 
     def merge(self, other: EntityRow) -> None:

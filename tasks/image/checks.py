@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tasks.checks import Check, failure, passed
-from tasks.errors import ConfigError
-from tasks.files import file_sha256
 from tasks.image.layout import COMMAND, GGUF_MAGIC, WeightsLayout
+from tasks.shared.checks import Check, failure, passed
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import file_sha256
 from tasks.training import convert
 
 

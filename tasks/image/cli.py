@@ -12,11 +12,11 @@ from typing import Any
 from prefect.settings import PREFECT_API_URL
 
 from blocks.node_serve import NodeServeSettings
-from tasks.errors import ConfigError
 from tasks.image.checks import as_record, check_weights
 from tasks.image.layout import COMMAND, WeightsError, WeightsLayout
 from tasks.image.weights import prepare_weights
 from tasks.profile import _build, read_profile, refuse_renamed
+from tasks.shared.errors import ConfigError
 from tasks.training.params import read_recipe
 
 

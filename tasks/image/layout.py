@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 MANIFEST = "weights-manifest.json"
 COMMAND = "slm-nightly node prepare-weights"  # how the operator runs it (messages name it)

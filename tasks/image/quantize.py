@@ -1,5 +1,5 @@
 """`python -m tasks.image.quantize SRC DST TYPE`: a GGUF quantized by llama.cpp's own
-llama_model_quantize, through the pinned llama-cpp-python (the library `tasks.llama_build check`
+llama_model_quantize, through the pinned llama-cpp-python (the library `tasks.engine.llama_build check`
 evaluates), as the image builder runs it: the f16 GGUF of the 32B into the type the node serves.
 TYPE is a llama.cpp file type name after LLAMA_FTYPE_MOSTLY_ (Q3_K_M, Q4_K_M, Q8_0, …)."""
 
@@ -9,7 +9,7 @@ import ctypes
 import sys
 from pathlib import Path
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 
 def ftype(name: str) -> int:

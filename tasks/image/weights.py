@@ -1,7 +1,7 @@
 """The node image's model folder, built from a source and checked: what the old pipeline's
 `vllm-weights-prep.sh` did, run once when the image is built (COMMAND), never at boot.
 
-The source is a local folder or a `gs://bucket/folder` (read through tasks/gcs_sync.py with
+The source is a local folder or a `gs://bucket/folder` (read through tasks/shared/gcs_sync.py with
 application-default credentials); nothing comes from a hub. It holds, by name:
 
     SOURCE/<basename of model_path>            the 32B GGUF the engine serves
@@ -45,11 +45,11 @@ from typing import Any
 
 import google_crc32c
 
-from tasks.errors import ConfigError
-from tasks.files import file_sha256, replacing, write_atomic
-from tasks.gcs_sync import GcsFolder, gcs_bucket_from_env_or_block, parse_bucket_url
 from tasks.image.checks import as_record, run_checks
 from tasks.image.layout import COMMAND, WeightsError, WeightsLayout
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import file_sha256, replacing, write_atomic
+from tasks.shared.gcs_sync import GcsFolder, gcs_bucket_from_env_or_block, parse_bucket_url
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 HF_METADATA = ".cache/huggingface/download"  # what `hf download --local-dir` leaves

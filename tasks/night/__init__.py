@@ -3,4 +3,4 @@ budgets (clock.py), the phase records
 (phases.py), the fleet of nodes and their teardown (fleet.py), the stages of the night
 (stages.py), phase 2b's turns (training.py), the reaper's policy (reaper.py) and the training
 job's hand-off to the node (handoff.py). The slots that say who owns the node are
-tasks/slots.py, which training shares."""
+tasks/shared/slots.py, which training shares."""

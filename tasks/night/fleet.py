@@ -8,11 +8,11 @@ from typing import Any
 
 from tasks.compute.node import compute_down, node_usage
 from tasks.compute.protocol import Node
-from tasks.errors import NodePreempted
 from tasks.night.phases import phase
+from tasks.night.summary import cost_summary
 from tasks.profile import load_profile
 from tasks.records import NodeUsage, RunSummary, ZoneSpan
-from tasks.summary import cost_summary
+from tasks.shared.errors import NodePreempted
 
 
 def each(task: Any, nodes: list[Node], **kwargs: Any) -> list[Any]:

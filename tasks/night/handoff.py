@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from prefect import get_run_logger
 
 from tasks.compute.node import Watch, run_on_node
-from tasks.files import file_sha256
-from tasks.gcs_sync import upload_file
 from tasks.records import TrainingResult
+from tasks.shared.files import file_sha256
+from tasks.shared.gcs_sync import upload_file
 from tasks.training.params import TrainParams, build_params
 
 if TYPE_CHECKING:

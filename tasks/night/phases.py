@@ -10,8 +10,8 @@ from typing import Literal
 
 from prefect.exceptions import TerminationSignal
 
-from tasks.errors import NodePreempted, PhaseFailed, PhaseTimedOut
 from tasks.records import RunSummary
+from tasks.shared.errors import NodePreempted, PhaseFailed, PhaseTimedOut
 
 
 @contextmanager

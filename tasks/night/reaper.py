@@ -2,7 +2,7 @@
 killed with SIGKILL, a crash after the `finally` lost its 30 s of grace, a run started by hand
 and forgotten).
 
-Who may be using the node: only the holder of the `nightly` concurrency slot (tasks/slots.py). A
+Who may be using the node: only the holder of the `nightly` concurrency slot (tasks/shared/slots.py). A
 nightly run holds that slot, as a lease it keeps renewing, from its start until its node is
 stopped; a process killed with -9 stops renewing and the slot frees itself within ~75 s. So:
 
@@ -37,7 +37,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 
 from tasks.records import ReaperResult
-from tasks.slots import NIGHTLY_LIMIT, active_slots
+from tasks.shared.slots import NIGHTLY_LIMIT, active_slots
 
 if TYPE_CHECKING:
     from tasks.profile import Profile

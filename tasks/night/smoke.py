@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from tasks.environment import REBUILD, describe, differences, recorded
 from tasks.extraction.calls import run_sync
 from tasks.extraction.inputs import llm_client, response_schema
 from tasks.extraction.prompt import system_prompt
 from tasks.night.handoff import train_on_node, train_params
 from tasks.night.phases import timed
 from tasks.records import SmokePhase
+from tasks.shared.environment import REBUILD, describe, differences, recorded
 
 if TYPE_CHECKING:
     from tasks.profile import Profile
@@ -102,7 +102,7 @@ def one_step(cfg: Profile, profile: str, timeout_seconds: float) -> str:
 
 
 def environment(cfg: Profile, since: str) -> str:
-    """The environment the node's run recorded (tasks/environment.py) against this one."""
+    """The environment the node's run recorded (tasks/shared/environment.py) against this one."""
     if not cfg.training.gcs_block:
         return "not compared: the profile names no bucket the node could report to"
     node = recorded(cfg.training.gcs_block)

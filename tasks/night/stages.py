@@ -17,16 +17,15 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run as current_run
 
-from tasks.capacity import Phase1Measured, capacity_report
 from tasks.compute.node import compute_up, inference_down, inference_up
 from tasks.compute.protocol import Node
 from tasks.compute.stale_runs import cancel_stale_node_runs
-from tasks.errors import ConfigError, NodePreempted, PhaseFailed
-from tasks.gcs_sync import mirror_records
+from tasks.extraction.capacity import Phase1Measured, capacity_report
 from tasks.night.clock import NightClock, night_budget, night_seconds
 from tasks.night.fleet import Fleet, drop_failed, each, node_lost, raise_first
 from tasks.night.phases import final_status, phase
 from tasks.night.reaper import reap
+from tasks.night.summary import new_summary, render_markdown
 from tasks.night.training import Turns, publish_phase
 from tasks.preflight.run import run_preflight
 from tasks.records import (
@@ -37,8 +36,9 @@ from tasks.records import (
     StaleNodeRun,
     SyncReport,
 )
-from tasks.slots import owning_the_node
-from tasks.summary import new_summary, render_markdown
+from tasks.shared.errors import ConfigError, NodePreempted, PhaseFailed
+from tasks.shared.gcs_sync import mirror_records
+from tasks.shared.slots import owning_the_node
 from tasks.training.reconcile import reconcile_store
 from tasks.training.serving import LocalServing, local_serving, served_gguf
 
@@ -344,7 +344,7 @@ def _mark_partial(summary: RunSummary, report: ExtractionReport) -> None:
 
 
 def _capacity(report: ExtractionReport, nodes: int) -> Any:
-    """Tonight's phase-1 rate and the backlog it leaves (tasks/capacity.py)."""
+    """Tonight's phase-1 rate and the backlog it leaves (tasks/extraction/capacity.py)."""
     return capacity_report(Phase1Measured(
         extracted_documents=sum(c.extracted for c in report.documents.values()),
         completion_tokens=report.completion_tokens, prompt_tokens=report.prompt_tokens,

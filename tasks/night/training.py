@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from prefect import get_run_logger
 
-from tasks.errors import NodePreempted, PhaseFailed
 from tasks.night.handoff import train_on_node, train_params
 from tasks.night.phases import phase
 from tasks.records import RunSummary, TrainingMarker, TrainingResult
+from tasks.shared.errors import NodePreempted, PhaseFailed
 from tasks.training.params import TrainParams
 from tasks.training.serving import publish_promoted
 

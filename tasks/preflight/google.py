@@ -14,7 +14,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.transport.requests import AuthorizedSession
 
 from blocks.gce import GceCompute
-from tasks.checks import Check, failure, passed, skipped
+from tasks.shared.checks import Check, failure, passed, skipped
 
 MACHINE_TYPE = "g2-standard-4"
 ACCELERATOR = ("nvidia-l4", 1)

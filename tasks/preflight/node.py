@@ -17,12 +17,12 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from prefect.settings import PREFECT_API_KEY
 
 from blocks.gce import GceCompute
-from tasks.checks import Check, failure, passed, skipped
 from tasks.compute.engines import engine_problems, worker_command
 from tasks.compute.host_memory import Host, host_fit, most_checkpoints, most_slots
 from tasks.compute.kv_budget import Card, ModelShape, kv_fit, largest_fit
-from tasks.environment import REBUILD, RECORD_KEY, describe, differences, recorded
-from tasks.paths import PROJECT_ROOT
+from tasks.shared.checks import Check, failure, passed, skipped
+from tasks.shared.environment import REBUILD, RECORD_KEY, describe, differences, recorded
+from tasks.shared.paths import PROJECT_ROOT
 
 if TYPE_CHECKING:
     from tasks.profile import Profile
@@ -209,7 +209,7 @@ def host_memory_check(s: Any, slots: int, context_tokens: int) -> Check:
 # --- the node's environment ---------------------------------------------------------------------
 def environment_check(cfg: Profile, training: bool) -> Check:
     """The environment the node's last training run recorded in the bucket against this
-    checkout's pyproject.toml and this machine's versions (tasks/environment.py)."""
+    checkout's pyproject.toml and this machine's versions (tasks/shared/environment.py)."""
     name = "node environment"
     if not training or not cfg.training.gcs_block:
         return skipped(name, "the night does not train on the node through a bucket")

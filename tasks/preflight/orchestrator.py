@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 from google.api_core import exceptions as gexc
 from pydantic import SecretStr
 
-from tasks.checks import Check, failure, passed, skipped
-from tasks.errors import GraphError
 from tasks.extraction import streams
-from tasks.gcs_sync import gcs_bucket_from_env_or_block
 from tasks.graph.backends import Neo4jStore
 from tasks.graph.open import graph_server
 from tasks.graph.store import GraphStore
+from tasks.shared.checks import Check, failure, passed, skipped
+from tasks.shared.errors import GraphError
+from tasks.shared.gcs_sync import gcs_bucket_from_env_or_block
 
 if TYPE_CHECKING:
     from tasks.profile import Profile

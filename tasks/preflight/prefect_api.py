@@ -11,11 +11,11 @@ from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_API_URL
 
 from blocks.gce import GceCompute
-from tasks.checks import Check, failure, passed, skipped
-from tasks.code_version import code_version
-from tasks.errors import ConfigError
-from tasks.paths import PROJECT_ROOT
 from tasks.profile import read_profile
+from tasks.shared.checks import Check, failure, passed, skipped
+from tasks.shared.code_version import code_version
+from tasks.shared.errors import ConfigError
+from tasks.shared.paths import PROJECT_ROOT
 
 if TYPE_CHECKING:
     from tasks.profile import Profile

@@ -29,7 +29,7 @@ GPU hour, each failure with its fix.
   1 and the scorecard run on the orchestrator: flows/nightly.py calls them in-process);
 - the Prefect API answers; the node's work pool and the training deployment exist, the
   deployment is on that pool and pulls this checkout's code from GCS (its version is this
-  checkout's, tasks/code_version.py); outside a night, the
+  checkout's, tasks/shared/code_version.py); outside a night, the
   orchestrator's deployments (nightly/production, node-reaper/production) too;
 - the node's engine can load its model's architecture (tasks/compute/engines.py, from the
   engine's own list) and speaks the inference block's dialect; the startup script's worker
@@ -57,9 +57,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tasks.checks import Check, PreflightFailed, failure, passed, skipped
 from tasks.compute.protocol import gce_block
-from tasks.errors import ConfigError
 from tasks.preflight.google import (
     account_email,
     compute_checks,
@@ -70,6 +68,8 @@ from tasks.preflight.google import (
 from tasks.preflight.node import environment_check, node_checks
 from tasks.preflight.orchestrator import bucket_checks, folder_checks, graph_checks, secret_checks
 from tasks.preflight.prefect_api import prefect_checks
+from tasks.shared.checks import Check, PreflightFailed, failure, passed, skipped
+from tasks.shared.errors import ConfigError
 from tasks.training.params import build_params, resolve
 from tasks.training.preflight import node_limits, preflight
 

@@ -16,8 +16,8 @@ from pydantic import (
     model_validator,
 )
 
-from tasks.errors import RecordError, explain_validation
-from tasks.files import write_atomic
+from tasks.shared.errors import RecordError, explain_validation
+from tasks.shared.files import write_atomic
 
 
 class _Strict(BaseModel):

@@ -1,4 +1,4 @@
-"""The reports of copies to GCS (tasks/gcs_sync.py, the artifact store): what was uploaded, and
+"""The reports of copies to GCS (tasks/shared/gcs_sync.py, the artifact store): what was uploaded, and
 the error that stopped it. A copy never raises past its caller: the local files stand, and the
 report's `error` says what failed."""
 

@@ -48,7 +48,7 @@ class CostSummary(_Strict):
 
 
 class CapacityReport(_Strict):
-    """Tonight's phase-1 rates and what the backlog left takes (tasks/capacity.py)."""
+    """Tonight's phase-1 rates and what the backlog left takes (tasks/extraction/capacity.py)."""
 
     nodes: int  # nodes phase 1 ran on tonight
     phase1_seconds: float  # the time phase 1 spent extracting: the rates' clock
@@ -71,7 +71,7 @@ V1_EXTRACTION_FIELDS = ("documents", "llm_calls", "prompt_tokens", "completion_t
                         "deleted", "pruned", "rejected_entity_types",
                         "remapped_relationship_types", "unusable_answers", "dropped_fields",
                         "bad_records", "pending", "quality")
-# … and wrote these (zeros) from the start, whether phase 1 ran or not (tasks/summary.py)
+# … and wrote these (zeros) from the start, whether phase 1 ran or not (tasks/night/summary.py)
 V1_ALWAYS_WRITTEN = frozenset({"documents", "llm_calls", "prompt_tokens", "completion_tokens",
                                "entities", "relationships", "failures"})
 
@@ -167,7 +167,7 @@ class RunSummary(Record):
     scorecard: ScorecardSummary | None = None
     training: dict[str, TrainingResult] | None = None
     cost: CostSummary | None = None
-    capacity: CapacityReport | None = None  # phase 1's rates and the backlog (tasks/capacity.py)
+    capacity: CapacityReport | None = None  # phase 1's rates and the backlog (tasks/extraction/capacity.py)
     error: str | None = None
 
     @classmethod

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from tasks.errors import IllegalTransition
 from tasks.records.base import Record, _Strict
+from tasks.shared.errors import IllegalTransition
 
 # --- the training job ----------------------------------------------------------------------
 

@@ -27,8 +27,8 @@ from typing import Any
 from prefect.exceptions import TerminationSignal
 
 from tasks.graph import falkordb_server
-from tasks.processes import ManagedServer
 from tasks.runtime.logs import say  # to the terminal, also while the run's output goes to its log
+from tasks.shared.processes import ManagedServer
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tasks.paths import PROJECT_ROOT
-from tasks.processes import ManagedServer, free_port
 from tasks.runtime.logs import say as _say  # the terminal, also while a run's output goes to its log
+from tasks.shared.paths import PROJECT_ROOT
+from tasks.shared.processes import ManagedServer, free_port
 
 DEFAULTS = {
     # The first ephemeral-server start on a fresh PREFECT_HOME takes longer than the 20 s default.

@@ -19,8 +19,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.errors import ConfigError
-from tasks.files import replacing, sha256_hex
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import replacing, sha256_hex
 from tasks.training.quiet import quiet_libraries
 
 DIGEST_BLOCK = 1 << 20  # bytes hashed at each end of the file
@@ -93,7 +93,7 @@ def _require_file(path: Path, what: str) -> Path:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path} — pass the path of an existing .gguf file "
-                          "(tasks.llama_cpp.default_model_path() gives the bundled one)")
+                          "(tasks.engine.llama_cpp.default_model_path() gives the bundled one)")
     return path
 
 

@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import ConfigError, SlmNightlyError
-from tasks.files import replacing
-from tasks.llama_build import download_sdist
-from tasks.llama_cpp import DIST, INSTALL_HINT, BuildError, llama_cpp_version, tools_dir
+from tasks.engine.llama_build import download_sdist
+from tasks.engine.llama_cpp import DIST, INSTALL_HINT, BuildError, llama_cpp_version, tools_dir
+from tasks.shared.errors import ConfigError, SlmNightlyError
+from tasks.shared.files import replacing
 
 VENDOR = "vendor/llama.cpp/"
 # What the two converters import from the sdist: nothing else is unpacked.

@@ -25,10 +25,6 @@ from prefect.exceptions import Abort, CancelledRun, TerminationSignal
 from prefect.runtime import flow_run as current_run
 
 from tasks.compute.node import NODE_RESULT_KEY
-from tasks.environment import describe, record
-from tasks.errors import ConfigError
-from tasks.files import file_sha256, write_atomic
-from tasks.gcs_sync import download_file
 from tasks.records import (
     FINAL,
     AdapterManifest,
@@ -38,7 +34,11 @@ from tasks.records import (
     Pairs,
     TrainingResult,
 )
-from tasks.slots import gpu_slot
+from tasks.shared.environment import describe, record
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import file_sha256, write_atomic
+from tasks.shared.gcs_sync import download_file
+from tasks.shared.slots import gpu_slot
 from tasks.training.base_model import f32_gguf, gguf_digest
 from tasks.training.convert import export_lora
 from tasks.training.params import Recipe, TrainParams
@@ -158,7 +158,7 @@ def verify(files: AdapterFiles, prompts: list[str], cache_dir: Path, n_threads: 
 def record_environment(gcs_block: str | None) -> None:
     """On the node (a dataset handed over through the bucket): say in the bucket what this
     environment is, for preflight and `node smoke` to compare with the orchestrator's
-    (tasks/environment.py). Never fails the run."""
+    (tasks/shared/environment.py). Never fails the run."""
     if not gcs_block:
         return
     logger = get_run_logger()

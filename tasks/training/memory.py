@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 MIB = 2**20
 GIB = 2**30

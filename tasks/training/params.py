@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tasks.errors import ConfigError, explain_validation
+from tasks.shared.errors import ConfigError, explain_validation
 
 # Found from the code, not the working directory: `slm-nightly` and Prefect workers start anywhere.
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes"

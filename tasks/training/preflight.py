@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.checks import Check, PreflightFailed, failure, passed, skipped
-from tasks.errors import ConfigError
-from tasks.llama_cpp import DIST, default_model_path, llama_cpp_version
+from tasks.engine.llama_cpp import DIST, default_model_path, llama_cpp_version
+from tasks.shared.checks import Check, PreflightFailed, failure, passed, skipped
+from tasks.shared.errors import ConfigError
 from tasks.training import convert, memory
 from tasks.training.base_model import HF_MARKER, hf_cache_entry
 from tasks.training.memory import NodeLimits

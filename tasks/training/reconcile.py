@@ -27,8 +27,8 @@ from uuid import UUID
 from prefect.client.orchestration import get_client
 from prefect.exceptions import ObjectNotFound
 
-from tasks.processes import owner_alive, start_ticks
 from tasks.records import FINAL, AdapterManifest, JobState, Owner
+from tasks.shared.processes import owner_alive, start_ticks
 from tasks.training.registry import now
 
 log = logging.getLogger(__name__)

@@ -38,9 +38,6 @@ from pathlib import Path
 
 from google.api_core.exceptions import PreconditionFailed
 
-from tasks.errors import ConfigError
-from tasks.files import replacing, write_atomic
-from tasks.gcs_sync import GcsFolder, gcs_bucket_from_env_or_block
 from tasks.records import (
     STATES,
     AdapterManifest,
@@ -50,6 +47,9 @@ from tasks.records import (
     Promotion,
     error_text,
 )
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import replacing, write_atomic
+from tasks.shared.gcs_sync import GcsFolder, gcs_bucket_from_env_or_block
 from tasks.training.train import checkpoint_step, latest_checkpoint
 
 __all__ = ["STATES", "AdapterManifest", "ArtifactStore", "gate", "now", "pack"]

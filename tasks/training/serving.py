@@ -30,9 +30,9 @@ from typing import Any
 import httpx
 
 from blocks.serving import ServingEndpoint
-from tasks.errors import ServingError
-from tasks.llama_cpp import default_model_path
+from tasks.engine.llama_cpp import default_model_path
 from tasks.records import AdapterManifest, PublishResult
+from tasks.shared.errors import ServingError
 from tasks.training.base_model import gguf_digest
 from tasks.training.registry import ArtifactStore
 

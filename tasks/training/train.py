@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 import polars as pl
 from prefect.exceptions import TerminationSignal
 
-from tasks.errors import ConfigError, SlmNightlyError
-from tasks.llama_cpp import default_model_path
+from tasks.engine.llama_cpp import default_model_path
+from tasks.shared.errors import ConfigError, SlmNightlyError
 from tasks.training.base_model import hf_from_gguf
 from tasks.training.params import Recipe
 from tasks.training.quiet import quiet_libraries

@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from tasks.errors import AdapterVerificationError, ConfigError
-from tasks.files import write_atomic
+from tasks.shared.errors import AdapterVerificationError, ConfigError
+from tasks.shared.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]  # the project root: the child runs from it
 STAGE = "STAGE "  # progress lines the child prints, so a crash can be placed

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tasks.processes import free_port, port_open
+from tasks.shared.processes import free_port, port_open
 from tests.fakes.loopback import JsonHandler, LoopbackServer
 from tests.support.paths import ROOT
 

@@ -15,25 +15,25 @@ from typing import Any
 
 import pytest
 
-from tasks.files import locked
 from tasks.graph import falkordb_server, neo4j_local
 from tasks.graph.backends import FalkorDBStore
 from tasks.graph.neo4j_local import LocalNeo4j
 from tasks.graph.store import GraphStore
+from tasks.shared.files import locked
 from tests.support.neo4j import NEO4J_SETTINGS, empty_neo4j
 from tests.support.weights import BASE_GGUF, COMMIT, GGUF_NAME
 
 
 @pytest.fixture(scope="session")
 def prefect_api() -> Iterator[None]:
-    """Prefect's test harness, one server per test process, on a port from tasks.processes'
+    """Prefect's test harness, one server per test process, on a port from tasks.shared.processes'
     reservations: the harness's own pick (bind port 0 in 8000–8999, close, hand it on) gave two
     xdist workers one number, and the loser's health check was answered by the winner's server."""
     from unittest import mock
 
     from prefect.testing import utilities
 
-    from tasks.processes import free_port
+    from tasks.shared.processes import free_port
 
     with mock.patch.object(utilities, "_find_available_port", free_port), \
             utilities.prefect_test_harness(server_startup_timeout=120):
@@ -96,7 +96,7 @@ def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     the xdist workers (the cache publishes each entry atomically; the lock spares the second
     worker the same 30 s of work)."""
     cache = shared_dir(tmp_path_factory, "base-cache")
-    from tasks.llama_cpp import default_model_path
+    from tasks.engine.llama_cpp import default_model_path
     from tasks.training.base_model import f32_gguf, hf_from_gguf
 
     gguf_path = default_model_path()
@@ -112,7 +112,7 @@ def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def olmo3_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A tiny random OLMo 3 (tests/support/olmo3_tiny.py) as an HF folder, and its F32 base GGUF
     written by llama.cpp's own converter: {"hf", "gguf", "config", "build_s", "export_s"}."""
-    from tasks.llama_cpp import default_model_path
+    from tasks.engine.llama_cpp import default_model_path
     from tasks.training.convert import export_base
     from tests.support import olmo3_tiny as tiny
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tasks.alerts import ALERTS_FILE
+from tasks.night.alerts import ALERTS_FILE
 from tests.fakes.loopback import JsonHandler, LoopbackServer
 from tests.support.paths import PREFECT, ROOT
 from tests.support.prefect import prefect_server as start_server

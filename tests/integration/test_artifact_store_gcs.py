@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from flows.cli import main as cli
-from tasks.errors import ConfigError
-from tasks.gcs_sync import ENV_BUCKET, GcsFolder
 from tasks.profile import load_profile
+from tasks.shared.errors import ConfigError
+from tasks.shared.gcs_sync import ENV_BUCKET, GcsFolder
 from tasks.training.registry import ArtifactStore
 from tests.fakes.gcs import GcsEmulator
 from tests.support.paths import ROOT
@@ -87,7 +87,7 @@ def test_the_operators_variable_names_the_bucket_for_artifacts_records_and_corpu
         bucket_env: str, gcs: GcsEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ) -> None:
     from tasks.corpus.handoff import sync_corpus
-    from tasks.gcs_sync import mirror_records
+    from tasks.shared.gcs_sync import mirror_records
 
     corpus = tmp_path / "corpus"
     shutil.copytree(ROOT / "examples" / "corpus", corpus)

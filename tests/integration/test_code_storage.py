@@ -2,7 +2,7 @@
 
 A copy of the checkout stands for the orchestrator's; a test edits a flow and a task module in
 it and deploys `train/node` from it with the CLI exactly as prefect.yaml says (the push steps:
-tasks.code_version.code_location, then prefect-gcp's push_to_gcs into the GCS emulator). The
+tasks.shared.code_version.code_location, then prefect-gcp's push_to_gcs into the GCS emulator). The
 node's worker runs from THIS checkout (the image's environment, installed from here), in the
 node's environment (no PYTHONPATH, application-default credentials), and its flow run pulls
 the code with pull_from_gcs: the run's log shows the edit, and where `tasks` was imported from.
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from tasks.code_version import code_files, code_folder, code_version
+from tasks.shared.code_version import code_files, code_folder, code_version
 from tests.fakes.gcs import GcsEmulator
 from tests.support.checkout import orchestrator_checkout
 from tests.support.paths import ROOT

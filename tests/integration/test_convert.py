@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tasks import llama_cpp as lc
-from tasks.errors import AdapterVerificationError, ConfigError
+from tasks.engine import llama_cpp as lc
+from tasks.shared.errors import AdapterVerificationError, ConfigError
 from tasks.training import base_model, convert
 from tasks.training.base_model import f32_gguf, hf_from_gguf
 from tasks.training.convert import ConversionError, export_lora

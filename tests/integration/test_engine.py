@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tasks.compute.inference_server import Served, start_llama_server, stop_llama_server
-from tasks.llama_cpp import default_model_path
+from tasks.engine.llama_cpp import default_model_path
 
 LONG = {"messages": [{"role": "user", "content": "Count from one to ten thousand."}],
         "max_tokens": 3000, "temperature": 0.0, "ignore_eos": True}

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from flows.extract import extract
-from tasks.errors import PhaseFailed
 from tasks.graph.backends import FalkorDBStore, Neo4jStore
 from tasks.graph.neo4j_local import LocalNeo4j
+from tasks.shared.errors import PhaseFailed
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.documents import transcript
 from tests.support.graph_dump import dump
@@ -212,7 +212,7 @@ def test_an_unreachable_endpoint_fails_documents_without_holding_them(setup,
                                                                      tmp_path: Path) -> None:
     """A node that went away (connection refused) is not the documents' fault: they are
     counted and dead-lettered, but the next run does them without --retry-failed."""
-    from tasks.processes import free_port
+    from tasks.shared.processes import free_port
 
     profile, src, store, fake = setup
     down = tmp_path / "down.toml"
@@ -247,7 +247,7 @@ def test_labels_outside_the_schema_are_mapped_or_rejected_and_counted(setup) -> 
 
 def test_graph_hiccup_retries_the_writes_not_the_llm_calls(setup, monkeypatch) -> None:
     import tasks.extraction.batch as ex
-    from tasks.errors import GraphError
+    from tasks.shared.errors import GraphError
 
     profile, src, store, fake = setup
     monkeypatch.setattr(ex, "GRAPH_RETRY_SECONDS", 0.01)
@@ -389,7 +389,7 @@ def test_one_edited_type_description_re_extracts_exactly_what_the_model_reads(se
     """The extraction version comes from the schema file: edit one description and the
     documents whose text the model reads are extracted again, the contact records it never
     reads are not, and the run says why."""
-    from tasks.ontology import DEFAULT_SCHEMA
+    from tasks.graph.ontology import DEFAULT_SCHEMA
 
     profile, src, store, fake = setup
     schema = profile.parent / "graph.toml"

@@ -17,8 +17,8 @@ import pytest
 
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
-from tasks.errors import ConfigError, NodeBootTimeout, NodePreempted, NodeUnavailable
-from tasks.processes import free_port
+from tasks.shared.errors import ConfigError, NodeBootTimeout, NodePreempted, NodeUnavailable
+from tasks.shared.processes import free_port
 from tests.fakes.compute_engine import NODE_SA, FakeComputeEngine, FakeInstance
 from tests.support.gce import PROJECT, SA, creds, gce
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.gcs_sync import sync_folder
+from tasks.shared.gcs_sync import sync_folder
 from tests.fakes.gcs import GcsEmulator
 from tests.support.profiles import toml_profile
 

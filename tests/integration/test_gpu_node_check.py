@@ -20,9 +20,9 @@ from tasks.compute.inference_server import (
     start_llama_server,
     stop_llama_server,
 )
-from tasks.llama_cpp import default_model_path
-from tasks.ontology import default_schema
-from tasks.processes import ManagedServer
+from tasks.engine.llama_cpp import default_model_path
+from tasks.graph.ontology import default_schema
+from tasks.shared.processes import ManagedServer
 
 ROOT = Path(__file__).resolve().parents[2]
 ALIAS = "SmolLM2-135M-Instruct"

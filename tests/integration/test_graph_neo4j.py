@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from blocks.graph import Neo4jGraph
-from tasks.errors import GraphError
 from tasks.graph.backends import Neo4jStore
 from tasks.graph.neo4j_local import VERSION, LocalNeo4j
 from tasks.graph.store import ChunkRow, GraphBatch
 from tasks.preflight.orchestrator import schema_check
+from tasks.shared.errors import GraphError
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.documents import transcript
 from tests.support.neo4j import empty_neo4j

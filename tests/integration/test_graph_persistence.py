@@ -13,13 +13,13 @@ import pytest
 from blocks.graph import FalkorDBGraph
 from flows.cli import main as cli
 from flows.extract import extract
-from tasks.errors import GraphError
-from tasks.files import file_sha256
 from tasks.graph import falkordb_server
 from tasks.graph import snapshots as snap
 from tasks.graph.backends import FalkorDBStore
 from tasks.graph.open import open_graph
 from tasks.graph.store import EntityRow, GraphBatch, RelRow
+from tasks.shared.errors import GraphError
+from tasks.shared.files import file_sha256
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.documents import transcript
 from tests.support.graph_dump import dump

@@ -2,9 +2,9 @@ import time
 
 import pytest
 
-from tasks.errors import GraphError
 from tasks.graph.backends import FalkorDBStore
 from tasks.graph.store import EntityRow, GraphBatch, GraphStore
+from tasks.shared.errors import GraphError
 from tests.support.graph_batches import batch_for, mark
 from tests.support.graph_dump import dump
 

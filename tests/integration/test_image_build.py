@@ -85,18 +85,18 @@ def test_the_build_runs_every_step_across_two_reboots_and_makes_a_labelled_image
         "installer install_cuda --installation-mode=repo",  # reboots
         "mount", "installer install_cuda --installation-mode=repo", "ldconfig",
         "nvcc", "git", "git", "git", "python3.11",
-        "python -m tasks.llama_build", "pip", "python -m tasks.training.convert",
+        "python -m tasks.engine.llama_build", "pip", "python -m tasks.training.convert",
         "hf download allenai/Olmo-3-32B-Think", "hf download allenai/Olmo-3-32B-Think",
         "hf download allenai/Olmo-3-7B-Think",
         f"python {tmp}/checkout/.venv/share/slm-nightly/0.3.36/convert_hf_to_gguf.py "
         f"{tmp}/scratch/model-st", f"python {tmp}/checkout/.venv/share/slm-nightly/0.3.36/"
         f"convert_hf_to_gguf.py {tmp}/scratch/src/Olmo-3-7B-Think",
         "python -m tasks.image.quantize", "slm-nightly node prepare-weights",
-        "slm-nightly node prepare-weights", "python -m tasks.llama_build", "ldd", "umount"]
+        "slm-nightly node prepare-weights", "python -m tasks.engine.llama_build", "ldd", "umount"]
     assert all("--ignore-no-gpu" in c for c in calls if c.startswith("installer"))
     d = node.dir(ZONE, BUILDER)
     assert (d / "reboots").read_text().split() == ["reboot", "reboot"]
-    assert f"python -m tasks.llama_build install --variant cuda CUDACXX={tmp}/cuda/nvcc" in calls
+    assert f"python -m tasks.engine.llama_build install --variant cuda CUDACXX={tmp}/cuda/nvcc" in calls
     assert "hf download allenai/Olmo-3-32B-Think --revision 0123abc --local-dir " \
         f"{tmp}/scratch/model-st" in calls
     assert "python -m tasks.image.quantize " f"{tmp}/scratch/model-f16.gguf " \
@@ -208,8 +208,8 @@ def test_quantize_writes_the_type_llama_cpp_names_and_refuses_an_unknown_one(
     a .part file renamed into place; an unknown type is refused naming llama.cpp's types."""
     import gguf
 
-    from tasks.errors import ConfigError
     from tasks.image.quantize import quantize
+    from tasks.shared.errors import ConfigError
 
     out = tmp_path / "olmo3-tiny-Q8_0.gguf"
     quantize(olmo3_tiny["gguf"], out, "q8_0")

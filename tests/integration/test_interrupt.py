@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tasks.processes import ManagedServer, alive
+from tasks.shared.processes import ManagedServer, alive
 from tests.support.profiles import toml_profile
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
@@ -280,7 +280,7 @@ def test_kill_9_mid_extraction_then_the_next_run_takes_over_and_completes(
 
 HOLD = """
 import sys, time
-from tasks.slots import nightly_slot
+from tasks.shared.slots import nightly_slot
 
 with nightly_slot(timeout_seconds=30):
     print("held", flush=True)
@@ -291,10 +291,10 @@ with nightly_slot(timeout_seconds=30):
 @pytest.fixture
 def slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The slot records in a PREFECT_HOME of the test's own (this process and its children)."""
-    import tasks.slots
+    import tasks.shared.slots
 
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(tasks.slots, "_records", lambda: tmp_path / "home" / "slm-nightly" / "slots")
+    monkeypatch.setattr(tasks.shared.slots, "_records", lambda: tmp_path / "home" / "slm-nightly" / "slots")
     return tmp_path / "home" / "slm-nightly" / "slots"
 
 
@@ -302,7 +302,7 @@ def slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_killed_holders_lease_is_released_by_id(slots: Path) -> None:
     from prefect.settings import PREFECT_API_URL
 
-    from tasks.slots import active_slots, take_over_dead_holders
+    from tasks.shared.slots import active_slots, take_over_dead_holders
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())})
@@ -321,7 +321,7 @@ def test_a_killed_holders_lease_is_released_by_id(slots: Path) -> None:
 
 @pytest.mark.usefixtures("prefect_api")
 def test_a_holder_on_another_host_is_never_taken_over(slots: Path) -> None:
-    from tasks.slots import active_slots, nightly_slot, take_over_dead_holders
+    from tasks.shared.slots import active_slots, nightly_slot, take_over_dead_holders
 
     with nightly_slot(timeout_seconds=30):
         [mine] = slots.glob("nightly.*.json")

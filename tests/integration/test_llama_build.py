@@ -1,4 +1,4 @@
-"""The installed llama.cpp as `make` leaves it: built by tasks/llama_build.py for the x86-64
+"""The installed llama.cpp as `make` leaves it: built by tasks/engine/llama_build.py for the x86-64
 baseline (the library's own feature list and its machine code say so), installed from the
 keyed cache without rebuilding, and checked by evaluating a prompt. A library that cannot
 evaluate one (a stand-in that executes an illegal instruction, SIGILL) fails the check with the
@@ -15,8 +15,8 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from tasks import llama_build as lb
-from tasks import llama_cpp as lc
+from tasks.engine import llama_build as lb
+from tasks.engine import llama_cpp as lc
 from tests.support.paths import ROOT
 
 LIB = Path(llama_cpp.__file__).parent / "lib"
@@ -24,7 +24,7 @@ LIB = Path(llama_cpp.__file__).parent / "lib"
 
 def test_the_installed_library_is_the_baseline_build() -> None:
     rec = lc.installed_record()
-    assert rec is not None, "llama-cpp-python was not installed by tasks.llama_build"
+    assert rec is not None, "llama-cpp-python was not installed by tasks.engine.llama_build"
     assert rec["cmake_args"] == " ".join(lb.flags("cpu"))
     assert rec["key"] == lb.build_key(lb.pin(), "cpu")
     res = lc.check()
@@ -52,7 +52,7 @@ def test_the_cpu_library_holds_no_amx_or_avx512_instruction() -> None:
 
 def test_an_unchanged_key_installs_nothing_again() -> None:
     started = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "tasks.llama_build", "install"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "tasks.engine.llama_build", "install"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"llama.cpp: llama-cpp-python {lb.pin()} (cpu, key "
@@ -68,7 +68,7 @@ def test_a_fresh_environment_installs_the_cached_wheel_without_compiling(tmp_pat
                     str(venv)], check=True)
     # pip from this environment, the package under test into the new one
     py = venv / "bin" / "python"
-    r = subprocess.run([str(py), "-m", "tasks.llama_build", "install"], cwd=ROOT,
+    r = subprocess.run([str(py), "-m", "tasks.engine.llama_build", "install"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "building" not in r.stdout and "compiling" not in r.stdout
@@ -88,16 +88,16 @@ def test_a_library_that_dies_with_sigill_fails_the_check(sigill_preload: str,
     assert f"\n  library: {LIB / 'libggml-cpu.so'}\n" in msg
     assert f"\n  built with: {' '.join(lb.flags('cpu'))}\n" in msg
     assert f"\n  LD_PRELOAD: {sigill_preload}" in msg
-    assert "python -m tasks.llama_build install --rebuild" in msg
+    assert "python -m tasks.engine.llama_build install --rebuild" in msg
 
 
 def test_the_make_step_fails_at_once_with_the_reason(sigill_preload: str) -> None:
-    r = subprocess.run([sys.executable, "-m", "tasks.llama_build", "check"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "tasks.engine.llama_build", "check"], cwd=ROOT,
                        env={**os.environ, "LD_PRELOAD": sigill_preload},
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1
     assert r.stderr.startswith("error: llama.cpp crashed with signal 4 (SIGILL)")
-    ok = subprocess.run([sys.executable, "-m", "tasks.llama_build", "check"], cwd=ROOT,
+    ok = subprocess.run([sys.executable, "-m", "tasks.engine.llama_build", "check"], cwd=ROOT,
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("llama.cpp check: evaluated ")
@@ -114,4 +114,4 @@ def test_a_server_that_dies_with_sigill_fails_the_check(server_sigill_preload: s
     assert str(e.value).startswith(f"{lc.server_path()} died (signal 4 (SIGILL)) evaluating a "
                                    "prompt of a few hundred tokens with "
                                    "SmolLM2-135M-Instruct.Q4_1.gguf")
-    assert str(e.value).endswith("fix: `python -m tasks.llama_build install --rebuild`")
+    assert str(e.value).endswith("fix: `python -m tasks.engine.llama_build install --rebuild`")

@@ -13,7 +13,7 @@ import pytest
 
 from flows.nightly import nightly
 from tasks.compute.threads import auto_threads, usable_cores
-from tasks.processes import ManagedServer, alive, free_port
+from tasks.shared.processes import ManagedServer, alive, free_port
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.paths import ROOT
 from tests.support.profiles import toml_profile

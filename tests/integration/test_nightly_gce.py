@@ -11,9 +11,9 @@ import pytest
 
 from blocks.gce import GceCompute
 from flows.nightly import nightly
-from tasks.processes import free_port
+from tasks.night.summary import render_markdown, render_text
 from tasks.records import RunSummary
-from tasks.summary import render_markdown, render_text
+from tasks.shared.processes import free_port
 from tests.fakes.compute_engine import FakeComputeEngine, FakeInstance
 from tests.support.gce import PROJECT, VLLM_NODE, creds, gce_profile
 from tests.support.paths import ROOT
@@ -78,7 +78,7 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
     import threading
     import time
 
-    from tasks.errors import NodePreempted
+    from tasks.shared.errors import NodePreempted
 
     port = free_port()
 

@@ -19,8 +19,8 @@ import pytest
 from blocks.inference import InferenceEndpoint
 from tasks.compute.gce.lifecycle import GceNode
 from tasks.compute.gce.startup import ENGINE_ERROR_ATTRIBUTE, ENGINE_UNIT, WORKER_UNIT
-from tasks.errors import ServerError
-from tasks.processes import free_port
+from tasks.shared.errors import ServerError
+from tasks.shared.processes import free_port
 from tests.fakes.compute_engine import FakeComputeEngine
 from tests.fakes.node_runtime import FakeNode
 from tests.support.checkout import orchestrator_checkout
@@ -41,7 +41,7 @@ def node_paths(tmp: Path, model: Path, checkout: Path = ROOT) -> dict[str, str]:
 
 @pytest.fixture
 def booted(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    from tasks.llama_cpp import default_model_path
+    from tasks.engine.llama_cpp import default_model_path
 
     # the image's checkout, left to root as a root-run build leaves it: the script must hand
     # it to the service user (ownership is applied: the runtime may chown only in tmp_path)
@@ -80,7 +80,7 @@ def test_the_rendered_llama_cpp_engine_serves_a_structured_request_offline(
     from tasks.extraction.llm import LLMClient
     from tasks.extraction.prompt import system_prompt
     from tasks.extraction.schema import json_schema
-    from tasks.ontology import default_schema
+    from tasks.graph.ontology import default_schema
 
     fake, runtime = booted["fake"], booted["runtime"]
     port = free_port()

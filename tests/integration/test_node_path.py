@@ -23,7 +23,7 @@ import pytest
 from blocks.gce import GceCompute
 from flows.nightly import nightly
 from tasks.compute.gce.startup import ENGINE_UNIT, WORKER_UNIT
-from tasks.errors import NodePreempted
+from tasks.shared.errors import NodePreempted
 from tasks.training.registry import ArtifactStore
 from tests.fakes.compute_engine import FakeComputeEngine
 from tests.fakes.gcs import GcsEmulator
@@ -227,7 +227,7 @@ def test_no_worker_on_the_node_fails_fast_and_cancels_the_waiting_run(
 
     from tasks.compute.gce.lifecycle import GceNode
     from tasks.compute.node import Watch, run_on_node
-    from tasks.errors import PhaseFailed
+    from tasks.shared.errors import PhaseFailed
 
     fake = FakeComputeEngine(PROJECT)  # boots, but starts no worker
     with GcsEmulator(tmp_path) as gcs, fake:
@@ -259,7 +259,7 @@ def test_half_nights_extract_only_then_retrain_one_bucket(
     """prefect.yaml's nightly/extract and nightly/retrain (phases = extract | train): phase 1
     alone trains nothing; phase 2 alone asks the engine nothing, trains only the bucket named,
     and trains it again with retrain though the data did not change."""
-    from tasks.errors import ConfigError
+    from tasks.shared.errors import ConfigError
 
     node = WorkerNode(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:

@@ -18,14 +18,14 @@ import pytest
 
 from blocks.gce import GceCompute
 from flows.cli import main
-from tasks.checks import PreflightFailed
 from tasks.compute.gce.startup import WORKER_UNIT
+from tasks.night.summary import render_text
 from tasks.preflight.prefect_api import DEPLOY_ALL
 from tasks.preflight.run import PreflightReport, run_preflight
-from tasks.processes import free_port
 from tasks.profile import load_profile
 from tasks.records import RunSummary
-from tasks.summary import render_text
+from tasks.shared.checks import PreflightFailed
+from tasks.shared.processes import free_port
 from tests.fakes.compute_engine import FakeComputeEngine
 from tests.fakes.gcs import GcsEmulator
 from tests.support.gce import PROJECT, creds
@@ -315,7 +315,7 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
         done = threading.Event()
 
         def watch_the_slot() -> None:  # what the reaper asks before it stops a node
-            from tasks.slots import NIGHTLY_LIMIT, active_slots
+            from tasks.shared.slots import NIGHTLY_LIMIT, active_slots
 
             while not done.wait(0.5):
                 held.append(active_slots(NIGHTLY_LIMIT))
@@ -331,7 +331,7 @@ def test_node_smoke_boots_asks_trains_one_step_and_stops_the_node(
             "environment": "ok", "stop": "ok", "verdict": "passed"}
         # the smoke held the `nightly` slot while its node was up: the reaper left it alone
         assert held and max(held) == 1, held
-        from tasks.slots import NIGHTLY_LIMIT, active_slots
+        from tasks.shared.slots import NIGHTLY_LIMIT, active_slots
 
         assert active_slots(NIGHTLY_LIMIT) == 0
         assert "fits this checkout's pyproject.toml" in phases["_out"]
@@ -584,9 +584,9 @@ def test_without_prefect_api_url_the_cli_says_so_before_loading_a_saved_block(
 
 def test_a_node_environment_that_does_not_fit_the_code_fails_preflight(
         tmp_path: Path, world: FakeComputeEngine) -> None:
-    """What a node's run recorded in the bucket (tasks/environment.py) against this checkout:
+    """What a node's run recorded in the bucket (tasks/shared/environment.py) against this checkout:
     a stale image is refused with the rebuild; versions within a range are said."""
-    from tasks.environment import describe, record
+    from tasks.shared.environment import describe, record
 
     here = describe()
     stale = {**here, "packages": {**here["packages"], "prefect": "3.8.0", "polars": "1.1.0",

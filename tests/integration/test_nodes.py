@@ -16,8 +16,8 @@ from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
 from tasks.compute.gce.lifecycle import GceNode
 from tasks.compute.protocol import nodes_for
-from tasks.errors import NodeUnavailable
-from tasks.processes import free_port
+from tasks.shared.errors import NodeUnavailable
+from tasks.shared.processes import free_port
 from tests.fakes.compute_engine import AGENT_KEY, FakeComputeEngine, FakeInstance
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.gce import PROJECT, creds

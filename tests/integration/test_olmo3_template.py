@@ -23,13 +23,13 @@ import pytest
 
 from blocks.node_serve import SHIPPED_TEMPLATE, NodeServeSettings
 from tasks.compute.inference_server import Served, ServerSettings, llama_server_args, server_ready
+from tasks.engine.llama_cpp import require_server
 from tasks.extraction.llm import strip_reasoning, structured_output
 from tasks.extraction.prompt import system_prompt
 from tasks.extraction.schema import json_schema, parse_answer
-from tasks.llama_cpp import require_server
-from tasks.ontology import default_schema
+from tasks.graph.ontology import default_schema
 from tasks.preflight.node import template_thinks
-from tasks.processes import ManagedServer, free_port
+from tasks.shared.processes import ManagedServer, free_port
 from tests.support.paths import ROOT
 
 TEMPLATES = ROOT / "tasks" / "compute" / "templates"

@@ -186,7 +186,7 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
     """The world the guide's commands run in (module docstring): one empty project."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from tasks.processes import free_port
+    from tasks.shared.processes import free_port
     from tests.support.worker_node import WorkerNode
 
     port = free_port()

@@ -70,8 +70,8 @@ def test_prepare_weights_builds_where_the_saved_block_says(
 
 def test_prepare_weights_refuses_a_saved_block_that_is_not_a_gce_node(tmp_path: Path) -> None:
     from blocks.compute import LocalCompute
-    from tasks.errors import ConfigError
     from tasks.image.cli import cli_main
+    from tasks.shared.errors import ConfigError
     from tests.support.weights import weights_args
 
     LocalCompute().save("weights-local", overwrite=True)

@@ -49,7 +49,7 @@ from pathlib import Path
 import llama_cpp
 from tqdm import tqdm
 
-from tasks.llama_cpp import default_model_path
+from tasks.engine.llama_cpp import default_model_path
 from tasks.runtime import logs
 
 with logs.route(Path(sys.argv[1]), verbose=sys.argv[2] == "verbose") as log:

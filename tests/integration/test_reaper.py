@@ -89,7 +89,7 @@ def test_reaper_stops_the_node_of_a_dead_run_but_not_of_a_live_one(fake: FakeCom
                                                                    tmp_path: Path) -> None:
     """A RUNNING nightly run past its start-up grace without the `nightly` slot is a dead
     process (kill -9): its node is stopped. While the slot is held, nothing is touched."""
-    from tasks.slots import NIGHTLY_LIMIT, active_slots, nightly_slot
+    from tasks.shared.slots import NIGHTLY_LIMIT, active_slots, nightly_slot
 
     fake.add_instance("zone-a", "node", status="RUNNING")
     with get_client(sync_client=True) as client:

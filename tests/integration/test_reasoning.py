@@ -19,12 +19,12 @@ import httpx
 import pytest
 
 from tasks.compute.inference_server import Served, ServerSettings, llama_server_args, server_ready
+from tasks.engine.llama_cpp import require_server
 from tasks.extraction.llm import LLMClient, strip_reasoning, structured_output
 from tasks.extraction.prompt import system_prompt
 from tasks.extraction.schema import json_schema
-from tasks.llama_cpp import require_server
-from tasks.ontology import default_schema
-from tasks.processes import ManagedServer, free_port
+from tasks.graph.ontology import default_schema
+from tasks.shared.processes import ManagedServer, free_port
 from tests.support.paths import ROOT
 
 TEMPLATE = ROOT / "tests" / "fixtures" / "think-template.jinja"

@@ -30,7 +30,7 @@ from prefect.runtime import flow_run as current_run
 from prefect.states import Crashed, Running
 
 from tasks.compute.stale_runs import cancel_stale_node_runs
-from tasks.slots import NIGHTLY_LIMIT, ensure_limit
+from tasks.shared.slots import NIGHTLY_LIMIT, ensure_limit
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("prefect_api")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from flows.cli import main
-from tasks.gcs_sync import mirror_records
 from tasks.records import RunSummary
+from tasks.shared.gcs_sync import mirror_records
 from tests.fakes.gcs import GcsEmulator
 from tests.support.profiles import toml_profile
 

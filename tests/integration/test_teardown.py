@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks.processes import free_port
+from tasks.shared.processes import free_port
 from tests.fakes.compute_engine import FakeComputeEngine, FakeInstance
 from tests.support.gce import PROJECT, SA, VLLM_NODE
 from tests.support.paths import PREFECT, ROOT

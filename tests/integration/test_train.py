@@ -149,7 +149,7 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
     from prefect.client.orchestration import get_client
 
     from flows.train import train_flow
-    from tasks.slots import active_slots
+    from tasks.shared.slots import active_slots
 
     profile = train_profile(tmp_path, base_cache["cache"])
     data = sft_parquet(tmp_path / "toy.parquet")
@@ -285,7 +285,7 @@ def test_cancelled_training_saves_a_checkpoint_ends_cancelled_and_frees_the_slot
     from prefect.settings import PREFECT_API_URL
     from prefect.states import Cancelling
 
-    from tasks.slots import active_slots
+    from tasks.shared.slots import active_slots
 
     recipe = write_recipe(tmp_path, save_steps=4, export_gguf=False,
                           sft={"max_steps": 400, "learning_rate": 0.005})

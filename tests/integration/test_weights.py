@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 
 from blocks.node_serve import NodeServeSettings
-from tasks.errors import ConfigError
-from tasks.gcs_sync import GcsFolder
+from tasks.engine.llama_cpp import default_model_path
 from tasks.image.checks import check_weights, gguf_check, offline_env
 from tasks.image.layout import COMMAND, MANIFEST, WeightsError, WeightsLayout
 from tasks.image.weights import prepare_weights
-from tasks.llama_cpp import default_model_path
+from tasks.shared.errors import ConfigError
+from tasks.shared.gcs_sync import GcsFolder
 from tests.fakes.gcs import GcsEmulator
 from tests.support.weights import BASE_GGUF, COMMIT, GGUF_NAME, REPO
 

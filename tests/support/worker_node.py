@@ -11,7 +11,7 @@ from typing import Any
 
 from blocks.gce import GceCompute
 from tasks.compute.gce.startup import ENGINE_UNIT
-from tasks.processes import free_port
+from tasks.shared.processes import free_port
 from tests.fakes.compute_engine import FakeComputeEngine
 from tests.fakes.node_runtime import FakeNode
 from tests.support.gce import PROJECT, VLLM_NODE, creds, gce_profile

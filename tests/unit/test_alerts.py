@@ -9,8 +9,8 @@ from uuid import UUID
 
 import pytest
 
-from tasks.alerts import PLACEHOLDER, load_file, prepare
-from tasks.errors import ConfigError
+from tasks.night.alerts import PLACEHOLDER, load_file, prepare
+from tasks.shared.errors import ConfigError
 
 
 def test_the_file_is_what_prefect_automation_create_reads() -> None:

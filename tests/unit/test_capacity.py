@@ -1,4 +1,5 @@
-"""The capacity report (tasks/capacity.py) and its lines in the run summary (tasks/summary.py).
+"""The capacity report (tasks/extraction/capacity.py) and its lines in the run summary
+(tasks/night/summary.py).
 
 Every expected number is worked out by hand in the test's comments, from the inputs."""
 
@@ -8,10 +9,10 @@ import json
 
 import pytest
 
-from tasks.capacity import Phase1Measured, capacity_report
-from tasks.errors import RecordError
+from tasks.extraction.capacity import Phase1Measured, capacity_report
+from tasks.night.summary import capacity_lines, new_summary, render_markdown, render_text
 from tasks.records import CapacityReport, RunSummary
-from tasks.summary import capacity_lines, new_summary, render_markdown, render_text
+from tasks.shared.errors import RecordError
 
 
 def test_one_node_with_a_backlog_of_two_nights() -> None:

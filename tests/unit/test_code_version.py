@@ -1,10 +1,10 @@
-"""tasks/code_version.py: the version names the files push_to_gcs uploads, and only those."""
+"""tasks/shared/code_version.py: the version names the files push_to_gcs uploads, and only those."""
 
 from pathlib import Path
 
 import pytest
 
-from tasks.code_version import code_files, code_folder, code_version
+from tasks.shared.code_version import code_files, code_folder, code_version
 from tests.support.paths import ROOT
 
 

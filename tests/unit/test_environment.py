@@ -1,10 +1,10 @@
-"""tasks/environment.py: what makes a node's environment unfit for the deployed code."""
+"""tasks/shared/environment.py: what makes a node's environment unfit for the deployed code."""
 
 from pathlib import Path
 
 import pytest
 
-from tasks.environment import describe, differences, digest
+from tasks.shared.environment import describe, differences, digest
 
 PYPROJECT = """
 [project]

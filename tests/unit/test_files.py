@@ -1,10 +1,10 @@
-"""Atomic replacement and digests (tasks/files.py)."""
+"""Atomic replacement and digests (tasks/shared/files.py)."""
 
 import hashlib
 
 import pytest
 
-from tasks.files import file_sha256, replacing, sha256_hex, write_atomic
+from tasks.shared.files import file_sha256, replacing, sha256_hex, write_atomic
 
 
 def test_write_atomic_text_and_bytes(tmp_path):

@@ -3,8 +3,8 @@ test_artifact_store_gcs.py)."""
 
 import pytest
 
-from tasks.errors import ConfigError
-from tasks.gcs_sync import ENV_BUCKET, env_bucket, parse_bucket_url
+from tasks.shared.errors import ConfigError
+from tasks.shared.gcs_sync import ENV_BUCKET, env_bucket, parse_bucket_url
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -94,9 +94,9 @@ def test_the_graph_blocks_say_whether_they_are_embedded() -> None:
 def test_the_eval_starts_an_engine_only_where_the_node_runs_it_here(tmp_path: Path) -> None:
     import pytest
 
-    from tasks.errors import ConfigError
     from tasks.evaluation.runner import engine
     from tasks.profile import load_profile
+    from tasks.shared.errors import ConfigError
     from tests.support.profiles import toml_profile
 
     gce = load_profile(str(toml_profile(tmp_path / "gce.toml", state_dir=tmp_path, compute={

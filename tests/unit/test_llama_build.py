@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tasks import llama_build as lb
-from tasks import llama_cpp as lc
-from tasks.errors import ConfigError
-from tasks.paths import PROJECT_ROOT
+from tasks.engine import llama_build as lb
+from tasks.engine import llama_cpp as lc
+from tasks.shared.errors import ConfigError
+from tasks.shared.paths import PROJECT_ROOT
 
 
 def test_the_cpu_build_is_the_baseline_and_never_native() -> None:
@@ -272,7 +272,7 @@ def test_the_server_is_linked_from_the_installed_wheel_and_relinked_when_it_diff
     with pytest.raises(ConfigError) as e:
         lc.require_server(tmp_path / "elsewhere")
     assert str(e.value) == (f"llama-server: {tmp_path}/elsewhere/bin/llama-server is not "
-                            "installed — run `make` (or `python -m tasks.llama_build install`; "
+                            "installed — run `make` (or `python -m tasks.engine.llama_build install`; "
                             "`--variant cuda` on a GPU node)")
     monkeypatch.setenv(lc.SERVER_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match=r"\$SLM_LLAMA_SERVER points at .*/nowhere, which is "

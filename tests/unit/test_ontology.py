@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import ConfigError
-from tasks.ontology import DEFAULT_SCHEMA, default_schema, load_schema
+from tasks.graph.ontology import DEFAULT_SCHEMA, default_schema, load_schema
+from tasks.shared.errors import ConfigError
 
 SMALL = """
 unknown_patterns = "{mode}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.preflight.prefect_api import prefect_checks
-from tasks.processes import free_port
+from tasks.shared.processes import free_port
 
 
 def test_an_api_that_does_not_answer_is_one_failed_check_with_the_fix() -> None:

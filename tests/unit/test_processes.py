@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tasks.compute.inference_server import server_exit
-from tasks.errors import ServerError
-from tasks.processes import ManagedServer, exit_description
+from tasks.shared.errors import ServerError
+from tasks.shared.processes import ManagedServer, exit_description
 
 IDLE = [sys.executable, "-c", "import time; time.sleep(60)", "--marker-for-test"]
 
@@ -71,7 +71,7 @@ def test_owner_alive_tells_a_reused_pid_apart():
     import os
     import subprocess
 
-    from tasks.processes import owner_alive, start_ticks
+    from tasks.shared.processes import owner_alive, start_ticks
 
     me = os.getpid()
     assert owner_alive(me, start_ticks(me)) is True
@@ -113,7 +113,7 @@ def test_a_server_that_exits_while_starting_is_an_error_with_its_log(tmp_path: P
 
 _TAKE_PORTS = r"""
 import json, sys
-from tasks import processes
+from tasks.shared import processes
 ports = [processes.free_port() for _ in range(int(sys.argv[1]))]
 print(json.dumps(ports), flush=True)
 sys.stdin.read()  # hold them until the parent closes stdin
@@ -126,12 +126,12 @@ def test_two_processes_asking_at_once_never_get_the_same_port(
     on it). Reservations are machine-wide locks: two processes — two xdist workers, two
     checkouts — that each take 150 ports at once share none, and none is a port the kernel
     could pick as a connection's source port."""
-    from tasks import processes
+    from tasks.shared import processes
 
     env = {**os.environ, processes.PORT_LOCKS_ENV: str(tmp_path / "locks")}
     # a narrow range below the one other processes use, where without the locks two processes
     # would surely collide
-    code = f"from tasks import processes; processes.PORT_RANGE = (15000, 15400)\n{_TAKE_PORTS}"
+    code = f"from tasks.shared import processes; processes.PORT_RANGE = (15000, 15400)\n{_TAKE_PORTS}"
     procs = [subprocess.Popen([sys.executable, "-c", code, "150"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     try:
@@ -161,7 +161,7 @@ def test_a_port_comes_from_below_the_ephemeral_range_and_skips_one_in_use(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import socket
 
-    from tasks import processes
+    from tasks.shared import processes
 
     monkeypatch.setenv(processes.PORT_LOCKS_ENV, str(tmp_path / "locks"))
     floor = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import ConfigError
 from tasks.extraction.inputs import source_roots
 from tasks.profile import load_profile
+from tasks.shared.errors import ConfigError
 from tests.support.paths import ROOT
 
 

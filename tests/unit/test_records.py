@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tasks.errors import IllegalTransition, RecordError
+from tasks.night.summary import cost_summary, new_summary, render_markdown, render_text
 from tasks.records import (
     STATES,
     AdapterManifest,
@@ -26,7 +26,7 @@ from tasks.records import (
     TrainingMarker,
     TrainingResult,
 )
-from tasks.summary import cost_summary, new_summary, render_markdown, render_text
+from tasks.shared.errors import IllegalTransition, RecordError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 

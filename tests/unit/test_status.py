@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from flows.cli import main
+from tasks.night.summary import render_text
 from tasks.records import ExtractionReport, RunSummary
 from tasks.status import read_status, records_place, render
-from tasks.summary import render_text
 from tests.support.profiles import toml_profile
 
 NOW = datetime(2026, 12, 1, 8, 30, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """The shared waiting helpers: full-jitter backoff bounds and poll's schedule."""
 
-from tasks.waiting import Clock, backoff_seconds, poll
+from tasks.shared.waiting import Clock, backoff_seconds, poll
 
 
 def test_backoff_is_full_jitter_under_the_cap():

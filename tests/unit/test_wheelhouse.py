@@ -1,4 +1,4 @@
-"""tasks/wheelhouse.py with the real pip against a local folder of wheels (PIP_FIND_LINKS,
+"""tasks/engine/wheelhouse.py with the real pip against a local folder of wheels (PIP_FIND_LINKS,
 PIP_NO_INDEX): downloaded once with its dependency, reused, nothing left by a failure."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import wheelhouse
-from tasks.errors import ConfigError
+from tasks.engine import wheelhouse
+from tasks.shared.errors import ConfigError
 
 
 def _wheel(into: Path, name: str, version: str, requires: list[str]) -> Path:

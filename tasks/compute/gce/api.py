@@ -2,7 +2,7 @@
 
 Transient errors of the calls that read or wait (api_errors.transient: 5xx, 429, 403
 rateLimitExceeded, connection resets, timeouts) are retried with exponential backoff and full
-jitter (tasks/waiting.py backoff_seconds; block: api_retries, retry_base_seconds,
+jitter (tasks/shared/waiting.py backoff_seconds; block: api_retries, retry_base_seconds,
 retry_max_seconds; Compute's guidance for 5xx/429: cloud.google.com/compute/docs/api/how-tos/
 api-rate-limits). The start call itself is not retried here: a start refused for load moves on
 to the next placement (lifecycle.py).
@@ -32,8 +32,8 @@ from tasks.compute.gce.boot_status import ENGINE_KEY, KEY, NAMESPACE, parse_erro
 from tasks.compute.gce.instance import Instance
 from tasks.compute.gce.placement import ProvisioningModel
 from tasks.compute.gce.startup import metadata_items
-from tasks.errors import ConfigError, ServerError
-from tasks.waiting import backoff_seconds
+from tasks.shared.errors import ConfigError, ServerError
+from tasks.shared.waiting import backoff_seconds
 
 log = logging.getLogger("slm_nightly.gce")
 

@@ -18,9 +18,9 @@ from tasks.compute.gce.api import ComputeApi
 from tasks.compute.gce.boot_status import ENGINE_KEY, KEY
 from tasks.compute.gce.record import NodeRecord
 from tasks.compute.gce.startup import ENGINE_STATE_KEY, ENGINE_UNIT, WATCH_UNIT, render_startup_script
-from tasks.errors import ConfigError, ServerError
-from tasks.processes import port_open
-from tasks.waiting import poll
+from tasks.shared.errors import ConfigError, ServerError
+from tasks.shared.processes import port_open
+from tasks.shared.waiting import poll
 
 BOOT_STATUS_SECONDS = 10.0  # how often the wait for the engine reads the startup script's error
 STOP_SECONDS = 120.0  # the watcher's stop → the port closed

@@ -51,16 +51,16 @@ from tasks.compute.gce.placement import (
 )
 from tasks.compute.gce.record import NodeRecord, RecordFile
 from tasks.compute.gce.startup import ENGINE_STATE_KEY
-from tasks.errors import (
+from tasks.records import NodeUsage, ZoneSpan
+from tasks.shared.errors import (
     ConfigError,
     NodeBootTimeout,
     NodePreempted,
     NodeUnavailable,
     ServerError,
 )
-from tasks.processes import ManagedServer, port_open
-from tasks.records import NodeUsage, ZoneSpan
-from tasks.waiting import poll
+from tasks.shared.processes import ManagedServer, port_open
+from tasks.shared.waiting import poll
 
 log = logging.getLogger("slm_nightly.gce")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from blocks.gce import GceCompute
 from tasks.compute.gce.placement import ProvisioningModel
-from tasks.files import write_atomic
+from tasks.shared.files import write_atomic
 
 
 @dataclass

@@ -107,7 +107,7 @@ def vllm_launch_args(endpoint: InferenceEndpoint, lora_modules: dict[str, str] |
 def llama_cpp_launch_args(endpoint: InferenceEndpoint, *, host: str = VPC_IP, port: int = 9080,
                           settings: NodeServeSettings | None = None) -> list[str]:
     """llama.cpp's own server on the node (`{project_dir}/.venv/bin/llama-server`, built for
-    CUDA by `python -m tasks.llama_build install --variant cuda`): the endpoint's
+    CUDA by `python -m tasks.engine.llama_build install --variant cuda`): the endpoint's
     max_concurrent_requests slots of context_tokens each, every layer on the L4, the GGUF's own
     tokenizer, the chat template of chat_template_file (empty: the GGUF's own), exactly one
     alias (the model name the client asks for).

@@ -10,7 +10,7 @@ import pytest
 
 from blocks.gce import GceCompute
 from blocks.inference import InferenceEndpoint
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 from tests.support.paths import ROOT
 from tests.support.profiles import toml_profile
 

@@ -18,7 +18,7 @@ from tasks.compute.engines import (
     worker_command,
 )
 from tasks.compute.gce.startup import render_startup_script
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 from tests.support.profiles import toml_profile
 
 

@@ -12,7 +12,7 @@ from blocks.gce import GceCompute
 from tasks.compute.gce.lifecycle import GceNode
 from tasks.compute.local import LocalNode
 from tasks.compute.protocol import Node, node_for
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 METHODS = ["prepare", "start", "start_inference", "stop_inference", "inference_running", "request_stop",
            "stop", "check_running", "running", "signal_stops", "usage", "engine_here"]

@@ -18,8 +18,8 @@ from blocks.node_serve import SHIPPED_TEMPLATE, NodeServeSettings
 from flows.smoke import served_template_thinks, template_verdict
 from tasks.compute.engines import chat_template_on_node
 from tasks.compute.gce.startup import llama_cpp_launch_args, render_startup_script
-from tasks.errors import ConfigError
 from tasks.preflight.node import reasoning_template_check, template_thinks
+from tasks.shared.errors import ConfigError
 from tests.support.paths import ROOT
 
 TEMPLATES = ROOT / "tasks" / "compute" / "templates"

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tasks.errors import ConfigError
 from tasks.image.cli import add_arguments, cli_main
 from tasks.image.layout import COMMAND, MANIFEST
+from tasks.shared.errors import ConfigError
 from tests.support.profiles import toml_profile
 
 REPO = "allenai/Olmo-3-7B-Think"

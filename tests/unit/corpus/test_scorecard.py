@@ -11,8 +11,8 @@ import pytest
 
 from tasks.corpus.buckets import read_bucket, split_dialogue, split_implicit
 from tasks.corpus.scorecard import RULES, ScorecardConfig, score_bucket
-from tasks.errors import ConfigError
-from tasks.files import write_atomic
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import write_atomic
 from tests.support.corpus import APP, ENG, a, dpo, q, sft, write
 from tests.support.paths import FIXTURES
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import ConfigError
 from tasks.evaluation.gate import check_comparable, compare
 from tasks.evaluation.gold import GoldCase, load_gold
 from tasks.evaluation.metrics import (
@@ -19,6 +18,7 @@ from tasks.evaluation.metrics import (
     score_case,
 )
 from tasks.extraction.resolve import resolve
+from tasks.shared.errors import ConfigError
 from tests.support.paths import FIXTURES
 
 GOLD = FIXTURES / "eval-gold.jsonl"

@@ -7,8 +7,8 @@ from dataclasses import replace
 from tasks.extraction.answers import BatchReport, build_batch
 from tasks.extraction.calls import DocOutcome
 from tasks.extraction.documents import Document
+from tasks.graph.ontology import DEFAULT_SCHEMA, load_schema
 from tasks.graph.store import EntityRow
-from tasks.ontology import DEFAULT_SCHEMA, load_schema
 
 
 def transcript(metadata: dict[str, object]) -> Document:

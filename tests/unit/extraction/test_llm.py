@@ -3,11 +3,11 @@ import time
 
 import pytest
 
-from tasks.errors import ChunkTooLong, LLMError
 from tasks.extraction.calls import Ask, extract_document
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient, response_format, strip_reasoning
 from tasks.extraction.schema import json_schema
+from tasks.shared.errors import ChunkTooLong, LLMError
 from tests.fakes.openai_server import FakeOpenAI
 
 SCHEMA = json_schema(12, 12)
@@ -171,7 +171,7 @@ def test_a_timeout_names_the_url_and_the_limit(fake_llm: FakeOpenAI) -> None:
 
 
 def test_error_messages_are_never_empty(fake_llm: FakeOpenAI) -> None:
-    from tasks.processes import free_port
+    from tasks.shared.processes import free_port
 
     down = run(client(f"http://127.0.0.1:{free_port()}", max_retries=0), doc("Ann Lee."))
     assert down.error and not down.error.rstrip().endswith(":")

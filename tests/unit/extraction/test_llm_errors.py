@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from tasks.errors import ChunkTooLong, LLMError, ServerDied
 from tasks.extraction.calls import Ask, extract_document
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import Extraction, json_schema
+from tasks.shared.errors import ChunkTooLong, LLMError, ServerDied
 from tests.fakes.loopback import JsonHandler, LoopbackServer, Served
 
 SCHEMA = json_schema(4, 4)
@@ -172,7 +172,7 @@ def test_backoff_values() -> None:
     assert c._backoff(0, "0") == 0.0
     assert c._backoff(0, "100") == 30.0
     assert c._backoff(0, "-3") == 0.0
-    # full jitter (tasks/waiting.py): uniform in [0, min(retry_max, base * 2**attempt)], so
+    # full jitter (tasks/shared/waiting.py): uniform in [0, min(retry_max, base * 2**attempt)], so
     # never above retry_max_seconds — attempt 9's 512 s is capped at 30
     for attempt, ceiling in [(0, 1.0), (1, 2.0), (3, 8.0), (9, 30.0)]:
         waits = [c._backoff(attempt, None) for _ in range(200)]

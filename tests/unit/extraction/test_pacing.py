@@ -20,10 +20,10 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from tasks.errors import Deferred
 from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.pacing import Endpoint, Pacing, Ticket
 from tasks.extraction.schema import json_schema
+from tasks.shared.errors import Deferred
 from tests.fakes.openai_server import FakeOpenAI
 
 SCHEMA = json_schema(4, 4)
@@ -234,7 +234,7 @@ def test_a_retry_whose_backoff_would_overrun_the_deadline_is_deferred() -> None:
 
 
 def test_a_refused_endpoint_sends_the_retry_to_the_other() -> None:
-    from tasks.processes import free_port
+    from tasks.shared.processes import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"
     with FakeOpenAI() as fake:

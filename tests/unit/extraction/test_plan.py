@@ -9,7 +9,7 @@ from tasks.extraction.calls import Ask
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.plan import Redo, plan
 from tasks.extraction.prompt import extraction_version
-from tasks.ontology import default_schema
+from tasks.graph.ontology import default_schema
 
 # what a document with text is marked with under the shipped schema and prompt
 PROMPT_VERSION = extraction_version(default_schema())

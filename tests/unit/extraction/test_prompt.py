@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from tasks.extraction.prompt import RULES, extraction_version, prompt_digest, system_prompt
-from tasks.ontology import DEFAULT_SCHEMA, default_schema, load_schema
+from tasks.graph.ontology import DEFAULT_SCHEMA, default_schema, load_schema
 
 
 def test_the_prompt_carries_descriptions_patterns_rules_and_the_example() -> None:

@@ -11,7 +11,7 @@ from tasks.extraction.documents import Document
 from tasks.extraction.plan import plan
 from tasks.extraction.prompt import deterministic_version, document_version
 from tasks.extraction.schema import Extraction
-from tasks.ontology import DEFAULT_SCHEMA, default_schema, load_schema
+from tasks.graph.ontology import DEFAULT_SCHEMA, default_schema, load_schema
 
 
 def answer(entities: list[tuple[str, str]], rels: list[tuple[str, str, str]] = ()) -> Extraction:

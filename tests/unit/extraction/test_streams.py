@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from blocks.sources import DocumentSources
-from tasks.errors import ConfigError
 from tasks.extraction import streams
 from tasks.extraction.answers import BatchReport, build_batch
 from tasks.extraction.calls import DocOutcome
@@ -20,9 +19,10 @@ from tasks.extraction.inputs import source_roots
 from tasks.extraction.loaders import Parsed
 from tasks.extraction.rows import DocRows, entity
 from tasks.extraction.streams import STREAMS, Stream, by_name
-from tasks.files import sha256_hex
-from tasks.ontology import GraphSchema
+from tasks.graph.ontology import GraphSchema
 from tasks.profile import load_profile
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import sha256_hex
 from tests.support.paths import ROOT
 
 MB = 1_000_000
@@ -129,7 +129,7 @@ def test_a_fourth_stream_is_scanned_loaded_and_rooted(tmp_path: Path, with_notes
 
 
 def test_a_fourth_stream_writes_its_own_rows_without_the_model(with_notes: Stream) -> None:
-    from tasks.ontology import default_schema
+    from tasks.graph.ontology import default_schema
 
     doc = Document("notes/a.txt", "notes", "/n/a.txt", "h", "", {"title": "Budget"})
     batch = build_batch([DocOutcome(doc, [])], "m", {}, BatchReport(), default_schema())

@@ -12,7 +12,7 @@ import pytest
 
 from flows.cli import build_parser, main
 from flows.cli.parsing import PROFILE_ENV
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 from tests.support.paths import ROOT
 from tests.support.profiles import toml_profile
 from tests.support.weights import weights_args

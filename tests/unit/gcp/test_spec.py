@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import ConfigError
 from tasks.gcp import quota
 from tasks.gcp.spec import spec_from_profile
+from tasks.shared.errors import ConfigError
 
 P = Path("profiles/x.toml")
 

@@ -4,11 +4,11 @@ the store, never its password."""
 import pytest
 
 from tasks.graph.backends import Neo4jStore
-from tasks.processes import free_port
+from tasks.shared.processes import free_port
 
 
 def test_neo4j_connection_error_never_shows_the_password() -> None:
-    from tasks.errors import GraphError
+    from tasks.shared.errors import GraphError
 
     with pytest.raises(GraphError) as e:
         Neo4jStore(f"bolt://127.0.0.1:{free_port()}", "neo4j", "s3cret-pw")

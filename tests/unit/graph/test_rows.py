@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.errors import GraphError
 from tasks.graph.store import check_row, sized_batches, value_bytes
+from tasks.shared.errors import GraphError
 
 
 @pytest.mark.parametrize(("value", "size"), [

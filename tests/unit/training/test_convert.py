@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import llama_cpp as lc
-from tasks.errors import ConfigError
+from tasks.engine import llama_cpp as lc
+from tasks.shared.errors import ConfigError
 from tasks.training import convert
 from tasks.training.params import LLAMA_TARGETS
 

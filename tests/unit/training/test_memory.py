@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 from tasks.training import memory
 from tasks.training.memory import G2_STANDARD_4, GIB, MIB, check_fit, estimate, param_count
 from tasks.training.params import RECIPE_DIR

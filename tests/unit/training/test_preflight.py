@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tasks.checks import PreflightFailed
+from tasks.shared.checks import PreflightFailed
 from tasks.training.memory import G2_STANDARD_4, GIB, NodeLimits
 from tasks.training.params import TrainParams, resolve
 from tasks.training.preflight import preflight, require, verify_plan

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tasks.errors import ConfigError
 from tasks.records import PromotedPointer
+from tasks.shared.errors import ConfigError
 from tasks.training.registry import ArtifactStore, gate
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 from tasks.training.params import LLAMA_TARGETS, RECIPE_DIR, TrainParams, build_params, resolve
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tasks.errors import IllegalTransition
 from tasks.records import Owner
+from tasks.shared.errors import IllegalTransition
 from tasks.training.reconcile import owner_gone, reconcile, this_process, verdict
 from tests.support.records import manifest
 

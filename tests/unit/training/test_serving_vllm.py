@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from blocks.serving import ServingEndpoint
-from tasks.errors import ServingError
 from tasks.records import AdapterManifest, BaseRef
+from tasks.shared.errors import ServingError
 from tasks.training.registry import ArtifactStore
 from tasks.training.serving import _Client, publish, publish_promoted
 from tests.fakes.vllm_server import FakeVllm
@@ -165,9 +165,9 @@ def test_the_nightly_publishes_after_phase_2_and_a_failure_does_not_fail_it(
     promotion stands."""
     from prefect.logging import disable_run_logger
 
+    from tasks.night.summary import new_summary, render_text
     from tasks.night.training import publish_phase
     from tasks.profile import load_profile
-    from tasks.summary import new_summary, render_text
     from tests.support.profiles import toml_profile
 
     with FakeVllm(runtime_lora=False) as off, FakeVllm() as fake:

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 from tasks.training.train import TrainingError, check_free_memory
 from tests.support.training import MSG, sft_parquet
 

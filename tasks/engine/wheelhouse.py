@@ -3,8 +3,8 @@
 pip's own HTTP cache keeps nothing where the package index answers without caching headers
 (on this project's CI machines `pip cache info` shows 0 HTTP files after a whole install), and
 PyTorch's default build from PyPI is ~3 GB of wheels (torch +cu130, triton and the nvidia-*
-libraries), ~1 min to download on every clean clone. `python -m tasks.wheelhouse REQ` downloads
-REQ with everything it depends on, once per machine, into the build cache (tasks/llama_build.py
+libraries), ~1 min to download on every clean clone. `python -m tasks.engine.wheelhouse REQ` downloads
+REQ with everything it depends on, once per machine, into the build cache (tasks/engine/llama_build.py
 `cache_root()`, a folder per requirement, Python and platform), and prints that folder; the
 Makefile installs from it with `pip install --no-index --find-links`.
 
@@ -22,9 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tasks.errors import ConfigError, print_result
-from tasks.files import locked
-from tasks.llama_build import cache_root
+from tasks.engine.llama_build import cache_root
+from tasks.shared.errors import ConfigError, print_result
+from tasks.shared.files import locked
 
 
 def folder(requirement: str, root: Path | None = None) -> Path:
@@ -58,7 +58,7 @@ def ensure(requirement: str, root: Path | None = None) -> Path:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m tasks.wheelhouse NAME==VERSION", file=sys.stderr)
+        print("usage: python -m tasks.engine.wheelhouse NAME==VERSION", file=sys.stderr)
         return 2
     return print_result(lambda: ensure(argv[0]))
 

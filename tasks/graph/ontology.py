@@ -32,10 +32,10 @@ from pydantic import (
     model_validator,
 )
 
-from tasks.errors import ConfigError
-from tasks.files import sha256_hex
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import sha256_hex
 
-DEFAULT_SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "graph.toml"
+DEFAULT_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "graph.toml"
 WILDCARD = "*"
 # The graph's own labels and relationship types (tasks/graph/queries.py): never a schema's.
 RESERVED_LABELS = frozenset({"Entity", "Document", "Chunk"})

@@ -81,7 +81,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def capacity_lines(c: CapacityReport) -> list[str]:
-    """Tonight's rates, then the backlog and what clears it (tasks/capacity.py)."""
+    """Tonight's rates, then the backlog and what clears it (tasks/extraction/capacity.py)."""
     budget = ("" if c.phase1_budget_seconds is None else
               f" of a {c.phase1_budget_seconds:,.0f} s budget")
     rates = (f"Capacity: {c.documents_per_hour:,.1f} documents/h, {c.output_tokens_per_hour:,} "

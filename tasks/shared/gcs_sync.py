@@ -25,9 +25,9 @@ from typing import Any
 from google.cloud.storage.retry import DEFAULT_RETRY
 from prefect_gcp import GcpCredentials, GcsBucket
 
-from tasks.errors import ConfigError
-from tasks.files import replacing
 from tasks.records import SyncReport, error_text
+from tasks.shared.errors import ConfigError
+from tasks.shared.files import replacing
 
 ENV_BUCKET = "SLM_YOYO_WEIGHTS_GCS_BUCKET"
 

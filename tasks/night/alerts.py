@@ -18,9 +18,9 @@ from prefect.client.orchestration import get_client
 from prefect.events.schemas.automations import AutomationCore
 from prefect.exceptions import ObjectNotFound
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALERTS_FILE = ROOT / "automations" / "nightly-alerts.yaml"
 PLACEHOLDER = UUID(int=0)  # the file's block_document_id, replaced at install
 

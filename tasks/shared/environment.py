@@ -1,5 +1,5 @@
 """The node's environment against the orchestrator's: the image holds the environment, the
-deployed code comes from the orchestrator (tasks/code_version.py), so the two must agree on
+deployed code comes from the orchestrator (tasks/shared/code_version.py), so the two must agree on
 what the code was written against — pyproject.toml's dependencies.
 
 `describe()` reads this interpreter's installed versions of the project's declared
@@ -29,9 +29,9 @@ from google.api_core.exceptions import NotFound
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
-from tasks.files import sha256_hex
-from tasks.gcs_sync import gcs_bucket_from_env_or_block
-from tasks.paths import PROJECT_ROOT
+from tasks.shared.files import sha256_hex
+from tasks.shared.gcs_sync import gcs_bucket_from_env_or_block
+from tasks.shared.paths import PROJECT_ROOT
 
 RECORD_KEY = "records/node-environment.json"
 NOT_COMPARED = frozenset({"torch"})

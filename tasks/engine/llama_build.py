@@ -1,7 +1,7 @@
 """llama.cpp as this project builds it: one set of compiler flags, one compile of the vendored
 tree for both the Python library and the engine, a cache keyed by the flags, and a check, right
 after install, that the installed library and server evaluate a prompt (that check, and where
-each installed piece is, live in tasks/llama_cpp.py).
+each installed piece is, live in tasks/engine/llama_cpp.py).
 
 Why each part exists:
 - llama-cpp-python ships no Linux wheel: pip compiles llama.cpp, by default with
@@ -29,10 +29,10 @@ Why each part exists:
 The pin is pyproject.toml's (`llama-cpp-python[server]==…`); the flags are `flags()`'s. This
 module needs only the standard library: it runs before the project's dependencies are in.
 
-    python -m tasks.llama_build install [--variant cpu|cuda] [--rebuild]
-    python -m tasks.llama_build build [--variant cpu|cuda]   (the cache only, nothing installed)
-    python -m tasks.llama_build check [--model GGUF]
-    python -m tasks.llama_build show [--variant cuda]
+    python -m tasks.engine.llama_build install [--variant cpu|cuda] [--rebuild]
+    python -m tasks.engine.llama_build build [--variant cpu|cuda]   (the cache only, nothing installed)
+    python -m tasks.engine.llama_build check [--model GGUF]
+    python -m tasks.engine.llama_build show [--variant cuda]
 """
 
 from __future__ import annotations
@@ -56,9 +56,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tasks.errors import ConfigError, SlmNightlyError
-from tasks.files import file_sha256, locked, sha256_hex, write_atomic
-from tasks.llama_cpp import (
+from tasks.engine.llama_cpp import (
     DIST,
     SERVER,
     BuildError,
@@ -69,7 +67,9 @@ from tasks.llama_cpp import (
     record_path,
     server_path,
 )
-from tasks.paths import PROJECT_ROOT
+from tasks.shared.errors import ConfigError, SlmNightlyError
+from tasks.shared.files import file_sha256, locked, sha256_hex, write_atomic
+from tasks.shared.paths import PROJECT_ROOT
 
 CACHE_ENV = "SLM_BUILD_CACHE"  # where built wheels live (default ~/.cache/slm-nightly)
 
@@ -378,7 +378,7 @@ def install_server(lib_dir: Path, prefix: str | Path = sys.prefix) -> Path:
     target = Path(lib_dir) / SERVER
     if not os.access(target, os.X_OK):
         raise BuildError(f"{target} is missing or not executable — the installed {DIST} was "
-                         "not built by `python -m tasks.llama_build install`; run it with "
+                         "not built by `python -m tasks.engine.llama_build install`; run it with "
                          "--rebuild")
     dest = Path(prefix) / "bin" / SERVER
     link = os.path.relpath(target, dest.parent)
@@ -420,7 +420,7 @@ def install(variant: str = "cpu", rebuild: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.llama_build", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tasks.engine.llama_build", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_build = sub.add_parser("build", help="build into the cache only (once per pin and flags)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tasks.errors import ConfigError
+from tasks.shared.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,10 @@ from prefect.runtime import flow_run
 from prefect.settings import PREFECT_HOME
 from prefect.states import Crashed
 
-from tasks.errors import PhaseFailed
-from tasks.files import locked, write_atomic
-from tasks.processes import owner_alive, start_ticks
 from tasks.runtime import prefect_env
+from tasks.shared.errors import PhaseFailed
+from tasks.shared.files import locked, write_atomic
+from tasks.shared.processes import owner_alive, start_ticks
 
 GPU_LIMIT = "gpu"
 NIGHTLY_LIMIT = "nightly"

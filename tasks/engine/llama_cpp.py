@@ -1,9 +1,9 @@
 """llama.cpp as installed here, for every domain that runs it: the shipped GGUF, the
-llama-server binary, the converters' folder, what `python -m tasks.llama_build install` recorded,
+llama-server binary, the converters' folder, what `python -m tasks.engine.llama_build install` recorded,
 and the check that the installed library and server evaluate a prompt.
 
 Compute serves with it and training exports and verifies with it, so it lives below both. Like
-tasks/llama_build.py (which builds and installs what this finds), it needs only the standard
+tasks/engine/llama_build.py (which builds and installs what this finds), it needs only the standard
 library.
 """
 
@@ -22,9 +22,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tasks.errors import ConfigError, SlmNightlyError
-from tasks.processes import free_port
-from tasks.waiting import poll
+from tasks.shared.errors import ConfigError, SlmNightlyError
+from tasks.shared.processes import free_port
+from tasks.shared.waiting import poll
 
 DIST = "llama-cpp-python"
 SERVER = "llama-server"
@@ -92,7 +92,7 @@ def require_server(prefix: str | Path = sys.prefix) -> Path:
     if not os.access(path, os.X_OK):
         how = (f"${SERVER_ENV} points at {path}, which is not an executable file"
                if os.environ.get(SERVER_ENV) else f"{path} is not installed")
-        raise ConfigError(f"{SERVER}: {how} — run `make` (or `python -m tasks.llama_build "
+        raise ConfigError(f"{SERVER}: {how} — run `make` (or `python -m tasks.engine.llama_build "
                           "install`; `--variant cuda` on a GPU node)")
     return path
 
@@ -157,7 +157,7 @@ def check(model: Path | None = None, threads: int | None = None,
     threads = threads or max(1, min(2, os.cpu_count() or 1))
     record = installed_record()
     built = (record["cmake_args"] if record else
-             "unknown — not installed by `python -m tasks.llama_build install` (pip built it "
+             "unknown — not installed by `python -m tasks.engine.llama_build install` (pip built it "
              "with whatever CMAKE_ARGS it had, or took an old wheel from its cache)")
     started = time.monotonic()
     try:
@@ -175,7 +175,7 @@ def check(model: Path | None = None, threads: int | None = None,
     preload = os.environ.get("LD_PRELOAD")
     if preload:
         where += f"\n  LD_PRELOAD: {preload}"
-    fix = ("\n  fix: `make` (or `python -m tasks.llama_build install --rebuild`) builds it for "
+    fix = ("\n  fix: `make` (or `python -m tasks.engine.llama_build install --rebuild`) builds it for "
            "the x86-64 baseline; a wheel from pip's cache built with -march=native is never "
            "reused")
     if r.returncode < 0:
@@ -224,7 +224,7 @@ def check_server(model: Path | None = None, threads: int | None = None,
                 raise BuildError(f"{binary} died ({how}) evaluating a prompt of a few "
                                  f"hundred tokens with {model.name}\n  last lines: "
                                  + "\n  ".join(tail) + "\n  fix: `python -m "
-                                 "tasks.llama_build install --rebuild`")
+                                 "tasks.engine.llama_build install --rebuild`")
             try:
                 req = urllib.request.Request(f"{url}/v1/chat/completions", data=body,
                                              headers={"Content-Type": "application/json"})

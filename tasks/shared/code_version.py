@@ -8,9 +8,9 @@ code the orchestrator deployed, and its image holds only the environment. The fi
 their paths and bytes, so the same files always land in the same folder, a changed file in a
 new one, and a run that is pulling never sees a half-written folder.
 
-`code_location` is the deploy step (`tasks.code_version.code_location` in prefect.yaml):
+`code_location` is the deploy step (`tasks.shared.code_version.code_location` in prefect.yaml):
 Prefect imports it by name and passes its result to the next steps as `{{ code.bucket }}`,
-`{{ code.folder }}`, `{{ code.version }}`. `python -m tasks.code_version [DIR]` prints the
+`{{ code.folder }}`, `{{ code.version }}`. `python -m tasks.shared.code_version [DIR]` prints the
 version of a checkout (preflight compares it with the deployment's).
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 import pathspec
 from prefect_gcp import GcsBucket
 
-from tasks.files import file_sha256, sha256_hex
+from tasks.shared.files import file_sha256, sha256_hex
 
 IGNORE_FILE = ".prefectignore"
 VERSION_CHARS = 16

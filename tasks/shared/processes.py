@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tasks.errors import ServerError
-from tasks.files import write_atomic
-from tasks.waiting import poll
+from tasks.shared.errors import ServerError
+from tasks.shared.files import write_atomic
+from tasks.shared.waiting import poll
 
 # The servers this process started, by PID. Holding their Popen objects keeps their exit
 # status ours: CPython reaps the children of dropped Popen objects at the next Popen
