@@ -18,10 +18,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from functools import cache
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-TOP = ("blocks", "tasks", "flows")
+from tests.support.paths import project_modules
+
 CLI = "flows.cli"
 # Heavy optional ML packages: the training and GPU stack, and llama-cpp-python's bindings.
 HEAVY = frozenset({"torch", "transformers", "peft", "trl", "bitsandbytes", "datasets",
@@ -38,14 +37,7 @@ Sources = dict[str, str]  # module name → its source
 
 
 def tree_sources() -> Sources:
-    found = {}
-    for top in TOP:
-        for path in sorted((ROOT / top).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            found[".".join(parts)] = path.read_text(encoding="utf-8")
-    return found
+    return {m: path.read_text(encoding="utf-8") for m, path in project_modules().items()}
 
 
 def _names(node: ast.Import | ast.ImportFrom) -> list[str]:

@@ -23,10 +23,9 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from functools import cache
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-TOP = ("blocks", "tasks", "flows")
+from tests.support.paths import ROOT, project_modules
+
 DOMAINS = frozenset({"tasks.compute", "tasks.training", "tasks.extraction", "tasks.graph",
                      "tasks.corpus", "tasks.evaluation", "tasks.engine", "tasks.gcp"})
 COMPOSITION = frozenset({"tasks.profile", "tasks.preflight", "tasks.image",
@@ -40,18 +39,7 @@ KNOWN: frozenset[tuple[str, str]] = frozenset()
 Edge = tuple[str, str, str]  # importer, imported, "file:line"
 
 
-def _modules() -> dict[str, Path]:
-    found = {}
-    for top in TOP:
-        for path in sorted((ROOT / top).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            found[".".join(parts)] = path
-    return found
-
-
-MODULES = _modules()
+MODULES = project_modules()
 
 
 def _resolve(name: str) -> str | None:
