@@ -79,6 +79,7 @@ def test_full_reextracts_everything_unchanged_too() -> None:
     assert ids(p.extract) == ["transcripts/a.md", "transcripts/b.md"]
     assert p.changed == ["transcripts/a.md", "transcripts/b.md"]
     assert p.skipped == [] and p.held == []
+    assert p.reasons == {"full": 2}  # one fresh, one failed: both again for --full
 
 
 def test_a_document_that_failed_unchanged_is_held_with_its_reason() -> None:
@@ -96,6 +97,7 @@ def test_a_failed_document_is_retried_when_its_content_model_or_prompt_changed()
     assert ids(p.extract) == ["transcripts/hash.md", "transcripts/model.md",
                               "transcripts/prompt.md"]
     assert p.held == []
+    assert p.reasons == {"content": 1, "model": 1, "extraction version": 1}
 
 
 def test_retry_failed_extracts_held_documents_but_still_skips_fresh_ones() -> None:
@@ -103,6 +105,16 @@ def test_retry_failed_extracts_held_documents_but_still_skips_fresh_ones() -> No
     p = plan([doc("a.md"), doc("b.md")], [], states, ask(MODEL), STREAMS, Redo(retry_failed=True))
     assert ids(p.extract) == ["transcripts/a.md"] and p.changed == ["transcripts/a.md"]
     assert ids(p.skipped) == ["transcripts/b.md"] and p.held == []
+    assert p.reasons == {"retry": 1}
+
+
+def test_gleaning_passes_are_part_of_what_a_document_was_extracted_with() -> None:
+    # done without gleaning; asked now with one pass: a new extraction version
+    states = {"transcripts/a.md": done()}
+    p = plan([doc("a.md")], [], states, Ask(MODEL, {}, 1000, gleanings=1), STREAMS)
+    assert ids(p.extract) == ["transcripts/a.md"] and p.reasons == {"extraction version": 1}
+    assert ids(plan([doc("a.md")], [], states, Ask(MODEL, {}, 1000, gleanings=0),
+                    STREAMS).skipped) == ["transcripts/a.md"]
 
 
 def test_a_fresh_extraction_wins_over_an_older_failure_record() -> None:
