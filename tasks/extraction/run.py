@@ -30,7 +30,7 @@ from tasks.extraction.setup import Phase1Setup
 from tasks.extraction.stages import count_documents, extract_batch, retract_deleted
 from tasks.graph.ontology import GraphSchema
 from tasks.graph.open import snapshot_writer
-from tasks.graph.snapshots import GraphDamaged, Ledger, damage_message, keep_snapshot
+from tasks.graph.snapshots import GraphDamaged, damage_message, keep_snapshot
 from tasks.graph.store import GraphStore, batched
 from tasks.records import (
     AnswerQuality,
@@ -213,7 +213,7 @@ class Failures:
 def check_graph(setup: Phase1Setup, store: GraphStore, full: bool) -> str:
     """The graph against the ledger's counts (tasks/graph/snapshots.py Ledger): its verdict,
     or GraphDamaged naming the ways back unless `full` re-extracts every document."""
-    check, why = Ledger(setup.state_dir, setup.shelf.graph).check(store.stats())
+    check, why = setup.ledger.check(store.stats())
     if check == "damaged" and not full:
         raise GraphDamaged(damage_message(why, setup.profile, setup.shelf))
     get_run_logger().info("graph check: %s — %s%s", check, why,
@@ -226,7 +226,7 @@ def begin_writes(setup: Phase1Setup, store: GraphStore, work: Plan, run_id: str 
     """Before the first write: the ledger notes that this run writes (a crash mid-way is then
     not mistaken for damage), and the deleted documents lose their provenance."""
     if work.deleted or work.extract:
-        Ledger(setup.state_dir, setup.shelf.graph).begin_write(run_id)
+        setup.ledger.begin_write(run_id)
     if work.deleted:
         retract_deleted(store, work.deleted)
 
@@ -236,7 +236,7 @@ def graph_summary(setup: Phase1Setup, store: GraphStore, work: Plan, check: str,
     """After the batches: the counts recorded in the ledger, a snapshot when the run wrote
     (tasks/graph/snapshots.py keep_snapshot), and the graph's summary and top entities."""
     stats = store.stats()
-    Ledger(setup.state_dir, setup.shelf.graph).record(stats, run_id)
+    setup.ledger.record(stats, run_id)
     top = store.top_entities(10)
     snapshot = keep_snapshot(setup.shelf, snapshot_writer(setup.graph, store, stats), stats,
                              run_id, changed=bool(work.deleted or work.extract))

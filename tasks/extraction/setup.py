@@ -15,7 +15,7 @@ from tasks.extraction.calls import Ask
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
 from tasks.extraction.llm import LLMClient
 from tasks.graph.ontology import GraphSchema
-from tasks.graph.snapshots import Shelf
+from tasks.graph.snapshots import Ledger, Shelf
 
 DEAD_LETTER_FILE = "dead-letter.jsonl"  # <state_dir>/…: every failure row, appended
 
@@ -48,6 +48,11 @@ class Phase1Setup:
     @property
     def dead_letter(self) -> Path:
         return self.state_dir / DEAD_LETTER_FILE
+
+    @property
+    def ledger(self) -> Ledger:
+        """The counts the graph should hold (tasks/graph/snapshots.py), in the state folder."""
+        return Ledger(self.state_dir, self.shelf.graph)
 
     def client(self, base_url: str | None, base_urls: list[str] | None,
                deadline: float | None) -> LLMClient:
