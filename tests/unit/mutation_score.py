@@ -71,6 +71,48 @@ EQUIVALENT: dict[tuple[str, str], str] = {
            '"h", _key_hashes(df["low"]), )',
            '"XXhXX", _key_hashes(df["low"]), dtype=pl.UInt64)',
            '"H", _key_hashes(df["low"]), dtype=pl.UInt64)')},
+    # The last part of rsplit("/") is the same whatever the split count; rsplit("/", 1) of a
+    # value with a "/" has two parts, so [1] is [-1]: the tokenizer and model_path are absolute
+    # (blocks/node_serve.py checks), base_repo is org/name (image_build checks), BASE_IMAGE a URL.
+    **{("tasks.gcp.image.xǁImageBuildǁscript", line):
+       "the same last path part (see the comment above)" for line in (
+           'tokenizer_name=q(self.tokenizer.rstrip("/").rsplit("/", )[-1]),',
+           'tokenizer_name=q(self.tokenizer.rstrip("/").rsplit("/", 2)[-1]),',
+           'tokenizer_name=q(self.tokenizer.rstrip("/").rsplit("/", 1)[+1]),',
+           'base_name=q(base_repo.rsplit("/", )[-1]),',
+           'base_name=q(base_repo.split("/", 1)[-1]),',
+           'base_name=q(base_repo.rsplit("/", 2)[-1]),',
+           'base_name=q(base_repo.rsplit("/", 1)[+1]),',
+           'base_gguf_name=q(self.base_gguf.rsplit("/", )[-1]),',
+           'base_gguf_name=q(self.base_gguf.rsplit("/", 2)[-1]),',
+           'model_name=q(self.model_path.rsplit("/", )[-1]), quant=self.quant,',
+           'model_name=q(self.model_path.rsplit("/", 2)[-1]), quant=self.quant,',
+           'model_name=q(self.model_path.rsplit("/", 1)[+1]), quant=self.quant,')},
+    **{("tasks.gcp.image.xǁImageBuildǁplan",
+        f"f\"{{BASE_IMAGE.rsplit('/', {k})[{i}]}}, boot disk {{IMAGE_GB}} GB pd-balanced "
+        "(the image; \""): "the same last path part of a URL" for k, i in (
+           ("", "-1"), ("2", "-1"), ("1", "+1"))},
+    ("tasks.extraction.pacing.x_quantile",
+     "return s[min(len(s) + 1, max(0, math.ceil(q * len(s)) - 1))]"):
+        "every caller's q is at most 1 (0.9, 0.95): ceil(q x n) - 1 <= n - 1, the clamp never "
+        "binds",
+    ("tasks.extraction.pacing.xǁEndpointǁ_cut",
+     "self._set(min(self.limit + 1, round(self.limit * DECREASE)))"):
+        "round(0.7 x limit) < limit for every limit >= 2, and at 1 _set clamps to 1: the first "
+        "term of the min never binds",
+    **{(f"tasks.extraction.pacing.xǁEndpointǁ{f}", "self.slow_start = None"):
+       "slow_start is only read as a condition: None and False are both false"
+       for f in ("_cut", "_decide")},
+    ("tasks.extraction.pacing.xǁEndpointǁ__init__",
+     "self._settling = None  # a decrease left requests of the higher limit in flight"):
+        "_settling is only read as a condition: None and False are both false",
+    ("tasks.extraction.pacing.xǁPacingǁ__init__",
+     "self.closed = None  # the gate closed once: every later request defers at once"):
+        "closed is only read as a condition: None and False are both false",
+    **{("tasks.extraction.pacing.xǁPacingǁ__init__", line):
+       "_condition() replaces both before either is read: no running loop is the empty string"
+       for line in ('self._cond: asyncio.Condition | None = ""',
+                    'self._loop: asyncio.AbstractEventLoop | None = ""')},
 }
 
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tasks.extraction.llm import LLMClient, Usage
-from tasks.extraction.pacing import Endpoint, Pacing, Ticket
+from tasks.extraction.pacing import Endpoint, Pacing, Ticket, quantile
 from tasks.extraction.schema import json_schema
 from tasks.shared.errors import Deferred
 from tests.fakes.openai_server import FakeOpenAI
@@ -304,3 +304,200 @@ def test_a_server_that_answers_nothing_is_cut_while_requests_wait() -> None:
             await asyncio.wait_for(pacing.acquire(None, 256, 5.0), 1.0)
         return ep.limit
     assert asyncio.run(go()) == 1  # overdue after 2 x 0.05 s: cut from 2 to 1
+
+
+# ---- exact values of the estimates, the counters and the endpoint choice ----
+def test_the_quantile_is_an_observed_value_by_nearest_rank() -> None:
+    assert quantile([3.0, 1.0, 2.0], 0.95) == 3.0  # rank ceil(2.85) = 3
+    assert quantile([3.0, 1.0, 2.0], 1.0) == 3.0
+    assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0  # rank ceil(1.5) = 2
+    assert quantile([3.0, 1.0, 2.0], 0.1) == 1.0  # rank ceil(0.3) = 1
+    assert quantile([3.0, 1.0, 2.0], 0.0) == 1.0  # rank 0 is read as the first
+
+
+def test_stats_report_each_counter_and_the_rate_to_three_places() -> None:
+    now = [0.0]
+    ep = Endpoint("u", 8, adaptive=False, clock=lambda: now[0])
+    assert ep.stats()["decode_tokens_per_s"] is None  # nothing answered yet
+    t = ep.start()
+    now[0] = 3.0
+    ep.finish(t, "ok", 10)  # 10 tokens in 3 s
+    for outcome in ("timeout", "timeout", "busy", "busy", "busy", "down", "other"):
+        ep.finish(ep.start(), outcome)  # type: ignore[arg-type]
+    assert ep.stats() == {"requests": 8, "completion_tokens": 10, "limit": 8,
+                          "peak_limit": 8, "decode_tokens_per_s": 3.333, "timeouts": 2,
+                          "busy": 3, "refused": 1}
+    assert ep.down_until == 8.0  # refused at 3 s: no new request for 5 s
+
+
+def test_a_finished_request_without_usage_counts_no_tokens() -> None:
+    ep = Endpoint("u", 8, adaptive=False, clock=lambda: 0.0)
+    ep.finish(ep.start(), "ok")
+    assert (ep.completion_tokens, list(ep.recent)) == (0, [(0.0, 0)])
+    pacing = Pacing(("u",), 8, adaptive=False, clock=lambda: 0.0)
+    e = pacing.endpoints[0]
+
+    async def go() -> None:
+        await pacing.release(e, e.start(), "ok")
+    asyncio.run(go())
+    assert e.completion_tokens == 0
+
+
+def test_the_decode_rate_counts_every_answer_with_usage_and_needs_time() -> None:
+    ep = Endpoint("u", 8, adaptive=False, clock=lambda: 0.0)
+    ep.recent.append((2.0, 1))  # one token in 2 s
+    assert ep.decode_rate() == 0.5
+    ep.recent.clear()
+    ep.recent.append((0.5, 2))
+    assert ep.decode_rate() == 4.0  # under a second is still measured
+    ep.recent.clear()
+    ep.recent.append((0.0, 5))  # answered within the clock's resolution: no rate to tell
+    assert ep.decode_rate() is None
+
+
+def test_the_estimates_look_at_the_last_64_answers_only() -> None:
+    now = [0.0]
+    ep = Endpoint("u", 8, adaptive=False, clock=lambda: now[0])
+    for tokens in [100] * 10 + [10] * 64:  # old answers at 100 tokens/s, the latest at 10
+        t = ep.start()
+        now[0] += 1.0
+        ep.finish(t, "ok", tokens)
+    assert ep.decode_rate() == 10.0
+
+
+def test_the_gate_sample_is_the_last_twice_the_limit_answers_when_that_is_more_than_16() -> None:
+    ep = Endpoint("u", 12, adaptive=False, clock=lambda: 0.0)
+    ep.recent.extend((float(s), 1) for s in range(1, 41))
+    assert ep.gate_sample() == [float(s) for s in range(17, 41)]  # the last 24
+    ep.recent.clear()
+    ep.recent.extend((float(s), 1) for s in range(1, 25))  # 24 answers: 1 … 24 s
+    # the 95th percentile of 24 by nearest rank is rank ceil(22.8) = 23: 23 s, x 2
+    assert ep.overdue_after() == 46.0
+
+
+def test_an_outcome_with_no_signal_leaves_the_limit_alone() -> None:
+    ep = Endpoint("u", 8, clock=lambda: 0.0)
+    ep.finish(ep.start(), "other")  # a 500
+    assert (ep.limit, ep.epoch, ep.slow_start) == (4, 0, True)  # still climbing
+
+
+def test_each_cut_starts_two_epochs_on() -> None:
+    """The limit's change is one epoch, the cut another (answers sent before it are ignored
+    even where the limit cannot go lower)."""
+    ep = Endpoint("u", 8, clock=lambda: 0.0)
+    ep.finish(ep.start(), "busy")
+    assert (ep.limit, ep.epoch) == (3, 2)
+    ep.finish(ep.start(), "busy")
+    assert (ep.limit, ep.epoch) == (2, 4)
+
+
+def answered(ep: Endpoint, now: list[float], n: int, latency: float) -> None:
+    """`n` answers one after the other, `latency` s each (one in flight: no window counts)."""
+    for _ in range(n):
+        t = ep.start()
+        now[0] += latency
+        ep.finish(t, "ok", 10)
+
+
+def test_overdue_means_longer_than_twice_the_95th_percentile_once_8_are_known() -> None:
+    now = [0.0]
+    ep = Endpoint("u", 8, clock=lambda: now[0])
+    answered(ep, now, 7, 1.0)
+    stuck, start = ep.start(), now[0]
+    now[0] = start + 100.0
+    ep.check()
+    assert ep.limit == 4  # 7 answers: too few to know what overdue is
+    ep.finish(stuck, "ok", 10)
+    assert (ep.limit, len(ep.recent)) == (4, 8)
+    now[0] += 1.0
+    late = ep.start()
+    start = now[0]
+    # 8 answers now (1 s each, and one of 100 s): the 95th percentile is 100 s, so overdue
+    # after 200 s
+    assert ep.overdue_after() == 200.0
+    now[0] = start + 200.0
+    ep.check()
+    assert ep.limit == 4  # exactly twice: not yet
+    now[0] = start + 200.5
+    ep.check()
+    assert ep.limit == 3
+    assert ep.stats()["requests"] == 9 and late.epoch == 0
+
+
+def test_a_fixed_endpoint_is_never_cut_for_an_overdue_request() -> None:
+    now = [0.0]
+    ep = Endpoint("u", 4, adaptive=False, clock=lambda: now[0])
+    answered(ep, now, 8, 1.0)
+    ep.start()
+    now[0] += 10.0
+    ep.check()
+    assert ep.limit == 4
+
+
+def test_the_wait_between_overdue_checks_is_a_quarter_of_the_soonest_overdue_time() -> None:
+    now = [0.0]
+    pacing = Pacing(("a", "b"), 4, clock=lambda: now[0])
+    assert pacing._tick() == 1.0  # nothing known: once a second
+    answered(pacing.endpoints[0], now, 8, 1.0)  # overdue after 2 s
+    assert pacing._tick() == 0.5
+    fast = Pacing(("a",), 4, clock=lambda: now[0])
+    answered(fast.endpoints[0], now, 8, 0.01)  # overdue after 0.02 s
+    assert fast._tick() == 0.05  # but never more often than 20 times a second
+
+
+def test_the_endpoint_with_the_most_free_room_is_picked() -> None:
+    pacing = Pacing(("a", "b"), 4, adaptive=False, clock=lambda: 0.0)
+    a, b = pacing.endpoints
+    a.start()
+    assert pacing.pick() is b  # 4 free against 3
+    with pytest.raises(Deferred) as e:
+        pacing.pick(lambda ep: False)
+    assert str(e.value) == "no endpoint can answer before the deadline"
+
+
+def test_a_refused_endpoint_rests_five_seconds_while_another_can_take_the_request() -> None:
+    now = [0.5]
+    pacing = Pacing(("a", "b"), 4, adaptive=False, clock=lambda: now[0])
+    a, b = pacing.endpoints
+    a.finish(a.start(), "down")  # down until 5.5
+    b.start()
+    assert pacing.pick() is b  # 3 free on b; a has 4 but rests
+    now[0] = 5.5
+    assert pacing.pick() is a  # its rest is over at 5.5 exactly
+
+
+def test_an_estimate_that_ends_exactly_at_the_deadline_is_sent() -> None:
+    pacing = Pacing(("a",), 4, clock=lambda: 0.0)
+
+    async def go() -> str:
+        ep, _ = await pacing.acquire(100.0, 256, 60.0, wall=lambda: 100.0)
+        return ep.url
+    assert asyncio.run(go()) == "a"  # nothing measured: the estimate is 0 s
+
+
+def test_a_deferral_names_each_endpoints_estimate_and_closes_the_gate() -> None:
+    now = [0.0]
+    pacing = Pacing(("http://a", "http://b"), 4, adaptive=False, clock=lambda: now[0])
+    a, b = pacing.endpoints
+    t = a.start()
+    now[0] = 3.0
+    a.finish(t, "ok", 30)  # 3 s, 10 tokens/s
+    t = b.start()
+    now[0] = 7.0
+    b.finish(t, "ok", 0)  # 4 s, no usage
+
+    async def go() -> str:
+        with pytest.raises(Deferred) as first:
+            await pacing.acquire(100.0, 100, 60.0, wall=lambda: 98.0)
+        with pytest.raises(Deferred) as again:
+            await pacing.acquire(None, 100, 60.0)
+        assert str(again.value) == ("the deadline gate is closed: this run sends no more "
+                                    "requests")
+        return str(first.value)
+    assert asyncio.run(go()) == (
+        "the deadline leaves 2.0 s, less than a request takes — http://a: ~3.0 s (90% of its "
+        "last 1 requests); http://b: ~4.0 s (90% of its last 1 requests) — the document "
+        "waits for the next run")
+    # the shortest estimate, as the client's backoff check reads it (a's timeout is sized from
+    # its measured rate: 3 x 100 / 10 = 30 s, over its 3 s)
+    assert pacing.min_estimate(100, 60.0) == 3.0

@@ -3,6 +3,8 @@ against the wire fakes in tests/integration/test_image_build.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from blocks.node_serve import NodeServeSettings
@@ -169,3 +171,47 @@ def test_the_script_names_each_value_where_the_steps_use_it() -> None:
             "\"$STATE/sha256\"",
             "sleep 3600"):
         assert want in lines, want
+
+
+def test_a_hub_id_without_a_revision_downloads_main() -> None:
+    """`org/name` alone is the hub's default branch: the script asks for `main`, and the repo
+    keeps its full name (a revision is what follows the first '@')."""
+    b = image_build(SPEC, NodeServeSettings(), "allenai/Olmo-3-7B-Think", "/opt/b.gguf",
+                    BuildOptions(repo="r", ref="main", model="allenai/Olmo-3-32B-Think"))
+    lines = [ln.strip() for ln in b.script().splitlines()]
+    assert ("\"$VENV/bin/hf\" download allenai/Olmo-3-32B-Think --revision main --local-dir "
+            "\"$SCRATCH/model-st\"") in lines
+    assert "\"$VENV/bin/hf\" download allenai/Olmo-3-7B-Think --revision main \\" in lines
+
+
+def test_the_served_model_is_downloaded_by_its_repo_and_revision() -> None:
+    lines = [ln.strip() for ln in _build().script().splitlines()]
+    assert ("\"$VENV/bin/hf\" download allenai/Olmo-3-32B-Think --revision abc123 --local-dir "
+            "\"$SCRATCH/model-st\"") in lines
+
+
+def test_a_revision_may_hold_slashes() -> None:
+    """Hub revisions such as refs/pr/3 contain '/': only the id before the '@' must be
+    org/name."""
+    b = image_build(SPEC, NodeServeSettings(), "allenai/Olmo-3-7B-Think@refs/pr/3",
+                    "/opt/b.gguf", BuildOptions(repo="r", ref="main", model="o/m@refs/pr/1"))
+    lines = [ln.strip() for ln in b.script().splitlines()]
+    assert "\"$VENV/bin/hf\" download allenai/Olmo-3-7B-Think --revision refs/pr/3 \\" in lines
+    assert ("\"$VENV/bin/hf\" download o/m --revision refs/pr/1 --local-dir "
+            "\"$SCRATCH/model-st\"") in lines
+
+
+def test_a_tokenizer_folder_given_with_a_trailing_slash_keeps_its_name() -> None:
+    b = replace(_build(), tokenizer="/opt/models/Olmo-3-32B-Think-MLX/")
+    lines = [ln.strip() for ln in b.script().splitlines()]
+    assert "--local-dir \"$SCRATCH/src/Olmo-3-32B-Think-MLX\"" in lines
+
+
+def test_a_training_base_that_is_a_gguf_file_is_refused_with_the_fix() -> None:
+    with pytest.raises(GcpError) as e:
+        image_build(SPEC, NodeServeSettings(), "models/base.gguf", "/opt/b.gguf",
+                    BuildOptions(repo="r", ref="main", model="allenai/Olmo-3-32B-Think"))
+    assert str(e.value) == (
+        "gcp image build: the training base 'models/base.gguf' and its GGUF '/opt/b.gguf': "
+        "the recipe's base_model must be a hub id org/name@revision and its base_gguf the "
+        "node's path (recipes/production.yaml), or pass --base-model and --base-gguf")
