@@ -92,6 +92,57 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         f"f\"{{BASE_IMAGE.rsplit('/', {k})[{i}]}}, boot disk {{IMAGE_GB}} GB pd-balanced "
         "(the image; \""): "the same last path part of a URL" for k, i in (
            ("", "-1"), ("2", "-1"), ("1", "+1"))},
+    # The band key only has to put rows equal on a band in one bucket; other rows that share
+    # one by accident are shortlisted and decided by the exact Jaccard: the same result.
+    **{("tasks.corpus.scorecard.x__near_from_signatures", line): why for line, why in (
+        ("for r in range(ROWS_PER_BAND):",
+         "the key is still a function of the band's two hashes (see the comment above)"),
+        ("key = key * _GOLDEN & s[:, b * ROWS_PER_BAND + r]",
+         "rows equal on the band still share the key; more accidental candidates, decided by "
+         "the exact Jaccard (see the comment above)"),
+        ('order = np.argsort(key, kind="STABLE")',
+         "NumPy reads a sort kind by its first letter, in either case"),
+        ("ids = sig[\"id\"].to_numpy().astype(None)",
+         "the ids are UInt32: float64 holds each exactly and the result is cast back"),
+        ("with np.errstate(over=None):",
+         "NumPy does not check integer overflow in array arithmetic: the errstate changes "
+         "nothing here"),
+        ("same = np.empty(len(k), dtype=None)", "0.0 and 1.0 select as False and True do"),
+        ("same = np.empty(len(k), )", "0.0 and 1.0 select as False and True do"),
+        ("same[0] = None", "None stored in a boolean array is False"))},
+    # Keys are Type:name and normalize() turns every ':' of a name into a space: one ':' a key.
+    **{("tasks.extraction.answers.x__from_llm",
+        f"s_type, d_type = {a}, {b}"): "a key holds one ':' (see the comment above)"
+       for a, b in (('src.split(":", )[0]', 'dst.split(":", 1)[0]'),
+                    ('src.rsplit(":", 1)[0]', 'dst.split(":", 1)[0]'),
+                    ('src.split(":", 2)[0]', 'dst.split(":", 1)[0]'),
+                    ('src.split(":", 1)[0]', 'dst.split(":", )[0]'),
+                    ('src.split(":", 1)[0]', 'dst.rsplit(":", 1)[0]'),
+                    ('src.split(":", 1)[0]', 'dst.split(":", 2)[0]'))},
+    **{("tasks.evaluation.metrics.x_score_case", line):
+       "the union over nothing is set(), the else branch's value" for line in (
+           "mine = set().union(*(forms(n) for n in p.names)) if (p.names) or True else set()",
+           "found_agnostic = set().union(*agnostic.values()) if (agnostic) or True else set()",
+           "found_strict = set().union(*strict.values()) if (strict) or True else set()")},
+    ("tasks.evaluation.metrics.x_score",
+     'scores = [score_case(case, preds.get(case.id) or CasePrediction(None, error="no answer",'):
+        "score_case never reads the placeholder prediction's case_id (the score takes case.id)",
+    # _SchemaFile holds only str, bool and tuples of them: a python-mode dump (any mode but
+    # "json") gives json.dumps the same values.
+    **{("tasks.graph.ontology.x__canonical", f"data = spec.model_dump(mode={mode})"):
+       "the same JSON (see the comment above)" for mode in ("None", '"XXjsonXX"', '"JSON"')},
+    ("tasks.graph.ontology.x__canonical",
+     "return json.dumps(data, sort_keys=True, ensure_ascii=None)"):
+        "json.dumps reads ensure_ascii as a condition: None and False are both false",
+    # load_schema's key for a file it cannot stat: that read raises and is not cached, and a
+    # negative or tiny size never meets a valid schema file's key.
+    ("tasks.graph.ontology.x_load_schema", 'st = ""'):
+        "st is only read as a condition: the empty string and None are both false",
+    **{("tasks.graph.ontology.x_load_schema", line): "the key of a file that cannot be read "
+       "(see the comment above)" for line in (
+           "return _load(p, st.st_mtime_ns if st else 1, st.st_size if st else -1)",
+           "return _load(p, st.st_mtime_ns if st else 0, st.st_size if st else +1)",
+           "return _load(p, st.st_mtime_ns if st else 0, st.st_size if st else -2)")},
     ("tasks.extraction.pacing.x_quantile",
      "return s[min(len(s) + 1, max(0, math.ceil(q * len(s)) - 1))]"):
         "every caller's q is at most 1 (0.9, 0.95): ceil(q x n) - 1 <= n - 1, the clamp never "

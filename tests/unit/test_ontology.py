@@ -1,11 +1,20 @@
 """The graph schema file: what it accepts, what it refuses (naming the file and the fix), the
 digest that versions extraction, and the pruning of relationships by its patterns."""
 
+import os
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from pydantic import TypeAdapter, ValidationError
 
-from tasks.graph.ontology import DEFAULT_SCHEMA, default_schema, load_schema
+from tasks.graph.ontology import (
+    DEFAULT_SCHEMA,
+    _schema_name,
+    checked_name,
+    default_schema,
+    load_schema,
+)
 from tasks.shared.errors import ConfigError
 
 SMALL = """
@@ -197,3 +206,74 @@ def test_the_digest_is_pinned_and_every_pattern_counts(tmp_path: Path) -> None:
     one_less = SMALL.format(mode="drop").replace('["Person", "WORKS_FOR", "Organization"], ', "")
     assert load_schema(write(tmp_path, one_less, "q.toml")).digest() != \
         load_schema(write(tmp_path, SMALL.format(mode="drop"), "r.toml")).digest()
+
+
+def test_checked_name_formats_the_value_and_the_reserved_names_into_its_refusals() -> None:
+    assert checked_name("Person", "label", "{name!r} bad", "{name!r} taken") == "Person"
+    with pytest.raises(ValueError) as e:
+        checked_name("not a label", "label", "{name!r}: not one of ours ({reserved})", "-")
+    assert str(e.value) == "'not a label': not one of ours (Chunk, Document, Entity)"
+    with pytest.raises(ValueError) as e:
+        checked_name(7, "type", "{name!r} is no type; reserved: {reserved}", "-")
+    assert str(e.value) == "7 is no type; reserved: CHUNK_OF, MENTIONED_IN"
+    with pytest.raises(ValueError) as e:
+        checked_name("MENTIONED_IN", "type", "-", "{name} is taken ({reserved})")
+    assert str(e.value) == "MENTIONED_IN is taken (CHUNK_OF, MENTIONED_IN)"
+
+
+@pytest.mark.parametrize(("kind", "good", "bad", "says"), [
+    ("label", "Person", "person", "node label 'person' must be an identifier starting with a "
+     "capital (e.g. 'Person')"),
+    ("label", "Person", "Chunk", "node label 'Chunk' is the graph's own — choose another name"),
+    ("type", "WORKS_FOR", "Works_For", "relationship type 'Works_For' must be upper case with "
+     "underscores (e.g. 'WORKS_FOR')"),
+    ("type", "WORKS_FOR", "CHUNK_OF",
+     "relationship type 'CHUNK_OF' is the graph's own — choose another name"),
+])
+def test_a_schema_name_field_keeps_a_good_name_and_refuses_a_bad_one(
+        kind: str, good: str, bad: str, says: str) -> None:
+    field = TypeAdapter(Annotated[str, _schema_name(kind)])  # type: ignore[arg-type]
+    assert field.validate_python(good) == good
+    with pytest.raises(ValidationError) as e:
+        field.validate_python(bad)
+    assert e.value.errors()[0]["msg"] == f"Value error, {says}"
+
+
+def test_an_exact_label_wins_over_a_look_alike(tmp_path: Path) -> None:
+    # "Organization2" reads as "organization" once its digit is gone: the exact label must win
+    text = SMALL.format(mode="drop") + '\n[[node]]\nlabel = "Organization2"\ndescription = "B."\n'
+    s = load_schema(write(tmp_path, text))
+    assert s.entity_types == ("Person", "Organization", "Organization2")
+    assert s.map_entity_type("Organization2") == "Organization2"
+    assert s.map_entity_type("organization") == "Organization"
+
+
+def test_the_fallback_must_itself_fit_both_ends(tmp_path: Path) -> None:
+    text = SMALL.format(mode="fallback").replace(
+        '["*", "RELATED_TO", "*"]', '["Person", "RELATED_TO", "Person"]')
+    s = load_schema(write(tmp_path, text))
+    assert s.prune("Person", "WORKS_FOR", "Person") == ("fallback", "RELATED_TO")
+    assert s.prune("Organization", "WORKS_FOR", "Person") == ("reversed", "WORKS_FOR")
+    assert s.prune("Organization", "WORKS_FOR", "Organization") == ("dropped", "WORKS_FOR")
+    assert s.prune("Person", "RELATED_TO", "Organization") == ("dropped", "RELATED_TO")
+    assert s.prune("Organization", "RELATED_TO", "Person") == ("dropped", "RELATED_TO")
+
+
+def test_a_same_size_edit_with_a_new_mtime_is_read_again(tmp_path: Path) -> None:
+    p = write(tmp_path, SMALL.format(mode="drop"))
+    os.utime(p, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    assert load_schema(p).node("Person").description == "A human."  # type: ignore[union-attr]
+    p.write_text(SMALL.format(mode="drop").replace("A human.", "A being."), encoding="utf-8")
+    os.utime(p, ns=(1_000_000_002_000_000_000, 1_000_000_002_000_000_000))
+    assert load_schema(p).node("Person").description == "A being."  # type: ignore[union-attr]
+
+
+def test_a_resized_edit_with_the_same_mtime_is_read_again(tmp_path: Path) -> None:
+    p = write(tmp_path, SMALL.format(mode="drop"))
+    os.utime(p, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    assert load_schema(p).node("Person").description == "A human."  # type: ignore[union-attr]
+    p.write_text(SMALL.format(mode="drop").replace("A human.", "A named human being."),
+                 encoding="utf-8")
+    os.utime(p, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    person = load_schema(p).node("Person")
+    assert person is not None and person.description == "A named human being."

@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 import polars as pl
+import polars.testing
 import pytest
 
 from tasks.corpus.scorecard import (
@@ -191,3 +192,52 @@ def test_lsh_finds_what_all_pairs_finds_on_3000_rows() -> None:
     want = brute_force(texts, 0.8)
     assert len(want) > 250  # the planted copies (~300), and nothing else
     assert set(near_duplicates(frame, 0.8).to_list()) == want
+
+
+def test_a_pair_with_fewer_turns_than_the_compared_ones_compares_empty_text() -> None:
+    """An SFT row of one message has no question turn (-2): it compares as empty, not as an
+    error; the same for a DPO row with an empty prompt."""
+    sft = pl.DataFrame({"messages": [[{"role": "assistant", "content": "only an answer"}]]})
+    assert sft.select(_pair_text("sft")).item() == " only an answer"
+    dpo = pl.DataFrame({"prompt": [[{"role": "user", "content": "q"}][:0]],
+                        "chosen": [[{"role": "assistant", "content": "yes"}]],
+                        "rejected": [[{"role": "assistant", "content": "no"}]]},
+                       schema={c: pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
+                               for c in ("prompt", "chosen", "rejected")})
+    assert dpo.select(_pair_text("dpo")).item() == " yes no"
+
+
+ID = pl.Series("id", [], dtype=pl.UInt32)
+
+
+def test_the_result_and_the_text_lookup_are_uint32_ids_named_id() -> None:
+    asked: list[pl.Series] = []
+
+    def lookup(ids: pl.Series) -> pl.DataFrame:
+        asked.append(ids)
+        texts = {10: "a b c d e f", 20: "a b c d e", 30: "x y"}
+        return pl.DataFrame({"id": ids, "norm": [texts[i] for i in ids.to_list()]},
+                            schema={"id": pl.UInt32, "norm": pl.String})
+
+    other = [9, 9, 9, 9, 9, 9, 9, 9]
+    got = _near_from_signatures(sig([10, 20, 30], [SAME, SAME, other]), lookup, 0.8)
+    pl.testing.assert_series_equal(got, pl.Series("id", [20], dtype=pl.UInt32))
+    pl.testing.assert_series_equal(asked[0], pl.Series("id", [10, 20], dtype=pl.UInt32))
+    # one row, and rows with no candidate at all: empty, of the same name and type
+    pl.testing.assert_series_equal(_near_from_signatures(sig([10], [SAME]), lookup, 0.8), ID)
+    pl.testing.assert_series_equal(
+        _near_from_signatures(sig([10, 30], [SAME, other]), lookup, 0.8), ID)
+
+
+@pytest.mark.parametrize("band", [0, 1, 2, 3])
+def test_rows_that_agree_on_one_band_alone_are_candidates(band: int) -> None:
+    """A band is hashes 2b and 2b+1: two rows equal there and nowhere else share a bucket
+    (agreement 2/8 = 0.25, kept by the shortlist for a threshold of 0.6)."""
+    a = [1, 2, 3, 4, 5, 6, 7, 8]
+    b = [11, 12, 13, 14, 15, 16, 17, 18]
+    b[2 * band], b[2 * band + 1] = a[2 * band], a[2 * band + 1]
+    texts = {10: "a b c", 20: "a b c"}
+    assert near(sig([10, 20], [a, b]), texts, 0.6) == [20]
+    c = list(b)
+    c[2 * band + 1] = 99  # one hash of the band differs: not a candidate
+    assert near(sig([10, 20], [a, c]), texts, 0.6) == []

@@ -221,3 +221,20 @@ def test_curly_quotes_do_not_hide_an_exact_duplicate(tmp_path: Path) -> None:
     curly = sft(words(1), "He said \u201cyes\u201d to it, and it\u2019s done")
     c = card(tmp_path, [plain, curly])
     assert failures(c) == {"exact_duplicate": 1}
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"floor": -1}, "scorecard: need floor ≥ 0 and 0 ≤ min_tokens < max_tokens"),
+    ({"near_duplicate_threshold": 0}, "scorecard: near_duplicate_threshold must be in (0, 1]"),
+    ({"min_sources": 0}, "scorecard: max_source_share in (0, 1], min_sources ≥ 1"),
+    ({"eval_share": 1}, "scorecard: eval_share must be in [0, 1)")])
+def test_each_config_refusal_says_the_whole_rule(kw: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError) as e:
+        ScorecardConfig(**kw)  # type: ignore[arg-type]
+    assert str(e.value) == message
+
+
+def test_a_bucket_with_no_clean_pair_gives_each_source_a_share_of_zero(tmp_path: Path) -> None:
+    c = card(tmp_path, [sft("hi", "ok", "a"), sft("yo", "no", "b")], min_tokens=3)
+    assert [(s.source, s.total, s.clean, s.share_of_clean) for s in c.sources] == [
+        ("a", 1, 0, 0.0), ("b", 1, 0, 0.0)]

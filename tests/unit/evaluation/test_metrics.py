@@ -244,3 +244,91 @@ def test_a_partial_answer_lists_what_it_missed_and_got_wrong_and_recall_by_kind(
         (2, 4, 2, 3)
     rel = overall["relationships"]
     assert (rel["correct"], rel["predictions"], rel["found"], rel["gold"]) == (1, 2, 1, 2)
+
+
+def _priya_works_for_northwind(complete: bool = True) -> GoldCase:
+    return _case(complete=complete,
+                 entities=[{"id": "a", "type": "Person", "name": "Priya Raman"},
+                           {"id": "b", "type": "Organization", "name": "Northwind Rail"}],
+                 relationships=[{"source": "a", "type": "WORKS_FOR", "target": "b"}])
+
+
+def test_a_triple_naming_a_key_no_entity_has_is_wrong_not_an_error() -> None:
+    a, b = _key("Person", "Priya Raman"), _key("Organization", "Northwind Rail")
+    ents = [_ent("Person", "Priya Raman"), _ent("Organization", "Northwind Rail")]
+    s = score_case(_priya_works_for_northwind(), CasePrediction(
+        "t#0", ents, [("Person:ghost", "WORKS_FOR", b), (a, "WORKS_FOR", "Organization:ghost")]))
+    assert (s.counts["relationship_predictions"], s.counts["relationship_correct"],
+            s.counts["relationship_found"]) == (2, 0, 0)
+    assert s.wrong == [f"Person:ghost WORKS_FOR {b}", f"{a} WORKS_FOR Organization:ghost"]
+    assert s.missed == ["Priya Raman WORKS_FOR Northwind Rail"]
+
+
+def test_a_recall_only_case_calls_nothing_wrong() -> None:
+    s = score_case(_priya_works_for_northwind(complete=False),
+                   CasePrediction("t#0", [_ent("Topic", "Zorblax Quintane")]))
+    assert s.wrong == []
+    assert s.counts["entity_predictions"] == 0 and s.counts["precision_cases"] == 0
+
+
+def test_a_wrong_entity_is_named_by_its_first_written_name() -> None:
+    odd = PredictedEntity("Topic:zorblax", "Topic", ("Zorblax Quintane", "the Zorblax"))
+    s = score_case(_priya_works_for_northwind(), CasePrediction("t#0", [odd]))
+    assert s.wrong == ["Topic Zorblax Quintane"]
+
+
+def test_recall_by_kind_counts_every_item_found() -> None:
+    case = _case(entities=[
+        {"id": "e1", "type": "Person", "name": "Paul Manly", "kind": "speaker"},
+        {"id": "e2", "type": "Person", "name": "Elizabeth May", "kind": "speaker"},
+        {"id": "e3", "type": "Organization", "name": "Green Party"}],
+        relationships=[{"source": "e1", "type": "MEMBER_OF", "target": "e3", "kind": "party"},
+                       {"source": "e2", "type": "MEMBER_OF", "target": "e3", "kind": "party"}])
+    s = score_case(case, _perfect(case))
+    assert s.gold_kinds == {"entity:speaker": 2, "found:entity:speaker": 2,
+                            "entity:Organization": 1, "found:entity:Organization": 1,
+                            "relationship:party": 2, "found:relationship:party": 2}
+    assert s.missed == []
+
+
+def test_a_failed_case_keeps_its_error_message() -> None:
+    s = score_case(_priya_works_for_northwind(), CasePrediction(
+        "t#0", error="gave up after 3 attempts", error_type="LLMError"))
+    assert (s.error, s.error_type) == ("gave up after 3 attempts", "LLMError")
+    assert s.counts["failed"] == 1
+
+
+def test_a_case_with_no_prediction_fails_as_missing() -> None:
+    answered = _priya_works_for_northwind()
+    unanswered = _case(id="t#1", entities=[{"id": "a", "type": "Person", "name": "Ann Lee"}])
+    overall, _, scores = score([answered, unanswered], {"t#0": _perfect(answered)})
+    assert [(s.case_id, s.error, s.error_type) for s in scores] == [
+        ("t#0", None, None), ("t#1", "no answer", "Missing")]
+    assert overall["failed_cases"] == 1
+    assert overall["entities"]["type_strict"]["recall"] == pytest.approx(2 / 3)
+
+
+def test_each_split_is_scored_on_its_own_cases_only() -> None:
+    train = _priya_works_for_northwind()
+    valid = _case(id="v#0", split="validation",
+                  entities=[{"id": "a", "type": "Person", "name": "Ann Lee"}])
+    overall, splits, _ = score([train, valid], {"t#0": _perfect(train)})
+    assert sorted(splits) == ["train", "validation"]
+    assert (splits["train"]["cases"], splits["train"]["failed_cases"]) == (1, 0)
+    assert splits["train"]["entities"]["type_strict"]["recall"] == 1.0
+    assert (splits["validation"]["cases"], splits["validation"]["failed_cases"]) == (1, 1)
+    assert splits["validation"]["entities"]["type_strict"]["recall"] == 0.0
+    assert overall["cases"] == 2 and overall["failed_cases"] == 1
+
+
+def test_the_resolution_figures_count_splits_and_merges() -> None:
+    case = _case(entities=[
+        {"id": "e1", "type": "Person", "name": "Paul Manly", "aliases": ["Mr. Manly"]},
+        {"id": "e2", "type": "Person", "name": "Elizabeth May", "aliases": ["Ms. May"]},
+        {"id": "e3", "type": "Person", "name": "Theresa May", "aliases": ["Mrs. May"]}])
+    preds = CasePrediction("t#0", [_ent("Person", "Paul Manly"), _ent("Person", "Mr. Manly"),
+                                   _ent("Person", "May")])
+    overall, _, _ = score([case], {"t#0": preds})
+    assert overall["resolution"] == {"over_split": 1, "over_split_rate": 1 / 3,
+                                     "matched_gold": 3, "over_merge": 1,
+                                     "over_merge_rate": 1 / 3, "matched_keys": 3}

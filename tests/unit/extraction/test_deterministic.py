@@ -84,3 +84,28 @@ def test_a_schema_without_the_pattern_prunes_the_relationship_and_keeps_the_rows
     assert report.pruned_relationships == {"Person WORKS_FOR Organization": 1,
                                            "Person PARTICIPATED_IN Event": 1}
     assert set(batch.entities) == {"Person:ada lovelace", "Organization:acme ltd", "Event:t"}
+
+
+def test_a_contact_without_a_title_has_no_description_and_each_pruned_one_is_counted() -> None:
+    schema = load_schema(DEFAULT_SCHEMA)
+    d = contacts({"name": "Ada Lovelace", "title": None, "organization": "Acme Ltd"},
+                 {"name": "Bob Stone", "organization": "Acme Ltd"})
+    batch = build_batch([DocOutcome(d, [])], "m", {}, BatchReport())
+    assert [batch.entities[k].description for k in ("Person:ada lovelace", "Person:bob stone")
+            ] == ["", ""]
+    assert rels(batch) == [
+        ("Person:ada lovelace", "WORKS_FOR", "Organization:acme ltd", [d.id], ""),
+        ("Person:bob stone", "WORKS_FOR", "Organization:acme ltd", [d.id], "")]
+    no_pattern = replace(schema, patterns=frozenset(
+        p for p in schema.patterns if p[1] != "WORKS_FOR"))
+    report = BatchReport()
+    build_batch([DocOutcome(d, [])], "m", {}, report, no_pattern)
+    assert report.pruned_relationships == {"Person WORKS_FOR Organization": 2}
+
+
+def test_a_name_with_its_organization_in_parentheses_keeps_it_as_the_affiliation() -> None:
+    d = transcript({"title": "T", "participants": ["Ada Lovelace (Acme Ltd)"]})
+    batch = build_batch([DocOutcome(d, [])], "m", {}, BatchReport())
+    ada = batch.entities["Person:ada lovelace"]
+    assert (ada.name, ada.affiliation, ada.aliases) == ("Ada Lovelace", "Acme Ltd",
+                                                        ["Ada Lovelace (Acme Ltd)"])

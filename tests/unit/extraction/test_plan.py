@@ -149,3 +149,10 @@ def test_streams_may_be_a_one_shot_iterator() -> None:
     states = {"transcripts/a.md": done(), "research/b.md": done(stream="research")}
     p = plan([], [], states, ask(MODEL), iter(["research"]))
     assert p.deleted == ["research/b.md"]
+
+
+def test_a_retried_failure_is_counted_as_a_retry_though_an_older_success_differs() -> None:
+    # extracted at h0, edited to h1, failed at h1: --retry-failed sends it again as a retry
+    states = {"transcripts/a.md": {**done("h0"), **failed("h1")}}
+    p = plan([doc("a.md", "h1")], [], states, ask(MODEL), STREAMS, Redo(retry_failed=True))
+    assert ids(p.extract) == ["transcripts/a.md"] and p.reasons == {"retry": 1}

@@ -4,7 +4,7 @@ chunk every fact came from."""
 
 from pathlib import Path
 
-from tasks.extraction.answers import BatchReport, build_batch
+from tasks.extraction.answers import BatchReport, build_batch, grounded
 from tasks.extraction.calls import Ask, ChunkAnswer, DocOutcome
 from tasks.extraction.chunking import Chunk
 from tasks.extraction.documents import Document
@@ -272,3 +272,53 @@ def test_ungrounded_names_are_sampled_twenty_and_cut_to_eighty_characters() -> N
                 {}, report)
     assert report.ungrounded_names == 21
     assert report.ungrounded == [f"{d.id}#0: {n[:80]}" for n in names[:20]]
+
+
+def test_a_surname_met_before_its_full_name_takes_the_full_name_and_its_relationships() -> None:
+    text = "Mr. Viersen and Arnold Maria Viersen are one man; Mr. Rota spoke to Mr. Viersen."
+    d = doc("s.md", text)
+    o = outcome(d, (0, len(text), [answer(
+        [("Mr. Viersen", "Person"), ("Arnold Maria Viersen", "Person"), ("Mr. Rota", "Person")],
+        [("Mr. Viersen", "RELATED_TO", "Arnold Maria Viersen"),  # one man after the join
+         ("Arnold Maria Viersen", "RELATED_TO", "Mr. Viersen"),  # the same
+         ("Mr. Rota", "RELATED_TO", "Mr. Viersen")])]))
+    report = BatchReport()
+    batch = build_batch([o], "m", {}, report)
+    viersen = batch.entities["Person:arnold maria viersen"]
+    assert (viersen.name, viersen.aliases) == ("Arnold Maria Viersen",
+                                               ["Mr. Viersen", "Viersen"])
+    assert sorted(batch.entities) == ["Person:arnold maria viersen", "Person:rota"]
+    assert sorted(batch.relationships) == [
+        ("Person:rota", "RELATED_TO", "Person:arnold maria viersen")]
+    assert (report.aliases_resolved, report.dangling_relationships) == (1, 2)
+
+
+
+def test_long_names_and_property_values_are_cut_and_each_dropped_property_counted(
+        tmp_path: Path) -> None:
+    """The cuts hold whatever the answer's own limits were (an answer is built here without
+    parse_answer's maxLength checks)."""
+    text = DEFAULT_SCHEMA.read_text().replace(
+        'label = "Person"\n', 'label = "Person"\nproperties = [{name = "role", description = '
+        '"the office or job the text gives"}]\n', 1)
+    (tmp_path / "p.toml").write_text(text)
+    s = load_schema(tmp_path / "p.toml")
+    topic = "budget " * 40  # 280 characters
+    d = doc("l.md", f"Ann Lee chaired. Bob Stone too. Talk of {topic}")
+    ans = Extraction.model_validate({"entities": [
+        {"name": "Ann Lee", "type": "Person", "description": "", "properties": {"role": "c" * 600}},
+        {"name": topic.strip(), "type": "Topic", "description": "", "properties": {"role": "x"}},
+        {"name": "Bob Stone", "type": "Topic", "description": "", "properties": {"role": "y"}}],
+        "relationships": []})
+    report = BatchReport()
+    batch = build_batch([outcome(d, (0, len(d.text), [ans]))], "m", {}, report, s)
+    assert sorted(len(e.name) for e in batch.entities.values()) == [7, 9, 200]
+    assert batch.entities["Person:ann lee"].properties == {"role": "c" * 500}
+    assert report.dropped_fields == {"entities[].properties.role": 2}  # two Topics had it
+
+
+def test_a_name_of_punctuation_or_spaces_is_never_grounded() -> None:
+    assert grounded("Ann Lee", "met ann  LEE, then")
+    assert not grounded("Ann", "Annabel")  # whole words only
+    assert not grounded("  ", "any text at all")
+    assert not grounded("...", "any text at all...")
