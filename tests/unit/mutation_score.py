@@ -143,6 +143,21 @@ EQUIVALENT: dict[tuple[str, str], str] = {
            "return _load(p, st.st_mtime_ns if st else 1, st.st_size if st else -1)",
            "return _load(p, st.st_mtime_ns if st else 0, st.st_size if st else +1)",
            "return _load(p, st.st_mtime_ns if st else 0, st.st_size if st else -2)")},
+    ("tasks.engine.llama_build.x__record_line",
+     'digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"XX=XX").decode()'):
+        "a sha256 in base64 is 43 characters and one '=': the 43rd holds 4 bits and 2 zero bits, "
+        "so it is never 'X'",
+    ("tasks.engine.llama_build.x_add_to_wheel",
+     "info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 1))"):
+        "zip stores time in 2-second steps: 00:00:01 is written as 00:00:00",
+    # packaging 26: contains() with prereleases None (its default) admits a prerelease unless
+    # the set was made with prereleases=False, which a Requirement read from pyproject never is
+    **{("tasks.shared.environment.x_differences", line): "prereleases None is True here (see "
+       "the comment above)" for line in (
+           "fits = req.specifier.contains(Version(got), prereleases=None)",
+           "fits = req.specifier.contains(Version(got), )")},
+    ("tasks.shared.environment.x_differences", "fits = None"):
+        "fits is only read as a condition: None and False are both false",
     ("tasks.extraction.pacing.x_quantile",
      "return s[min(len(s) + 1, max(0, math.ceil(q * len(s)) - 1))]"):
         "every caller's q is at most 1 (0.9, 0.95): ceil(q x n) - 1 <= n - 1, the clamp never "

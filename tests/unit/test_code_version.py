@@ -81,3 +81,10 @@ def test_the_version_format(tmp_path: Path) -> None:
         h.update(hashlib.sha256(data).digest())
     assert code_version(tmp_path) == h.hexdigest()[:16]
     assert code_version(str(tmp_path)) == code_version(tmp_path)
+
+
+def test_without_a_folder_the_version_is_the_working_directorys(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    orch = checkout(tmp_path / "c")
+    monkeypatch.chdir(orch)
+    assert code_version() == code_version(orch)

@@ -112,3 +112,21 @@ def test_the_digest_format() -> None:
     text = "python==3.11\nneo4j==5.19.0\npolars==1.2.0\nprefect==3.9.1"
     assert digest("3.11", {"prefect": "3.9.1", "polars": "1.2.0", "neo4j": "5.19.0",
                            "torch": "2.13.0"}) == hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def test_a_dotted_name_is_normalised_as_pip_does(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[project]\nname = "x"\ndependencies = ["Ruamel.Yaml>=0.17"]\n')
+    here = {"python": "3.11", "packages": {"ruamel-yaml": "0.18.6"}}
+    node = {"python": "3.11", "packages": {"ruamel-yaml": "0.18.10"}}
+    assert differences(here, node, path) == ([], ["ruamel-yaml 0.18.10 on the node, 0.18.6 here"])
+    assert differences(here, {"python": "3.11"}, path) == (
+        ["ruamel-yaml is not installed on the node"], [])
+
+
+def test_an_arbitrary_equality_pin_that_differs_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[project]\nname = "x"\ndependencies = ["legacy-tool===1.0"]\n')
+    refused, said = differences({"python": "3.11", "packages": {"legacy-tool": "1.1"}},
+                                {"python": "3.11", "packages": {"legacy-tool": "1.0"}}, path)
+    assert (refused, said) == (["legacy-tool 1.0 on the node, 1.1 here"], [])

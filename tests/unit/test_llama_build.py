@@ -3,7 +3,9 @@ they make, where the cache lives, and what the check reads off the library."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -212,8 +214,6 @@ def test_the_wheel_gets_the_built_files_with_their_modes_and_record_lines(
         tmp_path: Path) -> None:
     import base64
     import hashlib
-    import zipfile
-
     wheel = tmp_path / "llama_cpp_python-9.9.9-py3-none-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("llama_cpp/__init__.py", "x = 1\n")
@@ -278,3 +278,108 @@ def test_the_server_is_linked_from_the_installed_wheel_and_relinked_when_it_diff
     with pytest.raises(ConfigError, match=r"\$SLM_LLAMA_SERVER points at .*/nowhere, which is "
                                           "not an executable file"):
         lc.require_server()
+
+
+def _key_of(spec: dict) -> str:
+    """build_key's definition: sha256 of the spec as sorted JSON, 16 hex characters."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_the_cuda_key_hashes_the_toolkit_release_beside_the_cpu_spec(cuda: Path) -> None:
+    spec = {"dist": "llama-cpp-python", "version": "0.3.36", "flags": lb.flags("cpu"),
+            "targets": ["llama", "llama-server"], "wheel": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF",
+            "machine": "x86_64"}
+    assert _key_of(spec) == lb.build_key("0.3.36", "cpu", "x86_64") == "840c3259b4047677"
+    # cuda: its flags (with the compiler's path) and the release `nvcc --version` prints
+    assert lb.build_key("0.3.36", "cuda", "x86_64") == _key_of(
+        {**spec, "flags": lb.flags("cuda"), "cuda": "12.8.93"})
+
+
+def _small_wheel(path: Path, record: str, compression: int = 0) -> Path:
+    with zipfile.ZipFile(path, "w", compression) as z:
+        z.writestr("llama_cpp/__init__.py", "x = 1\n")
+        z.writestr("llama_cpp_python-9.9.9.dist-info/RECORD", record)
+    return path
+
+
+def test_the_added_files_have_a_fixed_time_and_the_wheel_is_compressed(tmp_path: Path) -> None:
+    wheel = _small_wheel(tmp_path / "llama_cpp_python-9.9.9-py3-none-linux_x86_64.whl",
+                         "llama_cpp_python-9.9.9.dist-info/RECORD,,\n", zipfile.ZIP_DEFLATED)
+    lib = tmp_path / "libllama.so"
+    lib.write_bytes(b"\x7fELF" * 64)
+    server = tmp_path / "llama-server"
+    server.write_bytes(b"\x7fELF-server")
+    lb.add_to_wheel(wheel, {"llama_cpp/lib/libllama.so": lib,
+                            "llama_cpp/lib/llama-server": server})
+    with zipfile.ZipFile(wheel) as z:
+        # the same bytes whenever it is built: a fixed date, not the build's clock
+        for name in ("llama_cpp/lib/libllama.so", "llama_cpp/lib/llama-server"):
+            assert z.getinfo(name).date_time == (2020, 1, 1, 0, 0, 0)
+        # every member deflated, the rewritten RECORD too
+        assert {i.filename: i.compress_type for i in z.infolist()} == {
+            "llama_cpp/__init__.py": zipfile.ZIP_DEFLATED,
+            "llama_cpp/lib/libllama.so": zipfile.ZIP_DEFLATED,
+            "llama_cpp/lib/llama-server": zipfile.ZIP_DEFLATED,
+            "llama_cpp_python-9.9.9.dist-info/RECORD": zipfile.ZIP_DEFLATED}
+    # nothing left beside the wheel
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "libllama.so", "llama-server", "llama_cpp_python-9.9.9-py3-none-linux_x86_64.whl"]
+
+
+def test_a_temp_file_left_by_an_interrupted_rewrite_is_replaced(tmp_path: Path) -> None:
+    wheel = _small_wheel(tmp_path / "w-9.9.9-py3-none-any.whl",
+                         "llama_cpp_python-9.9.9.dist-info/RECORD,,\n")
+    stale = tmp_path / "w-9.9.9-py3-none-any.tmp"
+    stale.write_bytes(b"half a zip")
+    lib = tmp_path / "libllama.so"
+    lib.write_bytes(b"lib")
+    lb.add_to_wheel(wheel, {"llama_cpp/lib/libllama.so": lib})
+    assert not stale.exists()
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("llama_cpp/lib/libllama.so") == b"lib"
+
+
+def test_record_lines_go_at_the_end_when_records_own_line_is_not_last(tmp_path: Path) -> None:
+    lib = tmp_path / "libllama.so"
+    lib.write_bytes(b"\x7fELF-lib")
+    line = lb._record_line("llama_cpp/lib/libllama.so", b"\x7fELF-lib")
+    wheel = _small_wheel(tmp_path / "a-9.9.9-py3-none-any.whl",
+                         "llama_cpp_python-9.9.9.dist-info/RECORD,,\n"
+                         "llama_cpp/__init__.py,sha256=abc,6\n")
+    lb.add_to_wheel(wheel, {"llama_cpp/lib/libllama.so": lib})
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("llama_cpp_python-9.9.9.dist-info/RECORD").decode() == (
+            "llama_cpp_python-9.9.9.dist-info/RECORD,,\n"
+            "llama_cpp/__init__.py,sha256=abc,6\n"
+            f"{line}\n")
+    # an empty RECORD gets the new line alone
+    empty = _small_wheel(tmp_path / "b-9.9.9-py3-none-any.whl", "")
+    lb.add_to_wheel(empty, {"llama_cpp/lib/libllama.so": lib})
+    with zipfile.ZipFile(empty) as z:
+        assert z.read("llama_cpp_python-9.9.9.dist-info/RECORD").decode() == f"{line}\n"
+
+
+def test_a_record_line_is_path_unpadded_urlsafe_sha256_and_size() -> None:
+    # sha256(b"") = e3b0c442...b855: base64 "47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU="
+    assert lb._record_line("a/b.so", b"") == \
+        "a/b.so,sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,0"
+
+
+def test_a_wheel_without_one_record_or_already_holding_the_files_is_refused(
+        tmp_path: Path) -> None:
+    lib = tmp_path / "libllama.so"
+    lib.write_bytes(b"lib")
+    bare = tmp_path / "bare-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(bare, "w") as z:
+        z.writestr("llama_cpp/__init__.py", "x = 1\n")
+    with pytest.raises(lb.BuildError) as e:
+        lb.add_to_wheel(bare, {"llama_cpp/lib/libllama.so": lib})
+    assert str(e.value) == f"{bare}: 0 RECORD files, expected 1"
+    wheel = _small_wheel(tmp_path / "c-9.9.9-py3-none-any.whl",
+                         "llama_cpp_python-9.9.9.dist-info/RECORD,,\n")
+    lb.add_to_wheel(wheel, {"llama_cpp/lib/libllama.so": lib, "llama_cpp/lib/llama-server": lib})
+    with pytest.raises(lb.BuildError) as e:
+        lb.add_to_wheel(wheel, {"llama_cpp/lib/llama-server": lib,
+                                "llama_cpp/lib/libllama.so": lib})
+    assert str(e.value) == (f"{wheel} already holds llama_cpp/lib/libllama.so, "
+                            "llama_cpp/lib/llama-server")

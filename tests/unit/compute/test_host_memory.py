@@ -12,7 +12,14 @@ from pydantic import ValidationError
 from blocks.inference import InferenceEndpoint
 from blocks.node_serve import NodeServeSettings
 from tasks.compute.gce.startup import llama_cpp_launch_args
-from tasks.compute.host_memory import Host, checkpoint_bytes, host_fit, slot_state_bytes
+from tasks.compute.host_memory import (
+    Host,
+    checkpoint_bytes,
+    host_fit,
+    most_checkpoints,
+    row_bytes,
+    slot_state_bytes,
+)
 from tasks.compute.inference_server import Served, ServerSettings, llama_server_args
 from tasks.compute.kv_budget import ModelShape
 from tasks.preflight.node import host_memory_check
@@ -116,3 +123,62 @@ def test_extra_args_cannot_resize_the_host_caches(flag: str) -> None:
     with pytest.raises(ValidationError, match="ctx_checkpoints, cache_ram_mib and "
                                               "cache_idle_slots"):
         NodeServeSettings(extra_args=[flag, "8"])
+
+
+def test_an_unknown_cache_type_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError) as e:
+        row_bytes(8, 128, "q5_1")
+    assert str(e.value) == "KV cache type 'q5_1': use one of f16, bf16, q8_0, q4_0"
+    # 8 x 128 elements: f16 2 bytes each, q8_0 1024 / 32 blocks of 34 bytes
+    assert row_bytes(8, 128, "f16") == 2048 and row_bytes(8, 128, "q8_0") == 1088
+
+
+def test_a_window_without_sliding_layers_makes_no_checkpoints() -> None:
+    # sliding_window set but no layer slides: nothing for llama-server to copy (were the cells
+    # counted, 4096 cells x 12 bytes of metadata would show up)
+    shape = ModelShape(layers=64, kv_heads=8, head_dim=128, sliding_layers=0, sliding_window=4096)
+    assert checkpoint_bytes(8192, shape, cache_type="q8_0") == 0
+
+
+def test_sliding_layers_without_a_window_save_every_layer_over_the_whole_context() -> None:
+    # no window: all 64 layers keep the context, 1024 x (12 + 64 x 2 x 1088) = 142,618,624 B
+    # (not 16 full layers' 1024 x (12 + 16 x 2 x 1088) = 35,663,872), and no checkpoint on top
+    shape = ModelShape(layers=64, kv_heads=8, head_dim=128, sliding_layers=48, sliding_window=0)
+    assert slot_state_bytes(1024, shape, cache_type="q8_0") == 142_618_624
+
+
+def test_the_node_settings_make_the_host() -> None:
+    settings = NodeServeSettings(host_memory_gib=32.0, ctx_checkpoints=4, cache_ram_mib=2048,
+                                 cache_idle_slots=True)
+    assert Host.of_node(settings) == Host(gib=32.0, ctx_checkpoints=4, cache_ram_mib=2048,
+                                          cache_idle_slots=True)
+    assert Host.of_node(NodeServeSettings()).cache_idle_slots is False
+
+
+def test_idle_slot_saves_are_named_inside_the_prompt_cache() -> None:
+    # llama-server's defaults: 8 x 32 x 0.39848 GiB = 102.01 GiB of checkpoints + 8 GiB of
+    # prompt cache + 4.0 = 114.01 GiB; one idle save 713,179,136 B = 0.66 GiB
+    fit = host_fit(8, 8192, OLMO3_32B, "q8_0", Host(gib=16.0, ctx_checkpoints=32,
+                                                     cache_ram_mib=8192, cache_idle_slots=True))
+    assert (fit.slots, fit.context_tokens, fit.ctx_checkpoints) == (8, 8192, 32)
+    assert fit.text() == (
+        "8 slots x 32 context checkpoints of 0.40 GiB = 102.01 GiB + prompt cache 8.00 GiB "
+        "(--cache-ram 8192, idle-slot saves of 0.66 GiB each and their checkpoints inside it) "
+        "+ llama-server 1.5 GiB + Prefect worker and flow run 1.5 GiB + OS 1.0 GiB = 114.01 GiB "
+        "of the node's 16.0 GiB of RAM (estimate)")
+    # idle saves asked for without a prompt cache: llama-server disables them
+    off = host_fit(8, 8192, OLMO3_32B, "q8_0", Host(gib=16.0, ctx_checkpoints=3,
+                                                     cache_ram_mib=0, cache_idle_slots=True))
+    assert off.idle_save_bytes == 0 and ", no idle-slot saves)" in off.text()
+
+
+def test_the_most_checkpoints_per_slot_that_fit() -> None:
+    # 16 GiB - 4.0 = 12 GiB for 8 slots' checkpoints of 0.39848 GiB: 3 each (9.56), not 4 (12.75)
+    host = Host(gib=16.0, ctx_checkpoints=3, cache_ram_mib=0, cache_idle_slots=False)
+    assert most_checkpoints(8, 8192, OLMO3_32B, "q8_0", host) == 3
+    # not even none fits: the engine, worker and OS (4.0 GiB) overrun a 3 GiB node alone
+    small = Host(gib=3.0, ctx_checkpoints=3, cache_ram_mib=0, cache_idle_slots=False)
+    assert most_checkpoints(8, 8192, OLMO3_32B, "q8_0", small) == -1
+    # a model without sliding layers has checkpoints of 0 bytes: the count stops at 64
+    dense = ModelShape(layers=64, kv_heads=8, head_dim=128)
+    assert most_checkpoints(8, 8192, dense, "q8_0", host) == 64

@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 
 from blocks.node_serve import NodeServeSettings
-from tasks.compute.kv_budget import GIB, Card, ModelShape, kv_bytes_per_slot, kv_fit, largest_fit
+from tasks.compute.kv_budget import (
+    GIB,
+    Card,
+    ModelShape,
+    kv_bytes_per_slot,
+    kv_fit,
+    largest,
+    largest_fit,
+)
 from tasks.preflight.node import slots_check
 
 OLMO3 = ModelShape(layers=64, kv_heads=8, head_dim=128, sliding_layers=48, sliding_window=4096)
@@ -68,3 +76,28 @@ def test_preflight_refuses_slots_that_do_not_fit_with_both_numbers() -> None:
                          "context_tokens")
     ok = slots_check(NodeServeSettings(kv_cache_type="q8_0"), 8, 8192)
     assert ok.ok and ok.detail.startswith("8 slots x 8192 tokens: KV 5.71 GiB")
+
+
+def test_an_unknown_cache_type_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError) as e:
+        kv_bytes_per_slot(256, OLMO3, cache_type="q5_1")
+    assert str(e.value) == "KV cache type 'q5_1': use one of f16, bf16, q8_0, q4_0"
+
+
+def test_the_fit_is_at_f16_unless_told() -> None:
+    # 8 slots x 4096 x (16 x 8192 + 48 x 4608) B = 8 x 1.34375 GiB = 10.75 GiB
+    fit = kv_fit(8, 8192, OLMO3, CARD)
+    assert fit.kv_gib == 10.75 == kv_fit(8, 8192, OLMO3, CARD, cache_type="f16").kv_gib
+    assert fit.text() == ("8 slots x 8192 tokens: KV 10.75 GiB + weights 15.00 GiB + 1.2 GiB "
+                          "buffers = 26.95 GiB of the card's 22.5 GiB (estimate)")
+
+
+def test_the_largest_count_stops_at_its_limit() -> None:
+    assert largest(lambda n: n <= 10) == 10
+    assert largest(lambda n: True, start=1, limit=5) == 5
+    assert largest(lambda n: True) == 1024  # the default limit
+    assert largest(lambda n: False) == 0  # not even the start
+    assert largest(lambda n: False, start=0) == -1
+    # a tiny model on a large card: 1024 slots at most
+    assert largest_fit(256, ModelShape(layers=1, kv_heads=1, head_dim=1),
+                       Card(gib=80.0, weights_gib=1.0)) == 1024

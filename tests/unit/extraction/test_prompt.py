@@ -36,3 +36,9 @@ def test_no_example_no_example_section(tmp_path: Path) -> None:
     (tmp_path / "g.toml").write_text(text[:text.index("# Short worked examples")])
     p = system_prompt(load_schema(tmp_path / "g.toml"))
     assert "Example" not in p and "Dana Okafor" not in p
+
+
+def test_without_gleaning_the_version_says_g0() -> None:
+    s = default_schema()
+    assert extraction_version(s) == extraction_version(s, 0)
+    assert extraction_version(s).endswith("-g0") and extraction_version(s, 1).endswith("-g1")

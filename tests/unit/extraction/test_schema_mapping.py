@@ -120,3 +120,13 @@ def test_a_label_that_is_no_string_breaks_the_schema() -> None:
                                                         "enum": ["happy", "sad"]}}}
     with pytest.raises(SchemaViolation, match=r"mood: 'Happy' is not one of \['happy', 'sad'\]"):
         parse_answer({"mood": "Happy"}, schema)
+
+
+def test_only_relationship_types_are_mapped_not_another_enum_of_the_same_labels() -> None:
+    # "likes" would map to RELATED_TO as a relationship type; in another field it is held to
+    # the enum as written
+    schema = {"type": "object", "properties": {"link": {"type": "string",
+                                                        "enum": ["OWNS", "RELATED_TO"]}}}
+    with pytest.raises(SchemaViolation) as e:
+        parse_answer({"link": "likes"}, schema)
+    assert str(e.value) == "link: 'likes' is not one of ['OWNS', 'RELATED_TO']"
