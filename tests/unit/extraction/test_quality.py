@@ -322,3 +322,4 @@ def test_a_name_of_punctuation_or_spaces_is_never_grounded() -> None:
     assert not grounded("Ann", "Annabel")  # whole words only
     assert not grounded("  ", "any text at all")
     assert not grounded("...", "any text at all...")
+    assert not grounded("  ", "...")  # a blank name in a text of punctuation alone
