@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tasks.compute.kv_budget import GIB, KV_BYTES, ModelShape, largest
+from tasks.compute.kv_budget import GIB, ModelShape, largest, row_bytes
 
 MIB = 1024**2
 # Per SWA cell, the metadata a checkpoint writes before the rows (src/llama-kv-cache.cpp
@@ -75,13 +75,6 @@ OS_GIB = 1.0
 # vm-instance-pricing; tasks/training/memory.py G2_STANDARD_4). The guest's MemTotal is a little
 # lower (about 15.6 GiB): OS_GIB covers the difference.
 G2_STANDARD_4_GIB = 16.0
-
-
-def row_bytes(kv_heads: int, head_dim: int, cache_type: str) -> float:
-    """One K (or V) row of one layer and one token: n_kv_heads x head_dim at the cache type."""
-    if cache_type not in KV_BYTES:
-        raise ValueError(f"KV cache type {cache_type!r}: use one of {', '.join(KV_BYTES)}")
-    return kv_heads * head_dim * KV_BYTES[cache_type]
 
 
 def checkpoint_bytes(context_tokens: int, shape: ModelShape, cache_type: str) -> int:

@@ -91,12 +91,17 @@ class KvFit:
                 f"{self.needed_gib:.2f} GiB of the card's {self.card_gib:.1f} GiB (estimate)")
 
 
+def row_bytes(kv_heads: int, head_dim: int, cache_type: str) -> float:
+    """One K (or V) row of one layer and one token: n_kv_heads x head_dim at the cache type."""
+    if cache_type not in KV_BYTES:
+        raise ValueError(f"KV cache type {cache_type!r}: use one of {', '.join(KV_BYTES)}")
+    return kv_heads * head_dim * KV_BYTES[cache_type]
+
+
 def kv_bytes_per_slot(context_tokens: int, shape: ModelShape, cache_type: str = "f16",
                       swa_full: bool = False) -> float:
     """KV cache bytes of one slot of `context_tokens`."""
-    if cache_type not in KV_BYTES:
-        raise ValueError(f"KV cache type {cache_type!r}: use one of {', '.join(KV_BYTES)}")
-    per_layer_token = 2 * shape.kv_heads * shape.head_dim * KV_BYTES[cache_type]
+    per_layer_token = 2 * row_bytes(shape.kv_heads, shape.head_dim, cache_type)
     full = shape.layers - shape.sliding_layers
     context = _pad(context_tokens)
     swa_tokens = context if swa_full or not shape.sliding_window else \

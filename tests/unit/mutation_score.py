@@ -23,6 +23,9 @@ KILLED = {"killed", "timeout", "caught by type check"}
 # Equivalent mutants: the changed line (as `mutmut show` prints it, stripped) cannot change what
 # the function returns or does, so no test can kill it. Matched by the mutant's function and
 # its new line, not by its number (numbers move when the code does).
+# A flag or placeholder only ever read as a condition, set to another false value.
+AS_CONDITION = "only read as a condition: None, '' and False are all false"
+
 EQUIVALENT: dict[tuple[str, str], str] = {
     ("tasks.extraction.plan.x_plan", "out = Plan([], [], [], None)"):
         "`deleted` is always assigned before plan() returns",
@@ -133,11 +136,11 @@ EQUIVALENT: dict[tuple[str, str], str] = {
        "the same JSON (see the comment above)" for mode in ("None", '"XXjsonXX"', '"JSON"')},
     ("tasks.graph.ontology.x__canonical",
      "return json.dumps(data, sort_keys=True, ensure_ascii=None)"):
-        "json.dumps reads ensure_ascii as a condition: None and False are both false",
+        "json.dumps's ensure_ascii is " + AS_CONDITION,
     # load_schema's key for a file it cannot stat: that read raises and is not cached, and a
     # negative or tiny size never meets a valid schema file's key.
     ("tasks.graph.ontology.x_load_schema", 'st = ""'):
-        "st is only read as a condition: the empty string and None are both false",
+        "st is " + AS_CONDITION,
     **{("tasks.graph.ontology.x_load_schema", line): "the key of a file that cannot be read "
        "(see the comment above)" for line in (
            "return _load(p, st.st_mtime_ns if st else 1, st.st_size if st else -1)",
@@ -157,7 +160,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
            "fits = req.specifier.contains(Version(got), prereleases=None)",
            "fits = req.specifier.contains(Version(got), )")},
     ("tasks.shared.environment.x_differences", "fits = None"):
-        "fits is only read as a condition: None and False are both false",
+        "fits is " + AS_CONDITION,
     ("tasks.extraction.pacing.x_quantile",
      "return s[min(len(s) + 1, max(0, math.ceil(q * len(s)) - 1))]"):
         "every caller's q is at most 1 (0.9, 0.95): ceil(q x n) - 1 <= n - 1, the clamp never "
@@ -167,14 +170,14 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "round(0.7 x limit) < limit for every limit >= 2, and at 1 _set clamps to 1: the first "
         "term of the min never binds",
     **{(f"tasks.extraction.pacing.xǁEndpointǁ{f}", "self.slow_start = None"):
-       "slow_start is only read as a condition: None and False are both false"
+       "slow_start is " + AS_CONDITION
        for f in ("_cut", "_decide")},
     ("tasks.extraction.pacing.xǁEndpointǁ__init__",
      "self._settling = None  # a decrease left requests of the higher limit in flight"):
-        "_settling is only read as a condition: None and False are both false",
+        "_settling is " + AS_CONDITION,
     ("tasks.extraction.pacing.xǁPacingǁ__init__",
      "self.closed = None  # the gate closed once: every later request defers at once"):
-        "closed is only read as a condition: None and False are both false",
+        "closed is " + AS_CONDITION,
     **{("tasks.extraction.pacing.xǁPacingǁ__init__", line):
        "_condition() replaces both before either is read: no running loop is the empty string"
        for line in ('self._cond: asyncio.Condition | None = ""',

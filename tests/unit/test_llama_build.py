@@ -3,6 +3,7 @@ they make, where the cache lives, and what the check reads off the library."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import zipfile
@@ -212,8 +213,6 @@ def test_one_build_makes_shared_libraries_that_find_each_other_and_the_server() 
 
 def test_the_wheel_gets_the_built_files_with_their_modes_and_record_lines(
         tmp_path: Path) -> None:
-    import base64
-    import hashlib
     wheel = tmp_path / "llama_cpp_python-9.9.9-py3-none-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("llama_cpp/__init__.py", "x = 1\n")

@@ -11,7 +11,7 @@ from tasks.extraction.documents import Document
 from tasks.extraction.plan import plan
 from tasks.extraction.prompt import deterministic_version, document_version
 from tasks.extraction.schema import Extraction
-from tasks.graph.ontology import DEFAULT_SCHEMA, default_schema, load_schema
+from tasks.graph.ontology import DEFAULT_SCHEMA, GraphSchema, default_schema, load_schema
 
 
 def answer(entities: list[tuple[str, str]], rels: list[tuple[str, str, str]] = ()) -> Extraction:
@@ -170,14 +170,19 @@ def test_gleaning_asks_again_and_merges_what_was_missed(fake_llm) -> None:  # ty
     assert report.grounded_names == 15
 
 
-def test_a_schemas_properties_are_asked_for_and_kept_for_their_type_only(tmp_path: Path) -> None:
-    from tasks.extraction.schema import json_schema, parse_answer
-
+def role_schema(tmp_path: Path) -> GraphSchema:
+    """The shipped schema with one property on Person: `role`."""
     text = DEFAULT_SCHEMA.read_text().replace(
         'label = "Person"\n', 'label = "Person"\nproperties = [{name = "role", description = '
         '"the office or job the text gives"}]\n', 1)
     (tmp_path / "p.toml").write_text(text)
-    s = load_schema(tmp_path / "p.toml")
+    return load_schema(tmp_path / "p.toml")
+
+
+def test_a_schemas_properties_are_asked_for_and_kept_for_their_type_only(tmp_path: Path) -> None:
+    from tasks.extraction.schema import json_schema, parse_answer
+
+    s = role_schema(tmp_path)
     req = json_schema(4, 4, ontology=s)
     item = req["properties"]["entities"]["items"]["properties"]
     assert item["properties"] == {"type": "object", "additionalProperties": False,
@@ -293,16 +298,11 @@ def test_a_surname_met_before_its_full_name_takes_the_full_name_and_its_relation
     assert (report.aliases_resolved, report.dangling_relationships) == (1, 2)
 
 
-
 def test_long_names_and_property_values_are_cut_and_each_dropped_property_counted(
         tmp_path: Path) -> None:
     """The cuts hold whatever the answer's own limits were (an answer is built here without
     parse_answer's maxLength checks)."""
-    text = DEFAULT_SCHEMA.read_text().replace(
-        'label = "Person"\n', 'label = "Person"\nproperties = [{name = "role", description = '
-        '"the office or job the text gives"}]\n', 1)
-    (tmp_path / "p.toml").write_text(text)
-    s = load_schema(tmp_path / "p.toml")
+    s = role_schema(tmp_path)
     topic = "budget " * 40  # 280 characters
     d = doc("l.md", f"Ann Lee chaired. Bob Stone too. Talk of {topic}")
     ans = Extraction.model_validate({"entities": [

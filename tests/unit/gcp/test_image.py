@@ -40,6 +40,11 @@ def test_labels_take_the_builders_attributes() -> None:
         "cuda": "12-8", "model-sha256": "a" * 16, "base-sha256": "b" * 16}
 
 
+def script_lines(b: ImageBuild) -> list[str]:
+    """The builder's startup script, line by line without indentation."""
+    return [ln.strip() for ln in b.script().splitlines()]
+
+
 def test_the_build_reads_the_node_settings_and_the_pins() -> None:
     b = _build()
     assert (b.project, b.zone, b.node_email) == (
@@ -140,7 +145,7 @@ def test_the_run_time_bounds_are_inclusive_and_every_setting_lands() -> None:
 
 def test_the_script_names_each_value_where_the_steps_use_it() -> None:
     """Every value the builder's script is rendered with, in the line that uses it."""
-    lines = [ln.strip() for ln in _build().script().splitlines()]
+    lines = script_lines(_build())
     for want in (
             "MD=http://metadata.google.internal/computeMetadata/v1/instance",
             "STATE=/var/lib/slm-image-build", "SCRATCH=/mnt/slm-scratch",
@@ -178,14 +183,14 @@ def test_a_hub_id_without_a_revision_downloads_main() -> None:
     keeps its full name (a revision is what follows the first '@')."""
     b = image_build(SPEC, NodeServeSettings(), "allenai/Olmo-3-7B-Think", "/opt/b.gguf",
                     BuildOptions(repo="r", ref="main", model="allenai/Olmo-3-32B-Think"))
-    lines = [ln.strip() for ln in b.script().splitlines()]
+    lines = script_lines(b)
     assert ("\"$VENV/bin/hf\" download allenai/Olmo-3-32B-Think --revision main --local-dir "
             "\"$SCRATCH/model-st\"") in lines
     assert "\"$VENV/bin/hf\" download allenai/Olmo-3-7B-Think --revision main \\" in lines
 
 
 def test_the_served_model_is_downloaded_by_its_repo_and_revision() -> None:
-    lines = [ln.strip() for ln in _build().script().splitlines()]
+    lines = script_lines(_build())
     assert ("\"$VENV/bin/hf\" download allenai/Olmo-3-32B-Think --revision abc123 --local-dir "
             "\"$SCRATCH/model-st\"") in lines
 
@@ -195,7 +200,7 @@ def test_a_revision_may_hold_slashes() -> None:
     org/name."""
     b = image_build(SPEC, NodeServeSettings(), "allenai/Olmo-3-7B-Think@refs/pr/3",
                     "/opt/b.gguf", BuildOptions(repo="r", ref="main", model="o/m@refs/pr/1"))
-    lines = [ln.strip() for ln in b.script().splitlines()]
+    lines = script_lines(b)
     assert "\"$VENV/bin/hf\" download allenai/Olmo-3-7B-Think --revision refs/pr/3 \\" in lines
     assert ("\"$VENV/bin/hf\" download o/m --revision refs/pr/1 --local-dir "
             "\"$SCRATCH/model-st\"") in lines
@@ -203,7 +208,7 @@ def test_a_revision_may_hold_slashes() -> None:
 
 def test_a_tokenizer_folder_given_with_a_trailing_slash_keeps_its_name() -> None:
     b = replace(_build(), tokenizer="/opt/models/Olmo-3-32B-Think-MLX/")
-    lines = [ln.strip() for ln in b.script().splitlines()]
+    lines = script_lines(b)
     assert "--local-dir \"$SCRATCH/src/Olmo-3-32B-Think-MLX\"" in lines
 
 
