@@ -4,8 +4,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TORCH := torch==2.13.0
+# llama.cpp's build: cpu here; the GPU node's image build runs `make -C CHECKOUT install
+# LLAMA_VARIANT=cuda` (tasks/gcp/image_build.sh), the same steps with CUDA for the L4
+LLAMA_VARIANT ?= cpu
 
-.PHONY: run test test-fast mutation lint bench clean-state docs
+.PHONY: install run test test-fast mutation lint bench clean-state docs
+
+# `make` alone, or `make install`: everything `make run` and `make test` need, in .venv.
+install: $(STAMP)
 
 # convert.py, llama_build.py and llama_cpp.py: their install steps run in existing environments too.
 $(STAMP): pyproject.toml tasks/training/convert.py tasks/engine/llama_build.py tasks/engine/llama_cpp.py \
@@ -24,9 +30,9 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/engine/llama_build.py t
 	{ w=$$($(PY) -m tasks.engine.wheelhouse $(TORCH)) && \
 	  $(PY) -m pip install --quiet --no-index --find-links "$$w" $(TORCH); \
 	} > $(VENV)/torch-install.log 2>&1 & torch=$$!; \
-	$(PY) -m tasks.engine.llama_build build; built=$$?; \
+	$(PY) -m tasks.engine.llama_build build --variant $(LLAMA_VARIANT); built=$$?; \
 	wait $$torch || { cat $(VENV)/torch-install.log; exit 1; }; test $$built = 0
-	$(PY) -m tasks.engine.llama_build install
+	$(PY) -m tasks.engine.llama_build install --variant $(LLAMA_VARIANT)
 	$(PY) -m pip install --quiet -e '.[dev]' $(TORCH)
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
 	# llama-cpp-python's source distribution, into $(VENV)/share/slm-nightly (a few seconds).

@@ -1,12 +1,14 @@
 """`gcp image build`: the node image made by one command, on a temporary CPU builder VM.
 
-The builder (n2-standard-8, no GPU: nvcc compiles for the L4 without one) boots Ubuntu 22.04 with
-two disks: the boot disk, which becomes the image (its size is each node's disk size: `gcp nodes`
+The builder (n2-standard-8, no GPU: nvcc compiles for the L4 without one) boots Google's Deep
+Learning VM image (the profile's [gcp] base_image: the NVIDIA driver and the CUDA toolkit with
+nvcc come with it, so the node made from this image has both) with two disks: the boot disk, which becomes the image (its size is each node's disk size: `gcp nodes`
 sizes the node from the image), and a blank scratch disk for the downloads and the intermediate
 GGUF, deleted with the builder so they never reach the image. Its startup script
-(image_build.sh) runs the steps of STEPS at every boot, skipping those done, so the reboots of
-Google's driver and toolkit installer resume it; it reports each step, and any failure with the
-log's last lines, in the guest attributes `slm-build/*`.
+(image_build.sh) runs the steps of STEPS at every boot, skipping those done, so a boot after an
+interruption resumes it; its install step is the clone's own `make install` with the CUDA
+variant (the Makefile), the same steps as on every clone. It reports each step, and any failure
+with the log's last lines, in the guest attributes `slm-build/*`.
 
 This command waits on those attributes and prints them. Once they say `done`, it stops the
 builder (the script waits for that, and powers off by itself an hour later if nobody does) and
@@ -46,7 +48,6 @@ from tasks.gcp.spec import GcpSpec
 
 BUILDER = "slm-image-builder"
 MACHINE_TYPE = "n2-standard-8"
-BASE_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
 IMAGE_GB = 100  # the boot disk, so the image, so each node's disk (peak use ~66 GB, below)
 SCRATCH_GB = 250  # peak ~160 GB: the 32B's safetensors and its f16 GGUF side by side
 MAX_RUN_HOURS = 6
@@ -57,13 +58,11 @@ SCRATCH_DEVICE = "slm-scratch"  # /dev/disk/by-id/google-<deviceName>
 NVCC = "/usr/local/cuda/bin/nvcc"
 POLL_SECONDS = 20.0  # the longest wait between two reads of the builder's progress
 LINGER_SECONDS = 3600  # after `done`, for the command to stop it; then the script powers off
-INSTALLER_URL = ("https://storage.googleapis.com/compute-gpu-installation-us/installer/latest/"
-                 "cuda_installer.pyz")
 # (step, minutes, GB on scratch at its end) — ESTIMATES for n2-standard-8 and pd-balanced disks
 # (none of this has run on Google Cloud): the 32B is 32.2e9 parameters, 64.5 GB in bf16/f16.
 STEPS: tuple[tuple[str, int, int], ...] = (
-    ("packages", 3, 0), ("driver", 8, 0), ("toolkit", 12, 0), ("nvcc", 0, 0),
-    ("checkout", 1, 0), ("engine", 25, 1), ("project", 8, 1), ("download", 20, 95),
+    ("packages", 2, 0), ("nvcc", 0, 0), ("checkout", 1, 0), ("install", 33, 6),
+    ("download", 20, 95),
     ("convert", 30, 95), ("quantize", 20, 47), ("weights", 10, 1), ("checks", 3, 1),
     ("seal", 1, 1))
 SCRATCH_PEAK_GB = 160  # during convert: safetensors 64.5 + f16 GGUF 64.5 + the 7B's 14.6 x 2
@@ -97,6 +96,8 @@ class ImageBuild:
     user: str = "slm"
     profile: str = "gcp"
     pin: str = ""  # llama-cpp-python's version (pyproject.toml)
+    base_image: str = ""  # the builder's boot image: the profile's [gcp] base_image
+    variant: str = "cuda"  # llama.cpp's build (the Makefile's LLAMA_VARIANT)
     max_run_hours: int = MAX_RUN_HOURS
     image: str = field(default_factory=lambda: "slm-node-" + datetime.now(UTC).strftime(
         "%Y%m%d-%H%M"))
@@ -119,7 +120,8 @@ class ImageBuild:
             metadata="http://metadata.google.internal/computeMetadata/v1/instance", ns=NS,
             state=STATE, scratch=SCRATCH, scratch_device=SCRATCH_DEVICE,
             project_dir=q(self.project_dir), steps=" ".join(s for s, _, _ in STEPS),
-            installer_url=q(INSTALLER_URL), nvcc=NVCC, user=q(self.user), repo=q(self.repo),
+            base_image=q(self.base_image), variant=q(self.variant), nvcc=NVCC,
+            user=q(self.user), repo=q(self.repo),
             ref=q(self.ref), model_repo=q(model_repo), model_revision=q(model_rev or "main"),
             base_repo=q(base_repo), base_revision=q(base_rev or "main"),
             tokenizer_name=q(self.tokenizer.rstrip("/").rsplit("/", 1)[-1]),
@@ -139,14 +141,15 @@ class ImageBuild:
     def plan(self) -> list[str]:
         lines = [
             f"instances.insert {BUILDER} in {self.zone}: {MACHINE_TYPE} (no GPU), "
-            f"{BASE_IMAGE.rsplit('/', 1)[-1]}, boot disk {IMAGE_GB} GB pd-balanced (the image; "
+            f"{self.base_image.rsplit('/', 1)[-1]}, boot disk {IMAGE_GB} GB pd-balanced (the image; "
             f"each node's disk), scratch disk {SCRATCH_GB} GB pd-balanced (peak "
             f"~{SCRATCH_PEAK_GB} GB, deleted with the builder), no external address, as "
             f"{self.node_email}, guest attributes on, at most {self.max_run_hours} h then "
             "deleted by Compute",
             f"  its startup script: {self.repo}@{self.ref} into {self.project_dir}; "
             f"{self.model} → {self.model_path} ({self.quant}); {self.base} → {self.hf_home} "
-            f"and {self.base_gguf}; llama-cpp-python {self.pin} for CUDA, architecture 89",
+            f"and {self.base_gguf}; `make install LLAMA_VARIANT={self.variant}` (llama-cpp-python "
+            f"{self.pin} for CUDA, architecture 89)",
         ]
         lines += [f"  step {i}/{len(STEPS)} {name}: ~{minutes} min (scratch ~{gb} GB after)"
                   for i, (name, minutes, gb) in enumerate(STEPS, 1)]
@@ -194,8 +197,8 @@ def image_build(spec: GcpSpec, node: Any, base: str, base_gguf: str | None,
     extra = {"image": o.image} if o.image else {}
     return ImageBuild(spec.project, spec.home_zone, spec.subnet_url, spec.node_email, o.repo,
                       o.ref, o.model, base, node.model_path, node.tokenizer, node.hf_home, gguf,
-                      node.project_dir, node.service_user, o.profile, pin(), o.max_run_hours,
-                      **extra)
+                      node.project_dir, node.service_user, o.profile, pin(), spec.base_image,
+                      max_run_hours=o.max_run_hours, **extra)
 
 
 # --- the build ---------------------------------------------------------------------------------
@@ -240,7 +243,7 @@ class Builder:
         body = compute_v1.Instance(
             name=BUILDER, machine_type=f"zones/{b.zone}/machineTypes/{MACHINE_TYPE}",
             disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=params(
-                       source_image=BASE_IMAGE, disk_size_gb=IMAGE_GB,
+                       source_image=b.base_image, disk_size_gb=IMAGE_GB,
                        disk_type=f"zones/{b.zone}/diskTypes/pd-balanced")),
                    compute_v1.AttachedDisk(boot=False, auto_delete=True,
                                            device_name=SCRATCH_DEVICE, initialize_params=params(

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Rendered by `slm-nightly gcp image build` (tasks/gcp/image_build.sh, tasks/gcp/image.py): the
-# image builder's startup script. It runs as root at every boot of the builder; each step leaves
-# a marker in @{state}, so the boots after the driver's and the toolkit's reboots resume at the
+# image builder's startup script. Google's runner starts it as root in / at every boot of the
+# builder; each step leaves a marker in @{state}, so a boot after an interruption resumes at the
 # first step not done. Progress and errors go to the guest attributes @{ns}/* (the command that
 # made the builder reads them); the builder is stopped and deleted by that command, or deleted
 # by its maximum run time (scheduling.maxRunDuration, instanceTerminationAction DELETE) if
@@ -50,33 +50,27 @@ if ! mountpoint -q "$SCRATCH"; then
   mkdir -p "$SCRATCH" && mount "$dev" "$SCRATCH"
 fi
 
+# The base image is Google's Deep Learning VM (the profile's [gcp] base_image): the NVIDIA driver
+# and the CUDA toolkit with nvcc come with it, so nothing here installs a driver or reboots.
+# make: the install below is the Makefile's, as on every clone.
 do_packages() {
   apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3.11-venv python3.11-dev cmake \
-    g++ git curl
-}
-# Google's installer (cloud.google.com/compute/docs/gpus/install-drivers-gpu): it may reboot the
-# VM and must be run again after the reboot, which the next boot of this script does;
-# --ignore-no-gpu installs on a builder that has no GPU (the driver loads on the node).
-do_driver() {
-  [ -e "$STATE/cuda_installer.pyz" ] || curl -fsSL -o "$STATE/cuda_installer.pyz" @{installer_url}
-  python3 "$STATE/cuda_installer.pyz" install_driver --installation-mode=repo --ignore-no-gpu
-}
-do_toolkit() {
-  python3 "$STATE/cuda_installer.pyz" install_cuda --installation-mode=repo --ignore-no-gpu
-  # the CUDA runtime on the loader's path: llama-server links libcudart/libcublas shared and
-  # systemd starts it with no LD_LIBRARY_PATH
-  mkdir -p /etc/ld.so.conf.d
-  echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/slm-cuda.conf
-  ldconfig
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3.11-venv python3.11-dev make \
+    cmake g++ git curl
 }
 do_nvcc() {
   local out
-  out=$(@{nvcc} --version) || fail "@{nvcc} --version failed: the CUDA toolkit is not installed"
+  out=$(@{nvcc} --version) || fail "@{nvcc} --version failed: the base image @{base_image} \
+ships no CUDA toolkit — choose a Deep Learning VM family with one ([gcp] base_image)"
   release=$(printf '%s\n' "$out" | sed -n 's/.*release \([0-9][0-9.]*\),.*/\1/p' | head -n 1)
   [ -n "$release" ] || fail "@{nvcc} --version names no release: $out"
   echo "$release" > "$STATE/cuda-release"
   attr cuda "$release"
+  # the CUDA runtime on the loader's path: llama-server links libcudart/libcublas shared and
+  # systemd starts it with no LD_LIBRARY_PATH
+  mkdir -p /etc/ld.so.conf.d
+  echo "$(dirname "$(dirname "$(readlink -f @{nvcc})")")/lib64" > /etc/ld.so.conf.d/slm-cuda.conf
+  ldconfig
 }
 do_checkout() {
   id -u @{user} >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/@{user} @{user}
@@ -90,26 +84,24 @@ do_checkout() {
   git -C "$PROJECT_DIR" checkout -q @{ref}
   git -C "$PROJECT_DIR" rev-parse HEAD > "$STATE/commit"
   attr commit "$(cat "$STATE/commit")"
-  python3.11 -m venv "$VENV"
 }
-# llama.cpp for the L4 (tasks/engine/llama_build.py: -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=89,
-# the compiler named by CUDACXX) for both the wheel and llama-server, before the project, so pip
-# never builds llama-cpp-python with its own flags.
-do_engine() {
-  CUDACXX=@{nvcc} SLM_BUILD_CACHE="$SCRATCH/build-cache" "$VENV/bin/python" \
-    -m tasks.engine.llama_build install --variant cuda
-}
-do_project() {
-  "$VENV/bin/pip" install -q -e "$PROJECT_DIR"
-  "$VENV/bin/python" -m tasks.training.convert install
+# The clone's own install, as `make` installs every clone (Makefile: llama.cpp built once — here
+# its @{variant} variant, the compiler named by CUDACXX — PyTorch's wheels, the project, the
+# converters, the install check); the runner starts this script in / (make -C moves into the
+# checkout), and the build cache lives on the scratch disk.
+do_install() {
+  CUDACXX=@{nvcc} SLM_BUILD_CACHE="$SCRATCH/build-cache" \
+    make -C "$PROJECT_DIR" install PYTHON=python3.11 LLAMA_VARIANT=@{variant}
 }
 # The published safetensors, at the pinned revisions; intermediates are deleted as they go.
 do_download() {
   export HF_HOME="$SCRATCH/hf-dl"
   mkdir -p "$SCRATCH/src"
   "$VENV/bin/hf" download @{model_repo} --revision @{model_revision} --local-dir "$SCRATCH/model-st"
+  # --include takes one pattern a flag (huggingface_hub's cli/download.py): further words would
+  # be file names, and the patterns ignored
   "$VENV/bin/hf" download @{model_repo} --revision @{model_revision} \
-    --include 'tokenizer*' 'special_tokens_map.json' 'chat_template*' \
+    --include 'tokenizer*' --include 'special_tokens_map.json' --include 'chat_template*' \
     --local-dir "$SCRATCH/src/@{tokenizer_name}"
   "$VENV/bin/hf" download @{base_repo} --revision @{base_revision} \
     --local-dir "$SCRATCH/src/@{base_name}"
@@ -133,7 +125,6 @@ do_weights() {
 }
 do_checks() {
   "$VENV/bin/slm-nightly" node prepare-weights --profile @{profile} --check
-  "$VENV/bin/python" -m tasks.engine.llama_build check
   local server missing
   server=$(readlink -f "$VENV/bin/llama-server")
   missing=$(ldd "$server" | grep 'not found' || true)
@@ -147,7 +138,6 @@ m = json.load(open(sys.argv[1]))["files"]
 print(m["model"]["sha256"], (m.get("base_gguf") or {}).get("sha256", "-"))' \
     "$(dirname @{model_path})/weights-manifest.json" > "$STATE/sha256"
   attr sha256 "$(cat "$STATE/sha256")"
-  rm -f "$STATE/cuda_installer.pyz"
 }
 
 for s in "${STEPS[@@]}"; do step "$s"; done

@@ -327,6 +327,12 @@ def firewalls(spec: GcpSpec, clients: Clients) -> list[Firewall]:
         Firewall("slm-allow-iap-ssh", spec, clients, Ingress(
             port=22, ranges=(IAP_RANGE,), targets=(orch, node),
             why="SSH through IAP to both VMs")),
+        # IAP forwards only the ports a rule admits from its range ("Using IAP for TCP
+        # forwarding": cloud.google.com/iap/docs/using-tcp-forwarding): the operator's tunnel to
+        # the Prefect UI needs its own, to the orchestrator alone
+        Firewall("slm-allow-iap-prefect", spec, clients, Ingress(
+            port=4200, ranges=(IAP_RANGE,), targets=(orch,),
+            why="the Prefect UI through an IAP tunnel")),
         Firewall("slm-allow-prefect", spec, clients, Ingress(
             port=4200, sources=(node,), targets=(orch,),
             why="the node's worker reaches the Prefect server")),

@@ -8,7 +8,7 @@ user=@{user}
 dir=@{project_dir}
 
 need=()
-for pkg in python3-venv cmake g++ git; do
+for pkg in python3-venv make cmake g++ git; do  # make: the install below is `make`
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@@]}" -gt 0 ]; then  # needs the Cloud NAT: the VM has no external address

@@ -64,6 +64,14 @@ class GcpSpec(BaseModel):
         default="aura", description="self-hosted: a firewall rule opens 7687 from the subnet "
         "to instances tagged slm-neo4j.")
     prefect: Literal["server", "cloud"] = Field(default="server")
+    # Google's Deep Learning VM images ship the NVIDIA driver and a CUDA toolkit with nvcc
+    # (cloud.google.com/deep-learning-vm/docs/images: "Base" images, family
+    # common-cu<CUDA>-ubuntu-2204-nvidia-<driver>, project deeplearning-platform-release)
+    base_image: str = Field(
+        default="projects/deeplearning-platform-release/global/images/family/"
+        "common-cu128-ubuntu-2204-nvidia-570",
+        description="The node image's base (`gcp image build`): a Deep Learning VM family "
+        "with the NVIDIA driver and the CUDA toolkit (nvcc) for the L4.")
     secrets: list[str] = Field(default_factory=list, description="Secret Manager secrets the "
                                "node reads (from [compute.node] *_secret keys, plus these).")
     data_dirs: list[str] = Field(default_factory=list, description="Folders on the "

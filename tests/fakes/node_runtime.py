@@ -156,7 +156,10 @@ class FakeNode:
         mapped.write_text(text)
         with open(self.log_path(inst.zone, inst.name), "ab") as log:
             self._scripts[(inst.zone, inst.name)] = subprocess.Popen(
-                ["bash", str(mapped)], cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT,
+                # in /, as the guest agent's runner starts it: runScript/runCmd set no cmd.Dir
+                # (GoogleCloudPlatform/guest-agent google_metadata_script_runner/main.go), so
+                # the script inherits the service's working directory, systemd's default /
+                ["bash", str(mapped)], cwd="/", env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True)
 
     def power_off(self, inst: Any) -> None:

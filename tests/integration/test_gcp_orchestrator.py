@@ -76,6 +76,8 @@ def test_the_script_installs_as_the_service_user_and_is_valid_bash(tmp_path: Pat
     assert "runuser -u \"$user\" -- git -C \"$dir\" checkout --quiet v1.2" in text
     assert "runuser -u \"$user\" -- make -C \"$dir\" .venv/.installed-stamp" in text
     assert not re.search(r"^(sudo |git |make )", text, re.M)
+    # the install is `make`, which Debian's cloud images lack: the script installs it first
+    assert "for pkg in python3-venv make cmake g++ git; do" in text
     # finding 7: the folders the night reads exist, the user's (the profile's [sources], [corpus])
     with_dirs = SPEC.model_copy(update={"data_dirs": ["/srv/slm/transcripts", "/srv/slm/c d"]})
     assert "install -d -o \"$user\" -g \"$user\" /srv/slm/transcripts '/srv/slm/c d'\n" in \

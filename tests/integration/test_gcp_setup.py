@@ -47,8 +47,8 @@ def states(result) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 EVERYTHING = ["apis 8 services", f"service account {ORCH}", f"service account {NODE}",
               "network slm-net", "subnet slm-subnet", "router+nat slm-router",
-              "firewall slm-allow-iap-ssh", "firewall slm-allow-prefect",
-              "firewall slm-allow-engine", "inbound other rules on slm-net",
+              "firewall slm-allow-iap-ssh", "firewall slm-allow-iap-prefect",
+              "firewall slm-allow-prefect", "firewall slm-allow-engine", "inbound other rules on slm-net",
               "address slm-orchestrator-ip", f"grants projects/{PROJECT}", f"grants {NODE}",
               f"bucket {BUCKET}", f"grants gs://{BUCKET}", "secret slm-prefect-auth",
               "grants secret slm-prefect-auth", "secret prefect-api-key",
@@ -187,7 +187,8 @@ def test_teardown_removes_what_setup_made_and_keeps_the_bucket_unless_named(
     assert states(down)[f"bucket {BUCKET}"] == "kept"
     assert [r for r, s in states(down).items() if s == "deleted"] == [
         "secret prefect-api-key", "secret slm-prefect-auth", "address slm-orchestrator-ip",
-        "firewall slm-allow-engine", "firewall slm-allow-prefect", "firewall slm-allow-iap-ssh",
+        "firewall slm-allow-engine", "firewall slm-allow-prefect", "firewall slm-allow-iap-prefect",
+        "firewall slm-allow-iap-ssh",
         "router+nat slm-router",
         "subnet slm-subnet", "network slm-net", f"service account {NODE}",
         f"service account {ORCH}"]
@@ -326,7 +327,8 @@ def test_nodes_come_from_the_newest_image_of_the_family_stopped(world: World) ->
         assert {i.key: i.value for i in vm.metadata.items} == {
             "enable-guest-attributes": "TRUE"}
         disk = world.compute.network.disks[(zone, "slm-node")]
-        assert (int(disk["sizeGb"]), disk["image"]) == (120, "slm-node-20261203")
+        assert (int(disk["sizeGb"]), disk["image"], disk["type"]) == (
+            120, "slm-node-20261203", "pd-balanced")
     before = len(world.gcp.calls)
     assert {o.state for o in run(node_vms(spec, world.clients()), "setup", lambda _: None)} \
         == {"ok"}

@@ -3,13 +3,14 @@ Compute Engine (tests/fakes/compute_engine.py: instances with a scratch disk, gu
 maxRunDuration with DELETE, images.insert from a disk), whose node runtime (tests/fakes/
 node_runtime.py) runs the rendered builder script with bash, as google-startup-scripts does.
 
-What stands in (recording each call to CALLS): the CUDA installer (it reboots the VM the first
-time each of its commands runs, as Google's installer may: cloud.google.com/compute/docs/gpus/
-install-drivers-gpu), nvcc (CUDA 12.8's --version text), apt-get, git, the venv's python, pip, hf
-and slm-nightly, the disk tools (blkid knows a file system once mkfs made one), ldd and
-ldconfig. The reboot and the final poweroff are the runtime's: the script really ends and
-really runs again. Real: bash, the script line by line, curl to the metadata server, the fake's
-API as the client library calls it."""
+The builder boots Google's Deep Learning VM family (the driver and nvcc come with it): no
+installer, no reboot. What stands in (recording each call to CALLS): nvcc (CUDA 12.8's --version
+text), apt-get, make (modelled on GNU make's errors; the real `make install` runs from / in
+tests/integration/test_node_install.py), the venv's python, hf and slm-nightly, the disk tools
+(blkid knows a file system once mkfs made one), ldd and ldconfig. The final poweroff is the
+runtime's. Real: bash, the script line by line from /, as Google's runner starts it, git (a
+bare clone of this repository's HEAD, tagged), curl to the metadata server, the fake's API as the
+client library calls it."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from tasks.gcp.image import BUILDER, BuildOptions, ImageBuild, build_image, imag
 from tasks.gcp.reconcile import GcpError
 from tests.fakes.node_runtime import FakeNode
 from tests.support.gcp_world import PROJECT, World, empty_project, gcp_profile, spec_of
-from tests.support.image_builder import BASE_BYTES, COMMIT, MODEL_BYTES, builder_node
+from tests.support.image_builder import BASE_BYTES, MODEL_BYTES, REF, REPO, builder_node, origin
 
 ZONE = "us-central1-a"
 
@@ -38,8 +39,9 @@ def world(tmp_path: Path) -> Iterator[World]:
         spec = spec_of(gcp_profile(tmp_path / "p.toml"))
         apply(spec, w.clients(), "setup", state_dir=tmp_path / "state-setup",
               options=ApplyOptions(values={"prefect-api-key": b"pnu_x"}), say=lambda _: None)
-        w.compute.network.add_image("ubuntu-2204-jammy-v20261120", "ubuntu-2204-lts",
-                                    disk_size_gb=10, project="ubuntu-os-cloud")
+        w.compute.network.add_image("common-cu128-ubuntu-2204-nvidia-570-v20261120",
+                                    "common-cu128-ubuntu-2204-nvidia-570", disk_size_gb=50,
+                                    project="deeplearning-platform-release")
         yield w
 
 
@@ -48,7 +50,7 @@ def _build(world: World, **kw: object) -> ImageBuild:
 
     return image_build(spec_of(world.tmp / "p.toml"), NodeServeSettings(),
                        "allenai/Olmo-3-7B-Think@main", "/opt/models/olmo-3-7b-think-f16.gguf",
-                       BuildOptions(repo="https://github.com/acme/slm-nightly", ref="v1.4",
+                       BuildOptions(repo=REPO, ref=REF,
                                     model="allenai/Olmo-3-32B-Think@0123abc",
                                     image="slm-node-test-1", **kw))  # type: ignore[arg-type]
 
@@ -62,8 +64,7 @@ def _calls(tmp: Path) -> list[str]:
     return (tmp / "CALLS").read_text().splitlines()
 
 
-def test_the_build_runs_every_step_across_two_reboots_and_makes_a_labelled_image(
-        world: World) -> None:
+def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: World) -> None:
     node = _node(world)
     old = world.compute.network.add_image("slm-node-20261101", "slm-node", disk_size_gb=200,
                                           created=time.time() - 3600)
@@ -73,35 +74,41 @@ def test_the_build_runs_every_step_across_two_reboots_and_makes_a_labelled_image
     finally:
         node.close()
     tmp = world.tmp
+    commit = origin(tmp)
     assert name == "slm-node-test-1"
     calls = _calls(tmp)
-    # the step order, each step once although the script ran at three boots
-    first = [c.split()[0] if not c.startswith(("installer ", "python ", "hf ", "slm-nightly "))
+    # the step order, each step once; no driver installer, no reboot
+    first = [c.split()[0] if not c.startswith(("python ", "hf ", "slm-nightly "))
              else " ".join(c.split()[:3]) for c in calls]
     assert first == [
-        "mkfs.ext4", "mount", "apt-get", "apt-get",
-        "installer install_driver --installation-mode=repo",  # reboots
-        "mount", "installer install_driver --installation-mode=repo",
-        "installer install_cuda --installation-mode=repo",  # reboots
-        "mount", "installer install_cuda --installation-mode=repo", "ldconfig",
-        "nvcc", "git", "git", "git", "python3.11",
-        "python -m tasks.engine.llama_build", "pip", "python -m tasks.training.convert",
+        "mkfs.ext4", "mount", "apt-get", "apt-get", "nvcc", "ldconfig", "make", "make-env",
         "hf download allenai/Olmo-3-32B-Think", "hf download allenai/Olmo-3-32B-Think",
         "hf download allenai/Olmo-3-7B-Think",
         f"python {tmp}/checkout/.venv/share/slm-nightly/0.3.36/convert_hf_to_gguf.py "
         f"{tmp}/scratch/model-st", f"python {tmp}/checkout/.venv/share/slm-nightly/0.3.36/"
         f"convert_hf_to_gguf.py {tmp}/scratch/src/Olmo-3-7B-Think",
         "python -m tasks.image.quantize", "slm-nightly node prepare-weights",
-        "slm-nightly node prepare-weights", "python -m tasks.engine.llama_build", "ldd", "umount"]
-    assert all("--ignore-no-gpu" in c for c in calls if c.startswith("installer"))
+        "slm-nightly node prepare-weights", "ldd", "umount"]
     d = node.dir(ZONE, BUILDER)
-    assert (d / "reboots").read_text().split() == ["reboot", "reboot"]
-    assert f"python -m tasks.engine.llama_build install --variant cuda CUDACXX={tmp}/cuda/nvcc" in calls
+    assert not (d / "reboots").exists()
+    # the install is the clone's own Makefile, with the CUDA variant and its compiler
+    assert f"make -C {tmp}/checkout install PYTHON=python3.11 LLAMA_VARIANT=cuda" in calls
+    assert f"make-env CUDACXX={tmp}/cuda/bin/nvcc SLM_BUILD_CACHE={tmp}/scratch/build-cache" \
+        in calls
+    assert "apt-get install -y -q python3.11-venv python3.11-dev make cmake g++ git curl" in calls
     assert "hf download allenai/Olmo-3-32B-Think --revision 0123abc --local-dir " \
         f"{tmp}/scratch/model-st" in calls
+    # one pattern a --include (huggingface_hub's cli/download.py takes further words as file
+    # names and then ignores --include)
+    assert "hf download allenai/Olmo-3-32B-Think --revision 0123abc --include tokenizer* " \
+        "--include special_tokens_map.json --include chat_template* --local-dir " \
+        f"{tmp}/scratch/src/Olmo-3-32B-Think" in calls
     assert "python -m tasks.image.quantize " f"{tmp}/scratch/model-f16.gguf " \
         f"{tmp}/scratch/src/Olmo-3-32B-Think-Q3_K_M.gguf Q3_K_M CUDACXX=" in calls
-    assert (d / "etc" / "ld.so.conf.d" / "slm-cuda.conf").read_text() == "/usr/local/cuda/lib64\n"
+    assert (d / "etc" / "ld.so.conf.d" / "slm-cuda.conf").read_text() == f"{tmp}/cuda/lib64\n"
+    # the real clone at the tag
+    assert subprocess.run(["git", "-C", str(tmp / "checkout"), "rev-parse", "HEAD"],
+                          capture_output=True, text=True).stdout.strip() == commit
     # intermediates deleted as the steps went; the checkout given to the service user
     assert not (tmp / "scratch" / "model-f16.gguf").exists()
     assert not (tmp / "scratch" / "src").exists()
@@ -112,7 +119,7 @@ def test_the_build_runs_every_step_across_two_reboots_and_makes_a_labelled_image
     model = hashlib.sha256(MODEL_BYTES).hexdigest()
     base = hashlib.sha256(BASE_BYTES).hexdigest()
     assert (img.name, img.disk_size_gb) == ("slm-node-test-1", 100)
-    assert dict(img.labels) == {"made-by": "slm-nightly", "commit": COMMIT[:12],
+    assert dict(img.labels) == {"made-by": "slm-nightly", "commit": commit[:12],
                                 "llama-cpp-python": "0-3-36", "cuda": "12-8",
                                 "model-sha256": model[:16], "base-sha256": base[:16]}
     assert model in img.description and base in img.description
@@ -121,8 +128,8 @@ def test_the_build_runs_every_step_across_two_reboots_and_makes_a_labelled_image
     # the builder and both its disks are gone
     assert (ZONE, BUILDER) not in world.compute.instances
     assert not [k for k in world.compute.network.disks if k[1].startswith(BUILDER)]
-    assert "  builder: cuda 12.8" in said and f"  builder: commit {COMMIT}" in said
-    assert "  builder: step 13/13 seal" in said
+    assert "  builder: cuda 12.8" in said and f"  builder: commit {commit}" in said
+    assert "  builder: step 10/10 seal" in said
 
 
 def test_a_missing_cuda_library_fails_the_build_naming_it_and_the_builder_is_deleted(
@@ -143,11 +150,11 @@ def test_a_missing_cuda_library_fails_the_build_naming_it_and_the_builder_is_del
 
 
 def test_a_builder_nobody_finishes_is_deleted_at_its_maximum_run_time(world: World) -> None:
-    """The installer hangs; Compute deletes the builder at maxRunDuration (DELETE), and the
+    """The install hangs; Compute deletes the builder at maxRunDuration (DELETE), and the
     command says so instead of waiting."""
     world.compute.run_duration_scale = 1 / 1800  # 1 h of maxRunDuration = 2 s
     node = _node(world)
-    (world.tmp / "installer.pyz").write_text("import time; time.sleep(120)\n")
+    (world.tmp / "standins" / "make").write_text("#!/bin/bash\nsleep 120\n")
     try:
         with pytest.raises(GcpError, match="is gone before it finished"):
             build_image(_build(world, max_run_hours=1), world.clients(), say=lambda _: None,
@@ -163,7 +170,7 @@ def test_dry_run_prints_the_plan_and_a_script_bash_accepts(world: World,
                                                           ) -> None:
     from flows.cli import main
 
-    assert main(["gcp", "image", "build", "--repo", "https://github.com/acme/slm-nightly",
+    assert main(["gcp", "image", "build", "--repo", REPO,
                  "--profile", str(world.tmp / "p.toml"), "--name", "slm-node-x",
                  "--base-model", "allenai/Olmo-3-7B-Think@main", "--base-gguf",
                  "/opt/models/olmo-3-7b-think-f16.gguf", "--dry-run"]) == 0
@@ -172,14 +179,17 @@ def test_dry_run_prints_the_plan_and_a_script_bash_accepts(world: World,
     lines = plan.splitlines()
     assert lines[0] == f"gcp image build (dry run): project {PROJECT}, zone {ZONE}"
     assert [ln.split(":")[0].strip() for ln in lines if ln.startswith("  step")] == [
-        f"step {i}/13 {s}" for i, s in enumerate(
-            ["packages", "driver", "toolkit", "nvcc", "checkout", "engine", "project",
-             "download", "convert", "quantize", "weights", "checks", "seal"], 1)]
+        f"step {i}/10 {s}" for i, s in enumerate(
+            ["packages", "nvcc", "checkout", "install", "download", "convert", "quantize",
+             "weights", "checks", "seal"], 1)]
     assert "boot disk 100 GB" in lines[1] and "at most 6 h then deleted by Compute" in lines[1]
+    assert "common-cu128-ubuntu-2204-nvidia-570, boot disk" in lines[1]
     assert lines[-2] == ("instances.stop slm-image-builder once it reports done; "
                          "instances.delete slm-image-builder (both disks with it)")
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
-    assert "install_driver --installation-mode=repo --ignore-no-gpu" in script
+    # Google's image brings the driver: nothing here installs one or reboots
+    assert "cuda_installer" not in script and "reboot" not in script
+    assert 'make -C "$PROJECT_DIR" install PYTHON=python3.11 LLAMA_VARIANT=cuda' in script
     assert (ZONE, BUILDER) not in world.compute.instances
 
 
@@ -198,7 +208,7 @@ def test_a_checkout_folder_the_build_did_not_make_is_never_deleted(world: World)
     finally:
         node.close()
     assert keep.read_text() == "mine"
-    assert "git clone" not in (world.tmp / "CALLS").read_text()
+    assert sorted(p.name for p in keep.parent.iterdir()) == ["precious.txt"]
 
 
 def test_quantize_writes_the_type_llama_cpp_names_and_refuses_an_unknown_one(
@@ -245,7 +255,7 @@ def test_a_finished_builder_nobody_stops_powers_itself_off(world: World,
     finally:
         node.close()
     assert builder.status() == "TERMINATED"
-    assert builder.attributes()["done"].endswith(f"{COMMIT} cuda 12.8")
+    assert builder.attributes()["done"].endswith(f"{origin(world.tmp)} cuda 12.8")
     ops = [op.op_type for op in world.compute.operations.values() if op.target.name == BUILDER]
     assert ops[-1] == "compute.instances.guestTerminate", ops
     assert (ZONE, BUILDER) in world.compute.network.disks

@@ -1,17 +1,18 @@
-"""Stand-ins for what the image builder's script runs (tests/integration/test_image_build.py
-says what each models), and the fake node runtime that runs the builder with them."""
+"""What the image builder's script runs (tests/integration/test_image_build.py says which are
+real and which stand in), and the fake node runtime that runs the builder with them."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import textwrap
 from pathlib import Path
 
-from tasks.gcp.image import INSTALLER_URL
 from tests.fakes.node_runtime import FakeNode
 from tests.support.paths import ROOT
 
-COMMIT = "4f2a9c1e7b3d5a6f8e0c2b4d6f8a0c2e4b6d8f0a"
+REPO = "https://github.com/acme/slm-nightly"
+REF = "v1.4"
 NVCC_VERSION = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA "
                 "Corporation\nBuilt on Fri_Feb_21_20:23:50_PST_2025\nCuda compilation tools, "
                 "release 12.8, V12.8.93\nBuild cuda_12.8.r12.8/compiler.35583870_0\n")
@@ -22,6 +23,18 @@ def _standin(path: Path, body: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("#!/bin/bash\n" + textwrap.dedent(body))
     path.chmod(0o755)
+
+
+def origin(tmp: Path) -> str:
+    """A bare clone of this repository's HEAD with the tag REF: what the builder clones (real
+    git); its commit."""
+    bare = tmp / "origin.git"
+    if not bare.exists():
+        subprocess.run(["git", "clone", "-q", "--bare", str(ROOT), str(bare)], check=True)
+        subprocess.run(["git", "-C", str(bare), "tag", "-f", REF, "HEAD"], check=True,
+                       capture_output=True)
+    return subprocess.run(["git", "-C", str(bare), "rev-parse", f"{REF}^{{commit}}"],
+                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def standins(tmp: Path) -> dict[str, str]:
@@ -39,21 +52,46 @@ def standins(tmp: Path) -> dict[str, str]:
         [ -e {tmp}/ldd-missing ] && echo "	libcublas.so.12 => not found"
         exit 0
         """)
-    _standin(bin_ / "python3.11", rec + """\
-        v=$3; mkdir -p "$v/bin" "$v/share/slm-nightly/0.3.36" "$v/lib/llama_cpp/lib"
+    # GNU make, for the clone's `make install` (tests/integration/test_node_install.py runs the
+    # real one, from /, for the cpu variant; here the CUDA variant cannot build). Modelled on GNU
+    # make's manual ("Options Summary", "Errors"): -C DIR reads DIR/Makefile; without a makefile
+    # "No targets specified and no makefile found", a target without a rule "No rule to make
+    # target 'T'", both "Stop." with exit 2. The recipe's effect is the venv the Makefile's
+    # install leaves (its tools stand in below); its llama_build refuses a variant it lacks
+    # (argparse's "invalid choice", exit 2).
+    _standin(bin_ / "make", rec + """\
+        dir=$PWD; target=; vars=()
+        while [ $# -gt 0 ]; do
+          case "$1" in
+            -C) dir=$2; shift ;;
+            *=*) vars+=("$1") ;;
+            *) target=$1 ;;
+          esac
+          shift
+        done
+        if [ ! -f "$dir/Makefile" ]; then
+          echo "make: *** No targets specified and no makefile found.  Stop." >&2; exit 2
+        fi
+        if ! grep -q "^${target:-install}:" "$dir/Makefile"; then
+          echo "make: *** No rule to make target '$target'.  Stop." >&2; exit 2
+        fi
+        for v in "${vars[@]}"; do
+          if [[ "$v" == LLAMA_VARIANT=* ]] && [[ "$v" != LLAMA_VARIANT=cpu ]] \\
+              && [[ "$v" != LLAMA_VARIANT=cuda ]]; then
+            echo "llama_build: error: argument --variant: invalid choice: '${v#*=}'" >&2
+            echo "make: *** [Makefile: install] Error 2" >&2; exit 2
+          fi
+        done
+        echo "make-env CUDACXX=${CUDACXX:-} SLM_BUILD_CACHE=${SLM_BUILD_CACHE:-}" >> """
+              + str(calls) + """
+        v=$dir/.venv; here=$(dirname "$0")
+        mkdir -p "$v/bin" "$v/share/slm-nightly/0.3.36" "$v/lib/llama_cpp/lib"
         touch "$v/share/slm-nightly/0.3.36/convert_hf_to_gguf.py" "$v/lib/llama_cpp/lib/llama-server"
         ln -sf ../lib/llama_cpp/lib/llama-server "$v/bin/llama-server"
-        for t in pip hf slm-nightly; do cp "$(dirname "$0")/venv-$t" "$v/bin/$t"; done
-        cp "$(dirname "$0")/venv-python" "$v/bin/python"
+        for t in hf slm-nightly; do cp "$here/venv-$t" "$v/bin/$t"; done
+        cp "$here/venv-python" "$v/bin/python"
+        touch "$v/.installed-stamp"
         """)
-    _standin(bin_ / "git", rec + f"""\
-        case "$1" in
-          clone) mkdir -p "$4" ;;
-          -C) [ "$3" = rev-parse ] && echo {COMMIT} ;;
-        esac
-        exit 0
-        """)
-    _standin(bin_ / "venv-pip", rec)
     _standin(bin_ / "venv-hf", rec + 'mkdir -p "${@: -1}" && echo x > "${@: -1}/config.json"\n')
     _standin(bin_ / "venv-python", f"""\
         [ "$1" = -c ] && exec {os.environ.get("PYTHON", "python3")} "$@"
@@ -73,26 +111,13 @@ def standins(tmp: Path) -> dict[str, str]:
         printf '{{"files": {{"model": {{"sha256": "%s"}}, "base_gguf": {{"sha256": "%s"}}}}}}' \
           "$m" "$b" > {tmp}/models/weights-manifest.json
         """)
-    _standin(tmp / "cuda" / "nvcc", rec + f"printf '{NVCC_VERSION}'\n")
-    # Google's installer: the first run of each command reboots the VM (and never returns)
-    (tmp / "installer.pyz").write_text(textwrap.dedent(f"""\
-        import os, subprocess, sys, time
-        cmd = sys.argv[1]
-        with open({str(calls)!r}, "a") as f:
-            f.write("installer " + " ".join(sys.argv[1:]) + "\\n")
-        mark = {str(tmp)!r} + "/installer-" + cmd
-        if not os.path.exists(mark):
-            open(mark, "w").close()
-            subprocess.run(["reboot"])
-            time.sleep(60)
-        """))
-    return {"/usr/local/cuda/bin/nvcc": f"{tmp}/cuda/nvcc", "/opt/slm-nightly": f"{tmp}/checkout",
+    _standin(tmp / "cuda" / "bin" / "nvcc", rec + f"printf '{NVCC_VERSION}'\n")
+    return {"/usr/local/cuda/bin/nvcc": f"{tmp}/cuda/bin/nvcc",
+            "/opt/slm-nightly": f"{tmp}/checkout",
             "/var/lib/slm-image-build": f"{tmp}/state", "/mnt/slm-scratch": f"{tmp}/scratch",
             "/opt/models": f"{tmp}/models", "/opt/slm-hf": f"{tmp}/hf",
             "/dev/disk/by-id/google-slm-scratch": f"{tmp}/dev-scratch",
-            INSTALLER_URL: f"file://{tmp}/installer.pyz"}
-
-
+            REPO: f"file://{tmp}/origin.git"}
 
 
 def builder_node(tmp: Path, project: str,
@@ -103,6 +128,7 @@ def builder_node(tmp: Path, project: str,
     the profile's node checkout (the builder clones into it), mapped under `tmp` like every
     path the script writes; the script is refused if it still names this repository, this
     machine's home or a disk device (it runs as root: the checkout step deletes its folder)."""
+    origin(tmp)
     env = {"PATH": f"{tmp / 'standins'}:{os.environ['PATH']}"}
     paths = {**standins(tmp), project_dir: f"{tmp}/checkout"}
     return FakeNode(tmp / "nodes", paths=paths, env=env, project=project,

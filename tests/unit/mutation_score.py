@@ -76,7 +76,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
            '"H", _key_hashes(df["low"]), dtype=pl.UInt64)')},
     # The last part of rsplit("/") is the same whatever the split count; rsplit("/", 1) of a
     # value with a "/" has two parts, so [1] is [-1]: the tokenizer and model_path are absolute
-    # (blocks/node_serve.py checks), base_repo is org/name (image_build checks), BASE_IMAGE a URL.
+    # (blocks/node_serve.py checks), base_repo is org/name (image_build checks), base_image a URL.
     **{("tasks.gcp.image.xǁImageBuildǁscript", line):
        "the same last path part (see the comment above)" for line in (
            'tokenizer_name=q(self.tokenizer.rstrip("/").rsplit("/", )[-1]),',
@@ -92,7 +92,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
            'model_name=q(self.model_path.rsplit("/", 2)[-1]), quant=self.quant,',
            'model_name=q(self.model_path.rsplit("/", 1)[+1]), quant=self.quant,')},
     **{("tasks.gcp.image.xǁImageBuildǁplan",
-        f"f\"{{BASE_IMAGE.rsplit('/', {k})[{i}]}}, boot disk {{IMAGE_GB}} GB pd-balanced "
+        f"f\"{{self.base_image.rsplit('/', {k})[{i}]}}, boot disk {{IMAGE_GB}} GB pd-balanced "
         "(the image; \""): "the same last path part of a URL" for k, i in (
            ("", "-1"), ("2", "-1"), ("1", "+1"))},
     # The band key only has to put rows equal on a band in one bucket; other rows that share

@@ -55,21 +55,21 @@ def test_the_build_reads_the_node_settings_and_the_pins() -> None:
     script = b.script()
     assert "--revision abc123 --local-dir \"$SCRATCH/model-st\"" in script
     assert "allenai/Olmo-3-7B-Think --revision def456" in script
-    assert 'STEPS=(packages driver toolkit nvcc checkout engine project download convert ' \
-        'quantize weights checks seal)' in script
+    assert 'STEPS=(packages nvcc checkout install download convert quantize weights checks ' \
+        'seal)' in script
     assert "\"$SCRATCH/src/Olmo-3-32B-Think-Q3_K_M.gguf\" Q3_K_M" in script
 
 
 def test_the_estimates_are_the_steps_sum() -> None:
     b = _build()
-    minutes = 3 + 8 + 12 + 0 + 1 + 25 + 8 + 20 + 30 + 20 + 10 + 3 + 1
-    assert sum(m for _, m, _ in STEPS) == minutes == 141
-    assert b.hours() == pytest.approx(141 / 60)
+    minutes = 2 + 0 + 1 + 33 + 20 + 30 + 20 + 10 + 3 + 1
+    assert sum(m for _, m, _ in STEPS) == minutes == 120
+    assert b.hours() == pytest.approx(2.0)
     # n2-standard-8 $0.3885/h; 350 GB of pd-balanced at $0.10 per GB-month of 730 h
-    assert b.cost_usd() == pytest.approx(141 / 60 * (0.3885 + 350 * 0.10 / 730))
+    assert b.cost_usd() == pytest.approx(2.0 * (0.3885 + 350 * 0.10 / 730))
     plan = b.plan()
-    assert plan[-1].startswith("estimate: ~2.4 h, ~$1.03 for the build, then ~$5.00/month")
-    assert len([ln for ln in plan if ln.startswith("  step ")]) == 13
+    assert plan[-1].startswith("estimate: ~2.0 h, ~$0.87 for the build, then ~$5.00/month")
+    assert len([ln for ln in plan if ln.startswith("  step ")]) == 10
 
 
 @pytest.mark.parametrize(("kw", "message"), [
@@ -102,7 +102,7 @@ def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
     plan = _build(max_run_hours=3).plan()
     assert plan[0] == (
         "instances.insert slm-image-builder in us-central1-a: n2-standard-8 (no GPU), "
-        "ubuntu-2204-lts, boot disk 100 GB pd-balanced (the image; each node's disk), scratch "
+        "common-cu128-ubuntu-2204-nvidia-570, boot disk 100 GB pd-balanced (the image; each node's disk), scratch "
         "disk 250 GB pd-balanced (peak ~160 GB, deleted with the builder), no external "
         "address, as slm-node@acme-ml.iam.gserviceaccount.com, guest attributes on, at most "
         "3 h then deleted by Compute")
@@ -110,16 +110,16 @@ def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
         "  its startup script: https://github.com/acme/slm-nightly@v2 into /opt/slm-nightly; "
         "allenai/Olmo-3-32B-Think@abc123 → /opt/models/Olmo-3-32B-Think-Q3_K_M.gguf (Q3_K_M); "
         "allenai/Olmo-3-7B-Think@def456 → /opt/slm-hf and /opt/models/olmo-3-7b-think-f16.gguf;"
-        " llama-cpp-python 0.3.36 for CUDA, architecture 89")
-    assert plan[2] == "  step 1/13 packages: ~3 min (scratch ~0 GB after)"
-    assert plan[10] == "  step 9/13 convert: ~30 min (scratch ~95 GB after)"
-    assert plan[15:18] == [
+        " `make install LLAMA_VARIANT=cuda` (llama-cpp-python 0.3.36 for CUDA, architecture 89)")
+    assert plan[2] == "  step 1/10 packages: ~2 min (scratch ~0 GB after)"
+    assert plan[7] == "  step 6/10 convert: ~30 min (scratch ~95 GB after)"
+    assert plan[12:15] == [
         "images.insert slm-node-x in family slm-node from the boot disk (100 GB), labels "
         "commit, llama-cpp-python, cuda, model-sha256, base-sha256; the family's other images "
         "are kept",
         "instances.stop slm-image-builder once it reports done; instances.delete "
         "slm-image-builder (both disks with it)",
-        "estimate: ~2.4 h, ~$1.03 for the build, then ~$5.00/month for the image at most "
+        "estimate: ~2.0 h, ~$0.87 for the build, then ~$5.00/month for the image at most "
         "(list prices, us-central1; none of it measured)"]
 
 
@@ -153,13 +153,13 @@ def test_the_script_names_each_value_where_the_steps_use_it() -> None:
             "curl -sS -X PUT -H 'Metadata-Flavor: Google' --data-binary \"$2\" "
             "\"$MD/guest-attributes/slm-build/$1\" \\",
             "dev=/dev/disk/by-id/google-slm-scratch",
-            "[ -e \"$STATE/cuda_installer.pyz\" ] || curl -fsSL -o \"$STATE/cuda_installer.pyz\" "
-            "https://storage.googleapis.com/compute-gpu-installation-us/installer/latest/"
-            "cuda_installer.pyz",
             "out=$(/usr/local/cuda/bin/nvcc --version) || fail \"/usr/local/cuda/bin/nvcc "
-            "--version failed: the CUDA toolkit is not installed\"",
-            "CUDACXX=/usr/local/cuda/bin/nvcc SLM_BUILD_CACHE=\"$SCRATCH/build-cache\" "
-            "\"$VENV/bin/python\" \\",
+            "--version failed: the base image projects/deeplearning-platform-release/global/"
+            "images/family/common-cu128-ubuntu-2204-nvidia-570 \\",
+            "CUDACXX=/usr/local/cuda/bin/nvcc SLM_BUILD_CACHE=\"$SCRATCH/build-cache\" \\",
+            "make -C \"$PROJECT_DIR\" install PYTHON=python3.11 LLAMA_VARIANT=cuda",
+            "--include 'tokenizer*' --include 'special_tokens_map.json' --include "
+            "'chat_template*' \\",
             "id -u slm >/dev/null 2>&1 || useradd --system --create-home --home-dir "
             "/var/lib/slm slm",
             "git clone -q https://github.com/acme/slm-nightly \"$PROJECT_DIR\"",
