@@ -217,7 +217,8 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
             # §3's builder runs its script with stand-ins (tests/support/image_builder.py)
             # (its checkout mapped under tmp: the profile's project_dir is this repository)
             builder = builder_node(tmp_path / "builder", GCP_PROJECT,
-                                   project_dir=str(ROOT))
+                                   project_dir=str(ROOT),
+                                   repo="https://github.com/YOUR-ORG/slm-nightly")
             ByName(node.runtime, **{BUILDER: builder}).attach(world.compute)
             with temporary_settings({PREFECT_API_URL: api}):
                 from prefect.blocks.notifications import SlackWebhook
@@ -278,16 +279,17 @@ def gcp_table() -> str:
 
 def operator_env(world: Any, home: Path) -> dict[str, str]:
     """§0: the operator's application-default credentials (a project owner), the fakes'
-    endpoints; the project's GPU quota granted (§1's person step), debian-cloud's and
-    ubuntu-os-cloud's images (the orchestrator's, the image builder's)."""
+    endpoints; the project's GPU quota granted (§1's person step), debian-cloud's image (the
+    orchestrator's) and Google's Deep Learning VM family (the image builder's)."""
     owner = f"operator@{GCP_PROJECT}.iam.gserviceaccount.com"
     world.iam.seed("operator")
     world.gcp.grant(f"serviceAccount:{owner}", "roles/owner")
     world.quotas.set_quota("GPUS-ALL-REGIONS-per-project", 1)
     world.compute.network.add_image("debian-12-bookworm-v20261201", "debian-12",
                                     project="debian-cloud")
-    world.compute.network.add_image("ubuntu-2204-jammy-v20261120", "ubuntu-2204-lts",
-                                    project="ubuntu-os-cloud")
+    world.compute.network.add_image("common-cu128-ubuntu-2204-nvidia-570-v20261120",
+                                    "common-cu128-ubuntu-2204-nvidia-570",
+                                    project="deeplearning-platform-release")
     return {**world.env(owner), **adc(world, owner, home)}
 
 

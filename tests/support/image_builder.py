@@ -37,7 +37,7 @@ def origin(tmp: Path) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def standins(tmp: Path) -> dict[str, str]:
+def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
     """The stand-ins and the node paths they replace."""
     bin_ = tmp / "standins"
     calls = tmp / "CALLS"
@@ -117,19 +117,20 @@ def standins(tmp: Path) -> dict[str, str]:
             "/var/lib/slm-image-build": f"{tmp}/state", "/mnt/slm-scratch": f"{tmp}/scratch",
             "/opt/models": f"{tmp}/models", "/opt/slm-hf": f"{tmp}/hf",
             "/dev/disk/by-id/google-slm-scratch": f"{tmp}/dev-scratch",
-            REPO: f"file://{tmp}/origin.git"}
+            repo: f"file://{tmp}/origin.git"}
 
 
-def builder_node(tmp: Path, project: str,
-                 project_dir: str = "/opt/slm-nightly") -> FakeNode:
+def builder_node(tmp: Path, project: str, project_dir: str = "/opt/slm-nightly",
+                 repo: str = REPO) -> FakeNode:
     """A FakeNode that runs the builder's script with the stand-ins under `tmp`, not attached:
     attach it, or route the builder's instance to it with tests/fakes/node_runtime.py ByName
     (either gives it the fake). `project_dir`:
     the profile's node checkout (the builder clones into it), mapped under `tmp` like every
     path the script writes; the script is refused if it still names this repository, this
-    machine's home or a disk device (it runs as root: the checkout step deletes its folder)."""
+    machine's home or a disk device (it runs as root: the checkout step deletes its folder).
+    `repo`: the URL the build clones, served by a bare clone of this repository (origin())."""
     origin(tmp)
     env = {"PATH": f"{tmp / 'standins'}:{os.environ['PATH']}"}
-    paths = {**standins(tmp), project_dir: f"{tmp}/checkout"}
+    paths = {**standins(tmp, repo), project_dir: f"{tmp}/checkout"}
     return FakeNode(tmp / "nodes", paths=paths, env=env, project=project,
                     forbid=(str(ROOT), str(Path.home()), "/dev/disk"))
