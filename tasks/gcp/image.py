@@ -2,8 +2,9 @@
 
 The builder (n2-standard-8, no GPU: nvcc compiles for the L4 without one) boots Google's Deep
 Learning VM image (the profile's [gcp] base_image: the NVIDIA driver and the CUDA toolkit with
-nvcc come with it, so the node made from this image has both) with two disks: the boot disk, which becomes the image (its size is each node's disk size: `gcp nodes`
-sizes the node from the image), and a blank scratch disk for the downloads and the intermediate
+nvcc come with it, so the node made from this image has both) with two disks: the boot disk,
+which becomes the image (its size is each node's disk size: `gcp nodes` sizes the node from the
+image), and a blank scratch disk for the downloads and the intermediate
 GGUF, deleted with the builder so they never reach the image. Its startup script
 (image_build.sh) runs the steps of STEPS at every boot, skipping those done, so a boot after an
 interruption resumes it; its install step is the clone's own `make install` with the CUDA

@@ -102,8 +102,8 @@ def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
     plan = _build(max_run_hours=3).plan()
     assert plan[0] == (
         "instances.insert slm-image-builder in us-central1-a: n2-standard-8 (no GPU), "
-        "common-cu128-ubuntu-2204-nvidia-570, boot disk 100 GB pd-balanced (the image; each node's disk), scratch "
-        "disk 250 GB pd-balanced (peak ~160 GB, deleted with the builder), no external "
+        "common-cu128-ubuntu-2204-nvidia-570, boot disk 100 GB pd-balanced (the image; each "
+        "node's disk), scratch disk 250 GB pd-balanced (peak ~160 GB, deleted with the builder), no external "
         "address, as slm-node@acme-ml.iam.gserviceaccount.com, guest attributes on, at most "
         "3 h then deleted by Compute")
     assert plan[1] == (
