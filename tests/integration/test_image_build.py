@@ -25,9 +25,17 @@ import pytest
 
 from tasks.gcp.image import BUILDER, BuildOptions, ImageBuild, build_image, image_build
 from tasks.gcp.reconcile import GcpError
-from tests.fakes.node_runtime import FakeNode
 from tests.support.gcp_world import PROJECT, World, empty_project, gcp_profile, spec_of
-from tests.support.image_builder import BASE_BYTES, MODEL_BYTES, REF, REPO, builder_node, origin
+from tests.support.image_builder import (
+    BASE_BYTES,
+    MODEL_BYTES,
+    MODEL_FILES,
+    REF,
+    REPO,
+    BuilderNode,
+    builder_node,
+    origin,
+)
 
 ZONE = "us-central1-a"
 
@@ -55,7 +63,7 @@ def _build(world: World, **kw: object) -> ImageBuild:
                                     image="slm-node-test-1", **kw))  # type: ignore[arg-type]
 
 
-def _node(world: World) -> FakeNode:
+def _node(world: World) -> BuilderNode:
     node = builder_node(world.tmp, PROJECT)
     return node.attach(world.compute)
 
@@ -106,6 +114,12 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     assert "python -m tasks.image.quantize " f"{tmp}/scratch/model-f16.gguf " \
         f"{tmp}/scratch/src/Olmo-3-32B-Think-Q3_K_M.gguf Q3_K_M CUDACXX=" in calls
     assert (d / "etc" / "ld.so.conf.d" / "slm-cuda.conf").read_text() == f"{tmp}/cuda/lib64\n"
+    # the real `hf` against the fake hub: the tokenizer files came twice (with the weights, then
+    # into the tokenizer folder by their --include patterns), the weights once
+    got = [r.rsplit("/", 1)[-1] for r in node.hub.requests
+           if r.startswith("GET /allenai/Olmo-3-32B-Think/resolve/")]
+    assert sorted(got) == sorted([*MODEL_FILES, "tokenizer.json", "tokenizer_config.json",
+                                  "special_tokens_map.json", "chat_template.jinja"])
     # the real clone at the tag
     assert subprocess.run(["git", "-C", str(tmp / "checkout"), "rev-parse", "HEAD"],
                           capture_output=True, text=True).stdout.strip() == commit

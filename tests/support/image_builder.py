@@ -8,6 +8,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+from tests.fakes.hf_hub import FakeHub
 from tests.fakes.node_runtime import FakeNode
 from tests.support.paths import ROOT
 
@@ -92,7 +93,9 @@ def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
         cp "$here/venv-python" "$v/bin/python"
         touch "$v/.installed-stamp"
         """)
-    _standin(bin_ / "venv-hf", rec + 'mkdir -p "${@: -1}" && echo x > "${@: -1}/config.json"\n')
+    # the real `hf` (huggingface_hub's CLI, this project's pin), against the FakeHub at
+    # HF_ENDPOINT; its calls recorded
+    _standin(bin_ / "venv-hf", rec + f'exec {ROOT / ".venv" / "bin" / "hf"} "$@"\n')
     _standin(bin_ / "venv-python", f"""\
         [ "$1" = -c ] && exec {os.environ.get("PYTHON", "python3")} "$@"
         echo "python $* CUDACXX=${{CUDACXX:-}}" >> {calls}
@@ -102,9 +105,16 @@ def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
         esac
         exit 0
         """)
+    # `node prepare-weights --source`: tasks/image/weights.py loads the tokenizer folder with
+    # AutoTokenizer, offline, in a child process; without tokenizer.json (or tokenizer.model)
+    # transformers raises OSError and the command fails
     _standin(bin_ / "venv-slm-nightly", rec + f"""\
         set -e; [ "${{@: -1}}" = --check ] && exit 0
         src="${{@: -1}}"; mkdir -p {tmp}/models
+        if [ ! -f "$src/Olmo-3-32B-Think/tokenizer.json" ]; then
+          echo "node prepare-weights: the tokenizer $src/Olmo-3-32B-Think does not load" >&2
+          exit 1
+        fi
         cp "$src/Olmo-3-32B-Think-Q3_K_M.gguf" {tmp}/models/Olmo-3-32B-Think-Q3_K_M.gguf
         m=$(sha256sum {tmp}/models/Olmo-3-32B-Think-Q3_K_M.gguf | cut -c1-64)
         b=$(sha256sum "$src/olmo-3-7b-think-f16.gguf" | cut -c1-64)
@@ -120,8 +130,41 @@ def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
             repo: f"file://{tmp}/origin.git"}
 
 
+# The files the builder downloads, as the hub lists them (contents are placeholders: the
+# converter that reads them stands in here; tests/integration/test_convert.py runs the real one)
+MODEL_FILES = ("config.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json",
+               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+               "chat_template.jinja", "generation_config.json", "README.md")
+BASE_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+              "README.md")
+
+
+def hub(tmp: Path) -> FakeHub:
+    """The Hugging Face Hub the builder downloads from: the served model at revisions 0123abc
+    and main, the training base at main."""
+    folders = {}
+    for name, files in (("model", MODEL_FILES), ("base", BASE_FILES)):
+        folder = folders[name] = tmp / "hub" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (folder / f).write_text(f"{name} {f}\n")
+    return FakeHub({"allenai/Olmo-3-32B-Think": {"0123abc": folders["model"],
+                                                 "main": folders["model"]},
+                    "allenai/Olmo-3-7B-Think": {"main": folders["base"]}})
+
+
+class BuilderNode(FakeNode):
+    """The builder's FakeNode with the hub it downloads from (`hub`), served until close()."""
+
+    hub: FakeHub
+
+    def close(self) -> None:
+        super().close()
+        self.hub.__exit__()
+
+
 def builder_node(tmp: Path, project: str, project_dir: str = "/opt/slm-nightly",
-                 repo: str = REPO) -> FakeNode:
+                 repo: str = REPO) -> BuilderNode:
     """A FakeNode that runs the builder's script with the stand-ins under `tmp`, not attached:
     attach it, or route the builder's instance to it with tests/fakes/node_runtime.py ByName
     (either gives it the fake). `project_dir`:
@@ -130,7 +173,11 @@ def builder_node(tmp: Path, project: str, project_dir: str = "/opt/slm-nightly",
     machine's home or a disk device (it runs as root: the checkout step deletes its folder).
     `repo`: the URL the build clones, served by a bare clone of this repository (origin())."""
     origin(tmp)
-    env = {"PATH": f"{tmp / 'standins'}:{os.environ['PATH']}"}
+    served = hub(tmp).__enter__()
+    env = {"PATH": f"{tmp / 'standins'}:{os.environ['PATH']}", "HF_ENDPOINT": served.url,
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
     paths = {**standins(tmp, repo), project_dir: f"{tmp}/checkout"}
-    return FakeNode(tmp / "nodes", paths=paths, env=env, project=project,
-                    forbid=(str(ROOT), str(Path.home()), "/dev/disk"))
+    node = BuilderNode(tmp / "nodes", paths=paths, env=env, project=project,
+                       forbid=(str(ROOT), str(Path.home()), "/dev/disk"))
+    node.hub = served
+    return node
