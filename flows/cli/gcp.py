@@ -185,9 +185,10 @@ def add_gcp(sub: Any) -> None:
     image = gsub.add_parser("image", help="the node image").add_subparsers(
         dest="image_command", required=True, metavar="build")
     build = image.add_parser("build", help="make the node image on a temporary CPU builder "
-                             "VM (driver, CUDA, the checkout, llama.cpp for the L4, the model "
-                             "files) in family slm-node, then delete the builder; the family's "
-                             "other images are kept")
+                             "VM (Google's Deep Learning VM with its driver and CUDA, the "
+                             "checkout's make install for the L4, the model files) in family "
+                             "slm-node, then delete the builder; the family's other images "
+                             "are kept")
     build.add_argument("--repo", required=True, help="the git URL of your slm-nightly checkout")
     build.add_argument("--ref", default="main", help="the branch, tag or commit (default main)")
     build.add_argument("--model", default="allenai/Olmo-3-32B-Think@main",

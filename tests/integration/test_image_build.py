@@ -6,10 +6,13 @@ node_runtime.py) runs the rendered builder script with bash, as google-startup-s
 The builder boots Google's Deep Learning VM family (the driver and nvcc come with it): no
 installer, no reboot. What stands in (recording each call to CALLS): nvcc (CUDA 12.8's --version
 text), apt-get, make (modelled on GNU make's errors; the real `make install` runs from / in
-tests/integration/test_node_install.py), the venv's python, hf and slm-nightly, the disk tools
-(blkid knows a file system once mkfs made one), ldd and ldconfig. The final poweroff is the
-runtime's. Real: bash, the script line by line from /, as Google's runner starts it, git (a
-bare clone of this repository's HEAD, tagged), curl to the metadata server, the fake's API as the
+tests/integration/test_node_install.py), the venv's python (the converter and the quantizer:
+tests/integration/test_convert.py and the quantize test below run the real ones) and
+slm-nightly (prepare-weights: it refuses a tokenizer folder without tokenizer.json, as the real
+one does), the disk tools (blkid knows a file system once mkfs made one), ldd and ldconfig. The
+final poweroff is the runtime's. Real: bash, the script line by line from /, as Google's runner
+starts it, git (a bare clone of this repository's HEAD, tagged), the `hf` CLI against the fake
+Hugging Face Hub (tests/fakes/hf_hub.py), curl to the metadata server, the fake's API as the
 client library calls it."""
 
 from __future__ import annotations
