@@ -38,13 +38,14 @@ from importlib.resources import files
 from string import Template
 from typing import Any
 
-from google.api_core.exceptions import NotFound
+import requests
+from google.api_core.exceptions import NotFound, ServerError, TooManyRequests
 
 from tasks.engine.llama_build import pin
 from tasks.gcp.clients import Clients
 from tasks.gcp.network import get_or_none, wait_operation
 from tasks.gcp.nodes import FAMILY
-from tasks.gcp.reconcile import GcpError, api_call
+from tasks.gcp.reconcile import GcpError, api_call, retry
 from tasks.gcp.spec import GcpSpec
 
 BUILDER = "slm-image-builder"
@@ -58,6 +59,9 @@ SCRATCH = "/mnt/slm-scratch"
 SCRATCH_DEVICE = "slm-scratch"  # /dev/disk/by-id/google-<deviceName>
 NVCC = "/usr/local/cuda/bin/nvcc"
 POLL_SECONDS = 20.0  # the longest wait between two reads of the builder's progress
+# a read of the builder that fails with a 5xx, a 429 or a dropped connection is tried again for
+# this long before the command gives up (and deletes the builder, with hours of work)
+READ_RETRY_SECONDS = 600.0
 LINGER_SECONDS = 3600  # after `done`, for the command to stop it; then the script powers off
 # (step, minutes, GB on scratch at its end) — ESTIMATES for n2-standard-8 and pd-balanced disks
 # (none of this has run on Google Cloud): the 32B is 32.2e9 parameters, 64.5 GB in bf16/f16.
@@ -70,6 +74,9 @@ SCRATCH_PEAK_GB = 160  # during convert: safetensors 64.5 + f16 GGUF 64.5 + the 
 # us-central1 list prices (cloud.google.com/compute/all-pricing, 2026): assumed, not read
 USD_PER_HOUR = {"n2-standard-8": 0.3885}
 USD_PER_GB_MONTH = {"pd-balanced": 0.10, "image": 0.05}
+# the downloads come through Cloud NAT, which bills the data it processes
+# (cloud.google.com/nat/pricing): the 32B's safetensors, the 7B's, the wheels and packages
+NAT_USD_PER_GB, DOWNLOAD_GB = 0.045, 85
 QUANT = re.compile(r"-(Q\d_K_[SML]|Q\d_K|Q\d_\d|Q8_0|F16|BF16)\.gguf$", re.IGNORECASE)
 
 
@@ -137,7 +144,7 @@ class ImageBuild:
 
     def cost_usd(self) -> float:
         disks = (IMAGE_GB + SCRATCH_GB) * USD_PER_GB_MONTH["pd-balanced"] / 730
-        return self.hours() * (USD_PER_HOUR[MACHINE_TYPE] + disks)
+        return self.hours() * (USD_PER_HOUR[MACHINE_TYPE] + disks) + NAT_USD_PER_GB * DOWNLOAD_GB
 
     def plan(self) -> list[str]:
         lines = [
@@ -222,6 +229,15 @@ def labels(attrs: dict[str, str], pin: str) -> dict[str, str]:
             "model-sha256": _label(model[:16]), "base-sha256": _label(base[:16])}
 
 
+def _passing(e: Exception) -> bool:
+    """An error a repeated read may not meet: 5xx, 429, a dropped connection."""
+    return isinstance(e, (ServerError, TooManyRequests, requests.exceptions.ConnectionError))
+
+
+def _read(fn: Callable[[], Any]) -> Any:
+    return retry(BUILDER, fn, retry_on=_passing, seconds=READ_RETRY_SECONDS)
+
+
 class Builder:
     """The builder VM and the image, through Google's client library."""
 
@@ -267,17 +283,17 @@ class Builder:
         self._wait(op, BUILDER)
 
     def status(self) -> str | None:
-        vm = get_or_none(BUILDER, lambda: self._vms().get(
-            project=self.b.project, zone=self.b.zone, instance=BUILDER))
+        vm = get_or_none(BUILDER, lambda: _read(lambda: self._vms().get(
+            project=self.b.project, zone=self.b.zone, instance=BUILDER)))
         return None if vm is None else str(vm.status)
 
     def attributes(self) -> dict[str, str]:
         from google.cloud import compute_v1
 
+        request = compute_v1.GetGuestAttributesInstanceRequest(
+            project=self.b.project, zone=self.b.zone, instance=BUILDER, query_path=f"{NS}/")
         try:
-            got = self._vms().get_guest_attributes(request=compute_v1.GetGuestAttributesInstanceRequest(
-                project=self.b.project, zone=self.b.zone, instance=BUILDER,
-                query_path=f"{NS}/"))
+            got = _read(lambda: self._vms().get_guest_attributes(request=request))
         except NotFound:
             return {}  # nothing written yet
         return {i.key: i.value for i in got.query_value.items if i.namespace == NS}
@@ -367,6 +383,12 @@ def build_image(build: ImageBuild, clients: Clients, *, keep_builder: bool = Fal
         builder.stop(time.monotonic() + 600)
         say(f"  builder done after {(time.monotonic() - t0) / 60:.0f} min; making the image")
         builder.make_image(attrs)
+    except KeyboardInterrupt:
+        # the builder goes on without us: hours of work are not deleted by a Ctrl-C
+        say(f"  interrupted: {BUILDER} goes on and powers off when done, its boot disk kept "
+            f"(make the image by hand: docs/operator-gcp-appendix.md); delete it with `gcloud "
+            f"compute instances delete {BUILDER} --zone={build.zone}`")
+        raise
     except BaseException:
         if keep_builder:
             say(f"  kept {BUILDER} (--keep-builder): delete it with `gcloud compute instances "

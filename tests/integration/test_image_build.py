@@ -276,3 +276,47 @@ def test_a_finished_builder_nobody_stops_powers_itself_off(world: World,
     ops = [op.op_type for op in world.compute.operations.values() if op.target.name == BUILDER]
     assert ops[-1] == "compute.instances.guestTerminate", ops
     assert (ZONE, BUILDER) in world.compute.network.disks
+
+
+def test_reads_that_fail_for_a_while_are_read_again_and_the_build_finishes(
+        world: World) -> None:
+    """Finding 7 of issue 50: a 503 on the instance, a reset connection and a 429 on the guest
+    attributes while the command follows the builder are read again; the build goes on."""
+    node = _node(world)
+    world.compute.fail_next("get", 503, "backendError", times=2, kind="instances")
+    world.compute.fail_next("getGuestAttributes", 0, times=1)  # the connection reset
+    world.compute.fail_next("getGuestAttributes", 429, "rateLimitExceeded", times=1)
+    try:
+        name = build_image(_build(world), world.clients(), say=lambda _: None, poll_seconds=0.2)
+    finally:
+        node.close()
+    assert name == "slm-node-test-1"
+    assert world.compute.faults == []  # every fault was met, and read past
+    assert (ZONE, BUILDER) not in world.compute.instances
+
+
+def test_ctrl_c_leaves_the_builder_working_and_says_how_to_delete_it(world: World) -> None:
+    """A Ctrl-C while the command follows the builder keeps the builder and its hours of work
+    (any other failure deletes it)."""
+    node = _node(world)
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if line.startswith("  builder: step"):
+            raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            build_image(_build(world), world.clients(), say=say, poll_seconds=0.2)
+        assert (ZONE, BUILDER) in world.compute.instances
+        assert said[-1] == (
+            f"  interrupted: {BUILDER} goes on and powers off when done, its boot disk kept "
+            "(make the image by hand: docs/operator-gcp-appendix.md); delete it with `gcloud "
+            f"compute instances delete {BUILDER} --zone={ZONE}`")
+    finally:
+        from tasks.gcp.image import Builder
+
+        Builder(_build(world), world.clients(), say=lambda _: None).delete()
+        node.close()
+    assert (ZONE, BUILDER) not in world.compute.instances

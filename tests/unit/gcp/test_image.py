@@ -65,10 +65,11 @@ def test_the_estimates_are_the_steps_sum() -> None:
     minutes = 2 + 0 + 1 + 33 + 20 + 30 + 20 + 10 + 3 + 1
     assert sum(m for _, m, _ in STEPS) == minutes == 120
     assert b.hours() == pytest.approx(2.0)
-    # n2-standard-8 $0.3885/h; 350 GB of pd-balanced at $0.10 per GB-month of 730 h
-    assert b.cost_usd() == pytest.approx(2.0 * (0.3885 + 350 * 0.10 / 730))
+    # n2-standard-8 $0.3885/h; 350 GB of pd-balanced at $0.10 per GB-month of 730 h; 85 GB
+    # through Cloud NAT at $0.045 a GB
+    assert b.cost_usd() == pytest.approx(2.0 * (0.3885 + 350 * 0.10 / 730) + 85 * 0.045)
     plan = b.plan()
-    assert plan[-1].startswith("estimate: ~2.0 h, ~$0.87 for the build, then ~$5.00/month")
+    assert plan[-1].startswith("estimate: ~2.0 h, ~$4.70 for the build, then ~$5.00/month")
     assert len([ln for ln in plan if ln.startswith("  step ")]) == 10
 
 
@@ -119,7 +120,7 @@ def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
         "are kept",
         "instances.stop slm-image-builder once it reports done; instances.delete "
         "slm-image-builder (both disks with it)",
-        "estimate: ~2.0 h, ~$0.87 for the build, then ~$5.00/month for the image at most "
+        "estimate: ~2.0 h, ~$4.70 for the build, then ~$5.00/month for the image at most "
         "(list prices, us-central1; none of it measured)"]
 
 
