@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 from google.api_core.exceptions import GoogleAPICallError
@@ -130,13 +131,25 @@ def retry(what: str, fn: Callable[[], T], *, retry_on: Callable[[Exception], boo
             pause = min(pause * 2, 10.0)
 
 
+# Right after services.batchEnable, an API's own calls may still be refused with SERVICE_DISABLED
+# while the enablement propagates (the error says to wait a few minutes and retry): setup reads
+# and writes a resource again for this long before it gives up
+ENABLE_PROPAGATION_SECONDS = 300.0
+
+
+def _not_enabled_yet(e: Exception) -> bool:
+    return isinstance(e, GcpError) and e.api_off
+
+
 def run(resources: Iterable[Resource], mode: Mode,
         say: Callable[[str], None] = print) -> list[Outcome]:
     """Each resource in order (teardown: in reverse), its outcome said as it happens."""
     items = list(resources)
     outcomes: list[Outcome] = []
     for res in (reversed(items) if mode.startswith("teardown") else items):
-        out = _one(res, mode)
+        one = partial(_one, res, mode)
+        out = retry(str(res), one, retry_on=_not_enabled_yet, seconds=ENABLE_PROPAGATION_SECONDS,
+                    pause=1.0) if mode == "setup" else one()
         outcomes.append(out)
         say(out.line())
     return outcomes

@@ -316,7 +316,7 @@ class NetworkState(VpcVerbs, VmVerbs):
                 "errors": [{"message": "Login Required.", "domain": "global",
                             "reason": "required", "location": "Authorization",
                             "locationType": "header"}]}}
-        if SERVICE not in self.gcp.enabled:
+        if not self.gcp.serves(SERVICE):
             status, payload = self.gcp.service_disabled(SERVICE)
             err = payload["error"]
             err["errors"] = [{"message": err["message"], "domain": "usageLimits",

@@ -249,7 +249,7 @@ class RestFake(Served):
     def _guard(self, route: Route, call: Call) -> Reply | None:
         if call.member is None:
             return self.project.check(None, route.permission, call.resource)
-        if self.service not in self.project.enabled:
+        if not self.project.serves(self.service):
             return self.project.service_disabled(self.service)
         if not self.ours(call.groups["p"]) or not self.project.allowed(
                 call.member, route.permission, call.resource):

@@ -167,6 +167,12 @@ class FakeProject:
         self.enforce = True
         self.billing_enabled = True  # a billing account is linked (Service Usage's enable checks)
         self.enabled: set[str] = set(DEFAULT_SERVICES)
+        # [su] an API just enabled is ENABLED in Service Usage at once, but its own calls may
+        # still answer SERVICE_DISABLED for a while ("If you enabled this API recently, wait a
+        # few minutes for the action to propagate to our systems and retry", the error's own
+        # text): `propagation_seconds` after each enable (0: at once)
+        self.propagation_seconds = 0.0
+        self.serving_from: dict[str, float] = {}
         self.policies: dict[str, Policy] = {
             f"projects/{project}": Policy({OWNER: {owner}})}
         # resource → the resource IAM inherits from, where the path does not say it (a bucket
@@ -285,11 +291,15 @@ class FakeProject:
             return error(401, "UNAUTHENTICATED", "Request is missing required authentication "
                          "credential. Expected OAuth 2 access token, login cookie or other valid "
                          "authentication credential.")
-        if service is not None and service not in self.enabled:
+        if service is not None and not self.serves(service):
             return self.service_disabled(service)
         if not self.allowed(member, permission, resource):
             return self.denied(permission, resource)
         return None
+
+    def serves(self, service: str) -> bool:
+        """Whether `service`'s own API answers: enabled, and its enablement propagated."""
+        return service in self.enabled and time.time() >= self.serving_from.get(service, 0.0)
 
     def service_disabled(self, service: str) -> Reply:
         title = TITLES.get(service, service)

@@ -178,6 +178,9 @@ class FakeServiceUsage(_Api):
             now = time.time()
             for name, (on, off) in list(self.pending.items()):
                 if self.project.operations[name].done_at <= now:
+                    for service in on - self.project.enabled:
+                        self.project.serving_from[service] = (
+                            now + self.project.propagation_seconds)
                     self.project.enabled |= on
                     self.project.enabled -= off
                     del self.pending[name]

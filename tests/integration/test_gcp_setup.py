@@ -371,3 +371,15 @@ def test_upgrade_moves_stopped_nodes_to_the_newest_image_and_leaves_running_ones
     assert [o.state for o in run(node_images(spec, world.clients()), "check",
                                  lambda _: None)] == ["ok", "ok"]
     assert world.gcp.mutations(before) == []
+
+
+def test_a_new_projects_first_setup_waits_for_the_apis_it_just_enabled(world: World) -> None:
+    """Finding 9 of issue 50: right after batchEnable, IAM and Compute still answer
+    SERVICE_DISABLED for a while (here 3 s); setup reads and writes again until they serve, and
+    ends as a setup without the delay does."""
+    world.gcp.propagation_seconds = 3.0
+    result, _ = setup(world)
+    assert list(states(result)) == EVERYTHING
+    assert states(result)[f"service account {ORCH}"] == "created"
+    refused = [c for c in world.gcp.calls if c.get("status") == 403]
+    assert refused, "no call met the propagation: the test proves nothing"
