@@ -26,6 +26,10 @@ from tasks.gcp.spec import APIS, GcpSpec
 ENABLE_BATCH = 20  # services.batchEnable takes at most 20 ids
 OPERATION_SECONDS = 600.0
 PROPAGATION_SECONDS = 180.0
+# Read a policy at version 3, as IAM asks of any code that writes it back: a lower version returns
+# conditional bindings without their conditions, under mangled role names that cannot be written
+# (cloud.google.com/iam/docs/policies#versions); written back, the policy keeps its version
+FULL_POLICY = {"requested_policy_version": 3}
 
 
 def _passing(e: Exception) -> bool:
@@ -185,15 +189,17 @@ def _want(spec: GcpSpec, where: grants.Where) -> dict[str, set[str]]:
 def project_grants(spec: GcpSpec, clients: Clients) -> PolicyGrants:
     resource = f"projects/{spec.project}"
     return PolicyGrants(resource, _want(spec, "project"), lambda: clients.projects.get_iam_policy(
-        request={"resource": resource}), lambda policy: clients.projects.set_iam_policy(
-        request={"resource": resource, "policy": policy}))
+        request={"resource": resource, "options": FULL_POLICY}),
+        lambda policy: clients.projects.set_iam_policy(
+            request={"resource": resource, "policy": policy}))
 
 
 def node_account_grants(spec: GcpSpec, clients: Clients) -> PolicyGrants:
     """The orchestrator acts as the node's account (on that account only, not the project)."""
     resource = f"projects/{spec.project}/serviceAccounts/{spec.node_email}"
     return PolicyGrants(spec.node_email, _want(spec, "node-account"),
-                        lambda: clients.iam.get_iam_policy(request={"resource": resource}),
+                        lambda: clients.iam.get_iam_policy(request={"resource": resource,
+                                                                    "options": FULL_POLICY}),
                         lambda policy: clients.iam.set_iam_policy(
                             request={"resource": resource, "policy": policy}),
                         new_account=True)
@@ -203,6 +209,7 @@ def secret_grants(spec: GcpSpec, clients: Clients, secret: str,
                   where: grants.Where = "secrets") -> PolicyGrants:
     resource = f"projects/{spec.project}/secrets/{secret}"
     return PolicyGrants(f"secret {secret}", _want(spec, where),
-                        lambda: clients.secrets.get_iam_policy(request={"resource": resource}),
+                        lambda: clients.secrets.get_iam_policy(request={"resource": resource,
+                                                                        "options": FULL_POLICY}),
                         lambda policy: clients.secrets.set_iam_policy(
                             request={"resource": resource, "policy": policy}))

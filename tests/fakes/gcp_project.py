@@ -113,19 +113,35 @@ def jwt_claims(token: str) -> dict[str, Any]:
 
 @dataclass
 class Policy:
-    """[policy] one resource's IAM policy: role → members, and the etag of this version."""
+    """[policy] one resource's IAM policy: role → members, its conditional bindings ({role,
+    members, condition}), and the etag of this version.
+
+    [versions] (cloud.google.com/iam/docs/policies#versions, "Specifying a policy version when
+    getting a policy"): a policy with a conditional binding is version 3. Read at a lower
+    requested version, each conditional binding comes back without its condition, its role
+    suffixed `_withcond_` and a hash, and the policy says version 1; such a role cannot be
+    written back."""
     bindings: dict[str, set[str]] = field(default_factory=dict)
     version: int = 1
+    conditional: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def etag(self) -> str:
-        canon = json.dumps(sorted((r, sorted(m)) for r, m in self.bindings.items()))
+        canon = json.dumps([sorted((r, sorted(m)) for r, m in self.bindings.items()),
+                            self.conditional], sort_keys=True)
         return base64.b64encode(hashlib.sha256(canon.encode()).digest()[:8]).decode()
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"version": self.version, "etag": self.etag}
+    def to_json(self, requested_version: int = 1) -> dict[str, Any]:
+        full = requested_version >= 3
+        version = 3 if self.conditional and full else 1 if self.conditional else self.version
+        out: dict[str, Any] = {"version": version, "etag": self.etag}
         bindings = [{"role": r, "members": sorted(m)} for r, m in sorted(self.bindings.items())
                     if m]
+        for b in self.conditional:
+            digest = hashlib.sha256(json.dumps(b["condition"], sort_keys=True).encode())
+            bindings.append(dict(b) if full else {
+                "role": f"{b['role']}_withcond_{digest.hexdigest()[:20]}",
+                "members": sorted(b["members"])})
         if bindings:
             out["bindings"] = bindings
         return out

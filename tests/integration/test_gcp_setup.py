@@ -383,3 +383,18 @@ def test_a_new_projects_first_setup_waits_for_the_apis_it_just_enabled(world: Wo
     assert states(result)[f"service account {ORCH}"] == "created"
     refused = [c for c in world.gcp.calls if c.get("status") == 403]
     assert refused, "no call met the propagation: the test proves nothing"
+
+
+def test_a_project_that_uses_iam_conditions_keeps_them_through_setup(world: World) -> None:
+    """Finding 12 of issue 50: the project's policy holds a conditional binding; setup reads it
+    at version 3 and writes it back whole (read at version 1, its role comes back mangled and
+    the write is refused)."""
+    cond = {"role": "roles/storage.objectViewer", "members": ["user:auditor@example.com"],
+            "condition": {"title": "until 2027",
+                          "expression": "request.time < timestamp('2027-01-01T00:00:00Z')"}}
+    world.gcp.policies[f"projects/{PROJECT}"].conditional = [cond]
+    result, _ = setup(world)
+    assert states(result)[f"grants projects/{PROJECT}"] == "repaired"
+    policy = world.gcp.policies[f"projects/{PROJECT}"]
+    assert policy.conditional == [cond]
+    assert policy.bindings["roles/compute.instanceAdmin.v1"] == {f"serviceAccount:{ORCH}"}
