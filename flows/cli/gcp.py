@@ -56,8 +56,9 @@ def _gcp(args: argparse.Namespace) -> int:
 
         print(f"gcp nodes{' (dry run)' if args.dry_run else ''}: project {spec.project}, "
               f"zones {', '.join(spec.zones)}")
-        run(node_vms(spec, Clients(project=spec.project)), "dry-run" if args.dry_run else "setup")
-        return 0
+        out = run(node_vms(spec, Clients(project=spec.project)),
+                  "dry-run" if args.dry_run else "setup")
+        return 1 if any(o.state == "skipped" for o in out) else 0
     if cmd == "teardown" and not (args.yes or args.dry_run):
         raise ConfigError("gcp teardown deletes the network, the accounts and the secrets of "
                           f"project {spec.project}: pass --yes (or --dry-run to see the list)")

@@ -19,7 +19,7 @@ from typing import Any
 
 from tasks.gcp.clients import Clients
 from tasks.gcp.network import ComputeResource, get_or_none
-from tasks.gcp.reconcile import Found, GcpError, api_call
+from tasks.gcp.reconcile import Found, GcpError, Skipped, api_call
 from tasks.gcp.spec import GcpSpec
 
 MACHINE_TYPE = "g2-standard-4"
@@ -28,6 +28,9 @@ FAMILY = "slm-node"
 # 0.12 MiB/s a GiB, ~12 MiB/s on 100 GB, some 20 min to read the 15.6 GB GGUF at every boot);
 # pd-balanced reads 0.28 MiB/s a GiB, at least 140 MiB/s
 DISK_TYPE = "pd-balanced"
+# the error code of an insert the zone has no capacity for (cloud.google.com/compute/docs/
+# troubleshooting/troubleshooting-resource-availability)
+STOCKOUT = "ZONE_RESOURCE_POOL_EXHAUSTED"
 
 
 def instance_names(spec: GcpSpec) -> list[tuple[str, str]]:
@@ -78,13 +81,38 @@ class NodeVm(ComputeResource):
 
     def plan(self) -> str:
         return (f"instances.insert {MACHINE_TYPE} from {self.image.name} "
-                f"({self.image.disk_size_gb} GB {DISK_TYPE} disk), {self.spec.provisioning}, then stop")
+                f"({self.image.disk_size_gb} GB {DISK_TYPE} disk), {self.spec.provisioning}, "
+                "then stop")
 
     def create(self) -> None:
+        """Insert with the profile's provisioning model; a spot insert the zone has no L4 for is
+        tried on-demand where `[compute] on_demand_fallback` says so; a zone out of L4s either
+        way is skipped (`gcp nodes` again later makes it), and its neighbours are made."""
+        s = self.spec
+        models = [s.provisioning] + (["on-demand"] if s.provisioning == "spot"
+                                     and s.on_demand_fallback else [])
+        for model in models:
+            try:
+                self._insert(model)
+            except GcpError as e:
+                if STOCKOUT not in str(e):
+                    raise
+                continue
+            self._stop()
+            return
+        raise Skipped(f"no L4 in {self.zone} for {' or '.join(models)} ({STOCKOUT}): run `gcp "
+                      "nodes` again later, or leave the zone out of [compute] fallback_zones")
+
+    def _stop(self) -> None:
+        s, vms = self.spec, self._client()
+        self.call("stop", lambda: vms.stop_unary(project=s.project, zone=self.zone,
+                                                 instance=self.name), zone=self.zone)
+
+    def _insert(self, provisioning: str) -> None:
         from google.cloud import compute_v1
 
         s = self.spec
-        spot = s.provisioning == "spot"
+        spot = provisioning == "spot"
         scheduling = compute_v1.Scheduling(
             on_host_maintenance="TERMINATE", automatic_restart=False,
             provisioning_model="SPOT" if spot else "STANDARD",
@@ -107,8 +135,6 @@ class NodeVm(ComputeResource):
         vms = self._client()
         self.call("insert", lambda: vms.insert_unary(
             project=s.project, zone=self.zone, instance_resource=body), zone=self.zone)
-        self.call("stop", lambda: vms.stop_unary(project=s.project, zone=self.zone,
-                                                 instance=self.name), zone=self.zone)
 
     def repair(self, found: Found) -> None:
         raise GcpError(f"{self}: {'; '.join(found.drift)} — delete it (`gcloud compute "

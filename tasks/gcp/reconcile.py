@@ -82,7 +82,7 @@ class Resource:
 class Outcome:
     resource: str
     state: str  # ok, created, repaired, missing, drifted, would create, would repair, deleted,
-    #             absent, kept
+    #             absent, kept, skipped
     detail: str = ""
 
     def line(self) -> str:
@@ -137,6 +137,11 @@ def retry(what: str, fn: Callable[[], T], *, retry_on: Callable[[Exception], boo
 ENABLE_PROPAGATION_SECONDS = 300.0
 
 
+class Skipped(GcpError):
+    """A resource create() could not make for now, whose neighbours can still be made (a zone
+    out of GPUs): its outcome is `skipped`, with this message."""
+
+
 def _not_enabled_yet(e: Exception) -> bool:
     return isinstance(e, GcpError) and e.api_off
 
@@ -182,7 +187,10 @@ def _one(res: Resource, mode: Mode) -> Outcome:
     if not found.exists:
         if mode == "dry-run":
             return Outcome(name, "would create", res.plan())
-        res.create()
+        try:
+            res.create()
+        except Skipped as e:
+            return Outcome(name, "skipped", str(e))
         return Outcome(name, "created", found.detail)
     drift = "; ".join(found.drift)
     if mode == "dry-run":

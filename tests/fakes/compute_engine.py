@@ -434,7 +434,8 @@ class FakeComputeEngine(Served):
         self.network.add_nat(region, router, nat, subnetworks)
 
     def stock_out(self, zone: str, *models: str) -> None:
-        """Starts in `zone` with these provisioning models ("SPOT", "STANDARD") fail."""
+        """Starts (and inserts of GPU instances) in `zone` with these provisioning models
+        ("SPOT", "STANDARD") fail."""
         with self._lock:
             for m in models or ("SPOT",):
                 self.stockouts.add((zone, m))

@@ -533,6 +533,13 @@ class VmVerbs:
         host = self.host
         inst = FakeInstance(self.project, zone, name, next(host._seq), status="PROVISIONING",
                             machine_type=machine, accelerators=gpus, **fields)
+        if gpus and (zone, inst.provisioning_model) in host.stockouts:
+            # an insert the zone has no GPU for ends DONE with ZONE_RESOURCE_POOL_EXHAUSTED, as a
+            # start does (compute_engine.py _start_error), and nothing is made
+            now = time.time() + host.op_pending_seconds
+            op = host._new_op(inst, "insert", now, now, rules.email(call.member))
+            op.error = host._start_error(inst, "stockout")
+            return 200, host._op_json(op)
         inst.metadata_fingerprint = "fp-" + hashlib.sha256(json.dumps(
             inst.metadata, sort_keys=True).encode()).hexdigest()[:12]
         host.instances[(zone, name)] = inst

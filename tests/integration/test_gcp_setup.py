@@ -398,3 +398,32 @@ def test_a_project_that_uses_iam_conditions_keeps_them_through_setup(world: Worl
     policy = world.gcp.policies[f"projects/{PROJECT}"]
     assert policy.conditional == [cond]
     assert policy.bindings["roles/compute.instanceAdmin.v1"] == {f"serviceAccount:{ORCH}"}
+
+
+def test_nodes_fall_back_to_on_demand_and_skip_a_zone_out_of_l4s(world: World) -> None:
+    """Finding 10 of issue 50: zone b has no spot L4 (on_demand_fallback: made on-demand); zone
+    a has none at all (skipped, naming why); a later run, once zone a has L4s again, makes it."""
+    from tasks.gcp.nodes import node_vms
+    from tasks.gcp.reconcile import run
+
+    world.compute.network.add_image("slm-node-20261203", "slm-node", disk_size_gb=120)
+    setup(world)
+    spec = spec_of(gcp_profile(world.tmp / "p.toml")).model_copy(
+        update={"on_demand_fallback": True})
+    world.compute.stock_out("us-central1-a", "SPOT", "STANDARD")
+    world.compute.stock_out("us-central1-b", "SPOT")
+    out = run(node_vms(spec, world.clients()), "setup", lambda _: None)
+    assert [(o.resource, o.state) for o in out] == [
+        ("node us-central1-a/slm-node", "skipped"), ("node us-central1-b/slm-node", "created")]
+    assert out[0].detail == (
+        "no L4 in us-central1-a for spot or on-demand (ZONE_RESOURCE_POOL_EXHAUSTED): run `gcp "
+        "nodes` again later, or leave the zone out of [compute] fallback_zones")
+    vms = world.clients().compute("InstancesClient")
+    b = vms.get(project=PROJECT, zone="us-central1-b", instance="slm-node")
+    assert (b.status, b.scheduling.provisioning_model) == ("TERMINATED", "STANDARD")
+    assert ("us-central1-a", "slm-node") not in world.compute.instances
+    world.compute.restock("us-central1-a")
+    again = run(node_vms(spec, world.clients()), "setup", lambda _: None)
+    assert [o.state for o in again] == ["created", "ok"]
+    a = vms.get(project=PROJECT, zone="us-central1-a", instance="slm-node")
+    assert a.scheduling.provisioning_model == "SPOT"
