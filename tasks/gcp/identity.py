@@ -10,7 +10,6 @@ does not exist.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -26,10 +25,6 @@ from tasks.gcp.spec import APIS, GcpSpec
 ENABLE_BATCH = 20  # services.batchEnable takes at most 20 ids
 OPERATION_SECONDS = 600.0
 PROPAGATION_SECONDS = 180.0
-# Read a policy at version 3, as IAM asks of any code that writes it back: a lower version returns
-# conditional bindings without their conditions, under mangled role names that cannot be written
-# (cloud.google.com/iam/docs/policies#versions); written back, the policy keeps its version
-FULL_POLICY = {"requested_policy_version": 3}
 
 
 def _passing(e: Exception) -> bool:
@@ -132,15 +127,26 @@ def _describe(missing: dict[str, set[str]]) -> list[str]:
 
 class PolicyGrants(Resource):
     """Bindings on one resource whose IAM policy is a google.iam.v1 Policy (a project, a
-    service account, a secret): added, never removed."""
+    service account, a secret), through its API's client: added, never removed."""
 
     kind = "grants"
 
-    def __init__(self, name: str, want: dict[str, set[str]], get: Callable[[], Any],
-                 set_: Callable[[Any], Any], new_account: bool = False) -> None:
+    def __init__(self, name: str, want: dict[str, set[str]], client: Any, resource: str,
+                 new_account: bool = False) -> None:
         super().__init__(name)
-        self.want, self._get, self._set = want, get, set_
+        self.want, self.client, self.resource = want, client, resource
         self.new_account = new_account
+
+    def _get(self) -> Any:
+        # at version 3, as IAM asks of any code that writes a policy back: a lower version
+        # returns conditional bindings without their conditions, under mangled role names that
+        # cannot be written (cloud.google.com/iam/docs/policies#versions); written back, the
+        # policy keeps the version it was read at
+        return self.client.get_iam_policy(request={
+            "resource": self.resource, "options": {"requested_policy_version": 3}})
+
+    def _set(self, policy: Any) -> None:
+        self.client.set_iam_policy(request={"resource": self.resource, "policy": policy})
 
     def _gap(self, policy: Any) -> dict[str, set[str]]:
         return _missing([(b.role, list(b.members)) for b in policy.bindings if not
@@ -188,28 +194,17 @@ def _want(spec: GcpSpec, where: grants.Where) -> dict[str, set[str]]:
 
 def project_grants(spec: GcpSpec, clients: Clients) -> PolicyGrants:
     resource = f"projects/{spec.project}"
-    return PolicyGrants(resource, _want(spec, "project"), lambda: clients.projects.get_iam_policy(
-        request={"resource": resource, "options": FULL_POLICY}),
-        lambda policy: clients.projects.set_iam_policy(
-            request={"resource": resource, "policy": policy}))
+    return PolicyGrants(resource, _want(spec, "project"), clients.projects, resource)
 
 
 def node_account_grants(spec: GcpSpec, clients: Clients) -> PolicyGrants:
     """The orchestrator acts as the node's account (on that account only, not the project)."""
     resource = f"projects/{spec.project}/serviceAccounts/{spec.node_email}"
-    return PolicyGrants(spec.node_email, _want(spec, "node-account"),
-                        lambda: clients.iam.get_iam_policy(request={"resource": resource,
-                                                                    "options": FULL_POLICY}),
-                        lambda policy: clients.iam.set_iam_policy(
-                            request={"resource": resource, "policy": policy}),
+    return PolicyGrants(spec.node_email, _want(spec, "node-account"), clients.iam, resource,
                         new_account=True)
 
 
 def secret_grants(spec: GcpSpec, clients: Clients, secret: str,
                   where: grants.Where = "secrets") -> PolicyGrants:
     resource = f"projects/{spec.project}/secrets/{secret}"
-    return PolicyGrants(f"secret {secret}", _want(spec, where),
-                        lambda: clients.secrets.get_iam_policy(request={"resource": resource,
-                                                                        "options": FULL_POLICY}),
-                        lambda policy: clients.secrets.set_iam_policy(
-                            request={"resource": resource, "policy": policy}))
+    return PolicyGrants(f"secret {secret}", _want(spec, where), clients.secrets, resource)

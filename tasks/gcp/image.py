@@ -38,9 +38,9 @@ from importlib.resources import files
 from string import Template
 from typing import Any
 
-import requests
-from google.api_core.exceptions import NotFound, ServerError, TooManyRequests
+from google.api_core.exceptions import NotFound
 
+from tasks.compute.gce.api_errors import transient
 from tasks.engine.llama_build import pin
 from tasks.gcp.clients import Clients
 from tasks.gcp.network import get_or_none, wait_operation
@@ -59,8 +59,8 @@ SCRATCH = "/mnt/slm-scratch"
 SCRATCH_DEVICE = "slm-scratch"  # /dev/disk/by-id/google-<deviceName>
 NVCC = "/usr/local/cuda/bin/nvcc"
 POLL_SECONDS = 20.0  # the longest wait between two reads of the builder's progress
-# a read of the builder that fails with a 5xx, a 429 or a dropped connection is tried again for
-# this long before the command gives up (and deletes the builder, with hours of work)
+# a read of the builder that fails with a 5xx, a 429, a rate limit or a dropped connection is tried
+# again for this long before the command gives up (and deletes the builder, with hours of work)
 READ_RETRY_SECONDS = 600.0
 LINGER_SECONDS = 3600  # after `done`, for the command to stop it; then the script powers off
 # (step, minutes, GB on scratch at its end) — ESTIMATES for n2-standard-8 and pd-balanced disks
@@ -229,13 +229,8 @@ def labels(attrs: dict[str, str], pin: str) -> dict[str, str]:
             "model-sha256": _label(model[:16]), "base-sha256": _label(base[:16])}
 
 
-def _passing(e: Exception) -> bool:
-    """An error a repeated read may not meet: 5xx, 429, a dropped connection."""
-    return isinstance(e, (ServerError, TooManyRequests, requests.exceptions.ConnectionError))
-
-
 def _read(fn: Callable[[], Any]) -> Any:
-    return retry(BUILDER, fn, retry_on=_passing, seconds=READ_RETRY_SECONDS)
+    return retry(BUILDER, fn, retry_on=transient, seconds=READ_RETRY_SECONDS)
 
 
 class Builder:

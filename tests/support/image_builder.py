@@ -77,11 +77,12 @@ def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
           echo "make: *** No rule to make target '$target'.  Stop." >&2; exit 2
         fi
         for v in "${vars[@]}"; do
-          if [[ "$v" == LLAMA_VARIANT=* ]] && [[ "$v" != LLAMA_VARIANT=cpu ]] \\
-              && [[ "$v" != LLAMA_VARIANT=cuda ]]; then
-            echo "llama_build: error: argument --variant: invalid choice: '${v#*=}'" >&2
-            echo "make: *** [Makefile: install] Error 2" >&2; exit 2
-          fi
+          case "$v" in
+            LLAMA_VARIANT=cpu|LLAMA_VARIANT=cuda) ;;
+            LLAMA_VARIANT=*)
+              echo "llama_build: error: argument --variant: invalid choice: '${v#*=}'" >&2
+              echo "make: *** [Makefile: install] Error 2" >&2; exit 2 ;;
+          esac
         done
         echo "make-env CUDACXX=${CUDACXX:-} SLM_BUILD_CACHE=${SLM_BUILD_CACHE:-}" >> """
               + str(calls) + """
