@@ -5,6 +5,11 @@ for it, the role that holds it). Two accounts: the orchestrator starts, stops an
 the node; the node runs whatever code the bucket holds, so it gets the bucket, its secrets and
 its logs, and cannot touch any instance.
 
+The orchestrator's compute role is granted on each node instance (`gcp nodes` writes the
+instance's own policy), not on the project: the node holds the Prefect API's auth string, so
+whatever it can have the orchestrator's worker run stays within the nodes; on the project the
+orchestrator only reads (roles/compute.viewer: operations and quotas).
+
 Storage: roles/storage.objectAdmin has no storage.buckets.get, and prefect-gcp's GcsBucket calls
 client.get_bucket() before each read and write (googleapis/google-cloud-python#9065); the
 bucket-level roles/storage.legacyBucketReader adds buckets.get (and objects.list), nothing more.
@@ -15,22 +20,22 @@ from __future__ import annotations
 from typing import Literal
 
 Who = Literal["orchestrator", "node"]
-Where = Literal["project", "bucket", "node-account", "secrets", "auth-secret"]
+Where = Literal["project", "instance", "bucket", "node-account", "secrets", "auth-secret"]
 
 # (who, call, permission, role, where the role is granted)
 CALLS: list[tuple[Who, str, str, str, Where]] = [
     ("orchestrator", "instances.start/stop/get", "compute.instances.start",
-     "roles/compute.instanceAdmin.v1", "project"),
+     "roles/compute.instanceAdmin.v1", "instance"),
     ("orchestrator", "instances.setScheduling", "compute.instances.setScheduling",
-     "roles/compute.instanceAdmin.v1", "project"),
+     "roles/compute.instanceAdmin.v1", "instance"),
     ("orchestrator", "instances.setMetadata", "compute.instances.setMetadata",
-     "roles/compute.instanceAdmin.v1", "project"),
+     "roles/compute.instanceAdmin.v1", "instance"),
     ("orchestrator", "instances.getGuestAttributes", "compute.instances.getGuestAttributes",
-     "roles/compute.instanceAdmin.v1", "project"),
+     "roles/compute.instanceAdmin.v1", "instance"),
     ("orchestrator", "zoneOperations.wait/list", "compute.zoneOperations.get",
-     "roles/compute.instanceAdmin.v1", "project"),
+     "roles/compute.viewer", "project"),
     ("orchestrator", "regions.get (quotas)", "compute.regions.get",
-     "roles/compute.instanceAdmin.v1", "project"),
+     "roles/compute.viewer", "project"),
     ("orchestrator", "setMetadata on an instance that runs as the node",
      "iam.serviceAccounts.actAs", "roles/iam.serviceAccountUser", "node-account"),
     ("orchestrator", "GcsBucket.get_bucket (every read and write)", "storage.buckets.get",

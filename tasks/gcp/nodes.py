@@ -11,12 +11,17 @@ compute/docs/gpus#l4-gpus), which cannot live-migrate: onHostMaintenance TERMINA
 
 Instances insert RUNNING (Compute has no "create stopped"): each is stopped as soon as its
 insert is done, so it costs the minutes of its first boot.
+
+The orchestrator's compute role is granted here, on each instance's own IAM policy
+(instances.setIamPolicy), not on the project: it can start, stop and configure the nodes and
+no other instance (tasks/gcp/grants.py says why).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tasks.gcp import grants
 from tasks.gcp.clients import Clients
 from tasks.gcp.network import ComputeResource, get_or_none
 from tasks.gcp.reconcile import Found, GcpError, Skipped, api_call
@@ -31,6 +36,7 @@ DISK_TYPE = "pd-balanced"
 # the error code of an insert the zone has no capacity for (cloud.google.com/compute/docs/
 # troubleshooting/troubleshooting-resource-availability)
 STOCKOUT = "ZONE_RESOURCE_POOL_EXHAUSTED"
+ORCHESTRATOR_ROLES = grants.roles("orchestrator", "instance")
 
 
 def instance_names(spec: GcpSpec) -> list[tuple[str, str]]:
@@ -77,12 +83,46 @@ class NodeVm(ComputeResource):
             f"runs as {accounts}, not {s.node_email}"]
         if vm.network_interfaces and vm.network_interfaces[0].access_configs:
             drift.append("has an external address")
+        self.ungranted = self._ungranted(api_call(f"{self}: getIamPolicy", self._policy))
+        drift += [f"the orchestrator lacks {r} on it" for r in self.ungranted]
         return Found(True, drift, str(vm.status))
 
     def plan(self) -> str:
         return (f"instances.insert {MACHINE_TYPE} from {self.image.name} "
                 f"({self.image.disk_size_gb} GB {DISK_TYPE} disk), {self.spec.provisioning}, "
+                f"setIamPolicy (the orchestrator's {', '.join(ORCHESTRATOR_ROLES)} on it), "
                 "then stop")
+
+    def _policy(self) -> Any:
+        s = self.spec
+        return self._client().get_iam_policy(request={
+            "project": s.project, "zone": self.zone, "resource": self.name,
+            "options_requested_policy_version": 3})
+
+    def _ungranted(self, policy: Any) -> list[str]:
+        member = f"serviceAccount:{self.spec.orchestrator_email}"
+        have = {b.role for b in policy.bindings if member in b.members
+                and not b.condition.expression}
+        return [r for r in ORCHESTRATOR_ROLES if r not in have]
+
+    def _grant(self) -> None:
+        """The orchestrator's roles added to this instance's policy, written back with the etag
+        it was read with (a concurrent change fails the write rather than being lost)."""
+        from google.cloud import compute_v1
+
+        s, member = self.spec, f"serviceAccount:{self.spec.orchestrator_email}"
+        policy = api_call(f"{self}: getIamPolicy", self._policy)
+        for role in self._ungranted(policy):
+            binding = next((b for b in policy.bindings if b.role == role
+                            and not b.condition.expression), None)
+            if binding is None:
+                policy.bindings.append(compute_v1.Binding(role=role, members=[member]))
+            else:
+                binding.members.append(member)
+        request = compute_v1.ZoneSetPolicyRequest(policy=policy)
+        api_call(f"{self}: setIamPolicy", lambda: self._client().set_iam_policy(
+            project=s.project, zone=self.zone, resource=self.name,
+            zone_set_policy_request_resource=request))
 
     def create(self) -> None:
         """Insert with the profile's provisioning model; a spot insert the zone has no L4 for is
@@ -98,6 +138,7 @@ class NodeVm(ComputeResource):
                 if STOCKOUT not in str(e):
                     raise
                 continue
+            self._grant()
             self._stop()
             return
         raise Skipped(f"no L4 in {self.zone} for {' or '.join(models)} ({STOCKOUT}): run `gcp "
@@ -137,9 +178,12 @@ class NodeVm(ComputeResource):
             project=s.project, zone=self.zone, instance_resource=body), zone=self.zone)
 
     def repair(self, found: Found) -> None:
-        raise GcpError(f"{self}: {'; '.join(found.drift)} — delete it (`gcloud compute "
-                       f"instances delete {self.name} --zone={self.zone}`) and run `gcp nodes` "
-                       "again")
+        """A missing grant is added; any other drift is the operator's to settle."""
+        other = found.drift[:len(found.drift) - len(self.ungranted)]
+        if other:
+            raise GcpError(f"{self}: {'; '.join(other)} — delete it (`gcloud compute instances "
+                           f"delete {self.name} --zone={self.zone}`) and run `gcp nodes` again")
+        self._grant()
 
     def delete(self) -> None:
         s = self.spec

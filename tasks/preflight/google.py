@@ -198,7 +198,7 @@ def quota_checks(block: GceCompute, creds: Any) -> Iterator[Check]:
         except Exception as e:  # noqa: BLE001 - Forbidden, NotFound, the network
             yield failure(name, f"cannot read region {region}: {_message(e)}",
                         "check the zones in the profile; the orchestrator's "
-                        "roles/compute.instanceAdmin.v1 on the project can read regions")
+                        "roles/compute.viewer on the project can read regions")
             continue
         if not quotas:
             yield skipped(name, f"Compute returned no quotas for region {region}: not checked")

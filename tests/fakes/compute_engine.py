@@ -9,6 +9,10 @@ Implemented (the subset the GCE node, `tasks.compute.gce.lifecycle.GceNode`, and
     POST /compute/v1/projects/P/zones/Z/instances/I/setMetadata        instances.setMetadata
     GET  /compute/v1/projects/P/zones/Z/instances/I/getGuestAttributes instances.getGuestAttributes
     POST /compute/v1/projects/P/zones/Z/instances/I/testIamPermissions instances.testIamPermissions
+    GET  /compute/v1/projects/P/zones/Z/instances/I/getIamPolicy       instances.getIamPolicy
+    POST /compute/v1/projects/P/zones/Z/instances/I/setIamPolicy       instances.setIamPolicy
+         (with a FakeProject only: the instance's policy is the project's `policies[resource]`,
+         checked by every later call on the instance; [iampolicy])
     GET  /compute/v1/projects/P/zones/Z/operations/O                   zoneOperations.get
     POST /compute/v1/projects/P/zones/Z/operations/O/wait              zoneOperations.wait
     GET  /compute/v1/projects/P/zones/Z/operations?filter=...          zoneOperations.list
@@ -104,6 +108,12 @@ that is harder on the code, and says so):
           and QUOTA_EXCEEDED "Quota 'X' exceeded.  Limit: N in region R." as operation errors
           (GoogleCloudPlatform/ai-on-gke#849), cloud.google.com/compute/docs/troubleshooting/
           troubleshooting-resource-availability.
+  [iampolicy] instances.getIamPolicy / setIamPolicy (cloud.google.com/compute/docs/reference/
+          rest/v1/instances/setIamPolicy): GET …/instances/I/getIamPolicy?
+          optionsRequestedPolicyVersion=N answers a Policy; POST …/setIamPolicy takes {policy:
+          {bindings, etag, version}} and replaces the policy (a stale etag fails); a binding on
+          the instance grants its role there only ("Grant access to a resource: instances",
+          cloud.google.com/compute/docs/access/granting-access-to-resources).
   [quota] projects.get and regions.get (cloud.google.com/compute/docs/reference/rest/v1/
           projects/get, .../regions/get): `quotas[]` of {metric, limit, usage} (numbers), the
           regional GPU metrics NVIDIA_L4_GPUS and PREEMPTIBLE_NVIDIA_L4_GPUS, the project-wide
@@ -179,7 +189,9 @@ VERB_PERMISSION = {"get": "compute.instances.get", "start": "compute.instances.s
                    "stop": "compute.instances.stop",
                    "setScheduling": "compute.instances.setScheduling",
                    "setMetadata": "compute.instances.setMetadata",
-                   "getGuestAttributes": "compute.instances.getGuestAttributes"}
+                   "getGuestAttributes": "compute.instances.getGuestAttributes",
+                   "getIamPolicy": "compute.instances.getIamPolicy",
+                   "setIamPolicy": "compute.instances.setIamPolicy"}
 
 
 class NodeRuntime(Protocol):
@@ -938,11 +950,36 @@ class FakeComputeEngine(Served):
                 return self._set_metadata(inst, body, principal, user)
             if verb == "getGuestAttributes":
                 return self._guest_attributes(inst, query)
+            if verb in ("getIamPolicy", "setIamPolicy") and self.gcp is not None:
+                return self._iam_policy(inst, verb, query, body)
             if verb == "testIamPermissions":
                 wanted = body.get("permissions") or []
                 granted = [p for p in wanted if self.allowed(principal, p, inst.resource())]
                 return 200, ({"permissions": granted} if granted else {})
         return 400, {"error": {"code": 400, "message": f"unsupported {method} {path}"}}
+
+    def _iam_policy(self, inst: FakeInstance, verb: str, query: dict[str, list[str]],
+                    body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """[iampolicy] instances.getIamPolicy (?optionsRequestedPolicyVersion=N) and
+        setIamPolicy (body ZoneSetPolicyRequest {policy}), with the rules every setIamPolicy
+        keeps (tests/fakes/gcp_iam.py): a stale etag is 409, an unknown member 400."""
+        from tests.fakes.gcp_iam import bindings_of, policy_problem, store_policy
+
+        assert self.gcp is not None
+        current = self.gcp.policy(inst.resource())
+        if verb == "getIamPolicy":
+            return 200, current.to_json(int((query.get("optionsRequestedPolicyVersion")
+                                             or ["1"])[0]))
+        policy = body.get("policy") or {}
+        plain = [b for b in policy.get("bindings") or () if not b.get("condition")]
+        bindings = bindings_of({"bindings": plain})
+        problem = policy_problem(bindings, current, policy.get("etag"),
+                                 role_ok=lambda r: r.startswith("roles/compute."),
+                                 account_ok=lambda e: True)
+        if problem:
+            return problem[0], problem[1]
+        stored = store_policy(self.gcp, inst.resource(), bindings)
+        return 200, stored.to_json(3)
 
     def _regional(self, project: str, region: str | None,
                   auth: str | None) -> tuple[int, dict[str, Any]]:

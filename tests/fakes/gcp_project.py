@@ -52,6 +52,12 @@ ROLES: dict[str, frozenset[str]] = {
         "compute.projects.get", "compute.subnetworks.get", "compute.subnetworks.use",
         "compute.routers.list", "compute.images.get", "compute.images.getFromFamily",
         "compute.images.useReadOnly"}),
+    # read-only: gets and lists, no start, stop or change
+    "roles/compute.viewer": frozenset({
+        "compute.instances.get", "compute.instances.list", "compute.zoneOperations.get",
+        "compute.zoneOperations.list", "compute.regions.get", "compute.projects.get",
+        "compute.disks.get", "compute.images.get", "compute.images.getFromFamily",
+        "compute.subnetworks.get", "compute.routers.list"}),
     "roles/iam.serviceAccountUser": frozenset({
         "iam.serviceAccounts.actAs", "iam.serviceAccounts.get", "iam.serviceAccounts.list"}),
     # roles/storage.objectAdmin has storage.objects.* and no storage.buckets.* (finding 2;

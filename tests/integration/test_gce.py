@@ -208,8 +208,9 @@ def test_a_refusal_no_zone_would_change_ends_the_start_at_once_with_the_fix(
         "compute (gce): setScheduling on projects/test-project/zones/zone-a/instances/node "
         "refused: 403 forbidden: Required 'compute.instances.setScheduling' permission for "
         "'projects/test-project/zones/zone-a/instances/node' — grant "
-        "sync@test-project.iam.gserviceaccount.com roles/compute.instanceAdmin.v1: gcloud "
-        "projects add-iam-policy-binding test-project "
+        "sync@test-project.iam.gserviceaccount.com roles/compute.instanceAdmin.v1 on the "
+        "instance: gcloud compute instances add-iam-policy-binding node --zone=zone-a "
+        "--project=test-project "
         "--member=serviceAccount:sync@test-project.iam.gserviceaccount.com "
         "--role=roles/compute.instanceAdmin.v1")
     assert fake.seen("setScheduling", "zone-b") == [] and fake.seen("start") == []

@@ -71,7 +71,7 @@ def test_setup_makes_the_project_and_a_second_setup_only_reads(world: World) -> 
 
     assert bound(f"projects/{PROJECT}") == {
         "roles/owner": {gcp.owner},
-        "roles/compute.instanceAdmin.v1": {f"serviceAccount:{ORCH}"},
+        "roles/compute.viewer": {f"serviceAccount:{ORCH}"},  # start/stop: on each node only
         "roles/logging.logWriter": {f"serviceAccount:{ORCH}", f"serviceAccount:{NODE}"}}
     assert bound(f"projects/{PROJECT}/serviceAccounts/{NODE}") == {
         "roles/iam.serviceAccountUser": {f"serviceAccount:{ORCH}"}}
@@ -276,14 +276,21 @@ def test_each_call_the_code_makes_is_allowed_by_exactly_the_grant_setup_made(
     roles reference, tests/fakes/gcp_project.py ROLES): each permission is allowed on the
     resource the code uses it on, and revoking the one role listed for it denies it."""
     from tasks.gcp.grants import CALLS
+    from tasks.gcp.nodes import node_vms
+    from tasks.gcp.reconcile import run
 
     setup(world)
-    resource = {"project": f"projects/{PROJECT}",
+    world.compute.network.add_image("slm-node-20261203", "slm-node", disk_size_gb=120)
+    run(node_vms(spec_of(gcp_profile(world.tmp / "p.toml")), world.clients()), "setup",
+        lambda _: None)
+    instance = f"projects/{PROJECT}/zones/us-central1-a/instances/slm-node"
+    resource = {"project": f"projects/{PROJECT}", "instance": instance,
                 "bucket": f"projects/_/buckets/{BUCKET}/objects/datasets/x.jsonl",
                 "node-account": f"projects/{PROJECT}/serviceAccounts/{NODE}",
                 "secrets": f"projects/{PROJECT}/secrets/prefect-api-key",
                 "auth-secret": f"projects/{PROJECT}/secrets/slm-prefect-auth"}
-    granted_on = {"project": f"projects/{PROJECT}", "bucket": f"projects/_/buckets/{BUCKET}",
+    granted_on = {"project": f"projects/{PROJECT}", "instance": instance,
+                  "bucket": f"projects/_/buckets/{BUCKET}",
                   "node-account": resource["node-account"], "secrets": resource["secrets"],
                   "auth-secret": resource["auth-secret"]}
     gcp = world.gcp
@@ -329,10 +336,52 @@ def test_nodes_come_from_the_newest_image_of_the_family_stopped(world: World) ->
         disk = world.compute.network.disks[(zone, "slm-node")]
         assert (int(disk["sizeGb"]), disk["image"], disk["type"]) == (
             120, "slm-node-20261203", "pd-balanced")
+        # the orchestrator's compute role, on this instance's own policy
+        assert world.gcp.policies[f"projects/{PROJECT}/zones/{zone}/instances/slm-node"
+                                  ].bindings == {
+            "roles/compute.instanceAdmin.v1": {f"serviceAccount:{ORCH}"}}
     before = len(world.gcp.calls)
     assert {o.state for o in run(node_vms(spec, world.clients()), "setup", lambda _: None)} \
         == {"ok"}
     assert world.gcp.mutations(before) == []
+
+
+def test_the_orchestrator_starts_and_stops_the_nodes_and_no_other_instance(
+        world: World) -> None:
+    """Finding 6 of issue 50: the node holds the Prefect API's auth string, so it can have the
+    orchestrator's worker run anything as the orchestrator's account. That account's compute
+    role is on each node instance, not the project: it stops a node, and is refused, naming the
+    permission, on another instance of the project; a node whose grant was removed is drifted
+    and `gcp nodes` puts the grant back, keeping what else the instance's policy holds."""
+    from google.api_core.exceptions import Forbidden
+
+    from tasks.gcp.nodes import node_vms
+    from tasks.gcp.reconcile import run
+
+    world.compute.network.add_image("slm-node-20261203", "slm-node", disk_size_gb=120)
+    setup(world)
+    spec = spec_of(gcp_profile(world.tmp / "p.toml"))
+    run(node_vms(spec, world.clients()), "setup", lambda _: None)
+    world.compute.add_instance("us-central1-a", "billing-db", status="RUNNING",
+                               service_account=None)
+    vms = world.clients(f"serviceAccount:{ORCH}").compute("InstancesClient")
+    vms.start_unary(project=PROJECT, zone="us-central1-b", instance="slm-node")
+    with pytest.raises(Forbidden, match="compute.instances.stop"):
+        vms.stop_unary(project=PROJECT, zone="us-central1-a", instance="billing-db")
+    assert world.compute.instances[("us-central1-a", "billing-db")].status == "RUNNING"
+    # the grant gone (an operator's edit): check says so, setup puts it back beside the other
+    where = f"projects/{PROJECT}/zones/us-central1-a/instances/slm-node"
+    world.gcp.revoke(f"serviceAccount:{ORCH}", "roles/compute.instanceAdmin.v1", where)
+    world.gcp.grant("user:oncall@example.com", "roles/compute.instanceAdmin.v1", where)
+    drifted = {o.resource: (o.state, o.detail) for o in run(
+        node_vms(spec, world.clients()), "check", lambda _: None)}
+    assert drifted["node us-central1-a/slm-node"] == (
+        "drifted", "the orchestrator lacks roles/compute.instanceAdmin.v1 on it")
+    assert drifted["node us-central1-b/slm-node"][0] == "ok"
+    out = run(node_vms(spec, world.clients()), "setup", lambda _: None)
+    assert [o.state for o in out] == ["repaired", "ok"]
+    assert world.gcp.policies[where].bindings == {"roles/compute.instanceAdmin.v1": {
+        "user:oncall@example.com", f"serviceAccount:{ORCH}"}}
 
 
 def test_upgrade_moves_stopped_nodes_to_the_newest_image_and_leaves_running_ones(
@@ -397,7 +446,7 @@ def test_a_project_that_uses_iam_conditions_keeps_them_through_setup(world: Worl
     assert states(result)[f"grants projects/{PROJECT}"] == "repaired"
     policy = world.gcp.policies[f"projects/{PROJECT}"]
     assert policy.conditional == [cond]
-    assert policy.bindings["roles/compute.instanceAdmin.v1"] == {f"serviceAccount:{ORCH}"}
+    assert policy.bindings["roles/compute.viewer"] == {f"serviceAccount:{ORCH}"}
 
 
 def test_nodes_fall_back_to_on_demand_and_skip_a_zone_out_of_l4s(world: World) -> None:

@@ -97,7 +97,8 @@ class ComputeApi:
         except gexc.Forbidden as e:
             raise ConfigError(
                 f"compute (gce): permission denied on {b.where(zone)} ({e.message}) — grant "
-                "the credentials roles/compute.instanceAdmin.v1 on the project") from e
+                "the credentials roles/compute.instanceAdmin.v1 on the instance (`slm-nightly "
+                "gcp nodes` grants the orchestrator's account)") from e
 
     def instances(self, strict: bool = True) -> Iterator[Instance]:
         """Every configured zone's instance that exists. A missing instance in a fallback zone
@@ -249,8 +250,9 @@ class ComputeApi:
             caller = self.caller()
             return ConfigError(
                 f"compute (gce): {verb} on {b.where(zone)} refused: {brief(e)} — grant "
-                f"{caller} roles/compute.instanceAdmin.v1: gcloud projects "
-                f"add-iam-policy-binding {b.project} --member={member(caller)} "
+                f"{caller} roles/compute.instanceAdmin.v1 on the instance: gcloud compute "
+                f"instances add-iam-policy-binding {b.instance_in(zone)} --zone={zone} "
+                f"--project={b.project} --member={member(caller)} "
                 "--role=roles/compute.instanceAdmin.v1")
         if isinstance(e, gexc.NotFound):
             return ConfigError(f"compute (gce): {verb} on {b.where(zone)}: not found — create "
