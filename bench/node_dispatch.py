@@ -58,7 +58,7 @@ def main() -> None:
 
     from blocks.compute import LocalCompute
     from flows.scorecard import scorecard
-    from flows.train import train_flow
+    from flows.train import train
     from tasks.compute.local import LocalNode
     from tasks.compute.node import Watch, run_on_node
     from tasks.engine.llama_cpp import default_model_path
@@ -107,7 +107,7 @@ def main() -> None:
         params = build_params(str(recipe), {"dataset": str(dataset), "bucket": bucket,
                                             "method": "sft"}, where="bench")
         t = time.perf_counter()
-        first = train_flow(params=params, profile=str(profile))  # the real training, once
+        first = train(params=params, profile=str(profile))  # the real training, once
         train_s = time.perf_counter() - t
         worker = subprocess.Popen(
             [PREFECT, "worker", "start", "--pool", "slm-node", "--type", "process"], cwd=ROOT,
@@ -122,7 +122,7 @@ def main() -> None:
             def parent() -> None:
                 for i in range(args.runs):
                     t = time.perf_counter()
-                    m = train_flow(params=params, profile=str(profile))
+                    m = train(params=params, profile=str(profile))
                     local_s.append(time.perf_counter() - t)
                     assert m.reused and m.name == first.name
                     t = time.perf_counter()

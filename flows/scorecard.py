@@ -24,7 +24,7 @@ def scorecard(profile: str = "local", corpus: str | None = None,
     root = corpus or cfg.corpus.root
     if not root:
         raise ConfigError("scorecard: no corpus — set [corpus] root in the profile or pass corpus")
-    sc = cfg.corpus.scorecard_config(floor)
+    sc = cfg.corpus.rules_only(floor)
     card, path, clean = score_and_publish(Path(root), cfg.corpus.buckets(), sc, cfg.state_dir)
     markers = hand_over(card, path, clean, cfg.state_dir)
     synced = sync_corpus(Path(root), cfg.corpus.gcs_block) if markers else None

@@ -12,7 +12,7 @@ from pathlib import Path
 from prefect import flow
 
 from tasks.profile import load_profile
-from tasks.records import AdapterManifest, TrainingResult
+from tasks.records import AdapterManifest
 from tasks.training.job import (
     JobData,
     TrainingJob,
@@ -69,15 +69,4 @@ def train(params: TrainParams, profile: str = "local", promote: bool = True,
         raise
 
 
-def result_row(m: AdapterManifest) -> TrainingResult:
-    """What the nightly keeps of a training run (the same whether it ran here or on the node)."""
-    return TrainingResult.of_manifest(m)
-
-
-__all__ = ["TrainParams", "TrainingError", "train_flow"]
-
-
-# The flow's old name, kept for the callers that import it. The function carries the flow's
-# name because `prefect deploy --name FLOW/DEPLOYMENT` matches a deployment by its entrypoint's
-# function name ('-' read as '_'): prefect.yaml's `flows/train.py:train`.
-train_flow = train
+__all__ = ["TrainParams", "TrainingError", "train"]

@@ -107,21 +107,13 @@ class ExtractionSettings(BaseModel):
         return load_schema(project_path(self.schema_file))
 
 
-class CorpusSettings(BaseModel):
-    """Phase 2a: where the training corpus is and what a bucket needs to pass."""
+class CorpusSettings(ScorecardConfig):
+    """Phase 2a: where the training corpus is, and (ScorecardConfig's fields) what a bucket
+    needs to pass."""
 
-    model_config = ConfigDict(extra="forbid")
     root: str | None = Field(default=None, description="Corpus root; empty = no phase 2.")
     engineering_bucket: str = Field(default="engineering-pointsav", description="SFT bucket.")
     apprenticeship_bucket: str = Field(default="apprenticeship-pointsav", description="DPO bucket.")
-    floor: int = Field(default=3000, ge=0, description="CLEAN_PAIR_FLOOR: clean pairs to train.")
-    min_tokens: int = Field(default=8, ge=0)
-    max_tokens: int = Field(default=8192, ge=1)
-    near_duplicate_threshold: float = Field(default=0.8, gt=0, le=1)
-    pii_policy: Literal["drop", "flag"] = "drop"
-    max_source_share: float = Field(default=0.5, gt=0, le=1)
-    min_sources: int = Field(default=1, ge=1)
-    eval_share: float = Field(default=0.05, ge=0, lt=1)
     gcs_block: str | None = Field(default=None, description="Saved GcsBucket block (or "
                                   "gs://bucket[/folder]) to sync the corpus to; empty = the "
                                   "profile's gcs_block, else $SLM_YOYO_WEIGHTS_GCS_BUCKET, else "
@@ -129,13 +121,6 @@ class CorpusSettings(BaseModel):
 
     def buckets(self) -> dict[str, Literal["sft", "dpo"]]:
         return {self.engineering_bucket: "sft", self.apprenticeship_bucket: "dpo"}
-
-    def scorecard_config(self, floor: int | None = None) -> ScorecardConfig:
-        fields = self.model_dump(exclude={"root", "engineering_bucket", "apprenticeship_bucket",
-                                          "gcs_block"})
-        if floor is not None:
-            fields["floor"] = floor
-        return ScorecardConfig(**fields)
 
 
 class TrainingSettings(BaseModel):

@@ -24,7 +24,7 @@ def _scorecard(args: argparse.Namespace) -> int:
     if not (args.corpus or settings.root):
         raise ConfigError("scorecard: pass --corpus DIR (or --profile with a [corpus] root)")
     root = Path(args.corpus or settings.root or "")
-    sc = settings.scorecard_config(args.floor)
+    sc = settings.rules_only(args.floor)
     cards, _ = score_corpus(root, settings.buckets(), sc)
     card = card_json(cards, sc, root)
     print(json.dumps(card, indent=2) if args.json else render_card(card))
@@ -32,7 +32,7 @@ def _scorecard(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from flows.train import train_flow
+    from flows.train import train
     from tasks.profile import load_profile
     from tasks.training.params import build_params
 
@@ -52,7 +52,7 @@ def _train(args: argparse.Namespace) -> int:
                                  "max_steps": args.max_steps,
                                  "peft": {"r": args.lora_r} if args.lora_r is not None else None}
     params = build_params(args.recipe or cfg.training.recipe, overrides)
-    state = train_flow(params=params, profile=args.profile, promote=not args.no_promote,
+    state = train(params=params, profile=args.profile, promote=not args.no_promote,
                        created_by="cli", return_state=True)
     if not state.is_completed():
         print(f"training ended {state.name}: {state.message}", file=sys.stderr)

@@ -11,12 +11,12 @@ import hashlib
 import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.corpus.buckets import Kind, bucket_files, empty_bucket, read_file
 from tasks.records import BucketScore, SourceShare
@@ -38,28 +38,34 @@ PII_PATTERNS = {
 }
 
 
-@dataclass
-class ScorecardConfig:
-    """Bounds and policies; every field has a default an operator can override."""
+class ScorecardConfig(BaseModel):
+    """Bounds and policies; every field has a default an operator can override (the profile's
+    [corpus] table: tasks/profile.py CorpusSettings adds where the corpus is)."""
 
-    floor: int = CLEAN_PAIR_FLOOR  # clean pairs a bucket needs to train
-    min_tokens: int = 8  # estimated tokens of a whole row
-    max_tokens: int = 8192
-    near_duplicate_threshold: float = 0.8  # estimated Jaccard of word-bigram sets
+    model_config = ConfigDict(extra="forbid")
+    floor: int = Field(default=CLEAN_PAIR_FLOOR, ge=0, description="CLEAN_PAIR_FLOOR: clean "
+                       "pairs a bucket needs to train.")
+    min_tokens: int = Field(default=8, ge=0, description="Estimated tokens of a whole row.")
+    max_tokens: int = Field(default=8192, ge=1, description="More than min_tokens.")
+    near_duplicate_threshold: float = Field(default=0.8, gt=0, le=1, description="Estimated "
+                                            "Jaccard of word-bigram sets.")
     pii_policy: Literal["drop", "flag"] = "drop"
-    max_source_share: float = 0.5  # of a bucket's clean rows
-    min_sources: int = 1
-    eval_share: float = 0.05
+    max_source_share: float = Field(default=0.5, gt=0, le=1, description="Of a bucket's clean "
+                                    "rows.")
+    min_sources: int = Field(default=1, ge=1)
+    eval_share: float = Field(default=0.05, ge=0, lt=1)
 
-    def __post_init__(self) -> None:
-        if self.floor < 0 or self.min_tokens < 0 or self.max_tokens <= self.min_tokens:
-            raise ValueError("scorecard: need floor ≥ 0 and 0 ≤ min_tokens < max_tokens")
-        if not 0 < self.near_duplicate_threshold <= 1:
-            raise ValueError("scorecard: near_duplicate_threshold must be in (0, 1]")
-        if not 0 < self.max_source_share <= 1 or self.min_sources < 1:
-            raise ValueError("scorecard: max_source_share in (0, 1], min_sources ≥ 1")
-        if not 0 <= self.eval_share < 1:
-            raise ValueError("scorecard: eval_share must be in [0, 1)")
+    @model_validator(mode="after")
+    def _token_bounds(self) -> Self:
+        if self.max_tokens <= self.min_tokens:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must be more than min_tokens "
+                             f"({self.min_tokens})")
+        return self
+
+    def rules_only(self, floor: int | None = None) -> ScorecardConfig:
+        """These bounds alone (a subclass's other fields left out), `floor` overriding."""
+        fields = {k: getattr(self, k) for k in ScorecardConfig.model_fields}
+        return ScorecardConfig(**fields | ({} if floor is None else {"floor": floor}))
 
 
 def _text(cols: list[str]) -> pl.Expr:
@@ -377,4 +383,4 @@ def _compose(bucket: str, kind: Kind, path: Path, df: pl.DataFrame, cfg: Scoreca
 
 def card_json(cards: list[BucketScore], cfg: ScorecardConfig, corpus: Path) -> dict[str, Any]:
     return {"version": SCORECARD_VERSION, "corpus": str(corpus.resolve()), "floor": cfg.floor,
-            "config": asdict(cfg), "buckets": [c.model_dump() for c in cards]}
+            "config": cfg.rules_only().model_dump(), "buckets": [c.model_dump() for c in cards]}

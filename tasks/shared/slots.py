@@ -75,10 +75,6 @@ def ensure_limit(name: str, slots: int = 1) -> bool:
         return True
 
 
-def ensure_gpu_limit(slots: int = 1) -> bool:
-    return ensure_limit(GPU_LIMIT, slots)
-
-
 def active_slots(name: str = GPU_LIMIT) -> int:
     """Slots in use now (0 when the limit does not exist yet)."""
     with get_client(sync_client=True) as client:

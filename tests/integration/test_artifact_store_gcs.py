@@ -269,7 +269,7 @@ def test_a_node_in_another_zone_resumes_the_preempted_run_from_gcs(
     checkpoint and finishes at max_steps; the orchestrator lists the adapter from GCS."""
     from prefect.settings import PREFECT_API_URL
 
-    from flows.train import train_flow
+    from flows.train import train
     from tasks.training.params import build_params
 
     max_steps = 60
@@ -308,7 +308,7 @@ def test_a_node_in_another_zone_resumes_the_preempted_run_from_gcs(
     params = build_params(str(zones["b"] / "recipe.yaml"), {
         "dataset": str(zones["b"] / "toy.parquet"), "bucket": "toy", "method": "sft",
         "base_model": str(tiny_base)})
-    m = train_flow(params=params, profile=str(zones["b"] / "train.toml"), created_by="cli")
+    m = train(params=params, profile=str(zones["b"] / "train.toml"), created_by="cli")
     assert m.state == "done"
     assert (m.training["resumed_from"], m.training["resumed_step"]) == (
         f"checkpoint-{newest}", newest)

@@ -1,5 +1,5 @@
 """The production architecture's path, on a tiny random OLMo 3 (tests/support/olmo3_tiny.py), on the CPU:
-train_flow trains (float LoRA, and 4-bit QLoRA through bitsandbytes' CPU path), llama.cpp's own
+flows.train.train trains (float LoRA, and 4-bit QLoRA through bitsandbytes' CPU path), llama.cpp's own
 convert_lora_to_gguf.py exports, verification compares llama.cpp (base GGUF from
 convert_hf_to_gguf.py + adapter) with transformers + PEFT, and the adapter is promoted."""
 
@@ -45,7 +45,7 @@ def test_base_gguf_is_olmo2_with_the_configs_sliding_window_pattern(
 @pytest.mark.parametrize("four_bit", [False, True], ids=["lora", "qlora-4bit"])
 def test_olmo3_trains_exports_verifies_and_promotes(olmo3_tiny: dict[str, Any], four_bit: bool,
                                                     tmp_path: Path) -> None:
-    from flows.train import train_flow
+    from flows.train import train
 
     recipe = write_recipe(tmp_path, base_model=str(olmo3_tiny["hf"]),
                           base_gguf=str(olmo3_tiny["gguf"]), export_gguf=True,
@@ -56,7 +56,7 @@ def test_olmo3_trains_exports_verifies_and_promotes(olmo3_tiny: dict[str, Any], 
     profile = train_profile(tmp_path, tmp_path / "models", recipe=recipe)
     params = build_params(str(recipe), {"dataset": str(sft_parquet(tmp_path / "toy.parquet")),
                                         "method": "sft", "bucket": "engineering-pointsav"})
-    m = train_flow(params=params, profile=str(profile))
+    m = train(params=params, profile=str(profile))
 
     assert m.state == "done" and m.step == 4
     assert m.verified is True and m.promoted is True, m.gate

@@ -66,7 +66,7 @@ def test_the_verification_child_peak_rss_is_the_cpu_estimate(
 @pytest.mark.usefixtures("prefect_api")
 def test_an_unsupported_architecture_fails_in_preflight_before_training(
         base_cache: dict[str, Any], tmp_path: Path) -> None:
-    from flows.train import train_flow
+    from flows.train import train
 
     # SmolLM2's real weights, under an architecture name the converter does not register:
     # transformers still loads and trains it (it goes by model_type), the export cannot work.
@@ -84,7 +84,7 @@ def test_an_unsupported_architecture_fails_in_preflight_before_training(
     with pytest.raises(Exception, match="preflight failed before any weight loaded: export: "
                        "architecture SmolLlamaForCausalLM is not supported by llama.cpp's "
                        "converter"):
-        train_flow(params=params, profile=str(profile))
+        train(params=params, profile=str(profile))
     seconds = time.monotonic() - start
     [failed] = ArtifactStore(tmp_path / "state" / "artifacts").list("toy")
     assert failed.state == "failed" and "SmolLlamaForCausalLM" in (failed.message or "")

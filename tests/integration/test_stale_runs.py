@@ -56,7 +56,7 @@ def deployments(prefect_api: None) -> dict[str, str]:
         flow_id = c.create_flow_from_name("train")
         for name in ("stale-a", "stale-b"):
             c.create_deployment(flow_id=flow_id, name=name, work_pool_name=POOL,
-                                entrypoint="flows/train.py:train_flow")
+                                entrypoint="flows/train.py:train")
     return {"a": "train/stale-a", "b": "train/stale-b"}
 
 

@@ -148,7 +148,7 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
         base_cache: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from prefect.client.orchestration import get_client
 
-    from flows.train import train_flow
+    from flows.train import train
     from tasks.shared.slots import active_slots
 
     profile = train_profile(tmp_path, base_cache["cache"])
@@ -156,7 +156,7 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
     params = build_params(str(write_recipe(tmp_path)), {"dataset": str(data), "method": "sft",
                                                         "bucket": "engineering-pointsav"})
     calls = _count_calls(monkeypatch, "load_splits", "device_report")
-    m = train_flow(params=params, profile=str(profile))
+    m = train(params=params, profile=str(profile))
     assert calls == {"load_splits": 1, "device_report": 1}  # one load, one report per run
     assert m.state == "done" and m.step == 4 and m.steps == 4
     assert m.verified is True and m.promoted is True, m.gate
@@ -182,12 +182,12 @@ def test_flow_trains_exports_verifies_and_promotes_then_reuses(
     assert {"training-progress-engineering-pointsav", "training-loss-engineering-pointsav",
             "training-engineering-pointsav"} <= keys
 
-    again = train_flow(params=params, profile=str(profile))
+    again = train(params=params, profile=str(profile))
     assert again.reused and again.name == m.name  # same data + params: no retraining
 
     # A stricter gate keeps the next adapter without promoting it; rollback goes back.
     strict = train_profile(tmp_path, base_cache["cache"], margin=0.9)
-    kept = train_flow(params=params, profile=str(strict), retrain=True)
+    kept = train(params=params, profile=str(strict), retrain=True)
     assert kept.state == "done" and not kept.promoted
     assert "does not beat" in kept.gate.reason
     assert store.pointer("engineering-pointsav").current == m.name
@@ -202,7 +202,7 @@ def test_a_failed_verification_keeps_the_checkpoints_and_the_rerun_does_not_retr
     """The adapter is trained on the tiny Llama but verified on SmolLM2's GGUF: llama.cpp
     refuses the shapes, the run fails after training. Before, the checkpoints were deleted
     as soon as training ended, so the next night started again from step 0."""
-    from flows.train import train_flow
+    from flows.train import train
 
     recipe = write_recipe(tmp_path, base_model=str(tiny_base), base_gguf=str(base_cache["f32"]),
                           export_gguf=True, save_steps=2)
@@ -210,14 +210,14 @@ def test_a_failed_verification_keeps_the_checkpoints_and_the_rerun_does_not_retr
     params = build_params(str(recipe), {"dataset": str(sft_parquet(tmp_path / "toy.parquet")),
                                         "method": "sft", "bucket": "toy"})
     with pytest.raises(Exception, match="adapter not loaded"):
-        train_flow(params=params, profile=str(profile))
+        train(params=params, profile=str(profile))
     store = ArtifactStore(tmp_path / "state" / "artifacts")
     [failed] = store.list("toy")
     assert failed.state == "failed" and failed.step == 4
     ckpts = sorted(p.name for p in store.checkpoint_dir(failed.run_digest).glob("checkpoint-*"))
     assert ckpts == ["checkpoint-2", "checkpoint-4"]
     with pytest.raises(Exception, match="adapter not loaded"):
-        train_flow(params=params, profile=str(profile))
+        train(params=params, profile=str(profile))
     again = [m for m in store.list("toy") if m.name != failed.name]
     assert len(again) == 1 and again[0].state == "failed" and again[0].training is not None
     assert again[0].training["resumed_from"] == "checkpoint-4"  # resumed at the last step:
@@ -278,7 +278,7 @@ def test_killed_training_resumes_from_its_checkpoint(tiny_base: Path, base_cache
 @pytest.mark.usefixtures("prefect_api")
 def test_cancelled_training_saves_a_checkpoint_ends_cancelled_and_frees_the_slot(
         tiny_base: Path, base_cache: dict[str, Any], tmp_path: Path) -> None:
-    """A real cancellation: the run is executed by a Prefect runner (`train_flow.serve`), the
+    """A real cancellation: the run is executed by a Prefect runner (`train.serve`), the
     API is asked to cancel, the runner SIGTERMs the run's process."""
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
@@ -296,8 +296,8 @@ def test_cancelled_training_saves_a_checkpoint_ends_cancelled_and_frees_the_slot
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()),
            "PYTHONPATH": str(ROOT), "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
     server = subprocess.Popen(
-        [sys.executable, "-c", "from flows.train import train_flow; "
-         "train_flow.serve(name='cancel-test', print_starting_message=False)"],
+        [sys.executable, "-c", "from flows.train import train; "
+         "train.serve(name='cancel-test', print_starting_message=False)"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:  # the waits below end with the run or the server; pytest's timeout bounds them
         run = None

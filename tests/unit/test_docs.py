@@ -246,13 +246,3 @@ def test_extending_names_files_that_exist_and_names_that_are_in_them() -> None:
     assert missing == [], "docs/extending.md names files that do not exist"
     assert absent == [], "docs/extending.md names what its file does not hold"
     assert checked >= 40, f"only {checked} names checked: has the list format changed?"
-
-
-def test_the_readme_is_short() -> None:
-    """The README says what to run and where to go (issue 40): measurements belong in
-    docs/benchmarks.md, history in CHANGELOG.md."""
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 120, f"README.md has {len(lines)} lines, at most 120"
-    long = [f"line {i}: {len(line)} characters" for i, line in enumerate(lines, 1)
-            if len(line) > 200]
-    assert long == [], "README.md: a line over 200 characters"
