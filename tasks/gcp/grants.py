@@ -59,6 +59,8 @@ CALLS: list[tuple[Who, str, str, str, Where]] = [
     ("node", "its logs", "logging.logEntries.create", "roles/logging.logWriter", "project"),
     ("orchestrator", "its install writes the Prefect server's auth string",
      "secretmanager.versions.access", "roles/secretmanager.secretAccessor", "auth-secret"),
+    ("orchestrator", "preflight: the auth string's latest version (never its value)",
+     "secretmanager.versions.get", "roles/secretmanager.viewer", "auth-secret"),
     ("node", "its worker authenticates to the Prefect server", "secretmanager.versions.access",
      "roles/secretmanager.secretAccessor", "auth-secret"),
 ]

@@ -53,10 +53,12 @@ fi
 # The base image is Google's Deep Learning VM (the profile's [gcp] base_image): the NVIDIA driver
 # and the CUDA toolkit with nvcc come with it, so nothing here installs a driver or reboots.
 # make: the install below is the Makefile's, as on every clone.
+# apt waits for a dpkg lock held at boot (unattended upgrades) instead of failing at once
+# (apt.conf(5): DPkg::Lock::Timeout, seconds)
 do_packages() {
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3.11-venv python3.11-dev make \
-    cmake g++ git curl
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+    python3.11-venv python3.11-dev make cmake g++ git curl
 }
 do_nvcc() {
   local out

@@ -12,8 +12,9 @@ for pkg in python3-venv make cmake g++ git; do  # make: the install below is `ma
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@@]}" -gt 0 ]; then  # needs the Cloud NAT: the VM has no external address
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@@]}"
+  # waits for a dpkg lock held at boot instead of failing (apt.conf(5): DPkg::Lock::Timeout)
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "${need[@@]}"
 fi
 
 # the service user owns the checkout and runs everything in it; an operator works as it

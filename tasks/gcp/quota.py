@@ -94,7 +94,7 @@ def request(project: str, short: list[QuotaNeed], contact: str = CONTACT) -> dic
         body["contactEmail"] = contact
         prefs.append(body)
         dims = f" --dimensions=region={q.region}" if q.region else ""
-        commands.append(f"gcloud beta quotas preferences create --service={SERVICE} "
+        commands.append(f"gcloud quotas preferences create --service={SERVICE} "
                         f"--project={project} --quota-id={q.quota_id} "
                         f"--preferred-value={q.need}{dims} "
                         f"--justification='{body['justification']}' --email={contact}")

@@ -88,7 +88,8 @@ def test_setup_makes_the_project_and_a_second_setup_only_reads(world: World) -> 
         "roles/secretmanager.secretAccessor": {f"serviceAccount:{NODE}"},
         "roles/secretmanager.viewer": {f"serviceAccount:{ORCH}"}}
     assert bound(f"projects/{PROJECT}/secrets/slm-prefect-auth") == {
-        "roles/secretmanager.secretAccessor": both}
+        "roles/secretmanager.secretAccessor": both,
+        "roles/secretmanager.viewer": {f"serviceAccount:{ORCH}"}}
     assert world.secrets.payload("prefect-api-key") == KEY
     auth = world.secrets.payload("slm-prefect-auth").decode()
     assert re.fullmatch(r"slm:[A-Za-z0-9_-]{43}", auth)  # user:32 random bytes, base64url
@@ -476,3 +477,24 @@ def test_nodes_fall_back_to_on_demand_and_skip_a_zone_out_of_l4s(world: World) -
     assert [o.state for o in again] == ["created", "ok"]
     a = vms.get(project=PROJECT, zone="us-central1-a", instance="slm-node")
     assert a.scheduling.provisioning_model == "SPOT"
+
+
+def test_the_preflight_reads_each_node_secret_with_the_grants_setup_made(world: World) -> None:
+    """The walk after issue 50: preflight reads the metadata of every secret the node's boot
+    reads (projects.secrets.versions.get), the auth string `slm-prefect-auth` of
+    profiles/gcp.toml among them; with only secretAccessor on that one (versions.access, no
+    versions.get) the orchestrator was refused with 403 and preflight could never pass."""
+    from blocks.gce import GceCompute
+    from tasks.preflight.google import node_secret_checks
+
+    setup(world)
+    block = GceCompute.model_validate({
+        "project": PROJECT, "zone": "us-central1-a", "instance": "slm-node",
+        "secret_manager_endpoint": world.secrets.url,
+        "node": {"prefect_api_key_secret": "prefect-api-key",
+                 "prefect_auth_string_secret": "slm-prefect-auth"}})
+    creds = world.clients(f"serviceAccount:{ORCH}").credentials
+    got = {c.name: (c.status, c.detail) for c in node_secret_checks(block, creds)}
+    assert got == {
+        "secret prefect-api-key": ("ok", "version 1 ENABLED (the node's access is not checked)"),
+        "secret slm-prefect-auth": ("ok", "version 1 ENABLED (the node's access is not checked)")}

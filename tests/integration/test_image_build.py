@@ -106,7 +106,8 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     assert f"make -C {tmp}/checkout install PYTHON=python3.11 LLAMA_VARIANT=cuda" in calls
     assert f"make-env CUDACXX={tmp}/cuda/bin/nvcc SLM_BUILD_CACHE={tmp}/scratch/build-cache" \
         in calls
-    assert "apt-get install -y -q python3.11-venv python3.11-dev make cmake g++ git curl" in calls
+    assert ("apt-get -o DPkg::Lock::Timeout=600 install -y -q python3.11-venv python3.11-dev "
+            "make cmake g++ git curl") in calls
     assert "hf download allenai/Olmo-3-32B-Think --revision 0123abc --local-dir " \
         f"{tmp}/scratch/model-st" in calls
     # one pattern a --include (huggingface_hub's cli/download.py takes further words as file

@@ -104,6 +104,6 @@ def test_the_request_written_for_short_quota(tmp_path: Path) -> None:
         "contactEmail": "REPLACE-WITH-YOUR-EMAIL", "dimensions": {"region": "us-central1"}}
     assert "dimensions" not in written["quotaPreferences"][0]
     assert written["gcloud"][0] == (
-        "gcloud beta quotas preferences create --service=compute.googleapis.com --project=acme "
+        "gcloud quotas preferences create --service=compute.googleapis.com --project=acme "
         "--quota-id=GPUS-ALL-REGIONS-per-project --preferred-value=1 --justification='slm-nightly:"
         " one NVIDIA L4 per node for a nightly batch job' --email=REPLACE-WITH-YOUR-EMAIL")
