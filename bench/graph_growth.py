@@ -24,7 +24,7 @@ from _common import report
 from blocks.graph import FalkorDBGraph
 from tasks.extraction.schema import ENTITY_TYPES, RELATIONSHIP_TYPES
 from tasks.graph import falkordb_server
-from tasks.graph.backends import FalkorDBStore
+from tasks.graph.falkordb_store import FalkorDBStore
 from tasks.graph.open import open_graph
 from tasks.graph.store import EntityRow, GraphBatch, RelRow
 

@@ -22,8 +22,9 @@ from typing import Any
 from _common import report
 
 from tasks.graph import falkordb_server, neo4j_local, queries
-from tasks.graph.backends import FalkorDBStore, Neo4jStore
 from tasks.graph.export import export, replay
+from tasks.graph.falkordb_store import FalkorDBStore
+from tasks.graph.neo4j_store import Neo4jStore
 from tasks.graph.store import EntityRow, GraphStore, RelRow, check_row
 
 SINGLE_SAMPLE = 1_000

@@ -1,9 +1,11 @@
 """Graph store blocks: embedded FalkorDB (default) and Neo4j (production), as configuration.
-Opening the store (starting the embedded server) is tasks/graph/open.py."""
+Opening the store (starting the embedded server) is tasks/graph/open.py, which names each
+block's store module."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator
@@ -14,6 +16,7 @@ class FalkorDBGraph(Block):
     `data_dir`, and stops it when done."""
 
     _block_type_name = "SLM FalkorDB Graph"
+    kind: ClassVar[str] = "falkordb"  # the profile's [graph] type
 
     data_dir: str = Field(default=".slm-nightly/graph", description="Where the embedded server keeps data.")
     graph_name: str = Field(default="slm", pattern=r"^[A-Za-z0-9_-]+$", description="Graph key.")
@@ -48,6 +51,7 @@ class Neo4jGraph(Block):
     """Neo4j 5.26 LTS or 2025.x over Bolt with the official driver (docs/operations.md)."""
 
     _block_type_name = "SLM Neo4j Graph"
+    kind: ClassVar[str] = "neo4j"
 
     uri: str = Field(default="neo4j+s://localhost:7687", description="neo4j+s:// (TLS, routing) "
                      "for a server or cluster; bolt:// for one local server.")

@@ -29,14 +29,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from prefect.blocks.core import Block
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from blocks.compute import LocalCompute
 from blocks.gce import GceCompute
-from blocks.graph import FalkorDBGraph, Neo4jGraph
+from blocks.graph import GraphBlock
 from blocks.inference import InferenceEndpoint
 from blocks.serving import ServingEndpoint
 from blocks.sources import DocumentSources
@@ -164,7 +164,7 @@ class TrainingSettings(BaseModel):
 _KINDS: dict[str, dict[str, type[Block]]] = {
     "compute": {"local": LocalCompute, "gce": GceCompute},
     "inference": {"openai": InferenceEndpoint},
-    "graph": {"falkordb": FalkorDBGraph, "neo4j": Neo4jGraph},
+    "graph": {b.kind: b for b in get_args(GraphBlock)},
     "sources": {"folders": DocumentSources},
     # optional: where promoted adapters are served by name (tasks/training/serving.py)
     "serving": {"endpoint": ServingEndpoint},
@@ -178,7 +178,7 @@ class Profile:
     state_dir: Path
     compute: LocalCompute | GceCompute
     inference: InferenceEndpoint
-    graph: FalkorDBGraph | Neo4jGraph
+    graph: GraphBlock
     sources: DocumentSources
     extraction: ExtractionSettings
     corpus: CorpusSettings

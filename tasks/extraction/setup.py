@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from blocks.graph import FalkorDBGraph, Neo4jGraph
+from blocks.graph import GraphBlock
 from blocks.inference import InferenceEndpoint
 from tasks.extraction.calls import Ask
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
@@ -41,7 +41,7 @@ class Phase1Setup:
     batch_documents: int  # documents per extract-batch task
     max_failed_share: float  # more failed than this share of those attempted fails the phase
     state_dir: Path
-    graph: FalkorDBGraph | Neo4jGraph
+    graph: GraphBlock
     shelf: Shelf  # where the graph's snapshots go
     server_exit: Callable[[], str | None] | None = None  # this run's own server: how it died
 

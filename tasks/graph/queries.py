@@ -16,7 +16,7 @@ from tasks.graph.ontology import NameKind, checked_name
 Dialect = Literal["falkordb", "neo4j"]  # which schema statements a store runs
 
 # Each node kind's key: MERGE finds a node by it. Neo4j enforces each with a unique constraint
-# (which also indexes it); FalkorDB indexes each (tasks/graph/backends.py).
+# (which also indexes it); FalkorDB indexes each (tasks/graph/falkordb_store.py).
 UNIQUE_KEYS: tuple[tuple[str, str, str], ...] = (
     ("entity_key", "Entity", "key"), ("document_id", "Document", "id"), ("chunk_id", "Chunk", "id"))
 

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from tasks.graph import queries as q
@@ -22,6 +23,30 @@ T = TypeVar("T")
 
 DEFAULT_BATCH_BYTES = 8 << 20  # a transaction's parameters (Neo4jGraph.batch_bytes' default)
 _SCALARS = (str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What `restore_graph` did: where, the counts the graph now holds, and where the data it
+    replaced is kept (None: there was none)."""
+
+    where: str
+    counts: dict[str, dict[str, int]]
+    kept: Path | None
+
+
+@dataclass(frozen=True)
+class GraphServer:
+    """The graph a check reads from, as it names it: `where` (never the password), the
+    `secret` to keep out of its messages, the `fix` when it does not answer, whether an answer
+    of "loading" means it is up (FalkorDB reading its data), and `connect` (None: the embedded
+    FalkorDB, phase 1's to start)."""
+
+    where: str
+    secret: str = ""
+    fix: str = ""
+    loads_data: bool = False
+    connect: Callable[[], GraphStore] | None = None
 
 
 def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -226,6 +251,11 @@ class GraphStore(ABC):
     def ensure_schema(self) -> None:
         """Create the key indexes or constraints (q.UNIQUE_KEYS) unless present; raise
         GraphError naming the fix when the server refuses."""
+
+    def missing_keys(self) -> list[str] | None:
+        """The keys of q.UNIQUE_KEYS no constraint holds now ("Label.property"), for the
+        preflight to make before the night; None where the store makes them as it opens."""
+        return None
 
     def __enter__(self) -> GraphStore:
         return self

@@ -15,7 +15,6 @@ from google.api_core import exceptions as gexc
 from pydantic import SecretStr
 
 from tasks.extraction import streams
-from tasks.graph.backends import Neo4jStore
 from tasks.graph.open import graph_server
 from tasks.graph.store import GraphStore
 from tasks.shared.checks import Check, failure, passed, skipped
@@ -163,9 +162,9 @@ def schema_check(store: GraphStore, where: str) -> Check | None:
     phase 1's first step would (IF NOT EXISTS: nothing else changes), so that a refusal — no
     CREATE CONSTRAINT privilege, an index in the way, duplicate keys — is said tonight, with
     its fix, and not at 2 a.m. None for FalkorDB, whose indexes phase 1 makes as it opens."""
-    if not isinstance(store, Neo4jStore):
-        return None
     missing = store.missing_keys()
+    if missing is None:
+        return None
     if not missing:
         return passed("graph schema", f"{where}: unique constraints on Entity.key, "
                       "Document.id and Chunk.id")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tasks.graph import falkordb_server, neo4j_local
-from tasks.graph.backends import FalkorDBStore
+from tasks.graph.falkordb_store import FalkorDBStore
 from tasks.graph.neo4j_local import LocalNeo4j
 from tasks.graph.store import GraphStore
 from tasks.shared.files import locked

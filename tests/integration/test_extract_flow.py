@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from flows.extract import extract
-from tasks.graph.backends import FalkorDBStore, Neo4jStore
+from tasks.graph.falkordb_store import FalkorDBStore
 from tasks.graph.neo4j_local import LocalNeo4j
+from tasks.graph.neo4j_store import Neo4jStore
 from tasks.shared.errors import PhaseFailed
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.documents import transcript

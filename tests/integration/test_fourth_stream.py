@@ -11,7 +11,7 @@ import pytest
 from flows.extract import extract
 from tasks.extraction import streams
 from tasks.extraction.loaders import Parsed
-from tasks.graph.backends import FalkorDBStore
+from tasks.graph.falkordb_store import FalkorDBStore
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.documents import transcript
 from tests.support.profiles import extraction_profile

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from blocks.graph import Neo4jGraph
-from tasks.graph.backends import Neo4jStore
 from tasks.graph.neo4j_local import VERSION, LocalNeo4j
+from tasks.graph.neo4j_store import Neo4jStore
 from tasks.graph.store import ChunkRow, GraphBatch
 from tasks.preflight.orchestrator import schema_check
 from tasks.shared.errors import GraphError

@@ -15,7 +15,7 @@ from flows.cli import main as cli
 from flows.extract import extract
 from tasks.graph import falkordb_server
 from tasks.graph import snapshots as snap
-from tasks.graph.backends import FalkorDBStore
+from tasks.graph.falkordb_store import FalkorDBStore
 from tasks.graph.open import open_graph
 from tasks.graph.store import EntityRow, GraphBatch, RelRow
 from tasks.shared.errors import GraphError

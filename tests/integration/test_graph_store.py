@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from tasks.graph.backends import FalkorDBStore
+from tasks.graph.falkordb_store import FalkorDBStore
 from tasks.graph.store import EntityRow, GraphBatch, GraphStore
 from tasks.shared.errors import GraphError
 from tests.support.graph_batches import batch_for, mark

@@ -3,8 +3,8 @@ the server, `neo4j_server`, is in tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
-from tasks.graph.backends import Neo4jStore
 from tasks.graph.neo4j_local import LocalNeo4j
+from tasks.graph.neo4j_store import Neo4jStore
 
 # A transaction capped at 64 MiB (production's cap is 70 % of the heap for all transactions
 # together, dbms.memory.transaction.total.max): a test can overflow it with ~30 MB of text.

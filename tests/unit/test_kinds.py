@@ -1,8 +1,9 @@
 """No module asks which kind of compute or settings block it holds, except the two factories
-(tasks/compute/protocol.py: node_for, nodes_for, gce_block; tasks/graph/open.py: open_graph,
-graph_server): everything else asks the node (tasks/compute/protocol.py's Node) or the block
-(FalkorDBGraph.embedded). Read from every `isinstance`, `issubclass`, `hasattr`, `getattr`
-and `is`/`==` comparison in flows/, tasks/ and blocks/ (issue 25)."""
+(tasks/compute/protocol.py: node_for, nodes_for, gce_block; tasks/graph/open.py: STORES, keyed by
+the graph block's type): everything else asks the node (tasks/compute/protocol.py's Node), the
+block (FalkorDBGraph.embedded) or the store (GraphStore.missing_keys). Read from every
+`isinstance`, `issubclass`, `hasattr`, `getattr` and `is`/`==` comparison in flows/, tasks/
+and blocks/ (issue 25)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = frozenset({"LocalCompute", "GceCompute", "FalkorDBGraph", "Neo4jGraph",
-                   "NodeServeSettings"})
+                   "NodeServeSettings", "FalkorDBStore", "Neo4jStore"})
 FACTORIES = frozenset({"tasks/compute/protocol.py", "tasks/graph/open.py"})
 # what a block is read through: `hasattr(block, "nodes")` asks the kind too
 HOLDERS = frozenset({"compute", "graph", "block", "node_serve"})

@@ -1,9 +1,9 @@
-"""The graph backends (tasks/graph/backends.py) where no database answers: an error that names
-the store, never its password."""
+"""The graph stores (tasks/graph/falkordb_store.py, neo4j_store.py) where no database
+answers: an error that names the store, never its password."""
 
 import pytest
 
-from tasks.graph.backends import Neo4jStore
+from tasks.graph.neo4j_store import Neo4jStore
 from tasks.shared.processes import free_port
 
 

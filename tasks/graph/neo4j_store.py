@@ -1,73 +1,23 @@
-"""The two graph backends: FalkorDB (native client) and Neo4j (official driver, Bolt)."""
+"""Neo4j as the graph store: the store (the official driver, Bolt), and how this project
+opens, snapshots (a logical export), restores (a replay) and checks the graph a Neo4jGraph
+block describes."""
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from falkordb import FalkorDB
-
+from blocks.graph import Neo4jGraph
 from tasks.graph import queries as q
-from tasks.graph.store import DEFAULT_BATCH_BYTES, GraphStore
-from tasks.shared.errors import GraphError
-
-
-class FalkorDBStore(GraphStore):
-    def __init__(self, host: str, port: int, graph: str = "slm", batch_size: int = 1000,
-                 password: str | None = None) -> None:
-        super().__init__(batch_size)
-        try:
-            self._db = FalkorDB(host=host, port=port, password=password)
-            self._graph = self._db.select_graph(graph)
-            self._db.connection.ping()
-        except Exception as e:  # noqa: BLE001 - redis raises many connection types
-            raise GraphError(f"cannot reach FalkorDB at {host}:{port}: {e} — is it running?") \
-                from e
-        self.location = f"falkordb://{host}:{port}/{graph}"
-
-    @staticmethod
-    def _rows(result: Any) -> list[dict[str, Any]]:
-        header = [h[1] if isinstance(h, list | tuple) else h for h in (result.header or [])]
-        return [dict(zip(header, row, strict=False)) for row in result.result_set or []]
-
-    def _write(self, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        try:
-            return self._rows(self._graph.query(query, params))
-        except Exception as e:  # noqa: BLE001
-            raise GraphError(f"FalkorDB rejected a statement: {e}") from e
-
-    def _read(self, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        try:
-            return self._rows(self._graph.ro_query(query, params))
-        except Exception as e:  # noqa: BLE001
-            if "empty key" in str(e).lower() or "does not exist" in str(e).lower():
-                return []  # the graph is created by its first write
-            raise GraphError(f"FalkorDB rejected a query: {e}") from e
-
-    def ensure_schema(self) -> None:
-        for stmt in q.SCHEMA["falkordb"]:  # range indexes first: the constraints need them
-            try:
-                self._write(stmt)
-            except GraphError as e:
-                if "already indexed" not in str(e).lower():
-                    raise
-        for label, prop in (("Entity", "key"), ("Document", "id")):
-            try:
-                # Built asynchronously by the server (PENDING, then OPERATIONAL).
-                self._graph.create_node_unique_constraint(label, prop)
-            except Exception as e:  # noqa: BLE001
-                if "already exists" not in str(e).lower():
-                    raise GraphError(f"FalkorDB refused the unique constraint on "
-                                     f"{label}.{prop}: {e}") from e
-
-    def close(self) -> None:
-        try:
-            self._db.connection.close()
-        except Exception:  # noqa: BLE001 - closing a dead connection is not an error
-            pass
-
+from tasks.graph import snapshots
+from tasks.graph.export import export, replay
+from tasks.graph.store import DEFAULT_BATCH_BYTES, GraphServer, GraphStore, Restored
+from tasks.records import GraphSnapshot
+from tasks.shared.errors import ConfigError, GraphError
 
 # Neo4j status codes (Neo4j 5 "Status codes" reference). A transaction over the memory cap
 # (db.memory.transaction.max, or the pool of dbms.memory.transaction.total.max) is a
@@ -210,3 +160,54 @@ class Neo4jStore(GraphStore):
 
     def close(self) -> None:
         self._driver.close()
+
+
+@contextmanager
+def open_store(block: Neo4jGraph, progress: Callable[[str], None] | None) -> Iterator[GraphStore]:
+    store = Neo4jStore(block.uri, block.user, block.password.get_secret_value(), block.database,
+                       block.batch_size, block.batch_bytes)
+    with store:
+        store.ensure_schema()
+        yield store
+
+
+def embedded_port(block: Neo4jGraph) -> int | None:
+    return None  # a server of its own, never embedded
+
+
+def snapshot_writer(block: Neo4jGraph, store: GraphStore,
+                    stats: dict[str, dict[str, int]]) -> Callable[[Path], Path] | None:
+    """A logical export, which must hold `stats` (the counts the ledger records for the run)."""
+    def export_to(folder: Path) -> Path:
+        out = folder / "graph.jsonl.gz"
+        got = export(store, out)
+        if got != stats:
+            raise GraphError(f"the graph changed while it was exported (it held {stats}, the "
+                             f"export {got}): was another process writing to it?")
+        return out
+    return export_to
+
+
+def restore(block: Neo4jGraph, snap: GraphSnapshot, root: Path, replace: bool) -> Restored:
+    """The export replayed into the database, which must be empty unless `replace`: then what
+    it holds is exported first (beside the snapshots, replaced-<time>.jsonl.gz) and emptied."""
+    data = snapshots.verified(snap)
+    kept = None
+    with open_store(block, None) as store:
+        if store.stats()["nodes"]:
+            if not replace:
+                raise ConfigError(f"graph restore: {block.describe()} is not empty — add "
+                                  "--replace to export what it holds beside the snapshots, "
+                                  "empty it and restore, or restore into an empty database")
+            kept = root / snapshots.SNAPSHOTS / f"replaced-{snapshots.stamp()}.jsonl.gz"
+            export(store, kept)
+            store.clear()
+        return Restored(block.describe(), replay(store, data), kept)
+
+
+def server(block: Neo4jGraph) -> GraphServer:
+    secret = block.password.get_secret_value()
+    return GraphServer(
+        f"Neo4j at {block.uri} as {block.user!r}", secret,
+        "fix the graph block's uri, user and password (docs/operator-gcp.md, sections 0 and 4)",
+        connect=lambda: Neo4jStore(block.uri, block.user, secret, block.database, 1))
