@@ -16,7 +16,7 @@ from tasks.shared.errors import ConfigError
 
 def _scorecard(args: argparse.Namespace) -> int:
     from tasks.corpus.handoff import render_card, score_corpus
-    from tasks.corpus.scorecard import card_json
+    from tasks.corpus.scorecard import scorecard_of
     from tasks.profile import CorpusSettings, load_profile
 
     # Without --profile: the production rules (CLEAN_PAIR_FLOOR = 3000, default buckets).
@@ -26,8 +26,8 @@ def _scorecard(args: argparse.Namespace) -> int:
     root = Path(args.corpus or settings.root or "")
     sc = settings.rules_only(args.floor)
     cards, _ = score_corpus(root, settings.buckets(), sc)
-    card = card_json(cards, sc, root)
-    print(json.dumps(card, indent=2) if args.json else render_card(card))
+    card = scorecard_of(cards, sc, root)
+    print(card.to_json() if args.json else render_card(card))
     return 0 if all(c.passed for c in cards) else 1
 
 

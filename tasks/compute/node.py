@@ -147,7 +147,7 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
                     f"within {pickup_seconds:.0f} s — check the node's Prefect worker "
                     "(`journalctl -u slm-prefect-worker` on the node: PREFECT_API_URL, "
                     f"its API key, the pool name) and `prefect work-pool inspect` for "
-                    f"the pool of {deployment}", {})
+                    f"the pool of {deployment}")
             node.check_running()  # NodePreempted when the node went away
             return None
 
@@ -162,13 +162,13 @@ def run_on_node(node: Node, deployment: str, parameters: dict[str, Any],
         if not state.is_completed():
             raise PhaseFailed(f"{label}: node run {child.name} ended {state.name}"
                               f"{': ' + state.message if state.message else ''} — see the run "
-                              f"in Prefect (flow run {child.id})", {})
+                              f"in Prefect (flow run {child.id})")
         arts = client.read_artifacts(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[child.id])),
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[NODE_RESULT_KEY])))
     if not arts or not arts[0].data:
         raise PhaseFailed(f"{label}: node run {child.name} completed without publishing its "
-                          f"result (a '{NODE_RESULT_KEY}' table artifact)", {})
+                          f"result (a '{NODE_RESULT_KEY}' table artifact)")
     data: Any = arts[0].data
     rows = json.loads(data) if isinstance(data, str) else data
     return TrainingResult.parse(  # a node on another version fails here, naming both

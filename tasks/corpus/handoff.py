@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 from prefect import get_run_logger, task
@@ -14,7 +13,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from tasks.corpus.buckets import Kind
-from tasks.corpus.scorecard import RULES, ScorecardConfig, card_json, score_bucket
+from tasks.corpus.scorecard import RULES, ScorecardConfig, score_bucket, scorecard_of
 from tasks.records import (
     BucketScore,
     BucketVerdict,
@@ -37,34 +36,34 @@ def score_corpus(corpus: Path, buckets: dict[str, Kind], cfg: ScorecardConfig
     return cards, clean
 
 
-def render_card(card: dict[str, Any]) -> str:
-    lines = [f"Corpus scorecard v{card['version']} — {card['corpus']} — floor {card['floor']} "
+def render_card(card: Scorecard) -> str:
+    lines = [f"Corpus scorecard v{card.version} — {card.corpus} — floor {card.floor} "
              "clean pairs"]
-    for b in card["buckets"]:
-        verdict = "PASS" if b["passed"] else "FAIL"
-        lines += ["", f"{b['bucket']} ({b['kind']}): {verdict} — {b['clean']} clean of "
-                  f"{b['total']} rows ({b['raw_lines']} raw lines, information only)"]
-        lines += [f"  why: {r}" for r in b["reasons"]]
-        lines += [f"  {rule:<24}{b['rules'][rule]:>8}" for rule in RULES]
-        if b["pii_flagged"]:
-            lines.append(f"  {'pii flagged (kept)':<24}{b['pii_flagged']:>8}")
+    for b in card.buckets:
+        verdict = "PASS" if b.passed else "FAIL"
+        lines += ["", f"{b.bucket} ({b.kind}): {verdict} — {b.clean} clean of "
+                  f"{b.total} rows ({b.raw_lines} raw lines, information only)"]
+        lines += [f"  why: {r}" for r in b.reasons]
+        lines += [f"  {rule:<24}{b.rules[rule]:>8}" for rule in RULES]
+        if b.pii_flagged:
+            lines.append(f"  {'pii flagged (kept)':<24}{b.pii_flagged:>8}")
         lines.append("  sources:" + "".join(
-            f"\n    {s['source']:<30}{s['clean']:>7} clean / {s['total']:>7}  "
-            f"({s['share_of_clean']:.0%} of clean)" for s in b["sources"]))
+            f"\n    {s.source:<30}{s.clean:>7} clean / {s.total:>7}  "
+            f"({s.share_of_clean:.0%} of clean)" for s in b.sources))
     return "\n".join(lines)
 
 
-def markdown_card(card: dict[str, Any]) -> str:
-    out = [f"# Corpus scorecard (floor {card['floor']})", ""]
-    for b in card["buckets"]:
-        out += [f"## {b['bucket']}: {'PASS' if b['passed'] else 'FAIL'}", "",
-                f"{b['clean']} clean of {b['total']} rows ({b['raw_lines']} raw lines)."]
-        out += [f"- {r}" for r in b["reasons"]]
+def markdown_card(card: Scorecard) -> str:
+    out = [f"# Corpus scorecard (floor {card.floor})", ""]
+    for b in card.buckets:
+        out += [f"## {b.bucket}: {'PASS' if b.passed else 'FAIL'}", "",
+                f"{b.clean} clean of {b.total} rows ({b.raw_lines} raw lines)."]
+        out += [f"- {r}" for r in b.reasons]
         out += ["", "| rule | failures |", "|---|---:|"]
-        out += [f"| {r} | {b['rules'][r]} |" for r in RULES]
+        out += [f"| {r} | {b.rules[r]} |" for r in RULES]
         out += ["", "| source | total | clean | share of clean |", "|---|---:|---:|---:|"]
-        out += [f"| {s['source']} | {s['total']} | {s['clean']} | {s['share_of_clean']:.1%} |"
-                for s in b["sources"]]
+        out += [f"| {s.source} | {s.total} | {s.clean} | {s.share_of_clean:.1%} |"
+                for s in b.sources]
         out.append("")
     return "\n".join(out)
 
@@ -74,14 +73,14 @@ def score_and_publish(corpus: Path, buckets: dict[str, Kind], cfg: ScorecardConf
                       state_dir: Path) -> tuple[Scorecard, Path, dict[str, pl.DataFrame]]:
     """Score every bucket; write the versioned scorecard JSON and publish it as artifacts."""
     cards, clean = score_corpus(corpus, buckets, cfg)
-    card = Scorecard.model_validate(card_json(cards, cfg, corpus))
+    card = scorecard_of(cards, cfg, corpus)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = card.save(state_dir / "scorecards" / f"scorecard-{stamp}.json")
     card.save(state_dir / "scorecards" / "latest.json")
     rows = [{"bucket": b.bucket, "passed": b.passed, "clean": b.clean, "total": b.total,
              "floor": cfg.floor, **b.rules} for b in cards]
     create_table_artifact(rows, key="corpus-scorecard", description="Scorecard per bucket")
-    create_markdown_artifact(markdown_card(card.to_dict()), key="corpus-scorecard-report",
+    create_markdown_artifact(markdown_card(card), key="corpus-scorecard-report",
                              description="Why each bucket passed or failed")
     logger = get_run_logger()
     for b in cards:

@@ -19,7 +19,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.corpus.buckets import Kind, bucket_files, empty_bucket, read_file
-from tasks.records import BucketScore, SourceShare
+from tasks.records import BucketScore, Scorecard, SourceShare
 from tasks.shared.files import sha256_hex
 
 SCORECARD_VERSION = 1
@@ -381,6 +381,7 @@ def _compose(bucket: str, kind: Kind, path: Path, df: pl.DataFrame, cfg: Scoreca
         sources=sources, digest=digest)
 
 
-def card_json(cards: list[BucketScore], cfg: ScorecardConfig, corpus: Path) -> dict[str, Any]:
-    return {"version": SCORECARD_VERSION, "corpus": str(corpus.resolve()), "floor": cfg.floor,
-            "config": cfg.rules_only().model_dump(), "buckets": [c.model_dump() for c in cards]}
+def scorecard_of(cards: list[BucketScore], cfg: ScorecardConfig, corpus: Path) -> Scorecard:
+    """The card of a corpus: its buckets' scores under these bounds."""
+    return Scorecard(version=SCORECARD_VERSION, corpus=str(corpus.resolve()), floor=cfg.floor,
+                     config=cfg.rules_only().model_dump(), buckets=cards)

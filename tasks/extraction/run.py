@@ -332,18 +332,17 @@ def extraction_report(setup: Phase1Setup, run: Phase1Run,
 
 
 def raise_if_failed(setup: Phase1Setup, run: Phase1Run, report: ExtractionReport) -> None:
-    """PhaseFailed (carrying the report's JSON) when the server died, or when more than
+    """PhaseFailed (carrying the report) when the server died, or when more than
     `setup.max_failed_share` of the documents attempted failed."""
-    summary = report.model_dump(mode="json")
     out, fails, share = run.out, run.failures, setup.max_failed_share
     deferred = out.totals.deferred
     if out.died:
         raise PhaseFailed(f"{out.died}\n{len(deferred)} documents were not extracted: they go "
                           f"first on the next run (listed in {setup.state_dir / PENDING_FILE})",
-                          summary)
+                          report)
     attempted = len(run.work.extract) - len(deferred) + len(run.load_failures)
     failed = len(fails.load_failed + fails.failed)
     if attempted and failed / attempted > share:
         raise PhaseFailed(f"{failed} of {attempted} documents failed (more than "
                           f"{share:.0%}); reasons in {setup.dead_letter} — fix them or raise "
-                          "max_failed_share", summary)
+                          "max_failed_share", report)

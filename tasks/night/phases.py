@@ -49,7 +49,7 @@ def phase(summary: RunSummary, name: str) -> Iterator[None]:
         record.status = "timed_out" if isinstance(e, TimeoutError | PhaseTimedOut) \
             else final_status(e)
         if isinstance(e, PhaseFailed):
-            summary.merge_extraction(e.summary)
+            summary.merge_extraction(e.report)
         why = str(e) or ("the run was cancelled" if final_status(e) == "cancelled" else "")
         if summary.error is None:  # the first phase that failed says why
             summary.error = f"{name}: {type(e).__name__}" + (f": {why}" if why else "")

@@ -201,7 +201,7 @@ class Night:
                     if lost is None:
                         raise
                     if isinstance(e, PhaseFailed):
-                        s.merge_extraction(e.summary)
+                        s.merge_extraction(e.report)
                     raise lost from e
                 report = run.report
                 if report is None:

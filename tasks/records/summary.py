@@ -182,14 +182,11 @@ class RunSummary(Record):
             return _extraction_held(data)
         return super().migrate(data, found)
 
-    def merge_extraction(self, phase1: ExtractionReport | dict[str, Any]) -> None:
-        """Hold phase 1's report (also from a failed phase 1: PhaseFailed.summary, where an
-        empty dict says it counted nothing)."""
-        if isinstance(phase1, dict):
-            if not phase1:
-                return
-            phase1 = ExtractionReport.model_validate(phase1)
-        self.extraction = phase1
+    def merge_extraction(self, phase1: ExtractionReport | None) -> None:
+        """Hold phase 1's report (also from a failed phase 1: PhaseFailed.report; None: it
+        counted nothing)."""
+        if phase1 is not None:
+            self.extraction = phase1
 
     def set_phase(self, name: str, status: PhaseStatus, seconds: float = 0.0,
                   note: str | None = None) -> PhaseRecord:

@@ -81,12 +81,13 @@ class NodeBootTimeout(ServerError):
 
 
 class PhaseFailed(SlmNightlyError):
-    """A pipeline phase ended in failure (e.g. too many documents failed); carries the
-    phase's summary so the run summary still reports what was done."""
+    """A pipeline phase ended in failure (e.g. too many documents failed). `report`: the
+    phase's own record where it has one (phase 1's ExtractionReport), so the run summary still
+    reports what was done."""
 
-    def __init__(self, message: str, summary: dict | None = None) -> None:
+    def __init__(self, message: str, report: Any = None) -> None:
         super().__init__(message)
-        self.summary = summary or {}
+        self.report = report
 
 
 class AdapterVerificationError(SlmNightlyError):

@@ -270,6 +270,6 @@ def owning_the_node() -> Iterator[None]:
             "nightly --state RUNNING: wait for it or cancel it); a holder on this machine whose "
             "process is gone is taken over by itself. A slot held with no live run anywhere (a "
             "killed run from before slot records, or a server restarted without its leases): "
-            "`prefect gcl update nightly --active-slots 0`", {}) from e
+            "`prefect gcl update nightly --active-slots 0`") from e
     with held:
         yield

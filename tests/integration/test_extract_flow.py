@@ -206,7 +206,7 @@ def test_llm_failures_dead_letter_then_hold_and_share_gate(setup, tmp_path: Path
                                                   "max_failed_share = 0.1"))
     with pytest.raises(PhaseFailed, match="1 of 1 documents failed") as e:
         extract(profile=str(strict), retry_failed=True)
-    assert e.value.summary["documents"]["transcripts"]["failed"] == 1
+    assert e.value.report.documents["transcripts"].failed == 1
 
 
 def test_an_unreachable_endpoint_fails_documents_without_holding_them(setup,

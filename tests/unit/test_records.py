@@ -212,7 +212,7 @@ def test_the_serving_adapter_line_tells_not_started_from_base_model() -> None:
 
 def test_merge_extraction_takes_over_the_phase_1_counts() -> None:
     s = new_summary("local")
-    s.merge_extraction({})  # a PhaseFailed raised before phase 1 counted anything
+    s.merge_extraction(None)  # a PhaseFailed raised before phase 1 counted anything
     assert s.extraction is None
     last = _fixture("last-run.json")
     report = {k: last[k] for k in ("documents", "llm_calls", "prompt_tokens",
@@ -220,8 +220,8 @@ def test_merge_extraction_takes_over_the_phase_1_counts() -> None:
                                    "graph", "dead_letter", "deleted", "pruned",
                                    "rejected_entity_types", "remapped_relationship_types",
                                    "unusable_answers", "dropped_fields", "bad_records")}
-    s.merge_extraction({**report, "llm_retries": 2, "dangling_relationships": 1,
-                        "seconds": 1.2})
+    s.merge_extraction(ExtractionReport.model_validate(
+        {**report, "llm_retries": 2, "dangling_relationships": 1, "seconds": 1.2}))
     x = s.extraction
     assert x is not None and x.documents["research"].seen == 6
     assert x.graph is not None and x.graph.nodes["Person"] == 164

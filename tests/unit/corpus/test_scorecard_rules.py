@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tasks.corpus.scorecard import RULES, ScorecardConfig, card_json, score_bucket
+from tasks.corpus.scorecard import RULES, ScorecardConfig, score_bucket, scorecard_of
 from tasks.records import BucketScore
 
 B = "bucket"
@@ -185,12 +185,12 @@ def test_no_eval_share_puts_every_row_in_train(tmp_path: Path) -> None:
     assert clean["split"].to_list() == ["train"] * 50
 
 
-def test_card_json_carries_version_floor_and_config(tmp_path: Path) -> None:
+def test_the_card_carries_version_floor_and_config(tmp_path: Path) -> None:
     c = card(tmp_path, [sft(words(1), words(2))])
     cfg = ScorecardConfig(floor=7)
-    out = card_json([c], cfg, tmp_path)
-    assert (out["version"], out["floor"], out["config"]["floor"]) == (1, 7, 7)
-    assert out["buckets"][0]["clean"] == 1 and out["corpus"] == str(tmp_path.resolve())
+    out = scorecard_of([c], cfg, tmp_path)
+    assert (out.version, out.floor, out.config["floor"]) == (1, 7, 7)
+    assert out.buckets == [c] and out.corpus == str(tmp_path.resolve())
 
 
 def test_sources_are_listed_by_clean_rows_then_name_with_rounded_shares(tmp_path: Path) -> None:
