@@ -130,7 +130,6 @@ bench: $(STAMP)
 # fails when it is stale.
 docs: $(STAMP)
 	$(PY) docs/generate.py
-	$(PY) docs/module_map.py
 
 clean-state:
 	rm -rf .slm-nightly

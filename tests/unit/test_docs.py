@@ -39,23 +39,6 @@ def test_the_reference_is_what_the_code_generates(generated: str) -> None:
         pytest.fail(f"docs/reference.md is stale — regenerate it: {REGENERATE}\n{diff}")
 
 
-def test_the_module_map_is_what_the_code_generates() -> None:
-    spec = importlib.util.spec_from_file_location("docs_module_map",
-                                                  ROOT / "docs" / "module_map.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    page = ROOT / "docs" / "architecture.md"
-    current = page.read_text(encoding="utf-8")
-    generated = mod.updated(current)
-    if current != generated:
-        diff = "".join(list(difflib.unified_diff(
-            current.splitlines(keepends=True), generated.splitlines(keepends=True),
-            "docs/architecture.md (committed)", "docs/architecture.md (generated)"))[:60])
-        pytest.fail("docs/architecture.md's module map is stale — regenerate it: make docs   "
-                    f"(or: .venv/bin/python docs/module_map.py)\n{diff}")
-
-
 def test_every_cli_option_is_in_the_reference(generated: str) -> None:
     """Independently of the generator's walk: every option string argparse knows appears."""
     import argparse
