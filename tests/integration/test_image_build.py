@@ -5,15 +5,16 @@ node_runtime.py) runs the rendered builder script with bash, as google-startup-s
 
 The builder boots Google's Deep Learning VM family (the driver and nvcc come with it): no
 installer, no reboot. What stands in (recording each call to CALLS): nvcc (CUDA 12.8's --version
-text), apt-get, make (modelled on GNU make's errors; the real `make install` runs from / in
-tests/integration/test_node_install.py), the venv's python (the converter and the quantizer:
-tests/integration/test_convert.py and the quantize test below run the real ones) and
-slm-nightly (prepare-weights: it refuses a tokenizer folder without tokenizer.json, as the real
-one does), the disk tools (blkid knows a file system once mkfs made one), ldd and ldconfig. The
-final poweroff is the runtime's. Real: bash, the script line by line from /, as Google's runner
-starts it, git (a bare clone of this repository's HEAD, tagged), the `hf` CLI against the fake
-Hugging Face Hub (tests/fakes/hf_hub.py), curl to the metadata server, the fake's API as the
-client library calls it."""
+text), apt-get (apt-get(8)'s operations, options and exit 100), make (modelled on GNU make's
+errors; the real `make install` runs from / in tests/integration/test_node_install.py: its venv
+here is this project's), slm-nightly (prepare-weights: it refuses a tokenizer folder without
+tokenizer.json, as the real one does; tests/integration/test_weights.py runs the real one), the
+disk tools (blkid knows a file system once mkfs made one), ldd and ldconfig. The final poweroff
+is the runtime's. Real: bash, the script line by line from /, as Google's runner starts it, git
+(a bare clone of this repository's HEAD, tagged), the `hf` CLI against the fake Hugging Face
+Hub (tests/fakes/hf_hub.py) serving a tiny random OLMo 3 (tests/support/olmo3_tiny.py), llama.cpp's
+convert_hf_to_gguf.py and quantizer on what it downloaded, curl to the metadata server, the
+fake's API as the client library calls it."""
 
 from __future__ import annotations
 
@@ -30,9 +31,6 @@ from tasks.gcp.image import BUILDER, BuildOptions, ImageBuild, build_image, imag
 from tasks.gcp.reconcile import GcpError
 from tests.support.gcp_world import PROJECT, World, empty_project, gcp_profile, spec_of
 from tests.support.image_builder import (
-    BASE_BYTES,
-    MODEL_BYTES,
-    MODEL_FILES,
     REF,
     REPO,
     BuilderNode,
@@ -66,8 +64,14 @@ def _build(world: World, **kw: object) -> ImageBuild:
                                     image="slm-node-test-1", **kw))  # type: ignore[arg-type]
 
 
-def _node(world: World) -> BuilderNode:
-    node = builder_node(world.tmp, PROJECT)
+@pytest.fixture
+def model(olmo3_tiny: dict[str, Any]) -> Path:
+    """What the fake hub serves as both repositories: the tiny OLMo 3's HF folder."""
+    return Path(olmo3_tiny["hf"])
+
+
+def _node(world: World, model: Path) -> BuilderNode:
+    node = builder_node(world.tmp, PROJECT, model)
     return node.attach(world.compute)
 
 
@@ -75,8 +79,9 @@ def _calls(tmp: Path) -> list[str]:
     return (tmp / "CALLS").read_text().splitlines()
 
 
-def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: World) -> None:
-    node = _node(world)
+def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: World,
+                                                                      model: Path) -> None:
+    node = _node(world, model)
     old = world.compute.network.add_image("slm-node-20261101", "slm-node", disk_size_gb=200,
                                           created=time.time() - 3600)
     said: list[str] = []
@@ -95,9 +100,9 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
         "mkfs.ext4", "mount", "apt-get", "apt-get", "nvcc", "ldconfig", "make", "make-env",
         "hf download allenai/Olmo-3-32B-Think", "hf download allenai/Olmo-3-32B-Think",
         "hf download allenai/Olmo-3-7B-Think",
-        f"python {tmp}/checkout/.venv/share/slm-nightly/0.3.36/convert_hf_to_gguf.py "
-        f"{tmp}/scratch/model-st", f"python {tmp}/checkout/.venv/share/slm-nightly/0.3.36/"
-        f"convert_hf_to_gguf.py {tmp}/scratch/src/Olmo-3-7B-Think",
+        f"python {tmp}/checkout/.venv/share/slm-nightly/llama.cpp-0.3.36/convert_hf_to_gguf.py "
+        f"{tmp}/scratch/model-st", f"python {tmp}/checkout/.venv/share/slm-nightly/"
+        f"llama.cpp-0.3.36/convert_hf_to_gguf.py {tmp}/scratch/src/Olmo-3-7B-Think",
         "python -m tasks.image.quantize", "slm-nightly node prepare-weights",
         "slm-nightly node prepare-weights", "ldd", "umount"]
     d = node.dir(ZONE, BUILDER)
@@ -122,8 +127,21 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     # into the tokenizer folder by their --include patterns), the weights once
     got = [r.rsplit("/", 1)[-1] for r in node.hub.requests
            if r.startswith("GET /allenai/Olmo-3-32B-Think/resolve/")]
-    assert sorted(got) == sorted([*MODEL_FILES, "tokenizer.json", "tokenizer_config.json",
-                                  "special_tokens_map.json", "chat_template.jinja"])
+    served = sorted(p.name for p in model.iterdir())
+    assert served == ["chat_template.jinja", "config.json", "generation_config.json",
+                      "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    assert sorted(got) == sorted([*served, "tokenizer.json", "tokenizer_config.json",
+                                  "chat_template.jinja"])
+    # llama.cpp's own converter and quantizer made what the node serves: OLMo 3 is written as
+    # olmo2; the served file is Q3_K_M (LLAMA_FTYPE_MOSTLY_Q3_K_M = 12), the base f16 (1)
+    import gguf
+
+    def fields(name: str) -> tuple[object, ...]:
+        r = gguf.GGUFReader(tmp / "models" / name)
+        return tuple(r.fields[k].contents() for k in ("general.architecture",
+                                                     "general.file_type"))
+    assert fields("Olmo-3-32B-Think-Q3_K_M.gguf") == ("olmo2", 12)
+    assert fields("olmo-3-7b-think-f16.gguf") == ("olmo2", 1)
     # the real clone at the tag
     assert subprocess.run(["git", "-C", str(tmp / "checkout"), "rev-parse", "HEAD"],
                           capture_output=True, text=True).stdout.strip() == commit
@@ -134,13 +152,14 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     # the image: the builder's boot disk, in the family, labelled; the older image kept
     img = world.clients().compute("ImagesClient").get_from_family(project=PROJECT,
                                                                   family="slm-node")
-    model = hashlib.sha256(MODEL_BYTES).hexdigest()
-    base = hashlib.sha256(BASE_BYTES).hexdigest()
+    model_sha = hashlib.sha256((tmp / "models" / "Olmo-3-32B-Think-Q3_K_M.gguf")
+                               .read_bytes()).hexdigest()
+    base = hashlib.sha256((tmp / "models" / "olmo-3-7b-think-f16.gguf").read_bytes()).hexdigest()
     assert (img.name, img.disk_size_gb) == ("slm-node-test-1", 100)
     assert dict(img.labels) == {"made-by": "slm-nightly", "commit": commit[:12],
                                 "llama-cpp-python": "0-3-36", "cuda": "12-8",
-                                "model-sha256": model[:16], "base-sha256": base[:16]}
-    assert model in img.description and base in img.description
+                                "model-sha256": model_sha[:16], "base-sha256": base[:16]}
+    assert model_sha in img.description and base in img.description
     assert img.source_disk.endswith(f"/zones/{ZONE}/disks/{BUILDER}")
     assert (PROJECT, old.name) in world.compute.network.images
     # the builder and both its disks are gone
@@ -151,9 +170,9 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
 
 
 def test_a_missing_cuda_library_fails_the_build_naming_it_and_the_builder_is_deleted(
-        world: World) -> None:
+        world: World, model: Path) -> None:
     (world.tmp / "ldd-missing").touch()
-    node = _node(world)
+    node = _node(world, model)
     try:
         with pytest.raises(GcpError) as e:
             build_image(_build(world), world.clients(), say=lambda _: None, poll_seconds=0.2)
@@ -167,11 +186,12 @@ def test_a_missing_cuda_library_fails_the_build_naming_it_and_the_builder_is_del
     assert world.compute.network.family_image(PROJECT, "slm-node") is None
 
 
-def test_a_builder_nobody_finishes_is_deleted_at_its_maximum_run_time(world: World) -> None:
+def test_a_builder_nobody_finishes_is_deleted_at_its_maximum_run_time(world: World,
+                                                                     model: Path) -> None:
     """The install hangs; Compute deletes the builder at maxRunDuration (DELETE), and the
     command says so instead of waiting."""
     world.compute.run_duration_scale = 1 / 1800  # 1 h of maxRunDuration = 2 s
-    node = _node(world)
+    node = _node(world, model)
     (world.tmp / "standins" / "make").write_text("#!/bin/bash\nsleep 120\n")
     try:
         with pytest.raises(GcpError, match="is gone before it finished"):
@@ -211,14 +231,15 @@ def test_dry_run_prints_the_plan_and_a_script_bash_accepts(world: World,
     assert (ZONE, BUILDER) not in world.compute.instances
 
 
-def test_a_checkout_folder_the_build_did_not_make_is_never_deleted(world: World) -> None:
+def test_a_checkout_folder_the_build_did_not_make_is_never_deleted(world: World,
+                                                                   model: Path) -> None:
     """The checkout step deletes its folder to clone again after an interrupted run: only a
     folder this build started. One that was there before (not a fresh builder) stops the
     build, untouched."""
     keep = world.tmp / "checkout" / "precious.txt"
     keep.parent.mkdir()
     keep.write_text("mine")
-    node = _node(world)
+    node = _node(world, model)
     try:
         with pytest.raises(GcpError, match=r"step checkout: .*/checkout exists and this build "
                            "did not make it: build on a fresh builder"):
@@ -253,9 +274,8 @@ def test_quantize_writes_the_type_llama_cpp_names_and_refuses_an_unknown_one(
         quantize(tmp_path / "missing.gguf", tmp_path / "y.gguf", "Q8_0")
 
 
-def test_a_finished_builder_nobody_stops_powers_itself_off(world: World,
-                                                          monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
+def test_a_finished_builder_nobody_stops_powers_itself_off(
+        world: World, monkeypatch: pytest.MonkeyPatch, model: Path) -> None:
     """`done`, then nobody stops it (the command was interrupted): the script powers the VM off
     after LINGER_SECONDS, a guest shutdown Compute records as TERMINATED; the boot disk is kept
     for an image made by hand."""
@@ -263,7 +283,7 @@ def test_a_finished_builder_nobody_stops_powers_itself_off(world: World,
     from tasks.gcp.image import Builder
 
     monkeypatch.setattr(image, "LINGER_SECONDS", 1)
-    node = _node(world)
+    node = _node(world, model)
     try:
         builder = Builder(_build(world), world.clients(), say=lambda _: None)
         builder.insert()
@@ -280,10 +300,10 @@ def test_a_finished_builder_nobody_stops_powers_itself_off(world: World,
 
 
 def test_reads_that_fail_for_a_while_are_read_again_and_the_build_finishes(
-        world: World) -> None:
+        world: World, model: Path) -> None:
     """Finding 7 of issue 50: a 503 on the instance, a reset connection and a 429 on the guest
     attributes while the command follows the builder are read again; the build goes on."""
-    node = _node(world)
+    node = _node(world, model)
     world.compute.fail_next("get", 503, "backendError", times=2, kind="instances")
     world.compute.fail_next("getGuestAttributes", 0, times=1)  # the connection reset
     world.compute.fail_next("getGuestAttributes", 429, "rateLimitExceeded", times=1)
@@ -296,10 +316,11 @@ def test_reads_that_fail_for_a_while_are_read_again_and_the_build_finishes(
     assert (ZONE, BUILDER) not in world.compute.instances
 
 
-def test_ctrl_c_leaves_the_builder_working_and_says_how_to_delete_it(world: World) -> None:
+def test_ctrl_c_leaves_the_builder_working_and_says_how_to_delete_it(world: World,
+                                                                    model: Path) -> None:
     """A Ctrl-C while the command follows the builder keeps the builder and its hours of work
     (any other failure deletes it)."""
-    node = _node(world)
+    node = _node(world, model)
     said: list[str] = []
 
     def say(line: str) -> None:

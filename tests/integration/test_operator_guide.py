@@ -182,7 +182,7 @@ NODE_ZONE = "us-central1-a"
 
 @pytest.fixture
 def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
-            monkeypatch: pytest.MonkeyPatch) -> Any:
+            olmo3_tiny: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
     """The world the guide's commands run in (module docstring): one empty project."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -216,7 +216,7 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
             node.runtime.env.update(adc(world, NODE_SA))
             # §3's builder runs its script with stand-ins (tests/support/image_builder.py)
             # (its checkout mapped under tmp: the profile's project_dir is this repository)
-            builder = builder_node(tmp_path / "builder", GCP_PROJECT,
+            builder = builder_node(tmp_path / "builder", GCP_PROJECT, Path(olmo3_tiny["hf"]),
                                    project_dir=str(ROOT),
                                    repo="https://github.com/YOUR-ORG/slm-nightly")
             ByName(node.runtime, **{BUILDER: builder}).attach(world.compute)

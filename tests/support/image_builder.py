@@ -17,7 +17,8 @@ REF = "v1.4"
 NVCC_VERSION = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA "
                 "Corporation\nBuilt on Fri_Feb_21_20:23:50_PST_2025\nCuda compilation tools, "
                 "release 12.8, V12.8.93\nBuild cuda_12.8.r12.8/compiler.35583870_0\n")
-MODEL_BYTES, BASE_BYTES = b"GGUF quantized Q3_K_M", b"GGUF base f16"
+# llama.cpp's converters as the venv installs them (tasks/engine/llama_build.py)
+CONVERTERS = ROOT / ".venv" / "share" / "slm-nightly" / "llama.cpp-0.3.36"
 
 
 def _standin(path: Path, body: str) -> None:
@@ -117,8 +118,9 @@ def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
         echo "make-env CUDACXX=${CUDACXX:-} SLM_BUILD_CACHE=${SLM_BUILD_CACHE:-}" >> """
               + str(calls) + """
         v=$dir/.venv; here=$(dirname "$0")
-        mkdir -p "$v/bin" "$v/share/slm-nightly/0.3.36" "$v/lib/llama_cpp/lib"
-        touch "$v/share/slm-nightly/0.3.36/convert_hf_to_gguf.py" "$v/lib/llama_cpp/lib/llama-server"
+        mkdir -p "$v/bin" "$v/share/slm-nightly" "$v/lib/llama_cpp/lib"
+        ln -sfn """ + str(CONVERTERS) + """ "$v/share/slm-nightly/llama.cpp-0.3.36"
+        touch "$v/lib/llama_cpp/lib/llama-server"
         ln -sf ../lib/llama_cpp/lib/llama-server "$v/bin/llama-server"
         for t in hf slm-nightly; do cp "$here/venv-$t" "$v/bin/$t"; done
         cp "$here/venv-python" "$v/bin/python"
@@ -127,14 +129,12 @@ def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
     # the real `hf` (huggingface_hub's CLI, this project's pin), against the FakeHub at
     # HF_ENDPOINT; its calls recorded
     _standin(bin_ / "venv-hf", rec + f'exec {ROOT / ".venv" / "bin" / "hf"} "$@"\n')
+    # the venv's python is this project's (its converters, llama.cpp's quantizer through the
+    # pinned llama-cpp-python): convert_hf_to_gguf.py and tasks.image.quantize run for real on
+    # the hub's tiny OLMo 3; each call recorded with the compiler the step was given
     _standin(bin_ / "venv-python", f"""\
-        [ "$1" = -c ] && exec {os.environ.get("PYTHON", "python3")} "$@"
-        echo "python $* CUDACXX=${{CUDACXX:-}}" >> {calls}
-        case "$*" in
-          *convert_hf_to_gguf.py*) out="${{@: -1}}"; printf '{BASE_BYTES.decode()}' > "$out" ;;
-          *tasks.image.quantize*) [ -e "$3" ] && printf '{MODEL_BYTES.decode()}' > "$4" ;;
-        esac
-        exit 0
+        [ "$1" = -c ] || echo "python $* CUDACXX=${{CUDACXX:-}}" >> {calls}
+        exec {ROOT / ".venv" / "bin" / "python"} "$@"
         """)
     # `node prepare-weights --source`: tasks/image/weights.py loads the tokenizer folder with
     # AutoTokenizer, offline, in a child process; without tokenizer.json (or tokenizer.model)
@@ -147,8 +147,9 @@ def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
           exit 1
         fi
         cp "$src/Olmo-3-32B-Think-Q3_K_M.gguf" {tmp}/models/Olmo-3-32B-Think-Q3_K_M.gguf
+        cp "$src/olmo-3-7b-think-f16.gguf" {tmp}/models/olmo-3-7b-think-f16.gguf
         m=$(sha256sum {tmp}/models/Olmo-3-32B-Think-Q3_K_M.gguf | cut -c1-64)
-        b=$(sha256sum "$src/olmo-3-7b-think-f16.gguf" | cut -c1-64)
+        b=$(sha256sum {tmp}/models/olmo-3-7b-think-f16.gguf | cut -c1-64)
         printf '{{"files": {{"model": {{"sha256": "%s"}}, "base_gguf": {{"sha256": "%s"}}}}}}' \
           "$m" "$b" > {tmp}/models/weights-manifest.json
         """)
@@ -161,27 +162,12 @@ def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
             repo: f"file://{tmp}/origin.git"}
 
 
-# The files the builder downloads, as the hub lists them (contents are placeholders: the
-# converter that reads them stands in here; tests/integration/test_convert.py runs the real one)
-MODEL_FILES = ("config.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json",
-               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-               "chat_template.jinja", "generation_config.json", "README.md")
-BASE_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-              "README.md")
-
-
-def hub(tmp: Path) -> FakeHub:
-    """The Hugging Face Hub the builder downloads from: the served model at revisions 0123abc
-    and main, the training base at main."""
-    folders = {}
-    for name, files in (("model", MODEL_FILES), ("base", BASE_FILES)):
-        folder = folders[name] = tmp / "hub" / name
-        folder.mkdir(parents=True, exist_ok=True)
-        for f in files:
-            (folder / f).write_text(f"{name} {f}\n")
-    return FakeHub({"allenai/Olmo-3-32B-Think": {"0123abc": folders["model"],
-                                                 "main": folders["model"]},
-                    "allenai/Olmo-3-7B-Think": {"main": folders["base"]}})
+def hub(model: Path) -> FakeHub:
+    """The Hugging Face Hub the builder downloads from: `model` (an HF folder: the tiny OLMo 3
+    of tests/support/olmo3_tiny.py, weights, config and tokenizer) as the served model at
+    revisions 0123abc and main, and as the training base at main."""
+    return FakeHub({"allenai/Olmo-3-32B-Think": {"0123abc": model, "main": model},
+                    "allenai/Olmo-3-7B-Think": {"main": model}})
 
 
 class BuilderNode(FakeNode):
@@ -194,7 +180,7 @@ class BuilderNode(FakeNode):
         self.hub.__exit__()
 
 
-def builder_node(tmp: Path, project: str, project_dir: str = "/opt/slm-nightly",
+def builder_node(tmp: Path, project: str, model: Path, project_dir: str = "/opt/slm-nightly",
                  repo: str = REPO) -> BuilderNode:
     """A FakeNode that runs the builder's script with the stand-ins under `tmp`, not attached:
     attach it, or route the builder's instance to it with tests/fakes/node_runtime.py ByName
@@ -202,9 +188,10 @@ def builder_node(tmp: Path, project: str, project_dir: str = "/opt/slm-nightly",
     the profile's node checkout (the builder clones into it), mapped under `tmp` like every
     path the script writes; the script is refused if it still names this repository, this
     machine's home or a disk device (it runs as root: the checkout step deletes its folder).
-    `repo`: the URL the build clones, served by a bare clone of this repository (origin())."""
+    `repo`: the URL the build clones, served by a bare clone of this repository (origin()).
+    `model`: the HF folder the hub serves (hub())."""
     origin(tmp)
-    served = hub(tmp).__enter__()
+    served = hub(model).__enter__()
     env = {"PATH": f"{tmp / 'standins'}:{os.environ['PATH']}", "HF_ENDPOINT": served.url,
            "HF_HUB_DISABLE_TELEMETRY": "1"}
     paths = {**standins(tmp, repo), project_dir: f"{tmp}/checkout"}
