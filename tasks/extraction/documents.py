@@ -10,6 +10,7 @@ size limit, UTF-8, and a file that gives neither text nor records failing.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from tasks.extraction import streams
@@ -44,8 +45,7 @@ def load_document(stream: str | Stream, root: Path, path: Path,
         return LoadFailure(doc_id, s.name, str(path), digest, str(e))
     except RecursionError:
         return LoadFailure(doc_id, s.name, str(path), digest, "nesting too deep to parse")
-    return Document(doc_id, s.name, str(path), digest, parsed.text, parsed.metadata,
-                    parsed.records, parsed.bad_records)
+    return replace(parsed, id=doc_id, stream=s.name, path=str(path), hash=digest)
 
 
 def iter_paths(stream: str | Stream, root: Path) -> Iterator[Path]:

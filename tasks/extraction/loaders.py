@@ -1,5 +1,6 @@
 """What a document file becomes: a Document or a LoadFailure, and the loaders of the shipped
-streams, each one file's text → what the LLM reads, its metadata and its records (Parsed).
+streams, each one file's text → what the LLM reads, its metadata and its records
+(Document.read).
 
 A loader sees text already decoded and checked (tasks/extraction/documents.py reads the file,
 hashes it, enforces the size limit and UTF-8, and turns a DocumentError into a LoadFailure);
@@ -24,16 +25,27 @@ from tasks.shared.errors import DocumentError
 
 @dataclass(frozen=True)
 class Document:
+    """One file of a stream: who it is (its id, stream, path and the sha256 of its bytes) and
+    what its loader read — the text the LLM reads ("" when nothing needs the model), metadata
+    (a `title` names the document in the prompt), structured records (the rows written
+    without the model read them) and the records that failed, each {"record": index,
+    "reason": …}. A file with neither text nor records fails."""
+
     id: str  # "<stream>/<relative path>": stable across runs and machines
     stream: str
     path: str
     hash: str  # sha256 of the file's bytes
-    text: str  # what the LLM reads ("" when nothing needs the LLM)
+    text: str
     metadata: dict[str, Any] = field(default_factory=dict)
-    records: list[dict[str, Any]] = field(default_factory=list)  # structured contact records
-    # records of a record stream (contacts list, research YAML list) that failed to load, each
-    # {"record": index, "reason": …}; the file's other records are used as usual
+    records: list[dict[str, Any]] = field(default_factory=list)
     bad_records: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, text: str, metadata: dict[str, Any] | None = None,
+             records: list[dict[str, Any]] | None = None,
+             bad_records: list[dict[str, Any]] | None = None) -> Document:
+        """What a loader returns: the content alone; load_document gives it its identity."""
+        return cls("", "", "", "", text, metadata or {}, records or [], bad_records or [])
 
 
 @dataclass(frozen=True)
@@ -45,21 +57,8 @@ class LoadFailure:
     reason: str
 
 
-@dataclass(frozen=True)
-class Parsed:
-    """One file as its stream's loader reads it: the text the LLM reads ("" when nothing
-    needs the model), metadata (a `title` names the document in the prompt), structured
-    records (the rows written without the model read them) and the records that failed,
-    each {"record": index, "reason": …}. A file with neither text nor records fails."""
-
-    text: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-    records: list[dict[str, Any]] = field(default_factory=list)
-    bad_records: list[dict[str, Any]] = field(default_factory=list)
-
-
-# A stream's loader: the file's decoded text and its path → Parsed, or DocumentError.
-Loader = Callable[[str, Path], Parsed]
+# A stream's loader: the file's decoded text and its path → Document.read(…), or DocumentError.
+Loader = Callable[[str, Path], Document]
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -142,7 +141,7 @@ def front_matter(text: str) -> tuple[dict[str, Any], str]:
     return meta, text[m.end():]
 
 
-def load_transcript(text: str, path: Path) -> Parsed:
+def load_transcript(text: str, path: Path) -> Document:
     """A meeting transcript (Markdown): the body for the LLM; title, date, participants and
     meeting id from the front matter (the title else the first heading, the id else the
     file's name)."""
@@ -154,7 +153,7 @@ def load_transcript(text: str, path: Path) -> Parsed:
     title = meta.get("title") or (heading.group(1).strip() if heading else None) \
         or meta.get("meeting_id") or path.stem
     date = meta.get("date")
-    return Parsed(body.strip(), {
+    return Document.read(body.strip(), {
         "title": str(title),
         "date": str(date) if date is not None else None,
         "participants": participants,
@@ -190,13 +189,13 @@ def _research_record(i: int, item: Any) -> dict[str, Any]:
     return item
 
 
-def load_research(text: str, path: Path) -> Parsed:
+def load_research(text: str, path: Path) -> Document:
     """Agent research: a Markdown note (its body; its front matter's plain values as
     metadata), or YAML records (a mapping or a list of them), rendered back as YAML for the
     LLM."""
     if path.suffix == ".md":
         meta, body = front_matter(text)
-        return Parsed(body.strip(), {k: str(v) for k, v in meta.items() if isinstance(v, str | int)})
+        return Document.read(body.strip(), {k: str(v) for k, v in meta.items() if isinstance(v, str | int)})
     data = load_yaml(text)
     if not isinstance(data, dict | list) or data == []:
         raise DocumentError("expected a YAML mapping or a list of mappings (research records)")
@@ -204,7 +203,7 @@ def load_research(text: str, path: Path) -> Parsed:
     rendered = yaml.safe_dump(records if len(records) > 1 else records[0], sort_keys=False,
                               allow_unicode=True, default_flow_style=False, width=100)
     title = records[0].get("title")
-    return Parsed(rendered.strip(), {"title": str(title) if title else path.stem,
+    return Document.read(rendered.strip(), {"title": str(title) if title else path.stem,
                                      "records": len(records)}, bad_records=bad)
 
 
@@ -219,7 +218,7 @@ def _contact_record(i: int, item: Any) -> dict[str, Any]:
         raise DocumentError(f"record {i}: field '{loc}': {err['msg']}") from None
 
 
-def load_contacts(text: str, path: Path) -> Parsed:
+def load_contacts(text: str, path: Path) -> Document:
     """Contact records (JSON: one object or a list): the records, for the rows written
     without the model; their notes, for the LLM."""
     try:
@@ -231,4 +230,4 @@ def load_contacts(text: str, path: Path) -> Parsed:
         raise DocumentError("empty contact list — remove the file or add records")
     records, bad = _split_records(items, _contact_record)
     notes = [f"Notes on {r['name']}: {r['notes'].strip()}" for r in records if r["notes"].strip()]
-    return Parsed("\n".join(notes), {"records": len(records)}, records, bad)
+    return Document.read("\n".join(notes), {"records": len(records)}, records, bad)

@@ -10,7 +10,7 @@ import pytest
 
 from flows.extract import extract
 from tasks.extraction import streams
-from tasks.extraction.loaders import Parsed
+from tasks.extraction.loaders import Document
 from tasks.graph.falkordb_store import FalkorDBStore
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.documents import transcript
@@ -19,10 +19,10 @@ from tests.support.profiles import extraction_profile
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 
-def load_note(text: str, path: Path) -> Parsed:
+def load_note(text: str, path: Path) -> Document:
     """A note: its text, titled by its first line."""
     body = text.strip()
-    return Parsed(body, {"title": body.splitlines()[0].rstrip(".")})
+    return Document.read(body, {"title": body.splitlines()[0].rstrip(".")})
 
 
 NOTES = streams.Stream("notes", ("*.txt",), load_note, "plain-text notes")

@@ -16,7 +16,6 @@ from tasks.extraction.answers import BatchReport, build_batch
 from tasks.extraction.calls import DocOutcome
 from tasks.extraction.documents import Document, LoadFailure, load_document, scan
 from tasks.extraction.inputs import source_roots
-from tasks.extraction.loaders import Parsed
 from tasks.extraction.rows import DocRows, entity
 from tasks.extraction.streams import STREAMS, Stream, by_name
 from tasks.graph.ontology import GraphSchema
@@ -28,8 +27,8 @@ from tests.support.paths import ROOT
 MB = 1_000_000
 
 
-def notes_loader(text: str, path: Path) -> Parsed:
-    return Parsed(text.strip(), {"title": path.stem})
+def notes_loader(text: str, path: Path) -> Document:
+    return Document.read(text.strip(), {"title": path.stem})
 
 
 def notes_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
