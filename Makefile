@@ -94,7 +94,7 @@ MUTATE_NODE := tasks.compute.host_memory.* tasks.gcp.image.x__label__* \
 MUTATE := tasks.extraction.plan.x_plan__* tasks.extraction.schema.x_map_*__* \
 	tasks.extraction.schema.x__relabel__* tasks.extraction.resolve.* \
 	tasks.corpus.scorecard.x__row_rules__* tasks.corpus.scorecard.x__ties__* \
-	tasks.corpus.scorecard.x__empty_turn__* tasks.corpus.scorecard.x*ScorecardConfig*__post_init__* \
+	tasks.corpus.scorecard.x__empty_turn__* tasks.corpus.scorecard.x*ScorecardConfig*_token_bounds* \
 	tasks.corpus.scorecard.x__compose__* tasks.corpus.scorecard.x__key__* \
 	tasks.corpus.scorecard.x__normalized__* tasks.corpus.scorecard.x__pair_text__* \
 	tasks.corpus.scorecard.x_near_duplicates__* tasks.corpus.scorecard.x__near_from_signatures__* \
