@@ -140,7 +140,7 @@ def sim_documents(n: int, tag: str, words: int = 900) -> list:
 def timed_extraction(client, docs: list, on_done=None) -> dict:
     """Extract `docs` through `client` (one request a document): the seconds from the start at
     which each document ended, the errors, and the wall time."""
-    from tasks.extraction.calls import Ask, extract_documents, run_sync
+    from tasks.extraction.calls import ExtractionConfig, extract_documents, run_sync
     from tasks.extraction.schema import json_schema
 
     t0 = time.perf_counter()
@@ -151,7 +151,8 @@ def timed_extraction(client, docs: list, on_done=None) -> dict:
         if on_done:
             on_done(outcome, len(done_at))
 
-    out = run_sync(extract_documents(client, Ask("bench", json_schema(12, 12), 4000), docs, record))
+    config = ExtractionConfig("bench", json_schema(12, 12), 4000)
+    out = run_sync(extract_documents(client, config, docs, record))
     return {"seconds": time.perf_counter() - t0, "done_at": sorted(done_at),
             "errors": [o.error for o in out if o.error],
             "deferred": sum(1 for o in out if getattr(o, "deferred", False))}

@@ -10,7 +10,7 @@ import time
 
 from _common import fake_endpoint, report
 
-from tasks.extraction.calls import Ask, extract_documents, run_sync
+from tasks.extraction.calls import ExtractionConfig, extract_documents, run_sync
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import json_schema
@@ -30,7 +30,7 @@ def rate(url: str, slots: int, n: int) -> float:
     client = LLMClient(url, "fake", "vllm", max_concurrency=slots, timeout_seconds=30,
                        adaptive=False)
     t = time.perf_counter()
-    out = run_sync(extract_documents(client, Ask("bench", json_schema(12, 12), 1000), docs(n)))
+    out = run_sync(extract_documents(client, ExtractionConfig("bench", json_schema(12, 12), 1000), docs(n)))
     elapsed = time.perf_counter() - t
     errors = [o.error for o in out if o.error]
     assert not errors and client.usage.calls == n, (errors[:3], client.usage)

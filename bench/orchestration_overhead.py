@@ -16,7 +16,7 @@ from flows.extract import extract
 from tasks.extraction.batch import process_batch
 from tasks.extraction.documents import scan
 from tasks.extraction.inputs import llm_client, source_roots
-from tasks.extraction.plan import Redo, plan
+from tasks.extraction.plan import Reextract, plan
 from tasks.extraction.setup import ask_for
 from tasks.graph.open import open_graph
 from tasks.graph.store import batched
@@ -34,7 +34,7 @@ def plain(prof: str) -> int:
     with open_graph(cfg.graph) as store:
         docs, failures = scan(source_roots(cfg.sources), 10**7)
         ask = ask_for(ep, cfg.extraction.ontology())
-        work = plan(docs, failures, store.document_states(), ask, ["transcripts"], Redo(True))
+        work = plan(docs, failures, store.document_states(), ask, ["transcripts"], Reextract(True))
         for b in batched(work.extract, BATCH):
             rep = process_batch(list(b), store, client, ask, set(work.changed))
             calls += rep.usage.calls

@@ -11,7 +11,7 @@ import time
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run as current_run
 
-from tasks.extraction.plan import Redo, plan
+from tasks.extraction.plan import Reextract, plan
 from tasks.extraction.run import (
     Budget,
     Phase1Run,
@@ -55,7 +55,7 @@ def extract(profile: str = "local", base_url: str | None = None, full: bool = Fa
         check = check_graph(setup, store, full)
         docs, load_failures = scan_documents(setup.roots, setup.max_bytes)
         work = plan(docs, load_failures, store.document_states(), setup.ask, setup.roots,
-                    Redo(full, retry_failed))
+                    Reextract(full, retry_failed))
         log_plan(work, len(load_failures), setup.ask.ontology)
         begin_writes(setup, store, work, run_id)
         out = run_batches(setup, store, client, work, budget)

@@ -46,7 +46,7 @@ from tasks.extraction.inputs import source_roots
 from tasks.extraction.setup import Phase1Setup, ask_for
 from tasks.extraction.streams import STREAMS
 from tasks.graph.ontology import DEFAULT_SCHEMA, GraphSchema, load_schema
-from tasks.graph.snapshots import Shelf
+from tasks.graph.snapshots import SnapshotConfig
 from tasks.shared.errors import ConfigError, explain_validation
 from tasks.shared.gcs_sync import env_bucket, parse_bucket_url
 from tasks.shared.paths import PROJECT_ROOT
@@ -222,13 +222,13 @@ class Profile:
             batch_documents=ex.batch_documents,
             max_failed_share=ex.max_failed_share if max_failed_share is None
             else max_failed_share,
-            state_dir=self.state_dir, graph=self.graph, shelf=self.snapshot_shelf(),
+            state_dir=self.state_dir, graph=self.graph, snapshots=self.snapshot_config(),
             server_exit=self.node.server_exit)
 
-    def snapshot_shelf(self) -> Shelf:
+    def snapshot_config(self) -> SnapshotConfig:
         """Where this profile's graph snapshots are kept (tasks/graph/snapshots.py)."""
-        return Shelf(self.snapshot_root(), self.graph.describe(), self.graph.snapshots_to_keep(),
-                     self.snapshot_gcs_block())
+        return SnapshotConfig(self.snapshot_root(), self.graph.describe(),
+                              self.graph.snapshots_to_keep(), self.snapshot_gcs_block())
 
 
 def profile_path(ref: str) -> Path:

@@ -47,7 +47,7 @@ def _graph(args: argparse.Namespace) -> int:
     if args.graph_command in ("snapshots", "restore"):
         return _graph_snapshots(args, cfg)
 
-    ledger = snap.Ledger(cfg.state_dir, cfg.graph.describe())
+    ledger = snap.GraphCounts(cfg.state_dir, cfg.graph.describe())
     with open_graph(cfg.graph, progress=sys.stderr) as store:
         if args.graph_command == "stats":
             stats = store.stats()
@@ -73,7 +73,7 @@ def _graph(args: argparse.Namespace) -> int:
                 raise ConfigError("graph snapshot: the embedded FalkorDB and Neo4j are "
                                   "snapshotted here, with [graph] snapshots_keep > 0; back up "
                                   "an external FalkorDB with its own tools")
-            out = snap.take(cfg.snapshot_shelf(), write, stats, "cli")
+            out = snap.take(cfg.snapshot_config(), write, stats, "cli")
             print(json.dumps(out.model_dump(), indent=2) if args.json else
                   f"snapshot {out.name}: {out.path} ({out.bytes / 1e6:.1f} MB)"
                   + (f", copied to {out.gcs}" if out.gcs else "")
@@ -143,7 +143,7 @@ def _graph_snapshots(args: argparse.Namespace, cfg: Any) -> int:
         return 0
     chosen = snap.find(root, args.name, cfg.snapshot_gcs_block())
     done = restore_graph(cfg.graph, chosen, root, args.replace)
-    snap.Ledger(cfg.state_dir, cfg.graph.describe()).record(
+    snap.GraphCounts(cfg.state_dir, cfg.graph.describe()).record(
         done.counts, note=f"restored from snapshot {chosen.name}")
     print(f"restored snapshot {chosen.name} ({chosen.created_at}) into {done.where}"
           + (f"; the data it replaced is kept in {done.kept}" if done.kept else ""))

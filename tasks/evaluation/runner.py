@@ -24,7 +24,7 @@ from tasks.engine.llama_cpp import default_model_path
 from tasks.evaluation.gold import GoldCase
 from tasks.evaluation.metrics import CasePrediction, PredictedEntity, score
 from tasks.extraction.answers import BatchReport, build_batch
-from tasks.extraction.calls import Ask, extract_documents, run_sync
+from tasks.extraction.calls import ExtractionConfig, extract_documents, run_sync
 from tasks.extraction.chunking import chunk_text
 from tasks.extraction.documents import Document
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
@@ -180,7 +180,7 @@ def run_eval(cfg: Any, profile: str, gold_set: Gold, base_url: str | None,
     with engine(cfg, base_url, say) as eng:
         client = replace(llm_client(endpoint, eng.base_url), usage=Usage())
         outcomes = run_sync(extract_documents(
-            client, Ask(endpoint.model, response_schema(endpoint, ontology), size,
+            client, ExtractionConfig(endpoint.model, response_schema(endpoint, ontology), size,
                         endpoint.chunk_overlap_tokens, ontology, gleanings),
             [_document(c) for c in cases], on_done))
     preds: dict[str, CasePrediction] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.extraction.answers import BatchReport, build_batch
-from tasks.extraction.calls import Ask, DocOutcome, extract_documents, run_sync
+from tasks.extraction.calls import DocOutcome, ExtractionConfig, extract_documents, run_sync
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.prompt import document_version
@@ -47,7 +47,7 @@ def record_failures(docs: Iterable[Document]) -> list[FailedDocument]:
             for d in docs for b in d.bad_records]
 
 
-def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, ask: Ask,
+def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, ask: ExtractionConfig,
                   changed: set[str], on_done: Callable[[DocOutcome], None] | None = None
                   ) -> BatchReport:
     """Extract a batch of documents with `ask` and write it to the graph (`changed`: the ids

@@ -28,7 +28,7 @@ MAX_SPLIT_DEPTH = 2
 
 
 @dataclass(frozen=True)
-class Ask:
+class ExtractionConfig:
     """What phase 1 asks of the model and how a document is cut for it: the model, the bounded
     response schema, the graph schema (ontology), the gleaning passes per chunk, and the chunk
     size and overlap in tokens (tasks/extraction/setup.py builds it from the profile)."""
@@ -42,7 +42,7 @@ class Ask:
 
 
 @dataclass(frozen=True)
-class Piece:
+class ChunkPart:
     """One chunk's text as a request sends it: part `part` of `parts`."""
 
     text: str
@@ -83,7 +83,7 @@ def _answer_json(ex: Extraction) -> str:
                       ensure_ascii=False)
 
 
-async def _extract_chunk(client: LLMClient, ask: Ask, doc: Document, piece: Piece,
+async def _extract_chunk(client: LLMClient, ask: ExtractionConfig, doc: Document, piece: ChunkPart,
                          depth: int = 0) -> list[Extraction]:
     system = system_prompt(ask.ontology)
     prompt = user_prompt(doc, piece.text, piece.part, piece.parts)
@@ -99,12 +99,12 @@ async def _extract_chunk(client: LLMClient, ask: Ask, doc: Document, piece: Piec
             return [await client.extract(system, prompt, ask.schema, resample_cut=True,
                                          ontology=ask.ontology)]
         results = await asyncio.gather(*(
-            _extract_chunk(client, ask, doc, Piece(h, piece.part, piece.parts), depth + 1)
+            _extract_chunk(client, ask, doc, ChunkPart(h, piece.part, piece.parts), depth + 1)
             for h in halves))
         return [x for r in results for x in r]
 
 
-async def _glean(client: LLMClient, ask: Ask, doc: Document, piece: Piece,
+async def _glean(client: LLMClient, ask: ExtractionConfig, doc: Document, piece: ChunkPart,
                  first: list[Extraction]) -> tuple[list[Extraction], int]:
     """Ask `ask.gleanings` times for what the answers so far missed (GraphRAG's gleaning). A
     pass that gets no usable answer ends gleaning for the chunk; what was found is kept."""
@@ -128,7 +128,7 @@ async def _glean(client: LLMClient, ask: Ask, doc: Document, piece: Piece,
     return more, 0
 
 
-async def extract_document(client: LLMClient, ask: Ask, doc: Document) -> DocOutcome:
+async def extract_document(client: LLMClient, ask: ExtractionConfig, doc: Document) -> DocOutcome:
     """Run the document's free text through the LLM, chunk by chunk (concurrently), each
     chunk gleaned `ask.gleanings` times. Every chunk ends before the outcome is decided (no
     request outlives its document): a failed chunk fails the document, else a deferred one
@@ -139,7 +139,7 @@ async def extract_document(client: LLMClient, ask: Ask, doc: Document) -> DocOut
     parts = chunks(doc.text, ask.chunk_tokens, ask.overlap_tokens)
 
     async def one(c: Chunk) -> tuple[list[Extraction], int]:
-        piece = Piece(c.text, c.index + 1, len(parts))
+        piece = ChunkPart(c.text, c.index + 1, len(parts))
         got = await _extract_chunk(client, ask, doc, piece)
         if ask.gleanings:
             more, failed = await _glean(client, ask, doc, piece, got)
@@ -166,7 +166,7 @@ async def extract_document(client: LLMClient, ask: Ask, doc: Document) -> DocOut
     return outcome
 
 
-async def extract_documents(client: LLMClient, ask: Ask, docs: list[Document],
+async def extract_documents(client: LLMClient, ask: ExtractionConfig, docs: list[Document],
                             on_done: Callable[[DocOutcome], None] | None = None
                             ) -> list[DocOutcome]:
     """Every document through `extract_document` at once (the client paces the requests);

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tasks.extraction.calls import Ask
+from tasks.extraction.calls import ExtractionConfig
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.prompt import document_version
 
@@ -35,7 +35,7 @@ def _why(st: dict[str, Any], d: Document, model: str, version: str) -> str:
     return "retry"
 
 
-class Redo(NamedTuple):
+class Reextract(NamedTuple):
     """What is extracted again though unchanged: every document (`full`), or those that
     failed before (`retry_failed`)."""
 
@@ -44,14 +44,14 @@ class Redo(NamedTuple):
 
 
 def plan(docs: list[Document], failures: list[LoadFailure], states: dict[str, dict[str, Any]],
-         ask: Ask, streams: Iterable[str], redo: Redo | None = None) -> Plan:
+         ask: ExtractionConfig, streams: Iterable[str], redo: Reextract | None = None) -> Plan:
     """Decide per document: skip (unchanged since its last successful extraction), hold
     (unchanged since it failed), extract, or retract (deleted). A file that now fails to load
     keeps its old graph contribution. "Unchanged" is the same content, model and extraction
     version (tasks/extraction/prompt.py: the schema's and the prompt's digests)."""
     out = Plan([], [], [], [])
     model, ontology, gleanings = ask.model, ask.ontology, ask.gleanings
-    full, retry_failed = redo or Redo()
+    full, retry_failed = redo or Reextract()
     for d in docs:
         st = states.get(d.id) or {}
         version = document_version(d, ontology, gleanings)

@@ -211,11 +211,11 @@ class Failures:
 
 
 def check_graph(setup: Phase1Setup, store: GraphStore, full: bool) -> str:
-    """The graph against the ledger's counts (tasks/graph/snapshots.py Ledger): its verdict,
+    """The graph against the ledger's counts (tasks/graph/snapshots.py GraphCounts): its verdict,
     or GraphDamaged naming the ways back unless `full` re-extracts every document."""
     check, why = setup.ledger.check(store.stats())
     if check == "damaged" and not full:
-        raise GraphDamaged(damage_message(why, setup.profile, setup.shelf))
+        raise GraphDamaged(damage_message(why, setup.profile, setup.snapshots))
     get_run_logger().info("graph check: %s — %s%s", check, why,
                           " (re-extracting every document: --full)" if check == "damaged"
                           else "")
@@ -238,11 +238,11 @@ def graph_summary(setup: Phase1Setup, store: GraphStore, work: Plan, check: str,
     stats = store.stats()
     setup.ledger.record(stats, run_id)
     top = store.top_entities(10)
-    snapshot = keep_snapshot(setup.shelf, snapshot_writer(setup.graph, store, stats), stats,
+    snapshot = keep_snapshot(setup.snapshots, snapshot_writer(setup.graph, store, stats), stats,
                              run_id, changed=bool(work.deleted or work.extract))
     if isinstance(snapshot, SnapshotFailed):
         get_run_logger().warning("graph snapshot not taken: %s", snapshot.error)
-    return GraphSummary(location=store.location, description=setup.shelf.graph, **stats,
+    return GraphSummary(location=store.location, description=setup.snapshots.graph, **stats,
                         check=check, snapshot=snapshot), top
 
 

@@ -1,5 +1,5 @@
 """Phase 1's setup, built once per run from the profile (Profile.phase1, tasks/profile.py): what
-it asks of the model (Ask), where the documents are, how they are batched, where the records and
+it asks of the model (ExtractionConfig), where the documents are, how they are batched, where the records and
 the graph's snapshots go, and how much failure it tolerates. The `extract` flow and its stages
 take it whole instead of its pieces."""
 
@@ -11,20 +11,20 @@ from pathlib import Path
 
 from blocks.graph import GraphBlock
 from blocks.inference import InferenceEndpoint
-from tasks.extraction.calls import Ask
+from tasks.extraction.calls import ExtractionConfig
 from tasks.extraction.inputs import chunk_tokens, llm_client, response_schema
 from tasks.extraction.llm import LLMClient
 from tasks.graph.ontology import GraphSchema
-from tasks.graph.snapshots import Ledger, Shelf
+from tasks.graph.snapshots import GraphCounts, SnapshotConfig
 
 DEAD_LETTER_FILE = "dead-letter.jsonl"  # <state_dir>/…: every failure row, appended
 
 
-def ask_for(endpoint: InferenceEndpoint, ontology: GraphSchema, gleanings: int = 0) -> Ask:
+def ask_for(endpoint: InferenceEndpoint, ontology: GraphSchema, gleanings: int = 0) -> ExtractionConfig:
     """What each request of `endpoint` asks under `ontology`: the endpoint's model, the
     bounded response schema, and the chunk size that leaves room for the prompt, the answer
     and `gleanings` passes."""
-    return Ask(endpoint.model, response_schema(endpoint, ontology),
+    return ExtractionConfig(endpoint.model, response_schema(endpoint, ontology),
                chunk_tokens(endpoint, ontology, gleanings), endpoint.chunk_overlap_tokens,
                ontology, gleanings)
 
@@ -35,14 +35,14 @@ class Phase1Setup:
 
     profile: str  # the profile's name, for the commands its messages suggest
     endpoint: InferenceEndpoint
-    ask: Ask
+    ask: ExtractionConfig
     roots: dict[str, Path]  # stream → folder, every configured stream
     max_bytes: int  # a larger document is a load failure
     batch_documents: int  # documents per extract-batch task
     max_failed_share: float  # more failed than this share of those attempted fails the phase
     state_dir: Path
     graph: GraphBlock
-    shelf: Shelf  # where the graph's snapshots go
+    snapshots: SnapshotConfig  # where the graph's snapshots go
     server_exit: Callable[[], str | None] | None = None  # this run's own server: how it died
 
     @property
@@ -50,9 +50,9 @@ class Phase1Setup:
         return self.state_dir / DEAD_LETTER_FILE
 
     @property
-    def ledger(self) -> Ledger:
+    def ledger(self) -> GraphCounts:
         """The counts the graph should hold (tasks/graph/snapshots.py), in the state folder."""
-        return Ledger(self.state_dir, self.shelf.graph)
+        return GraphCounts(self.state_dir, self.snapshots.graph)
 
     def client(self, base_url: str | None, base_urls: list[str] | None,
                deadline: float | None) -> LLMClient:

@@ -12,7 +12,7 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.extraction.answers import BatchReport
 from tasks.extraction.batch import process_batch
-from tasks.extraction.calls import Ask, DocOutcome
+from tasks.extraction.calls import DocOutcome, ExtractionConfig
 from tasks.extraction.documents import Document, LoadFailure, scan
 from tasks.extraction.llm import LLMClient
 from tasks.graph.store import GraphStore
@@ -36,7 +36,7 @@ def retract_deleted(store: GraphStore, doc_ids: list[str]) -> int:
 
 
 @task(name="extract-batch", cache_policy=NO_CACHE)
-def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, ask: Ask,
+def extract_batch(docs: list[Document], store: GraphStore, client: LLMClient, ask: ExtractionConfig,
                   changed: set[str]) -> BatchReport:
     """Extract a batch of documents with the LLM and upsert the result (graph writes are
     retried inside; LLM calls are never repeated for a graph error; `changed`: the ids whose

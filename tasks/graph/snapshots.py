@@ -45,7 +45,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-class Ledger:
+class GraphCounts:
     """The counts each graph should hold, in the profile's state folder."""
 
     def __init__(self, state_dir: Path, graph: str) -> None:
@@ -132,10 +132,10 @@ Writer = Callable[[Path], Path]  # writes the snapshot file into a folder; retur
 
 
 @dataclass(frozen=True)
-class Shelf:
+class SnapshotConfig:
     """Where a graph's snapshots are kept: the artifact store `root` (its graph-snapshots/),
     the graph they are of (GraphSettings.describe()), how many to keep (0: none are taken), and
-    the GcsBucket block they are copied to, if any (the profile's Profile.snapshot_shelf)."""
+    the GcsBucket block they are copied to, if any (the profile's Profile.snapshot_config)."""
 
     root: Path
     graph: str
@@ -143,11 +143,11 @@ class Shelf:
     gcs_block: str | None = None
 
 
-def take(shelf: Shelf, write: Writer, stats: Stats, run: str | None = None) -> GraphSnapshot:
+def take(snapshots: SnapshotConfig, write: Writer, stats: Stats, run: str | None = None) -> GraphSnapshot:
     """Snapshot the graph with `write` (tasks/graph/open.py snapshot_writer); keep the newest
-    `shelf.keep` locally; copy to GCS (artifacts/graph-snapshots/<name>/) when the shelf names
-    a GcsBucket block."""
-    root, graph, keep, gcs_block = Path(shelf.root), shelf.graph, shelf.keep, shelf.gcs_block
+    `snapshots.keep` locally; copy to GCS (artifacts/graph-snapshots/<name>/) when it names a
+    GcsBucket block."""
+    root, graph, keep, gcs_block = Path(snapshots.root), snapshots.graph, snapshots.keep, snapshots.gcs_block
     name = f"{stamp()}-{(run or 'adhoc')[:8]}"
     folder = root / SNAPSHOTS / name
     try:
@@ -230,31 +230,31 @@ def restore(data_dir: Path, snap: GraphSnapshot, load_timeout: float = 600.0) ->
     return falkordb_server.restore_rdb(Path(data_dir), verified(snap), load_timeout)
 
 
-def keep_snapshot(shelf: Shelf, write: Writer | None, stats: Stats, run: str | None,
+def keep_snapshot(snapshots: SnapshotConfig, write: Writer | None, stats: Stats, run: str | None,
                   changed: bool) -> GraphSnapshot | SnapshotFailed | None:
     """After a run: snapshot the graph when the run wrote to it (or none exists yet);
     otherwise name the newest one, which still holds the same graph. Never raises: a
     snapshot that fails is reported (the graph itself is intact)."""
-    if shelf.keep <= 0 or write is None:
+    if snapshots.keep <= 0 or write is None:
         return None
     try:
-        newest = list_local(shelf.root)
-        if newest and not changed and newest[0].graph == shelf.graph and \
+        newest = list_local(snapshots.root)
+        if newest and not changed and newest[0].graph == snapshots.graph and \
                 not diff_counts(newest[0].counts(), stats):
             newest[0].reused = True  # (read from its file just now)
             return newest[0]
-        return take(shelf, write, stats, run)
+        return take(snapshots, write, stats, run)
     except Exception as e:  # noqa: BLE001
         return SnapshotFailed(error=f"{type(e).__name__}: {e}")
 
 
-def damage_message(why: str, profile: str, shelf: Shelf) -> str:
+def damage_message(why: str, profile: str, snapshots: SnapshotConfig) -> str:
     """What was lost and the ways back, for a damaged graph."""
     ways = []
-    if shelf.keep > 0:
-        local = list_local(shelf.root)
+    if snapshots.keep > 0:
+        local = list_local(snapshots.root)
         newest = f" (newest: {local[0].name}, {local[0].created_at})" if local else \
-            (" (from GCS)" if shelf.gcs_block else " (none kept yet)")
+            (" (from GCS)" if snapshots.gcs_block else " (none kept yet)")
         ways.append(f"restore the last snapshot{newest}: slm-nightly graph restore "
                     f"--profile {profile}")
     ways.append(f"re-extract every document into it: slm-nightly run --profile {profile} "

@@ -10,7 +10,7 @@ from tasks.records.base import _Given, _Strict
 
 
 class LedgerEntry(_Strict):
-    """One graph's entry in <state_dir>/graph-ledger.json (tasks/graph/snapshots.py Ledger):
+    """One graph's entry in <state_dir>/graph-ledger.json (tasks/graph/snapshots.py GraphCounts):
     the counts a run left (`nodes`, `relationships`: type → count), and while a run writes,
     `writing` with who and since when. Only the keys a run wrote are in the file."""
 

@@ -4,7 +4,7 @@ not marked extracted, not marked failed — against the fake endpoint and a real
 import time
 
 from tasks.extraction.batch import process_batch
-from tasks.extraction.calls import Ask
+from tasks.extraction.calls import ExtractionConfig
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import json_schema
@@ -23,12 +23,12 @@ def test_deferred_documents_are_left_alone(store: GraphStore) -> None:
     with FakeOpenAI(latency=0.3) as fake:
         client = LLMClient(fake.url, "fake", timeout_seconds=5.0, max_concurrency=2)
         first = process_batch([doc("a.md", "Ann Lee met Bob Stone.")], store, client,
-                              Ask("fake", SCHEMA, 1000), set())
+                              ExtractionConfig("fake", SCHEMA, 1000), set())
         # batch 2 starts from batch 1's measurements (~0.3 s a request): 0.05 s cover none
         client.deadline = time.time() + 0.05
         second = process_batch([doc("b.md", "Cy Young met Dee Ray."),
                                 doc("c.md", "Eve Park met Fay Wu. FAULT:500x9")], store, client,
-                               Ask("fake", SCHEMA, 1000), set())
+                               ExtractionConfig("fake", SCHEMA, 1000), set())
         assert fake.calls == 1
     assert sum(first.extracted.values()) == 1 and first.deferred == []
     assert second.deferred == ["transcripts/b.md", "transcripts/c.md"]

@@ -119,7 +119,7 @@ def test_the_end_of_a_run_compacts_the_append_only_file(tmp_path: Path) -> None:
 def test_a_truncated_append_only_file_is_caught_by_the_ledger(tmp_path: Path) -> None:
     """FalkorDB loads a truncated AOF up to the cut without a word; the ledger notices."""
     data = tmp_path / "graph"
-    ledger = snap.Ledger(tmp_path / "state", "g")
+    ledger = snap.GraphCounts(tmp_path / "state", "g")
     rec, _ = falkordb_server.start(data)
     store = FalkorDBStore("127.0.0.1", rec.port, "slm")
     store.ensure_schema()

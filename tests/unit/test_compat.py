@@ -58,7 +58,7 @@ def test_phase_1_reads_its_setup_from_the_local_profile_once() -> None:
     assert setup.ask.model == cfg.inference.model
     assert setup.ask.gleanings == cfg.extraction.gleanings
     assert setup.dead_letter == cfg.state_dir / "dead-letter.jsonl"
-    assert setup.shelf.keep == cfg.graph.snapshots_to_keep()
+    assert setup.snapshots.keep == cfg.graph.snapshots_to_keep()
     with profile_in_use("local", cfg):  # a night's subflows get the night's own profile
         assert load_profile("local") is cfg
     assert load_profile("local") is not cfg  # after the night: read again

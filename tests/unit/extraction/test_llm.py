@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from tasks.extraction.calls import Ask, extract_document
+from tasks.extraction.calls import ExtractionConfig, extract_document
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient, response_format, strip_reasoning
 from tasks.extraction.schema import json_schema
@@ -26,7 +26,7 @@ def doc(text: str, name: str = "d.md") -> Document:
 def run(c: LLMClient, d: Document, chunk_tokens: int = 1000):
     async def go():
         async with c:
-            return await extract_document(c, Ask("fake", SCHEMA, chunk_tokens), d)
+            return await extract_document(c, ExtractionConfig("fake", SCHEMA, chunk_tokens), d)
     return asyncio.run(go())
 
 
@@ -207,7 +207,7 @@ def test_concurrency_is_bounded_by_the_endpoint_limit() -> None:
 
         async def go():
             async with c:
-                return await asyncio.gather(*(extract_document(c, Ask("fake", SCHEMA, 1000), d)
+                return await asyncio.gather(*(extract_document(c, ExtractionConfig("fake", SCHEMA, 1000), d)
                                               for d in docs))
         t = time.monotonic()
         asyncio.run(go())

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tasks.extraction.calls import Ask, extract_document
+from tasks.extraction.calls import ExtractionConfig, extract_document
 from tasks.extraction.documents import Document
 from tasks.extraction.llm import LLMClient
 from tasks.extraction.schema import Extraction, json_schema
@@ -112,7 +112,7 @@ def test_a_context_400_splits_the_chunk_and_keeps_both_halves() -> None:
         async def go() -> Any:
             c = client(srv.url)
             async with c:
-                return await extract_document(c, Ask("fake", SCHEMA, 1000), doc)
+                return await extract_document(c, ExtractionConfig("fake", SCHEMA, 1000), doc)
         outcome = asyncio.run(go())
     assert outcome.error is None
     assert sorted(e.name for x in outcome.extraction for e in x.entities) == [
@@ -274,7 +274,7 @@ def test_a_document_that_only_timed_out_is_failed_but_not_held() -> None:
     store = Store()
     with Scripted(route=slow) as srv:
         report = process_batch([doc], store, client(srv.url, max_retries=1, timeout_seconds=0.2),  # type: ignore[arg-type]
-                               Ask("m", SCHEMA, 1000), set())
+                               ExtractionConfig("m", SCHEMA, 1000), set())
     assert [f.id for f in report.failed] == ["transcripts/a.md"]
     assert report.failed[0].held is False and store.failed == []
     assert report.failed[0].message.endswith(

@@ -268,7 +268,7 @@ def test_tickets_record_the_limit_they_were_sent_under() -> None:
 
 def test_a_deferred_chunk_defers_its_document_and_nothing_is_marked() -> None:
     from tasks.extraction.answers import BatchReport, build_batch
-    from tasks.extraction.calls import Ask, extract_documents
+    from tasks.extraction.calls import ExtractionConfig, extract_documents
     from tasks.extraction.documents import Document
 
     def doc(name: str, text: str) -> Document:
@@ -278,11 +278,11 @@ def test_a_deferred_chunk_defers_its_document_and_nothing_is_marked() -> None:
     long = "\n".join(f"Line {i}: Ann Lee spoke to Bob Stone." for i in range(60))
     with FakeOpenAI(latency=0.3) as fake:
         c = LLMClient(fake.url, "fake", timeout_seconds=5.0, max_concurrency=2)
-        first = asyncio.run(extract_documents(c, Ask("fake", SCHEMA, 1000),
+        first = asyncio.run(extract_documents(c, ExtractionConfig("fake", SCHEMA, 1000),
                                               [doc("a.md", "Ann Lee met Bob Stone.")]))
         # measured ~0.3 s; a second batch whose deadline covers none of its requests
         c.deadline = time.time() + 0.05
-        outcomes = asyncio.run(extract_documents(c, Ask("fake", SCHEMA, 64),
+        outcomes = asyncio.run(extract_documents(c, ExtractionConfig("fake", SCHEMA, 64),
                                                  [doc("b.md", long), doc("c.md", "Cy Young")]))
         assert fake.calls == 1
     assert not first[0].deferred and first[0].error is None

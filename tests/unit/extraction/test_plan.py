@@ -5,9 +5,9 @@ with (or failed with); the plan compares all three."""
 
 from typing import Any
 
-from tasks.extraction.calls import Ask
+from tasks.extraction.calls import ExtractionConfig
 from tasks.extraction.documents import Document, LoadFailure
-from tasks.extraction.plan import Redo, plan
+from tasks.extraction.plan import Reextract, plan
 from tasks.extraction.prompt import extraction_version
 from tasks.graph.ontology import default_schema
 
@@ -33,10 +33,10 @@ def failed(digest: str = "h1", model: str = MODEL, prompt: str = PROMPT_VERSION,
             "failed_reason": reason, "stream": stream}
 
 
-def ask(model: str) -> Ask:
+def ask(model: str) -> ExtractionConfig:
     """What phase 1 asks with the shipped schema and no gleaning (the schema sent is not read
     by the plan)."""
-    return Ask(model, {}, 1000)
+    return ExtractionConfig(model, {}, 1000)
 
 
 def ids(docs: list[Document]) -> list[str]:
@@ -75,7 +75,7 @@ def test_the_model_argument_is_what_is_compared() -> None:
 
 def test_full_reextracts_everything_unchanged_too() -> None:
     states = {"transcripts/a.md": done(), "transcripts/b.md": failed()}
-    p = plan([doc("a.md"), doc("b.md")], [], states, ask(MODEL), STREAMS, Redo(full=True))
+    p = plan([doc("a.md"), doc("b.md")], [], states, ask(MODEL), STREAMS, Reextract(full=True))
     assert ids(p.extract) == ["transcripts/a.md", "transcripts/b.md"]
     assert p.changed == ["transcripts/a.md", "transcripts/b.md"]
     assert p.skipped == [] and p.held == []
@@ -102,7 +102,7 @@ def test_a_failed_document_is_retried_when_its_content_model_or_prompt_changed()
 
 def test_retry_failed_extracts_held_documents_but_still_skips_fresh_ones() -> None:
     states = {"transcripts/a.md": failed(), "transcripts/b.md": done()}
-    p = plan([doc("a.md"), doc("b.md")], [], states, ask(MODEL), STREAMS, Redo(retry_failed=True))
+    p = plan([doc("a.md"), doc("b.md")], [], states, ask(MODEL), STREAMS, Reextract(retry_failed=True))
     assert ids(p.extract) == ["transcripts/a.md"] and p.changed == ["transcripts/a.md"]
     assert ids(p.skipped) == ["transcripts/b.md"] and p.held == []
     assert p.reasons == {"retry": 1}
@@ -111,9 +111,9 @@ def test_retry_failed_extracts_held_documents_but_still_skips_fresh_ones() -> No
 def test_gleaning_passes_are_part_of_what_a_document_was_extracted_with() -> None:
     # done without gleaning; asked now with one pass: a new extraction version
     states = {"transcripts/a.md": done()}
-    p = plan([doc("a.md")], [], states, Ask(MODEL, {}, 1000, gleanings=1), STREAMS)
+    p = plan([doc("a.md")], [], states, ExtractionConfig(MODEL, {}, 1000, gleanings=1), STREAMS)
     assert ids(p.extract) == ["transcripts/a.md"] and p.reasons == {"extraction version": 1}
-    assert ids(plan([doc("a.md")], [], states, Ask(MODEL, {}, 1000, gleanings=0),
+    assert ids(plan([doc("a.md")], [], states, ExtractionConfig(MODEL, {}, 1000, gleanings=0),
                     STREAMS).skipped) == ["transcripts/a.md"]
 
 
@@ -154,5 +154,5 @@ def test_streams_may_be_a_one_shot_iterator() -> None:
 def test_a_retried_failure_is_counted_as_a_retry_though_an_older_success_differs() -> None:
     # extracted at h0, edited to h1, failed at h1: --retry-failed sends it again as a retry
     states = {"transcripts/a.md": {**done("h0"), **failed("h1")}}
-    p = plan([doc("a.md", "h1")], [], states, ask(MODEL), STREAMS, Redo(retry_failed=True))
+    p = plan([doc("a.md", "h1")], [], states, ask(MODEL), STREAMS, Reextract(retry_failed=True))
     assert ids(p.extract) == ["transcripts/a.md"] and p.reasons == {"retry": 1}

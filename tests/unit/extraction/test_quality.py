@@ -5,7 +5,7 @@ chunk every fact came from."""
 from pathlib import Path
 
 from tasks.extraction.answers import BatchReport, build_batch, grounded
-from tasks.extraction.calls import Ask, ChunkAnswer, DocOutcome
+from tasks.extraction.calls import ChunkAnswer, DocOutcome, ExtractionConfig
 from tasks.extraction.chunking import Chunk
 from tasks.extraction.documents import Document
 from tasks.extraction.plan import plan
@@ -123,9 +123,9 @@ def test_one_edited_description_re_extracts_exactly_the_documents_the_model_read
     states = {d.id: {"hash": d.hash, "model": "m", "stream": d.stream,
                      "prompt_version": document_version(d, shipped)} for d in docs}
     streams = ["transcripts", "research", "contacts"]
-    assert [x.id for x in plan(docs, [], states, Ask("m", {}, 1000, ontology=shipped),
+    assert [x.id for x in plan(docs, [], states, ExtractionConfig("m", {}, 1000, ontology=shipped),
                                streams).skipped] == [d.id for d in docs]
-    p = plan(docs, [], states, Ask("m", {}, 1000, ontology=new), streams)
+    p = plan(docs, [], states, ExtractionConfig("m", {}, 1000, ontology=new), streams)
     assert [x.id for x in p.extract] == ["transcripts/t.md", "research/r.md"]
     assert [x.id for x in p.skipped] == ["contacts/c.json"]
     assert p.reasons == {"extraction version": 2}
@@ -149,7 +149,8 @@ def test_gleaning_asks_again_and_merges_what_was_missed(fake_llm) -> None:  # ty
         async def go() -> DocOutcome:
             async with (c := LLMClient(fake_llm.url, "fake", "vllm", max_concurrency=2,
                                        timeout_seconds=2.0, retry_base_seconds=0.01)):
-                return await extract_document(c, Ask("fake", schema, 2000, gleanings=gleanings), d)
+                config = ExtractionConfig("fake", schema, 2000, gleanings=gleanings)
+                return await extract_document(c, config, d)
         return asyncio.run(go())
 
     fake_llm.reset()

@@ -17,7 +17,7 @@ def test_ledger_states() -> None:
 
 
 def test_an_interrupted_write_is_not_taken_for_damage(tmp_path: Path) -> None:
-    ledger = snap.Ledger(tmp_path, "g")
+    ledger = snap.GraphCounts(tmp_path, "g")
     stats = {"nodes": {"A": 1}, "relationships": {}}
     assert ledger.check(stats)[0] == "unrecorded"
     ledger.record(stats)
@@ -27,13 +27,13 @@ def test_an_interrupted_write_is_not_taken_for_damage(tmp_path: Path) -> None:
     assert ledger.check({"nodes": {"A": 2}, "relationships": {}})[0] == "interrupted"
     ledger.record({"nodes": {"A": 2}, "relationships": {}})
     assert ledger.check({"nodes": {"A": 2}, "relationships": {}})[0] == "ok"
-    assert snap.Ledger(tmp_path, "other graph").check(stats)[0] == "unrecorded"
+    assert snap.GraphCounts(tmp_path, "other graph").check(stats)[0] == "unrecorded"
 
 
 def test_the_ledger_file_holds_only_the_keys_a_run_wrote(tmp_path: Path) -> None:
     import json
 
-    ledger = snap.Ledger(tmp_path, "falkordb g")
+    ledger = snap.GraphCounts(tmp_path, "falkordb g")
     stats = {"nodes": {"Person": 3}, "relationships": {"KNOWS": 1}}
     ledger.record(stats, run="r1")
     entry = json.loads((tmp_path / snap.LEDGER).read_text())["falkordb g"]
@@ -94,16 +94,16 @@ def test_an_unchanged_graph_reuses_the_newest_snapshot_and_a_failure_is_reported
     def write(folder: Path) -> Path:  # FalkorDB's, at a port where no server listens
         return falkordb_server.save_rdb(1, folder / "graph.rdb")
 
-    shelf = snap.Shelf(tmp_path, META["graph"], 2)
-    kept = snap.keep_snapshot(shelf, write, counts, "r", changed=False)
+    snapshots = snap.SnapshotConfig(tmp_path, META["graph"], 2)
+    kept = snap.keep_snapshot(snapshots, write, counts, "r", changed=False)
     assert kept is not None and not isinstance(kept, SnapshotFailed)
     assert (kept.name, kept.reused) == (META["name"], True)
     assert list(kept.model_dump())[-2:] == ["path", "reused"]
-    assert snap.keep_snapshot(shelf, None, counts, "r", True) is None
-    assert snap.keep_snapshot(snap.Shelf(tmp_path, META["graph"], 0), write, counts, "r",
+    assert snap.keep_snapshot(snapshots, None, counts, "r", True) is None
+    assert snap.keep_snapshot(snap.SnapshotConfig(tmp_path, META["graph"], 0), write, counts, "r",
                               True) is None
     # other counts: a new one is taken, and the server is not there (port 1): reported
-    failed = snap.keep_snapshot(shelf, write, {**counts, "nodes": {"Person": 4}}, "r",
+    failed = snap.keep_snapshot(snapshots, write, {**counts, "nodes": {"Person": 4}}, "r",
                                 changed=False)
     assert isinstance(failed, SnapshotFailed) and failed.error.startswith("ConnectionError: ")
     assert snap.find(tmp_path, None).name == META["name"]  # the failure left the old one
