@@ -10,6 +10,13 @@ instance's own policy), not on the project: the node holds the Prefect API's aut
 whatever it can have the orchestrator's worker run stays within the nodes; on the project the
 orchestrator only reads (roles/compute.viewer: operations and quotas).
 
+The node reads the whole bucket and writes only its own results: roles/storage.objectAdmin
+on the bucket under an IAM Condition naming the objects a node run writes (NODE_WRITES: its
+adapters, checkpoints, promotions and environment record), so it cannot rewrite the code, the
+datasets, the graph snapshots or the run records that the orchestrator acts on
+(cloud.google.com/storage/docs/access-control/using-iam-conditions; the bucket has uniform
+access, which conditions need).
+
 Storage: roles/storage.objectAdmin has no storage.buckets.get, and prefect-gcp's GcsBucket calls
 client.get_bucket() before each read and write (googleapis/google-cloud-python#9065); the
 bucket-level roles/storage.legacyBucketReader adds buckets.get (and objects.list), nothing more.
@@ -20,7 +27,16 @@ from __future__ import annotations
 from typing import Literal
 
 Who = Literal["orchestrator", "node"]
-Where = Literal["project", "instance", "bucket", "node-account", "secrets", "auth-secret"]
+Where = Literal["project", "instance", "bucket", "node-results", "node-account", "secrets",
+                "auth-secret"]
+
+# the objects a node run writes, relative to the bucket (the slm-gcs block has no folder:
+# docs/operator-gcp.md, section 4): the artifact store's adapters, checkpoints and promotion
+# pointers (tasks/training/registry.py; not its graph snapshots, which the orchestrator writes)
+# and the environment record (tasks/shared/environment.py RECORD_KEY); a name ending in / is a
+# prefix
+NODE_WRITES = ("artifacts/adapters/", "artifacts/checkpoints/", "artifacts/promoted/",
+               "records/node-environment.json")
 
 # (who, call, permission, role, where the role is granted)
 CALLS: list[tuple[Who, str, str, str, Where]] = [
@@ -50,10 +66,10 @@ CALLS: list[tuple[Who, str, str, str, Where]] = [
      "roles/logging.logWriter", "project"),
     ("node", "GcsBucket.get_bucket (every read and write)", "storage.buckets.get",
      "roles/storage.legacyBucketReader", "bucket"),
-    ("node", "code and datasets down", "storage.objects.get", "roles/storage.objectAdmin",
+    ("node", "code and datasets down", "storage.objects.get", "roles/storage.objectViewer",
      "bucket"),
-    ("node", "adapters, checkpoints, records up", "storage.objects.create",
-     "roles/storage.objectAdmin", "bucket"),
+    ("node", "adapters, checkpoints, its environment record up", "storage.objects.create",
+     "roles/storage.objectAdmin", "node-results"),
     ("node", "the startup script reads its keys", "secretmanager.versions.access",
      "roles/secretmanager.secretAccessor", "secrets"),
     ("node", "its logs", "logging.logEntries.create", "roles/logging.logWriter", "project"),
@@ -69,3 +85,13 @@ CALLS: list[tuple[Who, str, str, str, Where]] = [
 def roles(who: Who, where: Where) -> list[str]:
     """The roles `who` is granted on `where`, in a stable order."""
     return sorted({role for w, _, _, role, at in CALLS if w == who and at == where})
+
+
+def node_writes_condition(bucket: str) -> dict[str, str]:
+    """The IAM Condition of the node's objectAdmin on `bucket`: the NODE_WRITES objects only
+    (CEL on resource.name, "projects/_/buckets/B/objects/O")."""
+    at = f"projects/_/buckets/{bucket}/objects/"
+    terms = [f'resource.name.startsWith("{at}{w}")' if w.endswith("/") else
+             f'resource.name == "{at}{w}"' for w in NODE_WRITES]
+    return {"title": "slm-node-results", "description": "the objects a node run writes",
+            "expression": " || ".join(terms)}

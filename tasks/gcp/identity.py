@@ -120,8 +120,8 @@ def _missing(bindings: list[tuple[str, list[str]]], want: dict[str, set[str]]
     return {r: m for r, m in out.items() if m}
 
 
-def _describe(missing: dict[str, set[str]]) -> list[str]:
-    return [f"{m.split(':', 1)[-1]} lacks {r}" for r, ms in sorted(missing.items())
+def _describe(missing: dict[str, set[str]], where: str = "") -> list[str]:
+    return [f"{m.split(':', 1)[-1]} lacks {r}{where}" for r, ms in sorted(missing.items())
             for m in sorted(ms)]
 
 

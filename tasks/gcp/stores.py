@@ -18,6 +18,7 @@ import google_crc32c
 from google.api_core.exceptions import Conflict
 from google.cloud.storage import Bucket as GcsBucket
 
+from tasks.gcp import grants
 from tasks.gcp.clients import Clients
 from tasks.gcp.identity import _describe, _missing, _passing, _want
 from tasks.gcp.network import get_or_none
@@ -85,6 +86,9 @@ class BucketGrants(Resource):
         super().__init__(f"gs://{spec.bucket}")
         self.spec, self.clients = spec, clients
         self.want = _want(spec, "bucket")
+        # the node's writes, under a condition (grants.py NODE_WRITES)
+        self.condition = grants.node_writes_condition(spec.bucket)
+        self.want_conditional = _want(spec, "node-results")
 
     def _bucket(self) -> Any:
         return self.clients.storage.bucket(self.spec.bucket)
@@ -93,13 +97,23 @@ class BucketGrants(Resource):
         return _missing([(b["role"], list(b["members"])) for b in policy.bindings
                          if not b.get("condition")], self.want)
 
+    def _conditional_gap(self, policy: Any) -> dict[str, set[str]]:
+        """Judged on the expression alone: a title or description edited by hand is no drift."""
+        expression = self.condition["expression"]
+        return _missing([(b["role"], list(b["members"])) for b in policy.bindings
+                         if (b.get("condition") or {}).get("expression") == expression],
+                        self.want_conditional)
+
     def read(self) -> Found:
         policy = get_or_none(f"{self}: getIamPolicy", lambda: self._bucket().get_iam_policy(
             requested_policy_version=3))
+        want = sum(map(len, self.want.values())) + sum(map(len, self.want_conditional.values()))
         if policy is None:  # the bucket is not made yet
-            return Found(True, _describe(self.want), "not made yet")
-        return Found(True, _describe(self._gap(policy)),
-                     f"{sum(map(len, self.want.values()))} member binding(s)")
+            return Found(True, _describe(self.want) + _describe(self.want_conditional,
+                                                                " (on its own results)"),
+                         "not made yet")
+        return Found(True, _describe(self._gap(policy)) + _describe(
+            self._conditional_gap(policy), " (on its own results)"), f"{want} member binding(s)")
 
     def plan(self) -> str:
         return "buckets.setIamPolicy"
@@ -110,6 +124,10 @@ class BucketGrants(Resource):
             policy = bucket.get_iam_policy(requested_policy_version=3)
             for role, members in sorted(self._gap(policy).items()):
                 policy.bindings.append({"role": role, "members": set(members)})
+            for role, members in sorted(self._conditional_gap(policy).items()):
+                policy.bindings.append({"role": role, "members": set(members),
+                                        "condition": dict(self.condition)})
+            policy.version = 3  # a policy that holds a condition is written as version 3
             bucket.set_iam_policy(policy)
 
         api_call(f"{self}: setIamPolicy", lambda: retry(str(self), write, retry_on=_passing))

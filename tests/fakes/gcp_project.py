@@ -24,6 +24,14 @@ Sources (read 2026-12):
             {version, etag, bindings[{role, members}]}; a setIamPolicy whose etag is not the
             current one fails 409 ABORTED ("There were concurrent policy changes…"), so a
             read-modify-write never loses another writer's change.
+  [cel]     "Overview of IAM Conditions" and "Attribute reference for IAM Conditions"
+            (cloud.google.com/iam/docs/conditions-overview, conditions-attribute-reference): a
+            conditional binding grants its role only where its CEL expression is true;
+            `resource.name` of a Cloud Storage object is "projects/_/buckets/B/objects/O", and of
+            a bucket (buckets.get, objects.list) "projects/_/buckets/B" — so a condition on an
+            object prefix never allows a list. Modelled: `resource.name.startsWith("…")` and
+            `resource.name == "…"` joined by `||`; any other expression raises here, so a test
+            that needs more says so.
   [lro]     google.longrunning.Operation (cloud.google.com/service-usage/docs/reference/rest/
             v1/operations): {name, done, metadata, response | error}; done only after
             `op_seconds` here, so a caller that does not poll sees done=false.
@@ -35,10 +43,12 @@ import base64
 import hashlib
 import itertools
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 # [iam] role → the permissions the fakes check (a subset of each role, never more than it has)
 ROLES: dict[str, frozenset[str]] = {
@@ -93,6 +103,19 @@ TITLES = {"compute.googleapis.com": "Compute Engine", "iam.googleapis.com":
           "serviceusage.googleapis.com": "Service Usage"}
 
 Reply = tuple[int, dict[str, Any]]
+_TERM = re.compile(r'resource\.name(?:\.startsWith\("([^"]*)"\)| == "([^"]*)")')
+
+
+def condition_holds(expression: str, resource: str) -> bool:
+    """[cel] whether a conditional binding's expression is true for `resource` (an object's
+    name arrives percent-quoted, tests/fakes/gcs_iam.py, and CEL sees it as named)."""
+    resource = unquote(resource)
+    terms = [t.strip() for t in expression.split("||")]
+    matched = [_TERM.fullmatch(t) for t in terms]
+    if not all(matched):
+        raise ValueError(f"condition not modelled by the fake: {expression!r}")
+    return any(resource.startswith(m[1]) if m[1] is not None else resource == m[2]
+               for m in matched if m)
 
 
 def error(code: int, status: str, message: str, *details: dict[str, Any]) -> Reply:
@@ -295,6 +318,10 @@ class FakeProject:
                     if (member, role, scope) == without:
                         continue
                     if member in members and (role == OWNER or permission in ROLES.get(role, ())):
+                        return True
+                for b in (pol.conditional if pol else ()):
+                    if (member in b["members"] and permission in ROLES.get(b["role"], ())
+                            and condition_holds(b["condition"]["expression"], resource)):
                         return True
         return False
 

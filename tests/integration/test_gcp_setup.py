@@ -82,8 +82,17 @@ def test_setup_makes_the_project_and_a_second_setup_only_reads(world: World) -> 
         "roles/storage.legacyBucketOwner": {f"projectOwner:{p}", f"projectEditor:{p}"},
         "roles/storage.legacyObjectOwner": {f"projectOwner:{p}", f"projectEditor:{p}"},
         "roles/storage.legacyObjectReader": {f"projectViewer:{p}"},
-        "roles/storage.objectAdmin": both,
+        "roles/storage.objectAdmin": {f"serviceAccount:{ORCH}"},
+        "roles/storage.objectViewer": {f"serviceAccount:{NODE}"},
         "roles/storage.legacyBucketReader": {f"projectViewer:{p}", *both}}
+    at = f"projects/_/buckets/{BUCKET}/objects/"
+    assert gcp.policies[f"projects/_/buckets/{BUCKET}"].conditional == [{
+        "role": "roles/storage.objectAdmin", "members": [f"serviceAccount:{NODE}"],
+        "condition": {"title": "slm-node-results", "description": "the objects a node run writes",
+                      "expression": f'resource.name.startsWith("{at}artifacts/adapters/") || '
+                                    f'resource.name.startsWith("{at}artifacts/checkpoints/") || '
+                                    f'resource.name.startsWith("{at}artifacts/promoted/") || '
+                                    f'resource.name == "{at}records/node-environment.json"'}}]
     assert bound(f"projects/{PROJECT}/secrets/prefect-api-key") == {
         "roles/secretmanager.secretAccessor": {f"serviceAccount:{NODE}"},
         "roles/secretmanager.viewer": {f"serviceAccount:{ORCH}"}}
@@ -253,22 +262,44 @@ def test_orchestrator_vm_runs_as_its_account_on_the_static_address(world: World)
     assert world.gcp.mutations(before) == []
 
 
-def test_the_node_reads_and_writes_the_bucket_with_the_grants_setup_made(world: World) -> None:
+def test_the_node_reads_the_bucket_and_writes_only_its_own_results(world: World) -> None:
     """Finding 2: prefect-gcp's GcsBucket calls get_bucket() before each read and write; the
     node's account passes with what setup granted, and fails naming storage.buckets.get
-    without roles/storage.legacyBucketReader."""
+    without roles/storage.legacyBucketReader. Finding 6 of issue 50: the node reads the code and
+    the datasets, writes its adapters, checkpoints and environment record, and cannot rewrite
+    the code later nights run, the datasets or the run records (on the old grants the node
+    wrote code/ as freely as the orchestrator)."""
+    from google.api_core.exceptions import Forbidden
     from prefect_gcp import GcpCredentials, GcsBucket
 
     setup(world)
-    info = json.loads(world.key_file(NODE).read_text())
-    bucket = GcsBucket(bucket=BUCKET, gcp_credentials=GcpCredentials(
-        service_account_info=info, project=PROJECT))
-    bucket.write_path("datasets/x.jsonl", b'{"a": 1}\n')
-    assert bucket.read_path("datasets/x.jsonl") == b'{"a": 1}\n'
+
+    def as_(email: str) -> GcsBucket:
+        info = json.loads(world.key_file(email).read_text())
+        return GcsBucket(bucket=BUCKET, gcp_credentials=GcpCredentials(
+            service_account_info=info, project=PROJECT))
+
+    orchestrator, node = as_(ORCH), as_(NODE)
+    orchestrator.write_path("code/v1/flows/train.py", b"print('train')\n")
+    orchestrator.write_path("datasets/engineering/d.parquet", b"PAR1")
+    assert node.read_path("code/v1/flows/train.py") == b"print('train')\n"
+    assert node.read_path("datasets/engineering/d.parquet") == b"PAR1"
+    node.write_path("artifacts/adapters/eng-1/manifest.json", b"{}")
+    node.write_path("artifacts/checkpoints/abc/checkpoint-5/trainer_state.json", b"{}")
+    node.write_path("artifacts/promoted/engineering.json", b"{}")
+    node.write_path("records/node-environment.json", b"{}")
+    node.write_path("artifacts/adapters/eng-1/manifest.json", b'{"state": "done"}')  # overwrite
+    for key in ("code/v1/flows/train.py", "code/v2/flows/train.py",
+                "datasets/engineering/d.parquet", "records/runs/last-run.json",
+                "artifacts/graph-snapshots/s.tar", "artifacts/adapters-x/a",
+                "records/node-environment.json.bak"):
+        with pytest.raises(Forbidden, match="storage.objects.create"):
+            node.write_path(key, b"rewritten")
+    assert node.read_path("code/v1/flows/train.py") == b"print('train')\n"
     world.gcp.revoke(f"serviceAccount:{NODE}", "roles/storage.legacyBucketReader",
                      f"projects/_/buckets/{BUCKET}")
     with pytest.raises(Exception, match="storage.buckets.get"):
-        bucket.read_path("datasets/x.jsonl")
+        node.read_path("datasets/engineering/d.parquet")
 
 
 def test_each_call_the_code_makes_is_allowed_by_exactly_the_grant_setup_made(
@@ -287,20 +318,28 @@ def test_each_call_the_code_makes_is_allowed_by_exactly_the_grant_setup_made(
     instance = f"projects/{PROJECT}/zones/us-central1-a/instances/slm-node"
     resource = {"project": f"projects/{PROJECT}", "instance": instance,
                 "bucket": f"projects/_/buckets/{BUCKET}/objects/datasets/x.jsonl",
+                "node-results": f"projects/_/buckets/{BUCKET}/objects/artifacts/adapters/a/x",
                 "node-account": f"projects/{PROJECT}/serviceAccounts/{NODE}",
                 "secrets": f"projects/{PROJECT}/secrets/prefect-api-key",
                 "auth-secret": f"projects/{PROJECT}/secrets/slm-prefect-auth"}
     granted_on = {"project": f"projects/{PROJECT}", "instance": instance,
                   "bucket": f"projects/_/buckets/{BUCKET}",
+                  "node-results": f"projects/_/buckets/{BUCKET}",
                   "node-account": resource["node-account"], "secrets": resource["secrets"],
                   "auth-secret": resource["auth-secret"]}
     gcp = world.gcp
     for who, call, permission, role, where in CALLS:
         member = f"serviceAccount:{ORCH if who == 'orchestrator' else NODE}"
         assert gcp.allowed(member, permission, resource[where]), (who, call)
-        gcp.revoke(member, role, granted_on[where])
-        assert not gcp.allowed(member, permission, resource[where]), (who, call, role)
-        gcp.grant(member, role, granted_on[where])
+        if where == "node-results":  # the conditional binding: set aside, then put back
+            policy = gcp.policies[granted_on[where]]
+            kept, policy.conditional = policy.conditional, []
+            assert not gcp.allowed(member, permission, resource[where]), (who, call, role)
+            policy.conditional = kept
+        else:
+            gcp.revoke(member, role, granted_on[where])
+            assert not gcp.allowed(member, permission, resource[where]), (who, call, role)
+            gcp.grant(member, role, granted_on[where])
     # the node can touch no instance: none of the orchestrator's compute permissions
     for permission in ("compute.instances.start", "compute.instances.setMetadata"):
         assert not gcp.allowed(f"serviceAccount:{NODE}", permission,

@@ -199,3 +199,49 @@ def test_a_disabled_api_and_an_anonymous_caller(world: tuple[FakeProject, GcsIam
     with pytest.raises(exceptions.Forbidden) as f:
         client(world).get_bucket(BUCKET)
     assert f.value.reason == "SERVICE_DISABLED"
+
+
+def test_a_conditional_binding_grants_only_the_objects_it_names(
+        world: tuple[FakeProject, GcsIamProxy]) -> None:
+    """[conditions]: written only as a version-3 policy on a bucket with uniform access; read
+    back whole at version 3 and mangled below it; it allows the objects under its prefix, and
+    not a list (whose resource is the bucket)."""
+    gcp, _ = world
+    c = client(world)
+    legacy = c.create_bucket(c.bucket("slm-acl-bucket"), location="us-central1")
+    make_bucket(world)
+    cond = {"title": "runs", "description": "",
+            "expression": f'resource.name.startsWith("{RES}/objects/runs/")'}
+    for bucket, version, why in ((legacy, 3, "uniform bucket-level access"),
+                                 (c.bucket(BUCKET), 1, "version 3")):
+        policy = bucket.get_iam_policy(requested_policy_version=3)
+        policy.version = version
+        policy.bindings.append({"role": "roles/storage.objectAdmin", "members": {NODE},
+                                "condition": cond})
+        with pytest.raises(exceptions.BadRequest, match=why):
+            bucket.set_iam_policy(policy)
+    bucket = c.bucket(BUCKET)
+    policy = bucket.get_iam_policy(requested_policy_version=3)
+    policy.version = 3
+    policy.bindings.append({"role": "roles/storage.objectAdmin", "members": {NODE},
+                            "condition": cond})
+    bucket.set_iam_policy(policy)
+    assert [b for b in bucket.get_iam_policy(requested_policy_version=3).bindings
+            if b.get("condition")] == [{"role": "roles/storage.objectAdmin",
+                                        "members": {NODE}, "condition": cond}]
+    v1 = bucket.get_iam_policy()
+    assert v1.version == 1 and [b["role"][:len("roles/storage.objectAdmin_withcond_")]
+                                for b in v1.bindings if "_withcond_" in b["role"]] == [
+        "roles/storage.objectAdmin_withcond_"]
+    gcp.grant(NODE, "roles/storage.legacyBucketReader", RES)
+    mine = client(world, NODE).bucket(BUCKET)
+    mine.blob("runs/1.json").upload_from_string("{}")
+    assert mine.blob("runs/1.json").download_as_bytes() == b"{}"
+    with pytest.raises(exceptions.Forbidden) as e:
+        mine.blob("code/1.py").upload_from_string("x")
+    assert said(e) == no_access(NODE_EMAIL, "storage.objects.create",
+                                "Google Cloud Storage object")
+    gcp.revoke(NODE, "roles/storage.legacyBucketReader", RES)
+    with pytest.raises(exceptions.Forbidden) as e:
+        list(mine.list_blobs())
+    assert said(e) == no_access(NODE_EMAIL, "storage.objects.list")
