@@ -4,8 +4,8 @@ boot the node → start the inference server and wait for it → phase 1 (extrac
 inference server, release the accelerator → phase 2: score the corpus, train each passing
 bucket (export, verify, register, promote) → stop the node, always. The next night's server
 loads the promoted adapter. The stages are tasks/night/stages.py's; the phases that are flows
-of their own (extract, scorecard, train) run here as subflows, each inside the stage that keeps
-its record. The subflows read the profile this flow loaded (profile_in_use).
+of their own (extract, scorecard, train) run here as subflows, and the stages take their final
+states (`return_state=True`). The subflows read the profile this flow loaded (profile_in_use).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from flows.scorecard import scorecard
 from flows.train import train
 from tasks.night.clock import phase1_timeout
 from tasks.night.fleet import stop_nodes_hook
+from tasks.night.phases import final_status
 from tasks.night.stages import Night, check_buckets, check_phases
 from tasks.profile import load_profile, profile_in_use
-from tasks.records import RunSummary, TrainingResult
-from tasks.shared.slots import gpu_slot
+from tasks.records import RunSummary
+from tasks.shared.slots import gpu_slot, owning_the_node
 
 
 @flow(name="nightly", on_cancellation=[stop_nodes_hook], on_crashed=[stop_nodes_hook])
@@ -43,30 +44,38 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     check_buckets(cfg, buckets)
     night = Night(cfg, phases, phase1_timeout_seconds, phase2_timeout_seconds,
                   night_budget_seconds)
-    # owns the node; stops it and writes the summary, whatever happens
-    with night.running(), profile_in_use(profile, cfg):
-        night.preflight()
-        nodes = night.boot()
-        with gpu_slot():  # no ad-hoc training shares the card with the inference server
-            if night.wants("extract") and night.serve(nodes):
-                with night.extracting() as p1:
-                    p1.report = extract.with_options(timeout_seconds=phase1_timeout(p1.budget))(
-                        profile=profile, base_url=p1.urls[0], full=full,
-                        retry_failed=retry_failed, max_failed_share=max_failed_share,
-                        base_urls=p1.urls, budget_seconds=p1.budget)
-            night.release()
-        night.down_extra_nodes()
-        if night.wants("scorecard"):
-            with night.phase("scorecard"):
-                night.summary.scorecard = scorecard(profile=profile)
-        if night.wants("train"):
-            turns = night.turns(profile)
-            for turn in turns.each(buckets):
-                with turns.running(turn):
-                    turn.result = turns.on_node(turn, retrain) if turn.remote else \
-                        TrainingResult.of_manifest(train.with_options(
-                            timeout_seconds=turn.seconds())(
-                            params=turn.params, profile=profile, created_by="nightly",
-                            retrain=retrain))
-        night.finish()
+    with owning_the_node(), profile_in_use(profile, cfg):
+        night.recover()
+        try:
+            night.preflight()
+            nodes = night.boot()
+            with gpu_slot():  # no ad-hoc training shares the card with the inference server
+                if night.wants("extract") and night.serve(nodes):
+                    with night.phase("extract"):
+                        budget = night.phase1_budget()
+                        run = extract.with_options(timeout_seconds=phase1_timeout(budget))(
+                            profile=profile, base_url=night.urls[0], full=full,
+                            retry_failed=retry_failed, max_failed_share=max_failed_share,
+                            base_urls=night.urls, budget_seconds=budget, return_state=True)
+                    night.extracted(run)
+                night.release()
+            night.down_extra_nodes()
+            if night.wants("scorecard"):
+                with night.phase("scorecard"):
+                    night.summary.scorecard = scorecard(profile=profile)
+            if night.wants("train"):
+                turns = night.turns(profile)
+                for turn in turns.each(buckets):
+                    with night.phase(f"train:{turn.bucket}"):
+                        trained = turns.on_node(turn, retrain) if turn.remote else \
+                            train.with_options(timeout_seconds=turn.seconds())(
+                                params=turn.params, profile=profile, created_by="nightly",
+                                retrain=retrain, return_state=True)
+                    turns.took(turn, trained)
+            night.finish()
+        except BaseException as e:
+            night.summary.status = final_status(e)
+            raise
+        finally:
+            night.end()  # every node stopped and the summary written, whatever happened
     return night.summary

@@ -34,6 +34,18 @@ def final_status(e: BaseException) -> Literal["preempted", "cancelled", "failed"
     return "cancelled" if isinstance(e, TerminationSignal | KeyboardInterrupt) else "failed"
 
 
+def phase_failed(summary: RunSummary, name: str, e: BaseException) -> None:
+    """The summary's phase `name` ended with `e`: its status, and `summary.error` if it is the
+    first phase that failed."""
+    # Prefect's FlowRunTimeoutError and TaskRunTimeoutError are TimeoutErrors, and so is
+    # PhaseTimedOut; run_on_node raises TimeoutError when a node run outlives its budget.
+    summary.phases[name].status = "timed_out" if isinstance(e, TimeoutError | PhaseTimedOut) \
+        else final_status(e)
+    why = str(e) or ("the run was cancelled" if final_status(e) == "cancelled" else "")
+    if summary.error is None:  # the first phase that failed says why
+        summary.error = f"{name}: {type(e).__name__}" + (f": {why}" if why else "")
+
+
 @contextmanager
 def phase(summary: RunSummary, name: str) -> Iterator[None]:
     """The block as the summary's phase `name`: running, then how it ended and in how long."""
@@ -41,18 +53,11 @@ def phase(summary: RunSummary, name: str) -> Iterator[None]:
 
     def ended(seconds: float, e: BaseException | None) -> None:
         record.seconds = round(seconds, 2)
-        if e is None:
-            record.status = "completed"
-            return
-        # Prefect's FlowRunTimeoutError and TaskRunTimeoutError are TimeoutErrors, and so is
-        # PhaseTimedOut; run_on_node raises TimeoutError when a node run outlives its budget.
-        record.status = "timed_out" if isinstance(e, TimeoutError | PhaseTimedOut) \
-            else final_status(e)
-        if isinstance(e, PhaseFailed):
-            summary.merge_extraction(e.report)
-        why = str(e) or ("the run was cancelled" if final_status(e) == "cancelled" else "")
-        if summary.error is None:  # the first phase that failed says why
-            summary.error = f"{name}: {type(e).__name__}" + (f": {why}" if why else "")
+        record.status = "completed"
+        if e is not None:
+            if isinstance(e, PhaseFailed):
+                summary.merge_extraction(e.report)
+            phase_failed(summary, name, e)
 
     with timed(ended):
         yield

@@ -1,14 +1,12 @@
-"""The night's stages, in the order the runbook reads: own the node (the `nightly` slot, the
-checks at start, the teardown and the summary at the end), preflight, boot, serve, extract,
-release, score, train, publish. flows/nightly.py calls them in that order and runs the flows
-that are phases of their own (extract, scorecard, train) itself, inside the stage that keeps
-their record (`Night.extracting`, `Night.phase`, `Turns.running`)."""
+"""The night's stages, in the order the runbook reads: recover what a dead run left, preflight,
+boot, serve, take phase 1's outcome, release, turn to training, finish, and end (every node
+stopped, the summary written), whatever happened. flows/nightly.py calls them in that order and
+runs the flows that are phases of their own (extract, scorecard, train) itself, each with
+`return_state=True`; the stages take the states it gets back."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run as current_run
+from prefect.states import State
 
 from tasks.compute.node import compute_up, inference_down, inference_up
 from tasks.compute.protocol import Node
@@ -23,7 +22,7 @@ from tasks.compute.stale_runs import cancel_stale_node_runs
 from tasks.extraction.capacity import Phase1Measured, capacity_report
 from tasks.night.clock import NightClock, night_budget, night_seconds
 from tasks.night.fleet import Fleet, drop_failed, each, node_lost, raise_first
-from tasks.night.phases import final_status, phase
+from tasks.night.phases import phase, phase_failed
 from tasks.night.reaper import reap
 from tasks.night.summary import new_summary, render_markdown
 from tasks.night.training import Turns, publish_phase
@@ -38,7 +37,6 @@ from tasks.records import (
 )
 from tasks.shared.errors import ConfigError, NodePreempted, PhaseFailed
 from tasks.shared.gcs_sync import mirror_records
-from tasks.shared.slots import owning_the_node
 from tasks.training.reconcile import reconcile_store
 from tasks.training.serving import LocalServing, local_serving, served_gguf
 
@@ -46,16 +44,6 @@ if TYPE_CHECKING:
     from tasks.profile import Profile
 
 PHASES = ("all", "extract", "train")  # the nightly's `phases`: the whole night, or one half
-
-@dataclass
-class Extracting:
-    """Phase 1's run as the night hands it out: its budget (seconds) and the serving nodes'
-    base URLs; the block that runs it sets the report."""
-
-    budget: float
-    urls: list[str]
-    report: ExtractionReport | None = None
-
 
 def check_phases(phases: str, buckets: list[str] | None) -> None:
     if phases not in PHASES:
@@ -95,40 +83,30 @@ class Night:
         self.phase1_error: Exception | None = None
         self.training: Turns | None = None
 
-    @contextmanager
-    def running(self) -> Iterator[None]:
-        """Own the node for the block (the `nightly` slot), after the checks at start; then,
-        whatever happened, stop every node, and write and publish the summary."""
-        s = self.summary
-        with owning_the_node():
-            self._at_start()
-            try:
-                try:
-                    yield
-                except BaseException as e:
-                    s.status = final_status(e)
-                    raise
-                finally:
-                    try:
-                        self.fleet.down(s, self.logger)
-                    except Exception:
-                        s.status = "failed"
-                        raise
-            finally:
-                s.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
-                path = _write_summary(s, self.cfg.state_dir)
-                _mirror_records(self.cfg, self.logger)
-                create_markdown_artifact(render_markdown(s), key="nightly-summary",
-                                         description="Nightly run summary")
-                self.logger.info("run summary written to %s", path)
-
-    def _at_start(self) -> None:
-        """While holding the slot: a node up now was left by a dead run; so were manifests
-        left `running` and node runs left open."""
+    def recover(self) -> None:
+        """While holding the `nightly` slot, before anything boots: a node up now was left by a
+        dead run; so were manifests left `running` and node runs left open."""
         self.summary.reaper = _reap_at_start(self.cfg, self.logger)
         self.summary.reconciled = _reconcile_at_start(self.cfg, self.logger)
         if self.cfg.node.remote_training:  # a local node has no node runs
             self.summary.stale_node_runs = _cancel_stale_node_runs(self.cfg, self.logger)
+
+    def end(self) -> None:
+        """Whatever happened: every node stopped, then the summary written, copied to the
+        bucket and published."""
+        s = self.summary
+        try:
+            self.fleet.down(s, self.logger)
+        except Exception:
+            s.status = "failed"
+            raise
+        finally:
+            s.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+            path = _write_summary(s, self.cfg.state_dir)
+            _mirror_records(self.cfg, self.logger)
+            create_markdown_artifact(render_markdown(s), key="nightly-summary",
+                                     description="Nightly run summary")
+            self.logger.info("run summary written to %s", path)
 
     def preflight(self) -> None:
         """A node that trains remotely (GCE): nothing boots before its preflight passes."""
@@ -181,42 +159,31 @@ class Night:
             return False
         return True
 
-    @contextmanager
-    def extracting(self) -> Iterator[Extracting]:
-        """The block runs phase 1 (the extract flow) on the serving nodes within its budget and
-        sets the report. The corpus does not depend on tonight's graph, so a failed phase 1 is
-        kept, not raised: the caller releases the GPU and runs phase 2, and `finish` fails the
-        night with this reason (`summary.error` holds it already). A node that is gone
-        (NodePreempted) and a cancelled run (BaseException) are raised: there is nothing left
-        to train on."""
-        s, cfg = self.summary, self.cfg
-        try:
-            with phase(s, "extract"):
-                run = Extracting(self.clock.phase1(self.phase1_seconds, self.phase2_seconds),
-                                 self.urls)
-                try:
-                    yield run
-                except Exception as e:
-                    lost = node_lost(cfg.node)
-                    if lost is None:
-                        raise
-                    if isinstance(e, PhaseFailed):
-                        s.merge_extraction(e.report)
-                    raise lost from e
-                report = run.report
-                if report is None:
-                    raise RuntimeError("extract: the block set no report")
-                s.merge_extraction(report)
-                lost = node_lost(cfg.node)  # documents failed with it: done next run
-                if lost is not None:
-                    raise lost
-            _mark_partial(s, report)
-            if report.extract_seconds or report.pending:  # something to measure
-                s.capacity = _capacity(report, len(self.serving))
-        except NodePreempted:
-            raise
-        except Exception as e:
-            self._phase1_failed(e)
+    def phase1_budget(self) -> float:
+        """Phase 1's seconds: its timeout, or what is left of the night before phase 2's."""
+        return self.clock.phase1(self.phase1_seconds, self.phase2_seconds)
+
+    def extracted(self, state: State[ExtractionReport]) -> None:
+        """Phase 1's outcome (the extract flow's final state) in the summary. The corpus does
+        not depend on tonight's graph, so a failed phase 1 is kept, not raised: the caller
+        releases the GPU and runs phase 2, and `finish` fails the night with it
+        (`summary.error` holds it already). A node that is gone (NodePreempted) is raised:
+        there is nothing left to train on."""
+        s = self.summary
+        got = state.result(raise_on_failure=False)
+        s.merge_extraction(got if isinstance(got, ExtractionReport) else
+                           got.report if isinstance(got, PhaseFailed) else None)
+        lost = node_lost(self.cfg.node)  # documents failed with it: done next run
+        if lost is not None:
+            phase_failed(s, "extract", lost)
+            raise lost from (got if isinstance(got, Exception) else None)
+        if not isinstance(got, ExtractionReport):
+            phase_failed(s, "extract", got)
+            self._phase1_failed(got)
+            return
+        _mark_partial(s, got)
+        if got.extract_seconds or got.pending:  # something to measure
+            s.capacity = _capacity(got, len(self.serving))
 
     def _phase1_failed(self, e: Exception) -> None:
         self.phase1_error = e

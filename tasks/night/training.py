@@ -1,21 +1,23 @@
 """Phase 2b as the night runs it: one training run per passing bucket, one after the other,
 within one budget; then each promoted adapter served by name. The nightly flow walks the turns
-(`Turns`) and trains each where the node says (on the node through its deployment, or with its
-own call of the train flow); the turns keep the records."""
+(`Turns.each`) and trains each where the node says (on the node through its deployment, the
+task `train_on_node_task`, or with its own call of the train flow); `Turns.took` keeps what
+became of each run from its final state."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from prefect import get_run_logger
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.states import State
 
 from tasks.night.handoff import train_on_node, train_params
-from tasks.night.phases import phase
+from tasks.night.phases import phase, phase_failed
 from tasks.records import RunSummary, TrainingMarker, TrainingResult
 from tasks.shared.errors import NodePreempted, PhaseFailed
 from tasks.training.params import TrainParams
@@ -28,15 +30,13 @@ if TYPE_CHECKING:
 @dataclass
 class Turn:
     """One passing bucket's training run: its marker, its parameters (the profile's recipe on
-    the marker's dataset), when phase 2b's budget ends (time.monotonic()), and, once it ran,
-    its result row."""
+    the marker's dataset) and when phase 2b's budget ends (time.monotonic())."""
 
     bucket: str
     marker_path: Path
     params: TrainParams
     deadline: float
     remote: bool  # the node trains (Node.remote_training): its deployment runs the train flow
-    result: TrainingResult | None = None
 
     def seconds(self) -> float:
         """What is left of phase 2b's budget for this run (at least 1 s)."""
@@ -109,27 +109,23 @@ class Turns:
             return f"the node was preempted during an earlier bucket: {self.preempted}"
         return None
 
-    def on_node(self, turn: Turn, retrain: bool) -> TrainingResult:
-        """The turn's run on the node, through its deployment."""
-        return train_on_node(self.cfg, self.profile, turn.params, turn.seconds(),
-                             label=f"train:{turn.bucket}", created_by="nightly",
-                             retrain=retrain)
+    def on_node(self, turn: Turn, retrain: bool) -> State[TrainingResult]:
+        """The turn's run on the node, through its deployment: its final state."""
+        return train_on_node_task(self.cfg, self.profile, turn.params, turn.seconds(),
+                                  f"train:{turn.bucket}", retrain, return_state=True)
 
-    @contextmanager
-    def running(self, turn: Turn) -> Iterator[Turn]:
-        """The block trains `turn` (setting turn.result) as the summary's phase
-        train:<bucket>; a failure is recorded, not raised (the other buckets still train)."""
-        started = time.monotonic()
-        try:
-            with phase(self.summary, f"train:{turn.bucket}"):
-                yield turn
-        except Exception as e:  # noqa: BLE001 - recorded; the other bucket still trains
-            self._failed(turn.bucket, e)
+    def took(self, turn: Turn, state: State[Any]) -> None:
+        """What became of `turn` (its run's final state: a TrainingResult from the node, a
+        manifest from the train flow) in its phase record and the summary's training rows; a
+        failure is recorded, not raised (the other buckets still train)."""
+        name = f"train:{turn.bucket}"
+        got = state.result(raise_on_failure=False)
+        if isinstance(got, Exception):
+            phase_failed(self.summary, name, got)
+            self._failed(turn.bucket, got)
             return
-        m = turn.result
-        if m is None:
-            raise RuntimeError(f"train:{turn.bucket}: the block set no result")
-        m.seconds = round(time.monotonic() - started, 1)
+        m = got if isinstance(got, TrainingResult) else TrainingResult.of_manifest(got)
+        m.seconds = round(self.summary.phases[name].seconds or 0.0, 1)
         self.rows[turn.bucket] = m
         turn.marker_path.unlink(missing_ok=True)  # consumed: the manifest records the dataset
         self.logger.info("%s: adapter %s %s", turn.bucket, m.name,
@@ -152,6 +148,14 @@ class Turns:
         if self.failed:
             raise PhaseFailed(f"training failed for {', '.join(self.failed)} (see training "
                               "in the summary)")
+
+
+@task(name="train-on-node", cache_policy=NO_CACHE)
+def train_on_node_task(cfg: Profile, profile: str, params: TrainParams, timeout_seconds: float,
+                       label: str, retrain: bool) -> TrainingResult:
+    """tasks/night/handoff.py train_on_node as a task of the night, whose state it gets back."""
+    return train_on_node(cfg, profile, params, timeout_seconds, label=label,
+                         created_by="nightly", retrain=retrain)
 
 
 def publish_phase(summary: RunSummary, cfg: Profile) -> None:
