@@ -80,7 +80,7 @@ class Night:
         self.fleet = Fleet(cfg.nodes if phases != "train" else cfg.nodes[:1])
         self.serving: list[Node] = []  # the nodes whose engines are up (release stops them)
         self.urls: list[str] = []  # their base URLs, phase 1's endpoints
-        self.phase1_error: Exception | None = None
+        self.phase1_failed: str | None = None  # why, when it did (phase 2 runs first)
         self.training: Turns | None = None
 
     def recover(self) -> None:
@@ -148,7 +148,7 @@ class Night:
 
     def serve(self, nodes: list[Node]) -> bool:
         """The inference servers up on `nodes` with tonight's adapter; False when none came up
-        (the failure is kept: phase 2 runs, then `finish` fails the night with it)."""
+        (the failure is recorded: phase 2 runs, then `finish` fails the night naming it)."""
         self.serving = nodes
         try:
             self.serving, self.urls = self._serve(nodes)
@@ -165,8 +165,8 @@ class Night:
 
     def extracted(self, state: State[ExtractionReport]) -> None:
         """Phase 1's outcome (the extract flow's final state) in the summary. The corpus does
-        not depend on tonight's graph, so a failed phase 1 is kept, not raised: the caller
-        releases the GPU and runs phase 2, and `finish` fails the night with it
+        not depend on tonight's graph, so a failed phase 1 is recorded, not raised: the caller
+        releases the GPU and runs phase 2, and `finish` fails the night naming it
         (`summary.error` holds it already). A node that is gone (NodePreempted) is raised:
         there is nothing left to train on."""
         s = self.summary
@@ -186,9 +186,9 @@ class Night:
             s.capacity = _capacity(got, len(self.serving))
 
     def _phase1_failed(self, e: Exception) -> None:
-        self.phase1_error = e
+        self.phase1_failed = self.summary.error or f"{type(e).__name__}: {e}"
         self.logger.error("phase 1 failed (%s); the inference server is stopped and phase 2 "
-                          "runs", self.summary.error or f"{type(e).__name__}: {e}")
+                          "runs", self.phase1_failed)
 
     def _serve(self, nodes: list[Node]) -> tuple[list[Node], list[str]]:
         s, cfg = self.summary, self.cfg
@@ -231,8 +231,8 @@ class Night:
         publish_phase(self.summary, self.cfg)
         if self.training is not None:
             self.training.end()
-        if self.phase1_error is not None:
-            raise self.phase1_error
+        if self.phase1_failed is not None:
+            raise PhaseFailed(f"phase 1 failed ({self.phase1_failed}); phase 2 had its turn")
         self.summary.status = "partial" if self.summary.phases["extract"].status == "partial" \
             else "completed"
 

@@ -15,6 +15,11 @@ The flow's parameter (`TrainParams`, a form in Prefect's UI) stays small: the da
 bucket, the method, which recipe, and the recipe keys this run overrides.
 """
 
+# Why not TRL's own `TrlParser`: it reads one flat config for one dataclass set (no `sft:` /
+# `dpo:` / `peft:` sections, no project keys), and its errors name neither the file nor the fix:
+# with TRL 1.16 an unknown key is "Unknown arguments from config file: ['--betta', '0.2']…", and a
+# value of the wrong type ends the process (argparse's usage, exit 2).
+
 from __future__ import annotations
 
 import dataclasses
@@ -225,7 +230,8 @@ def resolve(params: TrainParams, default_recipe: str | None = None, where: str =
 def build_params(recipe: str | None, fields: dict[str, Any], where: str = "training") -> TrainParams:
     """A validated `TrainParams` from a recipe reference and flat fields: `dataset`, `bucket`,
     `method` go to the parameter, any other key is a recipe override (None values ignored).
-    Fails here, with one message, on anything the run would fail on."""
+    The recipe itself is read and checked once, where the run uses it: `resolve` (the train
+    flow; preflight before a night)."""
     given = {k: v for k, v in fields.items() if v is not None}
     method = given.get("method")
     if method not in METHODS:
@@ -238,7 +244,6 @@ def build_params(recipe: str | None, fields: dict[str, Any], where: str = "train
         raise ConfigError(explain_validation(
             e, f"{where}: invalid training parameters:",
             "Fix them in the flow's parameters.", root="(parameters)")) from None
-    resolve(params, where=where)
     return params
 
 

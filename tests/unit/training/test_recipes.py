@@ -113,7 +113,7 @@ def test_a_bad_key_fails_at_load_naming_the_file_and_the_fix(
         tmp_path: Path, data: dict[str, Any], method: str, message: str) -> None:
     path = write(tmp_path, data)
     with pytest.raises(ConfigError, match=message) as e:
-        build_params(str(path), {"dataset": "x", "method": method})
+        resolve(build_params(str(path), {"dataset": "x", "method": method}))
     assert str(path) in str(e.value)
 
 
@@ -121,7 +121,7 @@ def test_method_and_recipe_name_errors() -> None:
     with pytest.raises(ConfigError, match=r"method 'ppo' is not one of \['sft', 'dpo'\]"):
         build_params("local", {"dataset": "x", "method": "ppo"})
     with pytest.raises(ConfigError, match=r"recipe 'nope'.*not found .*\['local', 'production'\]"):
-        build_params("nope", {"dataset": "x", "method": "sft"})
+        resolve(build_params("nope", {"dataset": "x", "method": "sft"}))
 
 
 def test_recipes_resolve_the_same_from_any_working_directory(
