@@ -17,7 +17,6 @@ from flows.scorecard import scorecard
 from flows.train import train
 from tasks.night.clock import phase1_timeout
 from tasks.night.fleet import stop_nodes_hook
-from tasks.night.phases import final_status
 from tasks.night.stages import Night, check_buckets, check_phases
 from tasks.profile import load_profile, profile_in_use
 from tasks.records import RunSummary
@@ -62,7 +61,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
             night.down_extra_nodes()
             if night.wants("scorecard"):
                 with night.phase("scorecard"):
-                    night.summary.scorecard = scorecard(profile=profile)
+                    night.scored(scorecard(profile=profile))
             if night.wants("train"):
                 turns = night.turns(profile)
                 for turn in turns.each(buckets):
@@ -74,7 +73,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                     turns.took(turn, trained)
             night.finish()
         except BaseException as e:
-            night.summary.status = final_status(e)
+            night.ended_with(e)
             raise
         finally:
             night.end()  # every node stopped and the summary written, whatever happened

@@ -22,7 +22,7 @@ from tasks.compute.stale_runs import cancel_stale_node_runs
 from tasks.extraction.capacity import Phase1Measured, capacity_report
 from tasks.night.clock import NightClock, night_budget, night_seconds
 from tasks.night.fleet import Fleet, drop_failed, each, node_lost, raise_first
-from tasks.night.phases import phase, phase_failed
+from tasks.night.phases import final_status, phase, phase_failed
 from tasks.night.reaper import reap
 from tasks.night.summary import new_summary, render_markdown
 from tasks.night.training import Turns, publish_phase
@@ -32,6 +32,7 @@ from tasks.records import (
     ReaperResult,
     ReconciledManifest,
     RunSummary,
+    ScorecardSummary,
     StaleNodeRun,
     SyncReport,
 )
@@ -90,6 +91,10 @@ class Night:
         self.summary.reconciled = _reconcile_at_start(self.cfg, self.logger)
         if self.cfg.node.remote_training:  # a local node has no node runs
             self.summary.stale_node_runs = _cancel_stale_node_runs(self.cfg, self.logger)
+
+    def ended_with(self, e: BaseException) -> None:
+        """The night stopped on `e`: its status (preempted, cancelled or failed)."""
+        self.summary.status = final_status(e)
 
     def end(self) -> None:
         """Whatever happened: every node stopped, then the summary written, copied to the
@@ -206,6 +211,11 @@ class Night:
             ready = each(inference_up, nodes, endpoint=endpoint, adapter=serving.adapter,
                          names=serving.names)
             return drop_failed(nodes, ready, "inference", self.logger)
+
+    def scored(self, card: ScorecardSummary) -> None:
+        """Phase 2a's card (the scorecard flow's result) in the summary: the buckets that pass
+        are tonight's training turns."""
+        self.summary.scorecard = card
 
     def release(self) -> None:
         """The inference servers down (those the boot left up when phase 1 did not run): the
