@@ -17,6 +17,7 @@ from tasks.extraction.calls import DocOutcome, ExtractionConfig, extract_documen
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.prompt import document_version
+from tasks.extraction.resolve import resolve
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.records import FailedDocument
 from tasks.shared.errors import GraphError
@@ -47,6 +48,16 @@ def record_failures(docs: Iterable[Document]) -> list[FailedDocument]:
             for d in docs for b in d.bad_records]
 
 
+def known_people(store: GraphStore, docs: Iterable[Document]) -> dict[str, str]:
+    """E-mail address → Person key, of what the graph holds for these documents' contacts: the
+    Persons that hold their addresses, and every address of the Persons of their names (a
+    namesake's evidence: tasks/extraction/rows.py contact_rows)."""
+    records = [r for d in docs for r in d.records]
+    return store.keys_by_email([e for r in records for e in r["emails"]],
+                               [resolve("Person", r["name"])[0] for r in records
+                                if r["emails"] and r.get("name")])
+
+
 def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, ask: ExtractionConfig,
                   changed: set[str], on_done: Callable[[DocOutcome], None] | None = None
                   ) -> BatchReport:
@@ -75,12 +86,11 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, as
                                                 model=model, prompt_version=document_version(
                                                     d, ontology, gleanings),
                                                 held=not o.unanswered))
-    emails = [e for o in outcomes if not (o.error or o.deferred)
-              for r in o.doc.records for e in r["emails"]]
+    written = [o.doc for o in outcomes if not (o.error or o.deferred)]
 
     def write() -> tuple[GraphBatch, BatchReport]:
         labels = BatchReport()  # label counts of this attempt only
-        batch = build_batch(outcomes, model, store.keys_by_email(emails), labels, ontology,
+        batch = build_batch(outcomes, model, known_people(store, written), labels, ontology,
                             gleanings)
         retract = [d["id"] for d in batch.documents if d["id"] in changed]
         if retract:

@@ -2,7 +2,11 @@
 
 "Hon. Anita Anand (Minister of Public Services and Procurement)" and "Hon. Anita Anand" are
 one Person: honorifics and post-nominals are dropped from the key, a trailing parenthetical
-becomes the affiliation, and every spelling seen is kept as an alias.
+becomes the affiliation, and every spelling seen is kept as an alias. "Northwind Analytics,
+Inc.", "Northwind Analytics Inc." and "The Northwind Analytics" are one Organization: a
+leading "The", a trailing legal form and the difference between `&` and "and" are dropped
+from its key. People who share a name but not an e-mail address are kept apart where the
+contacts are read (tasks/extraction/rows.py `contact_rows`).
 """
 
 from __future__ import annotations
@@ -93,8 +97,34 @@ def normalize(name: str) -> str:
     return _WS.sub(" ", s).strip()
 
 
+# Legal forms that end an organization's name, as normalize() writes them ("S.A." → "s a"),
+# longest first; "Pty Ltd" and "Co., Ltd." lose both words.
+_LEGAL_FORMS = sorted((tuple(f.split()) for f in (
+    "inc", "incorporated", "ltd", "limited", "llc", "l l c", "llp", "corp", "corporation", "co",
+    "company", "gmbh", "ag", "sa", "s a", "plc", "pty", "bv", "b v", "nv", "n v", "srl",
+    "s r l", "sas", "s a s", "oy", "ab", "kk")), key=len, reverse=True)
+
+
+def organization_name_key(name: str) -> str:
+    """The part of an organization's name its key is made of: normalised, without a leading
+    "the" or trailing legal forms, `&` as "and" ('The Procter & Gamble Co.' → 'procter and
+    gamble'); never empty ('The Limited' → 'limited', 'Co' → 'co')."""
+    words = normalize(name).replace("&", " and ").split()
+    core = words[1:] if words[:1] == ["the"] and len(words) > 1 else words
+    while True:
+        form = next((f for f in _LEGAL_FORMS if len(core) > len(f) and
+                     tuple(core[-len(f):]) == f), None)
+        if form is None:
+            break
+        core = core[:-len(form)]
+    return " ".join(core) if core else " ".join(words)
+
+
 def entity_key(entity_type: str, name: str) -> str:
-    """Canonical key: 'Person:anita anand'. `name` must already be cleaned by split_name."""
+    """Canonical key: 'Person:anita anand', 'Organization:northwind analytics'. `name` must
+    already be cleaned by split_name."""
+    if entity_type == "Organization":
+        return f"{entity_type}:{organization_name_key(name)}"
     return f"{entity_type}:{normalize(name)}"
 
 

@@ -21,9 +21,13 @@ from tasks.graph.store import EntityRow, RelRow
 
 
 def entity(entity_type: str, raw: str, description: str = "") -> EntityRow:
-    """The row of an entity named `raw`: its resolved key and name, the spelling as an alias."""
+    """The row of an entity named `raw`: its resolved key and name, the spelling as an alias.
+    An organization's name is an alias too, for the node another spelling may have named
+    first ("Contoso Limited" on "Contoso Ltd"); the store keeps no alias equal to the name."""
     key, r = resolve(entity_type, raw)
     aliases = [raw.strip()] if raw.strip() != r.name else []
+    if entity_type == "Organization":
+        aliases.append(r.name)
     return EntityRow(key=key, type=entity_type, name=r.name, aliases=aliases,
                      description=description.strip(), affiliation=r.affiliation)
 
@@ -76,18 +80,29 @@ def contact_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
                  ontology: GraphSchema, pruned: Counter[str]) -> None:
     """Each contact a Person (with e-mail addresses and phones), who WORKS_FOR their
     organization. Contacts unify by e-mail: a known address wins over the spelling of the
-    name."""
+    name. A namesake is kept apart: when the name's Person holds other addresses and none of
+    this contact's, the contact is a second Person, keyed by the name and its first address
+    ("Person:john smith <john.smith@contoso.com>"), which later runs find by that address.
+    `email_keys` holds the batch's addresses and those of the graph's Persons of these
+    names (tasks/extraction/batch.py)."""
     if not ontology.node("Person"):
         return
+    held: dict[str, set[str]] = {}  # Person key → its addresses
+    for e, k in email_keys.items():
+        held.setdefault(k, set()).add(e)
     for rec in doc.records:
         person = entity("Person", rec["name"], rec.get("title") or "")
-        known = next((email_keys[e] for e in rec["emails"] if e in email_keys), None)
+        emails = list(rec["emails"])
+        known = next((email_keys[e] for e in emails if e in email_keys), None)
         if known and known != person.key:
             person.aliases = sorted({*person.aliases, person.name})
             person.key = known
-        person.emails, person.phones = list(rec["emails"]), list(rec["phones"])
-        for e in rec["emails"]:
+        elif known is None and emails and held.get(person.key):
+            person.key = f"{person.key} <{emails[0]}>"  # the name is another's: a namesake
+        person.emails, person.phones = emails, list(rec["phones"])
+        for e in emails:
             email_keys.setdefault(e, person.key)
+            held.setdefault(person.key, set()).add(e)
         rows.add(person)
         if rec.get("organization") and ontology.node("Organization"):
             org = entity("Organization", rec["organization"])

@@ -301,11 +301,15 @@ class GraphStore(ABC):
     def document_states(self) -> dict[str, dict[str, Any]]:
         return {r["id"]: r for r in self._read(q.DOCUMENT_STATES)}
 
-    def keys_by_email(self, emails: Iterable[str]) -> dict[str, str]:
-        emails = sorted(set(emails))
-        if not emails:
-            return {}
-        return {r["email"]: r["key"] for r in self._read(q.KEYS_BY_EMAIL, {"emails": emails})}
+    def keys_by_email(self, emails: Iterable[str], keys: Iterable[str] = ()) -> dict[str, str]:
+        """E-mail address → Person key: the Persons that hold any of `emails`, and every
+        address of the entities whose key is in `keys` (a name's Person, for its namesakes)."""
+        emails, keys = sorted(set(emails)), sorted(set(keys))
+        out = {r["email"]: r["key"] for r in self._read(q.EMAILS_OF_KEYS, {"keys": keys})} \
+            if keys else {}
+        if emails:
+            out |= {r["email"]: r["key"] for r in self._read(q.KEYS_BY_EMAIL, {"emails": emails})}
+        return out
 
     def retract(self, doc_ids: Sequence[str], delete: bool = False) -> None:
         """Remove what these documents contributed: provenance on relationships (doc ids

@@ -288,7 +288,7 @@ def test_a_run_killed_while_writing_is_not_taken_for_damage(
 
     def crashing_write(self: FalkorDBStore, query: str, params: Any = None) -> Any:
         calls["n"] += 1
-        if calls["n"] == 4:  # after the documents and some entities, before the mark
+        if calls["n"] == 5:  # the schema (4 writes), then the first upsert: before the mark
             raise KeyboardInterrupt("simulated kill")
         return real_write(self, query, params)
 

@@ -108,3 +108,61 @@ def test_schema_properties_are_stored_and_merged(store: GraphStore) -> None:
                        "p.riding AS riding ORDER BY n")
     assert rows == [{"n": "Ann Lee", "role": "chair", "riding": "Oakville"},
                     {"n": "Bob Stone", "role": None, "riding": None}]
+
+
+def test_namesakes_stay_apart_and_organization_variants_join_on_both_stores(
+        store: GraphStore) -> None:
+    """Issue 52, through the real store and phase 1's own lookup (known_people): two contacts
+    named John Smith with their own addresses are two Persons, on this night and the next;
+    a third John Smith with a new address, a later night, is a third; "Contoso Ltd" and
+    "Contoso Limited" are one Organization keeping both spellings."""
+    from tasks.extraction.answers import BatchReport, build_batch
+    from tasks.extraction.batch import known_people
+    from tasks.extraction.calls import DocOutcome
+    from tasks.extraction.documents import Document
+
+    def contacts(doc_id: str, *people: tuple[str, str, str]) -> Document:
+        records = [{"name": n, "title": "", "emails": [e], "phones": [], "organization": o}
+                   for n, e, o in people]
+        return Document(doc_id, "contacts", f"/x/{doc_id}", "h", "", {}, records)
+
+    def night(*docs: Document) -> None:
+        batch = build_batch([DocOutcome(d, []) for d in docs], "m", known_people(store, docs),
+                            BatchReport())
+        store.upsert(batch)
+        mark(store, *(d.id for d in docs))
+
+    def people() -> dict[str, list[str]]:
+        return {r["k"]: r["e"] for r in store.query(
+            "MATCH (p:Person) RETURN p.key AS k, p.emails AS e")}
+
+    day1 = contacts("contacts/a.json", ("John Smith", "john.smith@contoso.com", "Contoso Ltd"),
+                    ("Sam Lee", "sam@contoso.com", "Contoso Ltd"))
+    day2 = contacts("contacts/b.json",
+                    ("John Smith", "jsmith@northwind.example", "Northwind Analytics, Inc."),
+                    ("Sam Lee", "sam@contoso.com", "Contoso Limited"))
+    night(day1)
+    night(day2)  # the graph holds John Smith with another address: his namesake
+    want = {"Person:john smith": ["john.smith@contoso.com"],
+            "Person:john smith <jsmith@northwind.example>": ["jsmith@northwind.example"],
+            "Person:sam lee": ["sam@contoso.com"]}
+    assert people() == want
+    first = dump(store)
+    night(day1)
+    night(day2)  # an unchanged night changes nothing
+    assert dump(store) == first
+    night(contacts("contacts/c.json", ("John Smith", "john@fabrikam.example", "Fabrikam")))
+    assert people() == want | {"Person:john smith <john@fabrikam.example>":
+                               ["john@fabrikam.example"]}
+    orgs = {r["k"]: (r["n"], sorted(r["a"])) for r in store.query(
+        "MATCH (o:Organization) RETURN o.key AS k, o.name AS n, o.aliases AS a")}
+    assert orgs == {"Organization:contoso": ("Contoso Ltd", ["Contoso Limited"]),
+                    "Organization:northwind analytics": ("Northwind Analytics, Inc.", []),
+                    "Organization:fabrikam": ("Fabrikam", [])}
+    works = sorted((r["p"], r["o"]) for r in store.query(
+        "MATCH (p:Person)-[:WORKS_FOR]->(o:Organization) RETURN p.key AS p, o.key AS o"))
+    assert works == [
+        ("Person:john smith", "Organization:contoso"),
+        ("Person:john smith <john@fabrikam.example>", "Organization:fabrikam"),
+        ("Person:john smith <jsmith@northwind.example>", "Organization:northwind analytics"),
+        ("Person:sam lee", "Organization:contoso")]

@@ -64,8 +64,8 @@ def test_contacts_join_by_email_and_work_for_their_organization() -> None:
         description="Engineer", emails=["ada@x.org", "ak@y.org"], phones=["+44 1"])
     assert batch.entities["Person:robert stone"].aliases == ["Bob Stone"]
     assert "Person:bob stone" not in batch.entities and "Person:a. king" not in batch.entities
-    assert batch.entities["Organization:acme ltd"].name == "Acme Ltd"
-    assert rels(batch) == [("Person:ada lovelace", "WORKS_FOR", "Organization:acme ltd",
+    assert batch.entities["Organization:acme"].name == "Acme Ltd"
+    assert rels(batch) == [("Person:ada lovelace", "WORKS_FOR", "Organization:acme",
                             [d.id], "Engineer")]
     assert known == {"bob@x.org": "Person:robert stone", "ada@x.org": "Person:ada lovelace",
                      "ak@y.org": "Person:ada lovelace"}
@@ -83,7 +83,7 @@ def test_a_schema_without_the_pattern_prunes_the_relationship_and_keeps_the_rows
     assert rels(batch) == []
     assert report.pruned_relationships == {"Person WORKS_FOR Organization": 1,
                                            "Person PARTICIPATED_IN Event": 1}
-    assert set(batch.entities) == {"Person:ada lovelace", "Organization:acme ltd", "Event:t"}
+    assert set(batch.entities) == {"Person:ada lovelace", "Organization:acme", "Event:t"}
 
 
 def test_a_contact_without_a_title_has_no_description_and_each_pruned_one_is_counted() -> None:
@@ -94,8 +94,8 @@ def test_a_contact_without_a_title_has_no_description_and_each_pruned_one_is_cou
     assert [batch.entities[k].description for k in ("Person:ada lovelace", "Person:bob stone")
             ] == ["", ""]
     assert rels(batch) == [
-        ("Person:ada lovelace", "WORKS_FOR", "Organization:acme ltd", [d.id], ""),
-        ("Person:bob stone", "WORKS_FOR", "Organization:acme ltd", [d.id], "")]
+        ("Person:ada lovelace", "WORKS_FOR", "Organization:acme", [d.id], ""),
+        ("Person:bob stone", "WORKS_FOR", "Organization:acme", [d.id], "")]
     no_pattern = replace(schema, patterns=frozenset(
         p for p in schema.patterns if p[1] != "WORKS_FOR"))
     report = BatchReport()
@@ -109,3 +109,53 @@ def test_a_name_with_its_organization_in_parentheses_keeps_it_as_the_affiliation
     ada = batch.entities["Person:ada lovelace"]
     assert (ada.name, ada.affiliation, ada.aliases) == ("Ada Lovelace", "Acme Ltd",
                                                         ["Ada Lovelace (Acme Ltd)"])
+
+
+def test_namesakes_with_their_own_addresses_are_two_people_and_a_known_address_finds_each(
+        ) -> None:
+    """Issue 52: two contacts named John Smith with different addresses and employers are two
+    Persons; the second is keyed by the name and its address, and a later run finds each by
+    its address. The same name with the same address, or with none, is the first one."""
+    d = contacts({"name": "John Smith", "emails": ["john.smith@contoso.com"],
+                  "organization": "Contoso Ltd"},
+                 {"name": "John Smith", "emails": ["jsmith@northwind.example"],
+                  "organization": "Northwind Analytics, Inc."},
+                 {"name": "Mr. John Smith", "emails": ["john.smith@contoso.com", "js@x.org"]},
+                 {"name": "John Smith"})
+    known: dict[str, str] = {}
+    batch = build_batch([DocOutcome(d, [])], "m", known, BatchReport())
+    second = "Person:john smith <jsmith@northwind.example>"
+    people = {k: (e.name, e.emails) for k, e in batch.entities.items() if e.type == "Person"}
+    assert people == {
+        "Person:john smith": ("John Smith", ["john.smith@contoso.com", "js@x.org"]),
+        second: ("John Smith", ["jsmith@northwind.example"])}
+    assert rels(batch) == [
+        ("Person:john smith", "WORKS_FOR", "Organization:contoso", [d.id], ""),
+        (second, "WORKS_FOR", "Organization:northwind analytics", [d.id], "")]
+    # the next night: the graph holds both; each contact finds its own by address
+    again = build_batch([DocOutcome(d, [])], "m", dict(known), BatchReport())
+    assert set(again.entities) == set(batch.entities)
+    # the graph holds a John Smith with another address: a new one is his namesake
+    later = contacts({"name": "John Smith", "emails": ["john@fabrikam.example"]})
+    held = {"john.smith@contoso.com": "Person:john smith"}
+    batch = build_batch([DocOutcome(later, [])], "m", held, BatchReport())
+    assert list(batch.entities) == ["Person:john smith <john@fabrikam.example>"]
+
+
+def test_an_organizations_legal_forms_punctuation_and_the_join_one_organization() -> None:
+    d = contacts(*({"name": f"P{i}", "organization": org} for i, org in enumerate((
+        "Northwind Analytics", "Northwind Analytics Inc.", "Northwind Analytics, Inc.",
+        "Contoso Ltd", "Contoso Ltd.", "Contoso Limited", "The Procter & Gamble Co.",
+        "Procter and Gamble", "Contoso Analytics"))))
+    batch = build_batch([DocOutcome(d, [])], "m", {}, BatchReport())
+    orgs = {k: (e.name, sorted(e.aliases)) for k, e in batch.entities.items()
+            if e.type == "Organization"}
+    # each spelling an alias (the store drops the one that is the node's name)
+    assert orgs == {
+        "Organization:northwind analytics": ("Northwind Analytics", [
+            "Northwind Analytics", "Northwind Analytics Inc.", "Northwind Analytics, Inc."]),
+        "Organization:contoso": ("Contoso Ltd", ["Contoso Limited", "Contoso Ltd",
+                                                 "Contoso Ltd."]),
+        "Organization:procter and gamble": ("The Procter & Gamble Co.", [
+            "Procter and Gamble", "The Procter & Gamble Co."]),
+        "Organization:contoso analytics": ("Contoso Analytics", ["Contoso Analytics"])}

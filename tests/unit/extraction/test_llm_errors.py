@@ -257,7 +257,7 @@ def test_a_document_that_only_timed_out_is_failed_but_not_held() -> None:
         failed: list[dict[str, Any]] = []
         extracted: list[Any] = []
 
-        def keys_by_email(self, emails: Any) -> dict[str, str]:
+        def keys_by_email(self, emails: Any, keys: Any = ()) -> dict[str, str]:
             return {}
 
         def retract(self, ids: Any) -> None: ...
