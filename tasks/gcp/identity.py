@@ -10,6 +10,7 @@ does not exist.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -120,6 +121,16 @@ def _missing(bindings: list[tuple[str, list[str]]], want: dict[str, set[str]]
     return {r: m for r, m in out.items() if m}
 
 
+def bind(bindings: Any, role: str, members: Iterable[str], binding: Callable[..., Any]) -> None:
+    """`members` added to the unconditional binding of `role` in a policy's `bindings`, made
+    with `binding(role=…)` (the API's Binding type) where there is none."""
+    found = next((b for b in bindings if b.role == role and not b.condition.expression), None)
+    if found is None:
+        bindings.append(binding(role=role))
+        found = bindings[-1]  # the stored copy: appending copies a message
+    found.members.extend(sorted(members))
+
+
 def _describe(missing: dict[str, set[str]], where: str = "") -> list[str]:
     return [f"{m.split(':', 1)[-1]} lacks {r}{where}" for r, ms in sorted(missing.items())
             for m in sorted(ms)]
@@ -168,13 +179,7 @@ class PolicyGrants(Resource):
             policy = retry(str(self), self._get, retry_on=not_found,
                            seconds=PROPAGATION_SECONDS) if self.new_account else self._get()
             for role, members in sorted(self._gap(policy).items()):
-                binding = next((b for b in policy.bindings if b.role == role and not
-                                b.condition.expression), None)
-                if binding is None:
-                    binding = policy_pb2.Binding(role=role)
-                    policy.bindings.append(binding)
-                    binding = policy.bindings[-1]
-                binding.members.extend(sorted(members))
+                bind(policy.bindings, role, members, policy_pb2.Binding)
             self._set(policy)
 
         api_call(f"{self}: setIamPolicy", lambda: retry(

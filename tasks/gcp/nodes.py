@@ -23,6 +23,7 @@ from typing import Any
 
 from tasks.gcp import grants
 from tasks.gcp.clients import Clients
+from tasks.gcp.identity import bind
 from tasks.gcp.network import ComputeResource, get_or_none
 from tasks.gcp.reconcile import Found, GcpError, Skipped, api_call
 from tasks.gcp.spec import GcpSpec
@@ -79,13 +80,14 @@ class NodeVm(ComputeResource):
         if vm is None:
             return Found(False)
         accounts = [a.email for a in vm.service_accounts]
-        drift = [] if accounts == [s.node_email] else [
+        # how it was built (the operator's to settle), apart from the grants (repair adds them)
+        self.misbuilt = [] if accounts == [s.node_email] else [
             f"runs as {accounts}, not {s.node_email}"]
         if vm.network_interfaces and vm.network_interfaces[0].access_configs:
-            drift.append("has an external address")
+            self.misbuilt.append("has an external address")
         self.ungranted = self._ungranted(api_call(f"{self}: getIamPolicy", self._policy))
-        drift += [f"the orchestrator lacks {r} on it" for r in self.ungranted]
-        return Found(True, drift, str(vm.status))
+        return Found(True, self.misbuilt + [f"the orchestrator lacks {r} on it"
+                                            for r in self.ungranted], str(vm.status))
 
     def plan(self) -> str:
         return (f"instances.insert {MACHINE_TYPE} from {self.image.name} "
@@ -113,12 +115,7 @@ class NodeVm(ComputeResource):
         s, member = self.spec, f"serviceAccount:{self.spec.orchestrator_email}"
         policy = api_call(f"{self}: getIamPolicy", self._policy)
         for role in self._ungranted(policy):
-            binding = next((b for b in policy.bindings if b.role == role
-                            and not b.condition.expression), None)
-            if binding is None:
-                policy.bindings.append(compute_v1.Binding(role=role, members=[member]))
-            else:
-                binding.members.append(member)
+            bind(policy.bindings, role, [member], compute_v1.Binding)
         request = compute_v1.ZoneSetPolicyRequest(policy=policy)
         api_call(f"{self}: setIamPolicy", lambda: self._client().set_iam_policy(
             project=s.project, zone=self.zone, resource=self.name,
@@ -179,9 +176,8 @@ class NodeVm(ComputeResource):
 
     def repair(self, found: Found) -> None:
         """A missing grant is added; any other drift is the operator's to settle."""
-        other = found.drift[:len(found.drift) - len(self.ungranted)]
-        if other:
-            raise GcpError(f"{self}: {'; '.join(other)} — delete it (`gcloud compute instances "
+        if self.misbuilt:
+            raise GcpError(f"{self}: {'; '.join(self.misbuilt)} — delete it (`gcloud compute instances "
                            f"delete {self.name} --zone={self.zone}`) and run `gcp nodes` again")
         self._grant()
 
