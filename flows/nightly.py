@@ -17,7 +17,7 @@ from flows.scorecard import scorecard
 from flows.train import train
 from tasks.night.clock import phase1_timeout
 from tasks.night.fleet import stop_nodes_hook
-from tasks.night.stages import Night, check_buckets, check_phases
+from tasks.night.stages import NightlyRun, check_buckets, check_phases
 from tasks.profile import load_profile, profile_in_use
 from tasks.records import RunSummary
 from tasks.shared.slots import gpu_slot, owning_the_node
@@ -41,7 +41,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     check_phases(phases, buckets)
     cfg = load_profile(profile)
     check_buckets(cfg, buckets)
-    night = Night(cfg, phases, phase1_timeout_seconds, phase2_timeout_seconds,
+    night = NightlyRun(cfg, phases, phase1_timeout_seconds, phase2_timeout_seconds,
                   night_budget_seconds)
     with owning_the_node(), profile_in_use(profile, cfg):
         night.recover()
@@ -63,14 +63,14 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
                 with night.phase("scorecard"):
                     night.scored(scorecard(profile=profile))
             if night.wants("train"):
-                turns = night.turns(profile)
-                for turn in turns.each(buckets):
-                    with night.phase(f"train:{turn.bucket}"):
-                        trained = turns.on_node(turn, retrain) if turn.remote else \
-                            train.with_options(timeout_seconds=turn.seconds())(
-                                params=turn.params, profile=profile, created_by="nightly",
+                queue = night.training_queue(profile)
+                for job in queue.each(buckets):
+                    with night.phase(f"train:{job.bucket}"):
+                        trained = queue.on_node(job, retrain) if job.remote else \
+                            train.with_options(timeout_seconds=job.seconds())(
+                                params=job.params, profile=profile, created_by="nightly",
                                 retrain=retrain, return_state=True)
-                    turns.took(turn, trained)
+                    queue.took(job, trained)
             night.finish()
         except BaseException as e:
             night.ended_with(e)

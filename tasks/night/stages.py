@@ -25,7 +25,7 @@ from tasks.night.fleet import Fleet, drop_failed, each, node_lost, raise_first
 from tasks.night.phases import final_status, phase, phase_failed
 from tasks.night.reaper import reap
 from tasks.night.summary import new_summary, render_markdown
-from tasks.night.training import Turns, publish_phase
+from tasks.night.training import TrainingQueue, publish_phase
 from tasks.preflight.run import run_preflight
 from tasks.records import (
     ExtractionReport,
@@ -62,8 +62,8 @@ def check_buckets(cfg: Profile, buckets: list[str] | None) -> None:
                           f"({', '.join(sorted(known))}) — fix the buckets parameter")
 
 
-class Night:
-    """One night on a profile: its summary, its clock, its nodes."""
+class NightlyRun:
+    """One run of the nightly on a profile: its summary, its clock, its nodes."""
 
     def __init__(self, cfg: Profile, phases: str, phase1_timeout_seconds: float,
                  phase2_timeout_seconds: float, night_budget_seconds: float | None) -> None:
@@ -82,7 +82,7 @@ class Night:
         self.serving: list[Node] = []  # the nodes whose engines are up (release stops them)
         self.urls: list[str] = []  # their base URLs, phase 1's endpoints
         self.phase1_failed: str | None = None  # why, when it did (phase 2 runs first)
-        self.training: Turns | None = None
+        self.training: TrainingQueue | None = None
 
     def recover(self) -> None:
         """While holding the `nightly` slot, before anything boots: a node up now was left by a
@@ -229,10 +229,11 @@ class Night:
             with phase(self.summary, "extra_nodes_down"):
                 self.fleet.down_extra()
 
-    def turns(self, profile: str) -> Turns:
-        """Phase 2b's turns (tasks/night/training.py), within what is left of phase 2's time."""
-        self.training = Turns(self.summary, self.cfg, profile,
-                              self.clock.give(self.phase2_seconds))
+    def training_queue(self, profile: str) -> TrainingQueue:
+        """Phase 2b's training runs (tasks/night/training.py), within what is left of phase 2's
+        time."""
+        self.training = TrainingQueue(self.summary, self.cfg, profile,
+                                      self.clock.give(self.phase2_seconds))
         return self.training
 
     def finish(self) -> None:

@@ -1,8 +1,8 @@
 """Phase 2b as the night runs it: one training run per passing bucket, one after the other,
-within one budget; then each promoted adapter served by name. The nightly flow walks the turns
-(`Turns.each`) and trains each where the node says (on the node through its deployment, the
-task `train_on_node_task`, or with its own call of the train flow); `Turns.took` keeps what
-became of each run from its final state."""
+within one budget; then each promoted adapter served by name. The nightly flow walks the queue
+(`TrainingQueue.each`) and trains each bucket where the node says (on the node through its
+deployment, the task `train_on_node_task`, or with its own call of the train flow);
+`TrainingQueue.took` keeps what became of each run from its final state."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Turn:
+class BucketTraining:
     """One passing bucket's training run: its marker, its parameters (the profile's recipe on
     the marker's dataset) and when phase 2b's budget ends (time.monotonic())."""
 
@@ -43,9 +43,9 @@ class Turn:
         return max(1.0, self.deadline - time.monotonic())
 
 
-class Turns:
-    """Phase 2b's turns over the buckets that passed the scorecard (of `buckets`, when given),
-    and what became of each in the summary: a failed run fails the night after the others have
+class TrainingQueue:
+    """Phase 2b's training runs, one per bucket that passed the scorecard (of `buckets`, when
+    given), and what became of each in the summary: a failed run fails the night after the others have
     had their turn (`end`)."""
 
     def __init__(self, summary: RunSummary, cfg: Profile, profile: str,
@@ -79,8 +79,8 @@ class Turns:
             s.set_phase("train", "skipped", note="no bucket passed the scorecard")
         return pending
 
-    def each(self, buckets: list[str] | None) -> Iterator[Turn]:
-        """The turns, one bucket after the other within one budget; a bucket the budget or a
+    def each(self, buckets: list[str] | None) -> Iterator[BucketTraining]:
+        """The runs, one bucket after the other within one budget; a bucket the budget or a
         preempted node leaves no time for is recorded `not run`."""
         deadline = time.monotonic() + self.timeout_seconds  # one budget for the whole of 2b
         for bucket in self.pending(buckets):
@@ -99,7 +99,7 @@ class Turns:
             except Exception as e:  # noqa: BLE001 - recorded; the other bucket still trains
                 self._failed(bucket, e)
                 continue
-            yield Turn(bucket, marker_path, params, deadline, self.cfg.node.remote_training)
+            yield BucketTraining(bucket, marker_path, params, deadline, self.cfg.node.remote_training)
 
     def _not_run(self, deadline: float) -> str | None:
         if time.monotonic() >= deadline:
@@ -109,26 +109,26 @@ class Turns:
             return f"the node was preempted during an earlier bucket: {self.preempted}"
         return None
 
-    def on_node(self, turn: Turn, retrain: bool) -> State[TrainingResult]:
-        """The turn's run on the node, through its deployment: its final state."""
-        return train_on_node_task(self.cfg, self.profile, turn.params, turn.seconds(),
-                                  f"train:{turn.bucket}", retrain, return_state=True)
+    def on_node(self, job: BucketTraining, retrain: bool) -> State[TrainingResult]:
+        """The job's run on the node, through its deployment: its final state."""
+        return train_on_node_task(self.cfg, self.profile, job.params, job.seconds(),
+                                  f"train:{job.bucket}", retrain, return_state=True)
 
-    def took(self, turn: Turn, state: State[Any]) -> None:
-        """What became of `turn` (its run's final state: a TrainingResult from the node, a
+    def took(self, job: BucketTraining, state: State[Any]) -> None:
+        """What became of `job` (its run's final state: a TrainingResult from the node, a
         manifest from the train flow) in its phase record and the summary's training rows; a
         failure is recorded, not raised (the other buckets still train)."""
-        name = f"train:{turn.bucket}"
+        name = f"train:{job.bucket}"
         got = state.result(raise_on_failure=False)
         if isinstance(got, Exception):
             phase_failed(self.summary, name, got)
-            self._failed(turn.bucket, got)
+            self._failed(job.bucket, got)
             return
         m = got if isinstance(got, TrainingResult) else TrainingResult.of_manifest(got)
         m.seconds = round(self.summary.phases[name].seconds or 0.0, 1)
-        self.rows[turn.bucket] = m
-        turn.marker_path.unlink(missing_ok=True)  # consumed: the manifest records the dataset
-        self.logger.info("%s: adapter %s %s", turn.bucket, m.name,
+        self.rows[job.bucket] = m
+        job.marker_path.unlink(missing_ok=True)  # consumed: the manifest records the dataset
+        self.logger.info("%s: adapter %s %s", job.bucket, m.name,
                          "reused (already trained on this data)" if m.reused else
                          "PROMOTED" if m.promoted else "kept, not promoted")
 

@@ -158,7 +158,7 @@ def _method_names() -> frozenset[str]:
 
 BAD_FLOW = '''
 from functools import partial
-from tasks.night.stages import Night, run_all
+from tasks.night.stages import NightlyRun, run_all
 from tasks.extraction.run import run_batches
 from flows.extract import extract
 
@@ -176,7 +176,7 @@ def factory(n):
 
 
 def nightly(profile):
-    night = Night(profile)
+    night = NightlyRun(profile)
     def inner(): return 1
     run_all(lambda: 1)
     run_all(inner)
