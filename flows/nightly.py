@@ -42,7 +42,7 @@ def nightly(profile: str = "local", full: bool = False, retry_failed: bool = Fal
     cfg = load_profile(profile)
     check_buckets(cfg, buckets)
     night = NightlyRun(cfg, phases, phase1_timeout_seconds, phase2_timeout_seconds,
-                  night_budget_seconds)
+                       night_budget_seconds)
     with owning_the_node(), profile_in_use(profile, cfg):
         night.recover()
         try:

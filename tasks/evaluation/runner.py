@@ -181,7 +181,7 @@ def run_eval(cfg: Any, profile: str, gold_set: Gold, base_url: str | None,
         client = replace(llm_client(endpoint, eng.base_url), usage=Usage())
         outcomes = run_sync(extract_documents(
             client, ExtractionConfig(endpoint.model, response_schema(endpoint, ontology), size,
-                        endpoint.chunk_overlap_tokens, ontology, gleanings),
+                                     endpoint.chunk_overlap_tokens, ontology, gleanings),
             [_document(c) for c in cases], on_done))
     preds: dict[str, CasePrediction] = {}
     total = BatchReport()

@@ -25,8 +25,8 @@ def ask_for(endpoint: InferenceEndpoint, ontology: GraphSchema, gleanings: int =
     bounded response schema, and the chunk size that leaves room for the prompt, the answer
     and `gleanings` passes."""
     return ExtractionConfig(endpoint.model, response_schema(endpoint, ontology),
-               chunk_tokens(endpoint, ontology, gleanings), endpoint.chunk_overlap_tokens,
-               ontology, gleanings)
+                            chunk_tokens(endpoint, ontology, gleanings),
+                            endpoint.chunk_overlap_tokens, ontology, gleanings)
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,9 @@ class NodeVm(ComputeResource):
             f"runs as {accounts}, not {s.node_email}"]
         if vm.network_interfaces and vm.network_interfaces[0].access_configs:
             self.misbuilt.append("has an external address")
-        self.ungranted = self._ungranted(api_call(f"{self}: getIamPolicy", self._policy))
+        ungranted = self._ungranted(api_call(f"{self}: getIamPolicy", self._policy))
         return Found(True, self.misbuilt + [f"the orchestrator lacks {r} on it"
-                                            for r in self.ungranted], str(vm.status))
+                                            for r in ungranted], str(vm.status))
 
     def plan(self) -> str:
         return (f"instances.insert {MACHINE_TYPE} from {self.image.name} "

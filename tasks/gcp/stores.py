@@ -93,16 +93,14 @@ class BucketGrants(Resource):
     def _bucket(self) -> Any:
         return self.clients.storage.bucket(self.spec.bucket)
 
-    def _gap(self, policy: Any) -> dict[str, set[str]]:
-        return _missing([(b["role"], list(b["members"])) for b in policy.bindings
-                         if not b.get("condition")], self.want)
-
-    def _conditional_gap(self, policy: Any) -> dict[str, set[str]]:
-        """Judged on the expression alone: a title or description edited by hand is no drift."""
-        expression = self.condition["expression"]
+    def _gap(self, policy: Any, conditional: bool = False) -> dict[str, set[str]]:
+        """What the unconditional bindings lack of `want`, or (`conditional`) what the bindings
+        under the node's condition lack of `want_conditional` — judged on the expression alone:
+        a title or description edited by hand is no drift."""
+        expression = self.condition["expression"] if conditional else None
         return _missing([(b["role"], list(b["members"])) for b in policy.bindings
                          if (b.get("condition") or {}).get("expression") == expression],
-                        self.want_conditional)
+                        self.want_conditional if conditional else self.want)
 
     def read(self) -> Found:
         policy = get_or_none(f"{self}: getIamPolicy", lambda: self._bucket().get_iam_policy(
@@ -113,7 +111,7 @@ class BucketGrants(Resource):
                                                                 " (on its own results)"),
                          "not made yet")
         return Found(True, _describe(self._gap(policy)) + _describe(
-            self._conditional_gap(policy), " (on its own results)"), f"{want} member binding(s)")
+            self._gap(policy, conditional=True), " (on its own results)"), f"{want} member binding(s)")
 
     def plan(self) -> str:
         return "buckets.setIamPolicy"
@@ -124,7 +122,7 @@ class BucketGrants(Resource):
             policy = bucket.get_iam_policy(requested_policy_version=3)
             for role, members in sorted(self._gap(policy).items()):
                 policy.bindings.append({"role": role, "members": set(members)})
-            for role, members in sorted(self._conditional_gap(policy).items()):
+            for role, members in sorted(self._gap(policy, conditional=True).items()):
                 policy.bindings.append({"role": role, "members": set(members),
                                         "condition": dict(self.condition)})
             policy.version = 3  # a policy that holds a condition is written as version 3
