@@ -39,6 +39,7 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
 from tests.fakes.loopback import JsonHandler, LoopbackServer, Served
@@ -70,8 +71,9 @@ def flood(n: int = 3000) -> dict[str, Any]:
 
 class FakeOpenAI(Served):
     def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0, port: int = 0,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", answered_log: Path | None = None) -> None:
         self.latency = latency
+        self.answered_log = answered_log  # a line per chat answer sent: what a test can wait on
         self.slow_seconds = slow_seconds
         self.model_id = "fake"  # what /v1/models lists
         self.requests: list[dict[str, Any]] = []
@@ -193,6 +195,9 @@ class FakeOpenAI(Served):
                     if delay:
                         time.sleep(delay)
                     self._send(status, payload)
+                    if fake.answered_log:
+                        with fake.answered_log.open("a") as log:
+                            log.write(f"{status}\n")
                 finally:
                     with fake._lock:
                         fake.in_flight -= 1
@@ -211,9 +216,11 @@ def main() -> None:
     ap.add_argument("--model", default="fake", help="the model id /v1/models lists")
     ap.add_argument("--load-seconds", type=float, default=0.0,
                     help="wait this long before listening, as vLLM does while loading weights")
+    ap.add_argument("--answered-log", type=Path, help="append a line per chat answer sent")
     args = ap.parse_args()
     time.sleep(args.load_seconds)
-    fake = FakeOpenAI(latency=args.latency, port=args.port, host=args.host)
+    fake = FakeOpenAI(latency=args.latency, port=args.port, host=args.host,
+                      answered_log=args.answered_log)
     fake.model_id = args.model
     print(fake.url, flush=True)
     fake.http.serve_forever()

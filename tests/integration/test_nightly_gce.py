@@ -71,7 +71,7 @@ def test_nightly_boots_uses_and_stops_the_gce_node(tmp_path: Path, falkordb: int
 
 def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_document(
         tmp_path: Path, falkordb: int) -> None:
-    """The 'vLLM' answers in 1 s per request; the node is preempted a few seconds into phase 1.
+    """The 'vLLM' answers in 1 s per request; the node is preempted after its third answer.
     The phase ends `preempted` (not a pile of document errors), the node is left stopped, and
     the documents it could not do are dead-lettered but not held: the next run does them."""
     import json
@@ -81,9 +81,11 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
     from tasks.shared.errors import NodePreempted
 
     port = free_port()
+    answered = tmp_path / "answered.log"
 
     def vllm(inst: FakeInstance) -> list[str]:
-        return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(port), "--latency", "1"]
+        return [sys.executable, "-m", "tests.fakes.openai_server", "--port", str(port), "--latency", "1",
+                "--answered-log", str(answered)]
 
     profile = gce_profile(tmp_path, "nightly-gce-preempt", falkordb, "nightly_gce_preempt",
                           inference={"max_concurrent_requests": 1, "max_retries": 1,
@@ -98,10 +100,9 @@ def test_a_node_preempted_during_phase1_fails_it_as_preempted_and_loses_no_docum
                    gcp_credentials=creds(fake), poll_seconds=0.1, inference_port=port,
                    state_dir=str(tmp_path / "state"), node=VLLM_NODE
                    ).save("nightly-gce-preempt", overwrite=True)
-        def preempt_mid_phase1() -> None:
-            while fake.instance("zone-a", "node").status != "RUNNING":
+        def preempt_mid_phase1() -> None:  # after three answers: some documents done, most not
+            while len(answered.read_text().splitlines() if answered.exists() else []) < 3:
                 time.sleep(0.05)
-            time.sleep(4.0)  # readiness ~1 s, then a few 1 s answers
             fake.preempt("zone-a", "node")
 
         threading.Thread(target=preempt_mid_phase1, daemon=True).start()
