@@ -1,12 +1,14 @@
 """The model's answers read into graph rows: labels mapped to the graph schema, names grounded
-in their chunk's text, one-word names joined to the document's full name, relationships no
-pattern allows pruned or turned around, and the deterministic rows (front matter, contact
-records) beside them; the batch's counts of all of it (BatchReport)."""
+in their chunk's text, one-word names joined to the document's full name, a name alone linked
+to the one namesake its document fits (or to none, and listed), relationships no pattern
+allows pruned or turned around, and the deterministic rows (front matter, contact records)
+beside them; the batch's counts of all of it (BatchReport)."""
 
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,8 +20,8 @@ from tasks.extraction.prompt import document_version
 from tasks.extraction.resolve import normalize
 from tasks.extraction.rows import DocRows, entity
 from tasks.graph.ontology import GraphSchema, default_schema
-from tasks.graph.store import ChunkRow, GraphBatch, RelRow, now_iso
-from tasks.records import FailedDocument
+from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, RelRow, now_iso
+from tasks.records import FailedDocument, UnlinkedMention
 
 UNGROUNDED_SAMPLES = 20  # names listed in the report (the count is whole)
 
@@ -48,6 +50,8 @@ class BatchReport:
     # ungrounded names of a type that requires grounding, dropped, by type
     dropped_ungrounded: Counter[str] = field(default_factory=Counter)
     gleaning_failures: int = 0
+    namesakes_linked: int = 0  # a name alone linked to the one namesake its document fits
+    unlinked: list[UnlinkedMention] = field(default_factory=list)  # … that fits several or none
     write_seconds: float = 0.0  # the graph writes' time (phase 1 keeps it back from its budget)
 
     def add(self, other: BatchReport) -> None:
@@ -66,8 +70,9 @@ class BatchReport:
                      "pruned_relationships", "reversed_relationships", "dropped_ungrounded"):
             getattr(self, name).update(getattr(other, name))
         for name in ("dangling_relationships", "grounded_names", "ungrounded_names",
-                     "aliases_resolved", "gleaning_failures"):
+                     "aliases_resolved", "gleaning_failures", "namesakes_linked"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.unlinked.extend(other.unlinked)
         self.ungrounded.extend(other.ungrounded[:UNGROUNDED_SAMPLES - len(self.ungrounded)])
 
 
@@ -83,6 +88,25 @@ def grounded(name: str, text: str) -> bool:
     aside): what grounded precision counts."""
     form = _ground_form(name)
     return form.strip() != "" and form in _ground_form(text)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A Person a name alone could be: its key, and the evidence a document's context meets —
+    its e-mail addresses and the keys of the organizations it works for."""
+
+    key: str
+    emails: frozenset[str] = frozenset()
+    employers: frozenset[str] = frozenset()
+
+
+# name keys ("Person:john smith") → the graph's Persons of each name: the one of that key and
+# its namesakes (tasks/extraction/batch.py people_named reads them from the store)
+PeopleLookup = Callable[[set[str]], dict[str, list[Candidate]]]
+
+
+def _nobody(names: set[str]) -> dict[str, list[Candidate]]:
+    return {}
 
 
 def _deterministic(doc: Document, rows: DocRows, email_keys: dict[str, str],
@@ -175,18 +199,94 @@ def _surname_aliases(rows: DocRows) -> dict[str, str]:
     return out
 
 
-def _join(rows: DocRows, batch: GraphBatch, report: BatchReport) -> None:
-    """The document's rows into the batch, each one-word alias under its full name."""
+def _name_only(row: EntityRow) -> bool:
+    """A Person named and nothing more (the model's, a transcript's participant)."""
+    return row.type == "Person" and not row.emails and row.namesake_of is None
+
+
+def _namesakes(docs: list[DocRows], people: PeopleLookup) -> dict[str, list[Candidate]]:
+    """The names the batch mentions alone that several Persons hold — the graph's, and the
+    contacts of this batch — each with its candidates in key order."""
+    names = {row.key for rows in docs for row, _ in rows.entities if _name_only(row)}
+    if not names:
+        return {}
+    found = {name: {c.key: c for c in cs} for name, cs in people(names).items()}
+    for rows in docs:
+        employers = defaultdict(set)
+        for rel in rows.relationships:
+            if rel.type == "WORKS_FOR":
+                employers[rel.src].add(rel.dst)
+        for row, _ in rows.entities:
+            name = row.namesake_of or row.key
+            if row.type == "Person" and row.emails and name in names:
+                had = found.setdefault(name, {}).get(row.key, Candidate(row.key))
+                found[name][row.key] = Candidate(row.key, had.emails | set(row.emails),
+                                                 had.employers | employers[row.key])
+    return {name: sorted(cs.values(), key=lambda c: c.key)
+            for name, cs in found.items() if len(cs) > 1}
+
+
+def _fitting(candidates: list[Candidate], rows: DocRows) -> Candidate | None:
+    """The one candidate the document's context fits — its address in the text, or an
+    organization it works for among the document's — or None when several or none do."""
+    text = rows.doc.text.casefold()
+    orgs = {row.key for row, _ in rows.entities if row.type == "Organization"}
+    fit = [c for c in candidates
+           if c.employers & orgs or any(e.casefold() in text for e in c.emails)]
+    return fit[0] if len(fit) == 1 else None
+
+
+def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candidate]],
+            report: BatchReport) -> dict[str, str | None]:
+    """Where a name alone of this document has namesakes: its key → the one its context fits,
+    or → None (linked to none; listed in the report). A document that names the person with
+    evidence too (a contact of that key) means that one."""
+    evidenced = {keys.get(row.key, row.key) for row, _ in rows.entities if not _name_only(row)}
+    out: dict[str, str | None] = {}
+    for row, _ in rows.entities:
+        key = keys.get(row.key, row.key)
+        if key in out or key in evidenced or key not in namesakes or not _name_only(row):
+            continue
+        pick = _fitting(namesakes[key], rows)
+        out[key] = pick.key if pick else None
+        if pick:
+            report.namesakes_linked += 1
+        else:
+            facts = sum(key in (keys.get(r.src, r.src), keys.get(r.dst, r.dst))
+                        for r in rows.relationships)
+            report.unlinked.append(UnlinkedMention(
+                document=rows.doc.id, name=row.name, relationships=facts,
+                candidates=[c.key for c in namesakes[key]]))
+    return out
+
+
+def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
+          namesakes: dict[str, list[Candidate]]) -> None:
+    """The document's rows into the batch, each one-word alias under its full name, and each
+    name alone of a name with namesakes under the one its context fits (or left out)."""
     aliases = _surname_aliases(rows)
     report.aliases_resolved += len(aliases)
     names = {row.key: row.name for row, _ in rows.entities}
+    settled = _settle(rows, aliases, namesakes, report)
+
+    def final(key: str) -> str | None:
+        key = aliases.get(key, key)
+        return settled.get(key, key)
+
     for row, index in rows.entities:
+        key = final(row.key)
+        if key is None:
+            continue  # linked to none: listed in the report
         if row.key in aliases:
-            row = replace(row, key=aliases[row.key], name=names[aliases[row.key]],
+            row = replace(row, name=names[aliases[row.key]],
                           aliases=list(dict.fromkeys([*row.aliases, row.name])))
+        if key != row.key:
+            row = replace(row, key=key)
         batch.add_entity(row, rows.doc.id, index)
     for rel in rows.relationships:
-        src, dst = aliases.get(rel.src, rel.src), aliases.get(rel.dst, rel.dst)
+        src, dst = final(rel.src), final(rel.dst)
+        if src is None or dst is None:
+            continue  # counted in the unlinked mention's record
         if src == dst:
             report.dangling_relationships += 1
             continue
@@ -195,10 +295,13 @@ def _join(rows: DocRows, batch: GraphBatch, report: BatchReport) -> None:
 
 def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, str],
                 report: BatchReport, ontology: GraphSchema | None = None,
-                gleanings: int = 0) -> GraphBatch:
+                gleanings: int = 0, people: PeopleLookup = _nobody) -> GraphBatch:
+    """The batch the documents of `outcomes` write; `email_keys`: e-mail address → Person key
+    (a contact's evidence), `people`: the graph's Persons of a name (a name alone's)."""
     ontology = ontology or default_schema()
     batch = GraphBatch()
     now = now_iso()
+    docs: list[DocRows] = []
     for o in outcomes:
         if o.error or o.deferred:
             continue
@@ -215,5 +318,8 @@ def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, st
         _deterministic(d, rows, email_keys, ontology, report)
         _from_llm(o, rows, report, ontology)
         report.gleaning_failures += o.gleaning_failures
-        _join(rows, batch, report)
+        docs.append(rows)
+    namesakes = _namesakes(docs, people)
+    for rows in docs:
+        _join(rows, batch, report, namesakes)
     return batch

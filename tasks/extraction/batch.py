@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tasks.extraction.answers import BatchReport, build_batch
+from tasks.extraction.answers import BatchReport, Candidate, PeopleLookup, build_batch
 from tasks.extraction.calls import DocOutcome, ExtractionConfig, extract_documents, run_sync
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.llm import LLMClient, Usage
@@ -58,6 +58,17 @@ def known_people(store: GraphStore, docs: Iterable[Document]) -> dict[str, str]:
                                 if r["emails"] and r.get("name")])
 
 
+def people_named(store: GraphStore) -> PeopleLookup:
+    """The graph's Persons of each name a batch mentions alone, as build_batch asks for them."""
+    def lookup(names: set[str]) -> dict[str, list[Candidate]]:
+        out: dict[str, list[Candidate]] = {}
+        for r in store.people_named(names):
+            out.setdefault(r["name"], []).append(Candidate(
+                r["key"], frozenset(r["emails"] or ()), frozenset(r["employers"])))
+        return out
+    return lookup
+
+
 def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, ask: ExtractionConfig,
                   changed: set[str], on_done: Callable[[DocOutcome], None] | None = None
                   ) -> BatchReport:
@@ -91,7 +102,7 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, as
     def write() -> tuple[GraphBatch, BatchReport]:
         labels = BatchReport()  # label counts of this attempt only
         batch = build_batch(outcomes, model, known_people(store, written), labels, ontology,
-                            gleanings)
+                            gleanings, people_named(store))
         retract = [d["id"] for d in batch.documents if d["id"] in changed]
         if retract:
             store.retract(retract)

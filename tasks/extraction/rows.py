@@ -97,8 +97,8 @@ def contact_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
         if known and known != person.key:
             person.aliases = sorted({*person.aliases, person.name})
             person.key = known
-        elif known is None and emails and held.get(person.key):
-            person.key = f"{person.key} <{emails[0]}>"  # the name is another's: a namesake
+        elif known is None and emails and held.get(person.key):  # the name is another's
+            person.namesake_of, person.key = person.key, f"{person.key} <{emails[0]}>"
         person.emails, person.phones = emails, list(rec["phones"])
         for e in emails:
             email_keys.setdefault(e, person.key)

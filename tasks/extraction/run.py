@@ -308,6 +308,8 @@ def extraction_report(setup: Phase1Setup, run: Phase1Run,
         unusable_answers=dict(usage.unusable_answers),
         bad_records=dict(Counter(r.stream for r in fails.bad_records)),
         dangling_relationships=t.dangling_relationships,
+        namesakes_linked=t.namesakes_linked,
+        unlinked_people=t.unlinked,
         quality=AnswerQuality(
             grounded_names=t.grounded_names, ungrounded_names=t.ungrounded_names,
             grounded_precision=grounded_precision(t.grounded_names, t.ungrounded_names),

@@ -93,6 +93,14 @@ def markdown_report(report: ExtractionReport, top: list[dict[str, Any]]) -> str:
                   f"{r.unusable_answers} · unknown fields dropped: "
                   f"{r.dropped_fields} · bad records skipped (the file's other records "
                   f"used): {r.bad_records}", ""]
+    if r.unlinked_people:
+        lines += ["## Names linked to no one", "",
+                  "Each names a person that several Persons of the graph could be; its document "
+                  "fits none or several of them, so it is linked to none.", "",
+                  "| document | name | could be | facts not written |", "|---|---|---|---:|"]
+        lines += [f"| {u.document} | {u.name} | {', '.join(u.candidates)} | {u.relationships} |"
+                  for u in r.unlinked_people]
+        lines.append("")
     if r.failures:
         lines += ["## Failed documents and records", "",
                   "| document | error | reason |", "|---|---|---|"]

@@ -53,7 +53,7 @@ class FalkorDBStore(GraphStore):
             raise GraphError(f"FalkorDB rejected a query: {e}") from e
 
     def ensure_schema(self) -> None:
-        for stmt in q.SCHEMA["falkordb"]:  # range indexes first: the constraints need them
+        for stmt in q.SCHEMA["falkordb"] + q.INDEXES["falkordb"]:  # before the constraints
             try:
                 self._write(stmt)
             except GraphError as e:

@@ -130,6 +130,8 @@ class Neo4jStore(GraphStore):
                 self._write(stmt)
             except GraphError as e:
                 raise GraphError(self._schema_failure(name, label, prop, e)) from e
+        for stmt in q.INDEXES["neo4j"]:
+            self._write(stmt)
         missing = self.missing_keys()
         if missing:
             taken = sorted(r["name"] for r in self._read("SHOW CONSTRAINTS YIELD name "

@@ -29,6 +29,11 @@ SCHEMA: dict[Dialect, list[str]] = {
     "neo4j": [f"CREATE CONSTRAINT {name} IF NOT EXISTS FOR (n:{label}) REQUIRE n.{prop} IS UNIQUE"
               for name, label, prop in UNIQUE_KEYS],
 }
+# Indexes no key owns, after SCHEMA: a namesake found by its name's key (PEOPLE_NAMED).
+INDEXES: dict[Dialect, list[str]] = {
+    "falkordb": ["CREATE INDEX FOR (n:Person) ON (n.namesake_of)"],
+    "neo4j": ["CREATE INDEX person_namesake_of IF NOT EXISTS FOR (n:Person) ON (n.namesake_of)"],
+}
 
 # Neo4j only: what holds each key now. A uniqueness constraint or a node key enforces it (each
 # owns an index); an index that no constraint owns blocks the constraint's creation.
@@ -104,7 +109,7 @@ UNWIND $rows AS row
 MERGE (e:Entity:{entity_label(label)} {{key: row.key}})
 ON CREATE SET e.name = row.name, e.type = row.type, e.first_seen = $now, e.last_seen = $now,
     e.aliases = [a IN row.aliases WHERE a <> row.name], e.emails = row.emails,
-    e.phones = row.phones,
+    e.phones = row.phones, e.namesake_of = row.namesake_of,
     e.description = row.description, e.affiliation = row.affiliation
 ON MATCH SET e.last_seen = $now,
     e.aliases = e.aliases + [a IN row.aliases WHERE NOT a IN e.aliases AND a <> e.name],
@@ -250,6 +255,15 @@ MATCH (e:Person)
 WHERE em IN e.emails
 RETURN em AS email, e.key AS key
 """
+
+# The Persons a name-only mention of each name key could be: the one of that key and its
+# namesakes (each with its addresses and employers: the evidence a document's context meets).
+_PERSON_EVIDENCE = """
+OPTIONAL MATCH (p)-[:WORKS_FOR]->(o:Entity)
+RETURN k AS name, p.key AS key, p.emails AS emails, collect(o.key) AS employers
+"""
+PEOPLE_NAMED = ("UNWIND $keys AS k\nMATCH (p:Entity {key: k})" + _PERSON_EVIDENCE + "UNION ALL\n"
+                "UNWIND $keys AS k\nMATCH (p:Person {namesake_of: k})" + _PERSON_EVIDENCE)
 
 EMAILS_OF_KEYS = """
 UNWIND $keys AS k

@@ -140,6 +140,7 @@ class EntityRow:
     affiliation: str | None = None
     emails: list[str] = field(default_factory=list)
     phones: list[str] = field(default_factory=list)
+    namesake_of: str | None = None  # a namesake's name key ("Person:john smith"): found by it
     # the graph schema's optional properties of this type ({"role": "chair"}); names were
     # checked as identifiers when the schema was read (tasks/graph/ontology.py)
     properties: dict[str, str] = field(default_factory=dict)
@@ -151,6 +152,7 @@ class EntityRow:
         if len(other.description) > len(self.description):
             self.description = other.description
         self.affiliation = self.affiliation or other.affiliation
+        self.namesake_of = self.namesake_of or other.namesake_of
         for k, v in other.properties.items():
             self.properties.setdefault(k, v)
 
@@ -310,6 +312,13 @@ class GraphStore(ABC):
         if emails:
             out |= {r["email"]: r["key"] for r in self._read(q.KEYS_BY_EMAIL, {"emails": emails})}
         return out
+
+    def people_named(self, keys: Iterable[str]) -> list[dict[str, Any]]:
+        """For each name key ("Person:john smith"), the Persons a mention of that name alone
+        could be — the one of that key and its namesakes — each {name, key, emails,
+        employers} (the keys of the organizations it WORKS_FOR)."""
+        keys = sorted(set(keys))
+        return self._read(q.PEOPLE_NAMED, {"keys": keys}) if keys else []
 
     def retract(self, doc_ids: Sequence[str], delete: bool = False) -> None:
         """Remove what these documents contributed: provenance on relationships (doc ids

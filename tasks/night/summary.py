@@ -120,6 +120,21 @@ def quality_lines(q: AnswerQuality | None) -> list[str]:
     return out
 
 
+def namesake_lines(x: ExtractionReport) -> list[str]:
+    """Names alone whose name several Persons hold: linked by their document's context, or to
+    none and listed with the Persons they could be."""
+    if not (x.namesakes_linked or x.unlinked_people):
+        return []
+    out = [f"Namesakes: {x.namesakes_linked} names alone linked by their document, "
+           f"{len(x.unlinked_people)} linked to none (their document fits several or none)"]
+    for u in x.unlinked_people[:10]:
+        out.append(f"  {u.document}: {u.name} — one of {', '.join(u.candidates)}; "
+                   f"{_plural(u.relationships, 'fact')} not written")
+    if len(x.unlinked_people) > 10:
+        out.append(f"  … {len(x.unlinked_people) - 10} more (the run summary's unlinked_people)")
+    return out
+
+
 def render_text(s: RunSummary, profile_ref: str = "local") -> str:
     lines = [f"slm-nightly run — profile {s.profile}: {s.status.upper()}", ""]
     lines.append("Phases:")
@@ -154,6 +169,7 @@ def render_text(s: RunSummary, profile_ref: str = "local") -> str:
               f"completion tokens {x.completion_tokens})",
               f"Upserted: {x.entities} entities, {x.relationships} relationships"]
     lines += quality_lines(x.quality)
+    lines += namesake_lines(x)
     if s.capacity:
         lines += capacity_lines(s.capacity)
     if s.cost:
@@ -216,6 +232,9 @@ def render_markdown(s: RunSummary) -> str:
     quality = quality_lines(x.quality)
     if quality:
         lines += ["", " · ".join(q.strip() for q in quality)]
+    namesakes = namesake_lines(x)
+    if namesakes:
+        lines += ["", namesakes[0] + "."] + [f"- {u.strip()}" for u in namesakes[1:]]
     if x.pending:
         lines += ["", f"Pending: {_pending(x.pending)}."]
     train = _training_lines(s)

@@ -32,6 +32,7 @@ from tasks.records.extraction import (
     GraphSummary,
     LedgerEntry,
     SnapshotFailed,
+    UnlinkedMention,
     grounded_precision,
 )
 from tasks.records.smoke import SmokePhase, SmokeResult
@@ -119,6 +120,7 @@ __all__ = [
     "TRANSITIONS",
     "TrainingMarker",
     "TrainingResult",
+    "UnlinkedMention",
     "V1_ALWAYS_WRITTEN",
     "error_text",
     "ZoneSpan",

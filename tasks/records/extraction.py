@@ -128,6 +128,16 @@ class AnswerQuality(_Strict):
     extraction_version: str = ""  # s<schema digest>-p<prompt digest>-g<gleanings>
 
 
+class UnlinkedMention(_Strict):
+    """A name alone in a document that fits several Persons of that name (namesakes, told
+    apart by their addresses and employers): linked to none of them, its facts not written."""
+
+    document: str
+    name: str
+    candidates: list[str]  # the Persons' keys
+    relationships: int  # the document's facts about it, left out
+
+
 class ExtractionReport(_Strict):
     """What phase 1 (flows/extract.py) returns, and carries in PhaseFailed when it fails."""
 
@@ -161,6 +171,10 @@ class ExtractionReport(_Strict):
     extract_seconds: float = 0.0  # spent on batches (LLM + graph writes): the rate's clock
     endpoints: dict[str, dict[str, Any]] = {}  # base URL → the client's stats (LLMClient.stats)
     quality: AnswerQuality = AnswerQuality()
+    # a name alone where the name has namesakes: linked to the one the document's context
+    # fits, or to none and listed (tasks/extraction/answers.py)
+    namesakes_linked: int = 0
+    unlinked_people: list[UnlinkedMention] = []
 
     @classmethod
     def empty(cls) -> ExtractionReport:

@@ -386,6 +386,42 @@ def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
     assert {f["id"] for f in s["failures"]} == set(reasons)
 
 
+@BOTH
+def test_phase_1_links_a_name_alone_to_the_namesake_its_document_fits_and_lists_the_rest(
+        setup) -> None:
+    """Issue 52, the whole of phase 1: two contacts named John Smith with their own addresses
+    are two Persons; a note that gives the second one's address is his; a note that names John
+    Smith alone is linked to neither, its fact left out, and the report lists it. The next run
+    changes nothing."""
+    from tasks.extraction.stages import markdown_report
+
+    profile, src, store, fake = setup
+    for p in src.rglob("*.*"):
+        p.unlink()
+    (src / "contacts" / "smiths.json").write_text(json.dumps([
+        {"name": "John Smith", "emails": ["john.smith@contoso.test"], "organization": "Contoso"},
+        {"name": "John Smith", "emails": ["jsmith@northwind.test"], "organization": "Northwind"}]))
+    (src / "research" / "mail.md").write_text(
+        "# Mail\n\nJohn Smith (jsmith@northwind.test) wrote to Ada Lovelace.\n")
+    (src / "research" / "alone.md").write_text("# Alone\n\nJohn Smith met Ada Lovelace.\n")
+    typed = extract(profile=str(profile))
+    north = "Person:john smith <jsmith@northwind.test>"
+    assert typed.namesakes_linked == 1
+    assert [u.model_dump() for u in typed.unlinked_people] == [{
+        "document": "research/alone.md", "name": "John Smith", "relationships": 1,
+        "candidates": ["Person:john smith", north]}]
+    facts = store.query("MATCH (p:Person)-[r:RELATED_TO]->(q:Person) "
+                        "RETURN p.key AS p, q.key AS q, r.doc_ids AS docs")
+    assert facts == [{"p": north, "q": "Person:ada lovelace", "docs": ["research/mail.md"]}]
+    report = markdown_report(typed, [])
+    assert ("| research/alone.md | John Smith | Person:john smith, Person:john smith "
+            "<jsmith@northwind.test> | 1 |") in report
+    fake.reset()
+    before = dump(store)
+    again = extract(profile=str(profile))
+    assert fake.calls == 0 and dump(store) == before and again.unlinked_people == []
+
+
 def test_one_edited_type_description_re_extracts_exactly_what_the_model_reads(setup) -> None:
     """The extraction version comes from the schema file: edit one description and the
     documents whose text the model reads are extracted again, the contact records it never

@@ -166,3 +166,64 @@ def test_namesakes_stay_apart_and_organization_variants_join_on_both_stores(
         ("Person:john smith <john@fabrikam.example>", "Organization:fabrikam"),
         ("Person:john smith <jsmith@northwind.example>", "Organization:northwind analytics"),
         ("Person:sam lee", "Organization:contoso")]
+
+
+def test_a_name_alone_links_to_the_namesake_its_document_fits_on_both_stores(
+        store: GraphStore) -> None:
+    """Issue 52, through the real store and phase 1's own lookups (known_people, people_named):
+    with two John Smiths in the graph, a document naming John Smith beside Northwind Analytics
+    is about the second; one naming him alone is linked to neither and listed, and its fact
+    is not written. The namesake is found by its name's key (namesake_of)."""
+    from tasks.extraction.answers import BatchReport, build_batch
+    from tasks.extraction.batch import known_people, people_named
+    from tasks.extraction.calls import ChunkAnswer, DocOutcome
+    from tasks.extraction.chunking import Chunk
+    from tasks.extraction.documents import Document
+    from tasks.extraction.schema import Extraction
+    from tasks.records import UnlinkedMention
+
+    north = "Person:john smith <jsmith@northwind.example>"
+    contacts = Document("contacts/a.json", "contacts", "/x/a.json", "h", "", {}, [
+        {"name": "John Smith", "title": "", "emails": [e], "phones": [], "organization": o}
+        for e, o in (("john.smith@contoso.com", "Contoso Ltd"),
+                     ("jsmith@northwind.example", "Northwind Analytics, Inc."))])
+
+    def research(name: str, text: str, names: list[tuple[str, str]]) -> DocOutcome:
+        d = Document(f"research/{name}", "research", f"/x/{name}", "h", text, {})
+        answer = Extraction.model_validate({
+            "entities": [{"name": n, "type": t, "description": ""} for n, t in names],
+            "relationships": [{"source": "John Smith", "type": "RELATED_TO",
+                               "target": "Ada Lovelace", "description": ""}]})
+        return DocOutcome(d, [ChunkAnswer(Chunk(0, 0, len(text), text), [answer])])
+
+    def night(*outcomes: DocOutcome) -> BatchReport:
+        report = BatchReport()
+        docs = [o.doc for o in outcomes]
+        store.upsert(build_batch(list(outcomes), "m", known_people(store, docs), report,
+                                 people=people_named(store)))
+        mark(store, *(d.id for d in docs))
+        return report
+
+    night(DocOutcome(contacts))
+    assert store.query("MATCH (p:Person) RETURN p.key AS k, p.namesake_of AS of ORDER BY k") \
+        == [{"k": "Person:john smith", "of": None}, {"k": north, "of": "Person:john smith"}]
+    report = night(
+        research("b.md", "John Smith of Northwind Analytics met Ada Lovelace.",
+                 [("John Smith", "Person"), ("Northwind Analytics", "Organization"),
+                  ("Ada Lovelace", "Person")]),
+        research("d.md", "John Smith met Ada Lovelace.",
+                 [("John Smith", "Person"), ("Ada Lovelace", "Person")]))
+    assert report.namesakes_linked == 1
+    assert report.unlinked == [UnlinkedMention(
+        document="research/d.md", name="John Smith",
+        candidates=["Person:john smith", north], relationships=1)]
+    facts = store.query("MATCH (p:Person)-[r:RELATED_TO]->(q:Person) "
+                        "RETURN p.key AS p, q.key AS q, r.doc_ids AS docs")
+    assert facts == [{"p": north, "q": "Person:ada lovelace", "docs": ["research/b.md"]}]
+    seen = store.query("MATCH (p:Person)-[:MENTIONED_IN]->(d:Document) "
+                       "RETURN p.key AS p, d.id AS d ORDER BY p, d")
+    assert seen == [{"p": "Person:ada lovelace", "d": "research/b.md"},
+                    {"p": "Person:ada lovelace", "d": "research/d.md"},
+                    {"p": "Person:john smith", "d": "contacts/a.json"},
+                    {"p": north, "d": "contacts/a.json"},
+                    {"p": north, "d": "research/b.md"}]

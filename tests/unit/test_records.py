@@ -25,6 +25,7 @@ from tasks.records import (
     ScorecardSummary,
     TrainingMarker,
     TrainingResult,
+    UnlinkedMention,
 )
 from tasks.shared.errors import IllegalTransition, RecordError
 
@@ -226,6 +227,23 @@ def test_merge_extraction_takes_over_the_phase_1_counts() -> None:
     assert x is not None and x.documents["research"].seen == 6
     assert x.graph is not None and x.graph.nodes["Person"] == 164
     assert x.dead_letter == "/work/main/.slm-nightly/dead-letter.jsonl"
+
+
+def test_the_summary_lists_the_names_linked_to_no_one() -> None:
+    s = new_summary("local")
+    assert "Namesakes" not in render_text(s)
+    s.merge_extraction(ExtractionReport.empty().model_copy(update={
+        "namesakes_linked": 3, "unlinked_people": [UnlinkedMention(
+            document="research/d.md", name="John Smith", relationships=2,
+            candidates=["Person:john smith", "Person:john smith <js@n.example>"])]}))
+    again = RunSummary.parse(json.loads(s.to_json()), "test")
+    want = ["Namesakes: 3 names alone linked by their document, 1 linked to none (their "
+            "document fits several or none)",
+            "  research/d.md: John Smith — one of Person:john smith, Person:john smith "
+            "<js@n.example>; 2 facts not written"]
+    text = render_text(again).splitlines()
+    assert text[text.index(want[0]):text.index(want[0]) + 2] == want
+    assert f"{want[0]}.\n- {want[1].strip()}" in render_markdown(again)
 
 
 def test_cost_summary_of_a_gce_node() -> None:

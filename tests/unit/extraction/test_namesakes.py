@@ -1,0 +1,105 @@
+"""Issue 52: a name alone (the model's, a transcript's participant) whose name several Persons
+hold links to the one its document's context fits — that Person's address in the text, or an
+organization it works for among the document's — and to none when several or none fit, listed
+in the report with the facts left out. Exact rows, worked out by hand."""
+
+from tasks.extraction.answers import BatchReport, Candidate, build_batch
+from tasks.extraction.calls import ChunkAnswer, DocOutcome
+from tasks.extraction.chunking import Chunk
+from tasks.extraction.documents import Document
+from tasks.extraction.schema import Extraction
+from tasks.records import UnlinkedMention
+
+JOHN = "Person:john smith"
+NORTH = "Person:john smith <jsmith@northwind.example>"
+ADA = "Person:ada lovelace"
+CONTOSO, NORTHWIND = "Organization:contoso", "Organization:northwind analytics"
+GRAPH = [Candidate(JOHN, frozenset({"john.smith@contoso.com"}), frozenset({CONTOSO})),
+         Candidate(NORTH, frozenset({"JSmith@northwind.example"}), frozenset({NORTHWIND}))]
+
+
+def research(name: str, text: str, names: list[tuple[str, str]],
+             rels: list[tuple[str, str, str]] = ()) -> DocOutcome:
+    d = Document(f"research/{name}", "research", f"/x/{name}", "h-" + name, text, {})
+    answer = Extraction.model_validate({
+        "entities": [{"name": n, "type": t, "description": ""} for n, t in names],
+        "relationships": [{"source": s, "type": r, "target": t, "description": ""}
+                          for s, r, t in rels]})
+    return DocOutcome(d, [ChunkAnswer(Chunk(0, 0, len(text), text), [answer])])
+
+
+def mentioned(batch: object, key: str) -> list[str]:
+    return sorted(d for k, d in batch.mentions if k == key)  # type: ignore[attr-defined]
+
+
+def test_a_name_alone_links_to_the_namesake_its_document_fits_and_to_none_when_it_cannot_tell(
+        ) -> None:
+    asked: list[set[str]] = []
+
+    def people(names: set[str]) -> dict[str, list[Candidate]]:
+        asked.append(names)
+        return {JOHN: GRAPH[::-1]} if JOHN in names else {}  # in no order
+
+    docs = [
+        research("a.md", "John Smith presented the roadmap of Contoso Ltd.",
+                 [("John Smith", "Person"), ("Contoso Ltd", "Organization")],
+                 [("John Smith", "WORKS_FOR", "Contoso Ltd")]),
+        research("b.md", "John Smith of Northwind Analytics met Ada Lovelace.",
+                 [("John Smith", "Person"), ("Northwind Analytics", "Organization"),
+                  ("Ada Lovelace", "Person")],
+                 [("John Smith", "RELATED_TO", "Ada Lovelace")]),
+        research("c.md", "Write to John Smith at jsmith@NORTHWIND.example.",
+                 [("John Smith", "Person")]),
+        research("d.md", "John Smith met Ada Lovelace.",
+                 [("John Smith", "Person"), ("Ada Lovelace", "Person")],
+                 [("John Smith", "RELATED_TO", "Ada Lovelace"),
+                  ("Ada Lovelace", "RELATED_TO", "John Smith")]),
+        research("e.md", "John Smith compared Contoso Ltd with Northwind Analytics.",
+                 [("John Smith", "Person"), ("Contoso Ltd", "Organization"),
+                  ("Northwind Analytics", "Organization")])]
+    report = BatchReport()
+    batch = build_batch(docs, "m", {}, report, people=people)
+    assert asked == [{JOHN, ADA}]  # one lookup a batch, of the names written alone
+    assert mentioned(batch, JOHN) == ["research/a.md"]
+    assert mentioned(batch, NORTH) == ["research/b.md", "research/c.md"]
+    assert mentioned(batch, ADA) == ["research/b.md", "research/d.md"]
+    assert batch.entities[NORTH].name == "John Smith"
+    assert sorted(batch.relationships) == [(JOHN, "WORKS_FOR", CONTOSO),
+                                           (NORTH, "RELATED_TO", ADA)]
+    assert report.namesakes_linked == 3
+    assert report.unlinked == [
+        UnlinkedMention(document="research/d.md", name="John Smith", candidates=[JOHN, NORTH],
+                        relationships=2),
+        UnlinkedMention(document="research/e.md", name="John Smith", candidates=[JOHN, NORTH],
+                        relationships=0)]
+    assert report.dangling_relationships == 0
+
+
+def test_a_name_with_one_person_links_as_before_and_a_namesake_made_in_the_batch_counts() -> None:
+    """Without namesakes nothing changes. A contact of this batch that becomes a namesake (the
+    graph's John Smith holds another address) is a candidate at once."""
+    alone = research("a.md", "John Smith met Ada Lovelace.",
+                     [("John Smith", "Person"), ("Ada Lovelace", "Person")],
+                     [("John Smith", "RELATED_TO", "Ada Lovelace")])
+    report = BatchReport()
+    batch = build_batch([alone], "m", {}, report, people=lambda names: {JOHN: GRAPH[:1]})
+    assert sorted(batch.relationships) == [(JOHN, "RELATED_TO", ADA)]
+    assert (report.namesakes_linked, report.unlinked) == (0, [])
+
+    contact = Document("contacts/c.json", "contacts", "/x/c.json", "h-c", "", {}, [
+        {"name": "John Smith", "title": "", "emails": ["jsmith@northwind.example"],
+         "phones": [], "organization": "Northwind Analytics, Inc."}])
+    held = {"john.smith@contoso.com": JOHN}  # known_people: the graph's John Smith's address
+    write = research("w.md", "Mail John Smith: jsmith@northwind.example",
+                     [("John Smith", "Person")])
+    works = research("x.md", "John Smith, Northwind Analytics", [
+        ("John Smith", "Person"), ("Northwind Analytics", "Organization")])
+    report = BatchReport()
+    batch = build_batch([alone, write, works, DocOutcome(contact)], "m", held, report,
+                        people=lambda names: {JOHN: GRAPH[:1]})
+    assert batch.entities[NORTH].namesake_of == JOHN  # the contact's row, merged in last
+    assert mentioned(batch, NORTH) == ["contacts/c.json", "research/w.md", "research/x.md"]
+    assert mentioned(batch, JOHN) == []
+    assert report.unlinked == [UnlinkedMention(
+        document="research/a.md", name="John Smith", candidates=[JOHN, NORTH], relationships=1)]
+    assert sorted(batch.relationships) == [(NORTH, "WORKS_FOR", NORTHWIND)]
