@@ -37,6 +37,7 @@ Where = Literal["project", "instance", "bucket", "node-results", "node-account",
 # prefix
 NODE_WRITES = ("artifacts/adapters/", "artifacts/checkpoints/", "artifacts/promoted/",
                "records/node-environment.json")
+NODE_CONDITION = "slm-node-results"  # the title of node_writes_condition
 
 # (who, call, permission, role, where the role is granted)
 CALLS: list[tuple[Who, str, str, str, Where]] = [
@@ -93,5 +94,5 @@ def node_writes_condition(bucket: str) -> dict[str, str]:
     at = f"projects/_/buckets/{bucket}/objects/"
     terms = [f'resource.name.startsWith("{at}{w}")' if w.endswith("/") else
              f'resource.name == "{at}{w}"' for w in NODE_WRITES]
-    return {"title": "slm-node-results", "description": "the objects a node run writes",
+    return {"title": NODE_CONDITION, "description": "the objects a node run writes",
             "expression": " || ".join(terms)}

@@ -15,6 +15,7 @@ from google.api_core import exceptions as gexc
 from pydantic import SecretStr
 
 from tasks.extraction import streams
+from tasks.gcp.grants import NODE_CONDITION, NODE_WRITES
 from tasks.graph.open import graph_server
 from tasks.graph.store import GraphStore
 from tasks.shared.checks import Check, failure, passed, skipped
@@ -50,7 +51,26 @@ def bucket_checks(cfg: Profile, training: bool, orchestrator: str | None = None
                         "gcs_block")
             continue
         yield _key_check(name, gcs, orchestrator)
+        if training and ref == cfg.training.gcs_block:
+            yield _node_writes_check(name, gcs)
         yield from _one_bucket(name, gcs)
+
+
+def _node_writes_check(name: str, gcs: Any) -> Check:
+    """The node writes its results through this block, and `gcp setup` lets it write only
+    NODE_WRITES at the bucket's root (the IAM Condition slm-node-results): under a folder,
+    every upload of a trained adapter would be refused."""
+    folder = (gcs.bucket_folder or "").strip("/")
+    where = ", ".join(NODE_WRITES)
+    if folder:
+        return failure(f"{name}: node writes", f"the block writes under gs://{gcs.bucket}/"
+                       f"{folder}/, but the node may write only {where} at the bucket's root "
+                       f"(gcp setup's condition {NODE_CONDITION}): its adapters and checkpoints "
+                       "would be refused (403, storage.objects.create)",
+                       "save the GcsBucket block without bucket_folder (docs/operator-gcp.md, "
+                       "section 4)")
+    return passed(f"{name}: node writes", f"at the bucket's root, where the node may write "
+                  f"({where})")
 
 
 def _key_check(name: str, gcs: Any, orchestrator: str | None) -> Check:

@@ -96,7 +96,7 @@ def test_nightly_trains_on_the_node_through_its_deployment(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
     node = WorkerNode(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
-        gcs.bucket(folder="slm").save("node-path-gcs", overwrite=True)
+        gcs.bucket().save("node-path-gcs", overwrite=True)
         deploy_node(gcs, node)
         profile = node.profile(tmp_path, "node-path", {**base_cache, "falkordb": falkordb}, 2,
                                gcs_block="node-path-gcs")
@@ -143,11 +143,11 @@ def test_nightly_trains_on_the_node_through_its_deployment(
         assert m.created_by == "nightly" and m.files is not None and m.files["peft"] == "peft"
         assert (store.adapter_dir(m.name) / "peft" / "adapter_model.safetensors").is_file()
         # GCS holds the adapters, the datasets and the run records
-        names = {b.name for b in gcs.bucket(folder="slm").list_blobs("")}
-        assert f"slm/artifacts/adapters/{m.name}/manifest.json" in names
-        assert f"slm/artifacts/adapters/{m.name}/peft/adapter_model.safetensors" in names
-        assert f"slm/{runs[ENG].parameters['dataset_gcs_key']}" in names
-        assert {"slm/records/runs/last-run.json", "slm/records/scorecards/latest.json"} <= names
+        names = {b.name for b in gcs.bucket().list_blobs("")}  # at the root: the node's grant
+        assert f"artifacts/adapters/{m.name}/manifest.json" in names
+        assert f"artifacts/adapters/{m.name}/peft/adapter_model.safetensors" in names
+        assert runs[ENG].parameters["dataset_gcs_key"] in names
+        assert {"records/runs/last-run.json", "records/scorecards/latest.json"} <= names
         # the node is down and everything it ran is gone
         inst = node.fake.instance("zone-a", "node")
         assert inst.status == "TERMINATED" and inst.metadata["slm-engine"] == "stopped"
@@ -161,7 +161,7 @@ def test_a_node_preempted_mid_training_fails_the_phase_and_its_node_run_crashes(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
     node = WorkerNode(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:  # the emulator first: the node inherits it
-        gcs.bucket(folder="slm").save("node-preempt-gcs", overwrite=True)
+        gcs.bucket().save("node-preempt-gcs", overwrite=True)
         deploy_node(gcs, node)
         profile = node.profile(tmp_path, "node-preempt", {**base_cache, "falkordb": falkordb},
                                400, gcs_block="node-preempt-gcs")
@@ -200,7 +200,7 @@ def test_a_phase2_timeout_cancels_the_node_run_and_the_node_worker_ends_it(
         tmp_path: Path, falkordb: int, base_cache: dict[str, Any], node_deployment: str) -> None:
     node = WorkerNode(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:
-        gcs.bucket(folder="slm").save("node-timeout-gcs", overwrite=True)
+        gcs.bucket().save("node-timeout-gcs", overwrite=True)
         deploy_node(gcs, node)
         profile = node.profile(tmp_path, "node-timeout", {**base_cache, "falkordb": falkordb},
                                400, gcs_block="node-timeout-gcs")
@@ -263,7 +263,7 @@ def test_half_nights_extract_only_then_retrain_one_bucket(
 
     node = WorkerNode(tmp_path)
     with GcsEmulator(tmp_path) as gcs, node.fake:
-        gcs.bucket(folder="slm").save("node-half-gcs", overwrite=True)
+        gcs.bucket().save("node-half-gcs", overwrite=True)
         deploy_node(gcs, node)
         profile = node.profile(tmp_path, "node-half", {**base_cache, "falkordb": falkordb}, 1,
                                gcs_block="node-half-gcs")

@@ -54,8 +54,8 @@ def gcs(tmp_path_factory: pytest.TempPathFactory, prefect_api: None) -> Iterator
     """The GCS emulator: the profiles' bucket block, and `slm-gcs`, the bucket prefect.yaml
     pushes the node's code to (the node's runs pull it from there)."""
     with GcsEmulator(tmp_path_factory.mktemp("preflight-gcs")) as emulator:
-        emulator.bucket(folder="slm").save(BUCKET_BLOCK, overwrite=True)
-        emulator.bucket(folder="slm").save("slm-gcs", overwrite=True)
+        emulator.bucket().save(BUCKET_BLOCK, overwrite=True)  # at the root, as the guide's
+        emulator.bucket().save("slm-gcs", overwrite=True)
         yield emulator
 
 
@@ -631,6 +631,28 @@ def test_a_bucket_block_with_the_orchestrators_own_key_is_refused(
     (tmp_path / "ok").mkdir()
     ready = statuses(run_preflight(load_profile(str(profile(tmp_path / "ok", world)))))
     assert ready[f"bucket {BUCKET_BLOCK}: credentials"] == "ok"
+
+
+def test_a_bucket_block_with_a_folder_is_refused_where_the_node_writes(
+        tmp_path: Path, world: FakeComputeEngine, gcs: GcsEmulator) -> None:
+    """The node may write its results only at the bucket's root (gcp setup's IAM Condition,
+    tasks/gcp/grants.py NODE_WRITES): a block with a folder would have every upload refused."""
+    gcs.bucket(folder="nightly/").save("preflight-folder", overwrite=True)
+    path = profile(tmp_path, world)
+    path.write_text(path.read_text().replace(f'gcs_block = "{BUCKET_BLOCK}"',
+                                             'gcs_block = "preflight-folder"'))
+    report = run_preflight(load_profile(str(path)))
+    assert failed(report)["bucket preflight-folder: node writes"] == (
+        "the block writes under gs://slm-corpus/nightly/, but the node may write only "
+        "artifacts/adapters/, artifacts/checkpoints/, artifacts/promoted/, "
+        "records/node-environment.json at the bucket's root (gcp setup's condition "
+        "slm-node-results): its adapters and checkpoints would be refused (403, "
+        "storage.objects.create) — fix: save the GcsBucket block without bucket_folder "
+        "(docs/operator-gcp.md, section 4)")
+    assert statuses(report)["bucket preflight-folder: write"] == "ok"  # the orchestrator may
+    (tmp_path / "ok").mkdir()
+    ready = statuses(run_preflight(load_profile(str(profile(tmp_path / "ok", world)))))
+    assert ready[f"bucket {BUCKET_BLOCK}: node writes"] == "ok"
 
 
 def test_the_nodes_secrets_exist_with_an_enabled_version(
