@@ -1,13 +1,16 @@
-"""Phase 1's write of contacts with entity resolution against without, in one run, on the
-embedded FalkorDB at 100k people.
+"""Phase 1's write of contacts and notes with entity resolution against without, in one run,
+on the embedded FalkorDB at 100k people.
 
 Each side writes the same contact files (1,000 records each; 1 % of the people share a name with
 another person and have their own address, every tenth organization is written with a legal
-form) into an empty graph, a file per batch, the way tasks/extraction/batch.py does: the graph
-lookup, build_batch, upsert. "without" is the lookup before issue 52 (the Persons holding the
-batch's addresses); "with" is known_people (also every address of the Persons of the batch's
-names). Then the same files again: the unchanged night. Prints both sides, the ratios, and the
-Persons and Organizations each side made.
+form), each with a note beside it that names every fifth of its people alone (as the model
+would), into an empty graph, a file and its note per batch, the way tasks/extraction/batch.py
+does: the graph lookups, build_batch, upsert. "without" is resolution before issue 52 (the
+Persons holding the batch's addresses; a name alone joins its name's Person); "with" is
+known_people (also every address of the Persons of the batch's names) and people_named (the
+namesakes of each name written alone). Then the same files again: the unchanged night. Prints
+both sides, the ratios, the Persons and Organizations each side made, and the names alone
+linked to no one.
 
     python bench/resolution.py [N]      # N people (default 100000)
 """
@@ -23,9 +26,11 @@ from typing import Any
 from _common import report
 
 from tasks.extraction.answers import BatchReport, build_batch
-from tasks.extraction.batch import known_people
-from tasks.extraction.calls import DocOutcome
+from tasks.extraction.batch import known_people, people_named
+from tasks.extraction.calls import ChunkAnswer, DocOutcome
+from tasks.extraction.chunking import Chunk
 from tasks.extraction.documents import Document
+from tasks.extraction.schema import Extraction
 from tasks.graph import falkordb_server
 from tasks.graph.falkordb_store import FalkorDBStore
 from tasks.graph.store import GraphStore
@@ -50,25 +55,44 @@ def files(n: int) -> list[Document]:
     return docs
 
 
-def write(store: GraphStore, docs: list[Document], resolve: bool) -> float:
-    t = time.perf_counter()
+def note(contacts: Document) -> DocOutcome:
+    """A note naming every fifth person of the file alone (the namesakes among them: i % 100
+    == 99), one sentence each, as the model's answer would."""
+    names = [r["name"] for r in contacts.records[4::5]]
+    text = " ".join(f"{n} joined the call." for n in names)
+    d = Document(contacts.id.replace("contacts/", "research/"), "research", contacts.path,
+                 contacts.hash, text, {})
+    answer = Extraction.model_validate({"entities": [
+        {"name": n, "type": "Person", "description": ""} for n in names]})
+    return DocOutcome(d, [ChunkAnswer(Chunk(0, 0, len(text), text), [answer])])
+
+
+def write(store: GraphStore, docs: list[Document], resolve: bool) -> tuple[float, int]:
+    t, unlinked = time.perf_counter(), 0
     for d in docs:
-        known = known_people(store, [d]) if resolve else store.keys_by_email(
-            [e for r in d.records for e in r["emails"]])
-        store.upsert(build_batch([DocOutcome(d, [])], "m", known, BatchReport()))
-    return time.perf_counter() - t
+        report = BatchReport()
+        if resolve:
+            batch = build_batch([DocOutcome(d, []), note(d)], "m", known_people(store, [d]),
+                                report, people=people_named(store))
+        else:
+            known = store.keys_by_email([e for r in d.records for e in r["emails"]])
+            batch = build_batch([DocOutcome(d, []), note(d)], "m", known, report)
+        store.upsert(batch)
+        unlinked += len(report.unlinked)
+    return time.perf_counter() - t, unlinked
 
 
 def side(port: int, docs: list[Document], resolve: bool) -> dict[str, Any]:
     store = FalkorDBStore("127.0.0.1", port, f"resolution_{resolve}", batch_size=1000)
     store.ensure_schema()
-    first = write(store, docs, resolve)
-    again = write(store, docs, resolve)
+    first, unlinked = write(store, docs, resolve)
+    again, _ = write(store, docs, resolve)
     nodes = store.stats()["nodes"]
     store.close()
     return {"first_night_s": first, "unchanged_night_s": again,
             "people_per_s": sum(len(d.records) for d in docs) / first,
-            "persons": nodes.get("Person", 0), "organizations": nodes.get("Organization", 0)}
+            "persons": nodes.get("Person", 0), "organizations": nodes.get("Organization", 0),
+            "unlinked_first_night": unlinked}
 
 
 def main() -> None:
