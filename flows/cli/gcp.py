@@ -82,30 +82,40 @@ def _gcp(args: argparse.Namespace) -> int:
 def _orchestrator(args: argparse.Namespace, spec: Any) -> int:
     from tasks.gcp import orchestrator
     from tasks.gcp.clients import Clients
+    from tasks.gcp.code import pack, push
     from tasks.gcp.reconcile import run
 
-    text = orchestrator.script(spec, repo=args.repo, ref=args.ref, cloud_url=args.cloud_url)
+    checkout = pack(Path.cwd(), spec.bucket)
+    text = orchestrator.script(spec, checkout, cloud_url=args.cloud_url)
+    clients = Clients(project=spec.project)
+    if not args.dry_run:
+        push(checkout, clients)
     if args.print_script:
         print(text, end="")
         return 0
     print(f"gcp orchestrator{' (dry run)' if args.dry_run else ''}: project {spec.project}, "
-          f"zone {spec.home_zone}")
-    vm = orchestrator.OrchestratorVm(spec, Clients(project=spec.project), text)
-    run([vm], "dry-run" if args.dry_run else "setup")
-    print(f"its first boot installs everything (~10 min); follow it with `gcloud compute ssh "
-          f"{spec.orchestrator} --zone={spec.home_zone} --tunnel-through-iap -- sudo "
-          "journalctl -fu google-startup-scripts`")
+          f"zone {spec.home_zone}; the checkout {checkout.describe()}")
+    vm = orchestrator.OrchestratorVm(spec, clients, text)
+    out = run([vm], "dry-run" if args.dry_run else "setup")
+    ssh = (f"gcloud compute ssh {spec.orchestrator} --zone={spec.home_zone} "
+           "--tunnel-through-iap -- sudo")
+    if out[0].state == "created":
+        print(f"its first boot installs everything (~10 min); follow it with `{ssh} journalctl "
+              "-fu google-startup-scripts`")
+    elif out[0].state == "repaired":
+        print(f"outside the night, install it: `{ssh} google_metadata_script_runner startup`")
     return 0
 
 
 def _image(args: argparse.Namespace, spec: Any) -> int:
     from tasks.gcp.clients import Clients
+    from tasks.gcp.code import pack
     from tasks.gcp.image import BuildOptions, build_image, image_build
     from tasks.image.cli import layout_from_profile
 
     node, base, base_gguf = layout_from_profile(args.profile)
     build = image_build(spec, node, args.base_model or base, args.base_gguf or base_gguf,
-                        BuildOptions(repo=args.repo, ref=args.ref, model=args.model,
+                        BuildOptions(checkout=pack(Path.cwd(), spec.bucket), model=args.model,
                                      profile=args.profile, max_run_hours=args.max_run_hours,
                                      image=args.name))
     if args.dry_run:
@@ -164,14 +174,14 @@ def add_gcp(sub: Any) -> None:
                           "bucket, named exactly)")
     orch = gsub.add_parser("orchestrator", help="create the orchestrator VM (Debian 12, its "
                            "account, no external address, the static internal address) whose "
-                           "startup script installs the checkout as the service user, the "
-                           "Prefect server with an auth string, and the worker; or print that "
-                           "script for a machine you have")
-    orch.add_argument("--repo", required=True, help="the git URL of your slm-nightly checkout")
-    orch.add_argument("--ref", default="main", help="the branch, tag or commit (default main)")
+                           "startup script installs this checkout (uploaded to the bucket) as "
+                           "the service user, the Prefect server with an auth string, and the "
+                           "worker; on an existing VM, its startup script replaced when the "
+                           "checkout or settings changed; or print that script")
     orch.add_argument("--cloud-url", help="[gcp] prefect = \"cloud\": the workspace's API URL")
     orch.add_argument("--print-script", action="store_true",
-                      help="print the install script (run it with sudo bash on Debian 12)")
+                      help="upload the checkout and print the install script (run it with sudo "
+                      "bash on a Debian 12 VM whose account reads the bucket)")
     orch.add_argument("--dry-run", action="store_true", help="print what would be created")
     nodes = gsub.add_parser("nodes", help="create the GPU node instances, one per zone (and "
                             "per [compute] nodes), from the newest image of family slm-node, "
@@ -190,8 +200,6 @@ def add_gcp(sub: Any) -> None:
                              "checkout's make install for the L4, the model files) in family "
                              "slm-node, then delete the builder; the family's other images "
                              "are kept")
-    build.add_argument("--repo", required=True, help="the git URL of your slm-nightly checkout")
-    build.add_argument("--ref", default="main", help="the branch, tag or commit (default main)")
     build.add_argument("--model", default="allenai/Olmo-3-32B-Think@main",
                        help="the served model's safetensors, org/name@revision (default "
                        "allenai/Olmo-3-32B-Think@main; pin a commit for a repeatable image)")

@@ -7,23 +7,25 @@ which becomes the image (its size is each node's disk size: `gcp nodes` sizes th
 image), and a blank scratch disk for the downloads and the intermediate
 GGUF, deleted with the builder so they never reach the image. Its startup script
 (image_build.sh) runs the steps of STEPS at every boot, skipping those done, so a boot after an
-interruption resumes it; its install step is the clone's own `make install` with the CUDA
+interruption resumes it; it fetches the checkout this command uploaded to the bucket
+(tasks/gcp/code.py) and its install step is the checkout's own `make install` with the CUDA
 variant (the Makefile), the same steps as on every clone. It reports each step, and any failure
 with the log's last lines, in the guest attributes `slm-build/*`.
 
 This command waits on those attributes and prints them. Once they say `done`, it stops the
 builder (the script waits for that, and powers off by itself an hour later if nobody does) and
-makes
-the image from the boot disk in the family (labels: the commit, the llama-cpp-python pin, the
-CUDA release, the first 16 hex digits of both GGUFs' sha256; the whole digests in the
-description), then deletes the builder and both disks. A failure deletes the builder too (unless
---keep-builder); a builder nobody waits on any more is deleted by Compute at its maximum run time
-(scheduling.maxRunDuration with instanceTerminationAction DELETE: cloud.google.com/compute/docs/
-instances/limit-vm-runtime). Images already in the family are never touched: `gcp upgrade` moves
-the nodes, and deprecating the new image rolls back (docs/operator-gcp.md §10).
+makes the image from the boot disk in the family (labels: the checkout's version, the
+llama-cpp-python pin, the CUDA release, the first 16 hex digits of both GGUFs' sha256; the
+whole digests in the description), then deletes the builder and both disks. A failure deletes
+the builder too (unless --keep-builder); a builder nobody waits on any more is deleted by
+Compute at its maximum run time (scheduling.maxRunDuration with instanceTerminationAction
+DELETE: cloud.google.com/compute/docs/instances/limit-vm-runtime). Images already in the family
+are never touched: `gcp upgrade` moves the nodes, and deprecating the new image rolls back
+(docs/operator-gcp.md §10).
 
-The builder runs as the node's service account (it writes its logs; nothing else) and so cannot
-delete itself: an instance-delete grant on that account would let every node delete instances.
+The builder runs as the node's service account (it reads the bucket and writes its logs) and
+so cannot delete itself: an instance-delete grant on that account would let every node delete
+instances.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from google.api_core.exceptions import NotFound
 from tasks.compute.gce.api_errors import transient
 from tasks.engine.llama_build import pin
 from tasks.gcp.clients import Clients
+from tasks.gcp.code import Checkout, fetch_function, push
 from tasks.gcp.network import get_or_none, wait_operation
 from tasks.gcp.nodes import FAMILY
 from tasks.gcp.reconcile import GcpError, api_call, retry
@@ -92,8 +95,7 @@ class ImageBuild:
     zone: str
     subnet_url: str
     node_email: str
-    repo: str
-    ref: str
+    checkout: Checkout  # the code the builder installs (tasks/gcp/code.py)
     model: str  # org/name@revision of the served model's safetensors
     base: str  # org/name@revision of the training base (the recipe's base_model)
     model_path: str
@@ -129,8 +131,8 @@ class ImageBuild:
             state=STATE, scratch=SCRATCH, scratch_device=SCRATCH_DEVICE,
             project_dir=q(self.project_dir), steps=" ".join(s for s, _, _ in STEPS),
             base_image=q(self.base_image), variant=q(self.variant), nvcc=NVCC,
-            user=q(self.user), repo=q(self.repo),
-            ref=q(self.ref), model_repo=q(model_repo), model_revision=q(model_rev or "main"),
+            user=q(self.user), fetch_code=fetch_function(self.checkout),
+            model_repo=q(model_repo), model_revision=q(model_rev or "main"),
             base_repo=q(base_repo), base_revision=q(base_rev or "main"),
             tokenizer_name=q(self.tokenizer.rstrip("/").rsplit("/", 1)[-1]),
             base_name=q(base_repo.rsplit("/", 1)[-1]),
@@ -154,7 +156,8 @@ class ImageBuild:
             f"~{SCRATCH_PEAK_GB} GB, deleted with the builder), no external address, as "
             f"{self.node_email}, guest attributes on, at most {self.max_run_hours} h then "
             "deleted by Compute",
-            f"  its startup script: {self.repo}@{self.ref} into {self.project_dir}; "
+            f"  its startup script: the checkout {self.checkout.describe()} into "
+            f"{self.project_dir}; "
             f"{self.model} → {self.model_path} ({self.quant}); {self.base} → {self.hf_home} "
             f"and {self.base_gguf}; `make install LLAMA_VARIANT={self.variant}` (llama-cpp-python "
             f"{self.pin} for CUDA, architecture 89)",
@@ -163,7 +166,7 @@ class ImageBuild:
                   for i, (name, minutes, gb) in enumerate(STEPS, 1)]
         lines += [
             f"images.insert {self.image} in family {FAMILY} from the boot disk ({IMAGE_GB} GB), "
-            "labels commit, llama-cpp-python, cuda, model-sha256, base-sha256; the family's "
+            "labels code, llama-cpp-python, cuda, model-sha256, base-sha256; the family's "
             "other images are kept",
             f"instances.stop {BUILDER} once it reports done; instances.delete {BUILDER} (both "
             "disks with it)",
@@ -176,12 +179,11 @@ class ImageBuild:
 @dataclass(frozen=True)
 class BuildOptions:
     """What `gcp image build`'s command line says beside the profile: the checkout the builder
-    clones (`repo` at `ref`), the served model's safetensors (org/name@revision), the profile
-    the builder prepares the weights for, the builder's longest run, and the image's name
-    (None: slm-node-<UTC time>)."""
+    installs (tasks/gcp/code.py pack), the served model's safetensors (org/name@revision), the
+    profile the builder prepares the weights for, the builder's longest run, and the image's
+    name (None: slm-node-<UTC time>)."""
 
-    repo: str
-    ref: str
+    checkout: Checkout
     model: str
     profile: str = "gcp"
     max_run_hours: int = MAX_RUN_HOURS
@@ -203,8 +205,8 @@ def image_build(spec: GcpSpec, node: Any, base: str, base_gguf: str | None,
     if not 1 <= o.max_run_hours <= 24:
         raise GcpError(f"--max-run-hours {o.max_run_hours}: between 1 and 24")
     extra = {"image": o.image} if o.image else {}
-    return ImageBuild(spec.project, spec.home_zone, spec.subnet_url, spec.node_email, o.repo,
-                      o.ref, o.model, base, node.model_path, node.tokenizer, node.hf_home, gguf,
+    return ImageBuild(spec.project, spec.home_zone, spec.subnet_url, spec.node_email,
+                      o.checkout, o.model, base, node.model_path, node.tokenizer, node.hf_home, gguf,
                       node.project_dir, node.service_user, o.profile, pin(), spec.base_image,
                       max_run_hours=o.max_run_hours, **extra)
 
@@ -224,7 +226,7 @@ def digests(attrs: dict[str, str]) -> tuple[str, str]:
 
 def labels(attrs: dict[str, str], pin: str) -> dict[str, str]:
     model, base = digests(attrs)
-    return {"made-by": "slm-nightly", "commit": _label(attrs.get("commit", "")[:12]),
+    return {"made-by": "slm-nightly", "code": _label(attrs.get("code", "")),
             "llama-cpp-python": _label(pin), "cuda": _label(attrs.get("cuda", "")),
             "model-sha256": _label(model[:16]), "base-sha256": _label(base[:16])}
 
@@ -300,7 +302,7 @@ class Builder:
         while True:
             state = self.status()
             attrs = self.attributes() if state == "RUNNING" else {}
-            for key in ("boots", "step", "cuda", "commit"):
+            for key in ("boots", "step", "cuda", "code"):
                 line = f"{key} {attrs[key].rsplit(' ', 1)[0] if key == 'step' else attrs[key]}" \
                     if key in attrs else None
                 if line and line not in shown:
@@ -350,7 +352,7 @@ class Builder:
             name=b.image, family=FAMILY,
             source_disk=f"projects/{b.project}/zones/{b.zone}/disks/{BUILDER}",
             labels=labels(attrs, b.pin),
-            description=(f"slm-nightly node: {b.repo}@{attrs.get('commit', '?')}, "
+            description=(f"slm-nightly node: checkout {attrs.get('code', '?')}, "
                          f"llama-cpp-python {b.pin}, CUDA {attrs.get('cuda', '?')}; "
                          f"{b.model_path} sha256 {model}; {b.base_gguf} sha256 {base}"))
         op = api_call(f"image {b.image}: insert", lambda: self.clients.compute(
@@ -371,6 +373,8 @@ def build_image(build: ImageBuild, clients: Clients, *, keep_builder: bool = Fal
     """Run the build (module docstring); the image's name."""
     builder = Builder(build, clients, say, poll_seconds)
     say(f"gcp image build: {BUILDER} in {build.zone} → {build.image} (family {FAMILY})")
+    uploaded = push(build.checkout, clients)
+    say(f"  the checkout {build.checkout.describe()}: {'uploaded' if uploaded else 'there'}")
     builder.insert()
     t0 = time.monotonic()
     try:

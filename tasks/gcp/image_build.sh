@@ -58,7 +58,7 @@ fi
 do_packages() {
   apt-get -o DPkg::Lock::Timeout=600 update -q
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
-    python3.11-venv python3.11-dev make cmake g++ git curl
+    python3.11-venv python3.11-dev make cmake g++ curl
 }
 do_nvcc() {
   local out
@@ -74,6 +74,7 @@ ships no CUDA toolkit — choose a Deep Learning VM family with one ([gcp] base_
   echo "$(dirname "$(dirname "$(readlink -f @{nvcc})")")/lib64" > /etc/ld.so.conf.d/slm-cuda.conf
   ldconfig
 }
+@{fetch_code}
 do_checkout() {
   id -u @{user} >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/@{user} @{user}
   # a folder this build did not start is never deleted: a fresh builder has none
@@ -82,12 +83,10 @@ do_checkout() {
   fi
   touch "$STATE/checkout-started"
   rm -rf "$PROJECT_DIR"
-  git clone -q @{repo} "$PROJECT_DIR"
-  git -C "$PROJECT_DIR" checkout -q @{ref}
-  git -C "$PROJECT_DIR" rev-parse HEAD > "$STATE/commit"
-  attr commit "$(cat "$STATE/commit")"
+  fetch_code "$PROJECT_DIR"
+  attr code "$(cat "$PROJECT_DIR/.code-version")"
 }
-# The clone's own install, as `make` installs every clone (Makefile: llama.cpp built once — here
+# The checkout's own install, as `make` installs every clone (Makefile: llama.cpp built once — here
 # its @{variant} variant, the compiler named by CUDACXX — PyTorch's wheels, the project, the
 # converters, the install check); the runner starts this script in / (make -C moves into the
 # checkout), and the build cache lives on the scratch disk.
@@ -144,7 +143,7 @@ print(m["model"]["sha256"], (m.get("base_gguf") or {}).get("sha256", "-"))' \
 
 for s in "${STEPS[@@]}"; do step "$s"; done
 STEP=done
-attr done "$(date +%s) $(cat "$STATE/commit") cuda $(cat "$STATE/cuda-release")"
+attr done "$(date +%s) $(cat "$PROJECT_DIR/.code-version") cuda $(cat "$STATE/cuda-release")"
 umount "$SCRATCH" || true
 # The command that waits on the build stops the builder once it reads `done`; if nobody does,
 # it powers off after @{linger} s, its disk kept for an image made by hand.

@@ -23,6 +23,7 @@ from string import Template
 from typing import Any
 
 from tasks.gcp.clients import Clients
+from tasks.gcp.code import Checkout, fetch_function
 from tasks.gcp.network import ComputeResource, get_or_none
 from tasks.gcp.reconcile import Found, GcpError
 from tasks.gcp.spec import GcpSpec
@@ -33,6 +34,8 @@ PORT = 4200
 MACHINE_TYPE = "e2-standard-2"
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 DISK_GB = 50
+STALE_SCRIPT = ("its startup script is not this one (another checkout or other settings): "
+                "setup replaces it, and it runs at the next boot or by hand")
 
 
 class _Template(Template):
@@ -89,7 +92,7 @@ def client_env(spec: GcpSpec, cloud_url: str | None = None) -> list[str]:
             "PREFECT_SERVER_API_AUTH_STRING=$PREFECT_AUTH"]
 
 
-def script(spec: GcpSpec, *, repo: str, ref: str = "main", user: str = "slm",
+def script(spec: GcpSpec, checkout: Checkout, *, user: str = "slm",
            project_dir: str = "/opt/slm-nightly", cloud_url: str | None = None) -> str:
     """The bash script that makes a Debian 12 machine the orchestrator (module docstring)."""
     q = shlex.quote
@@ -108,8 +111,9 @@ def script(spec: GcpSpec, *, repo: str, ref: str = "main", user: str = "slm",
     dirs = (f'install -d -o "$user" -g "$user" {" ".join(map(q, spec.data_dirs))}'
             if spec.data_dirs else "# (the profile names no folder outside the checkout)")
     return _Template(files("tasks.gcp").joinpath("orchestrator.sh").read_text()).substitute(
-        user=q(user), home=q(f"/var/lib/{user}"), project_dir=q(project_dir), repo=q(repo),
-        ref=q(ref), secrets=reads, client_env="\n".join(client_env(spec, cloud_url)),
+        user=q(user), home=q(f"/var/lib/{user}"), project_dir=q(project_dir),
+        fetch_code=fetch_function(checkout), code_version=checkout.version, secrets=reads,
+        client_env="\n".join(client_env(spec, cloud_url)),
         bashrc=bashrc, units=unit_lines,
         data_dirs=dirs, enable=" ".join(written))
 
@@ -117,7 +121,7 @@ def script(spec: GcpSpec, *, repo: str, ref: str = "main", user: str = "slm",
 class OrchestratorVm(ComputeResource):
     """The VM: Debian 12, the orchestrator's account, no external address, the static
     internal address, the script as its startup-script (it runs at every boot and skips what
-    is done)."""
+    is done; setup on an existing VM puts a new one in place of a stale one)."""
 
     kind = "vm"
 
@@ -134,9 +138,13 @@ class OrchestratorVm(ComputeResource):
             project=s.project, zone=s.home_zone, instance=self.name))
         if vm is None:
             return Found(False)
+        self.metadata = vm.metadata  # setMetadata replaces every item: repair keeps the others
         accounts = [a.email for a in vm.service_accounts]
         drift = [] if accounts == [s.orchestrator_email] else [
             f"runs as {accounts}, not {s.orchestrator_email}"]
+        script = next((i.value for i in vm.metadata.items if i.key == "startup-script"), None)
+        if script != self.startup:
+            drift.append(STALE_SCRIPT)
         return Found(True, drift, f"{vm.status} at {vm.network_interfaces[0].network_i_p}")
 
     def plan(self) -> str:
@@ -167,8 +175,22 @@ class OrchestratorVm(ComputeResource):
             project=s.project, zone=s.home_zone, instance_resource=body), zone=s.home_zone)
 
     def repair(self, found: Found) -> None:
-        raise GcpError(f"{self}: {'; '.join(found.drift)} — delete the VM "
-                       "(`gcloud compute instances delete …`) and run `gcp orchestrator` again")
+        """A new startup script (this checkout, these settings) goes into the VM's metadata; it
+        runs at the next boot or by hand. Another account is not repairable in place."""
+        if found.drift != [STALE_SCRIPT]:
+            raise GcpError(f"{self}: {'; '.join(found.drift)} — delete the VM "
+                           "(`gcloud compute instances delete …`) and run `gcp orchestrator` "
+                           "again")
+        from google.cloud import compute_v1
+
+        s = self.spec
+        kept = [compute_v1.Items(key=i.key, value=i.value) for i in self.metadata.items
+                if i.key != "startup-script"]
+        body = compute_v1.Metadata(fingerprint=self.metadata.fingerprint, items=[
+            *kept, compute_v1.Items(key="startup-script", value=self.startup)])
+        self.call("setMetadata", lambda: self._client().set_metadata_unary(
+            project=s.project, zone=s.home_zone, instance=self.name, metadata_resource=body),
+            zone=s.home_zone)
 
     def delete(self) -> None:
         s = self.spec

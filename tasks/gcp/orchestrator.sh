@@ -8,7 +8,7 @@ user=@{user}
 dir=@{project_dir}
 
 need=()
-for pkg in python3-venv make cmake g++ git; do  # make: the install below is `make`
+for pkg in python3-venv make cmake g++ curl; do  # make: the install below is `make`
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@@]}" -gt 0 ]; then  # needs the Cloud NAT: the VM has no external address
@@ -22,9 +22,14 @@ fi
 id -u "$user" >/dev/null 2>&1 || useradd --system --create-home --home-dir @{home} \
   --shell /bin/bash "$user"
 install -d -o "$user" -g "$user" "$dir"
-if [ ! -d "$dir/.git" ]; then
-  runuser -u "$user" -- git clone --quiet @{repo} "$dir"
-  runuser -u "$user" -- git -C "$dir" checkout --quiet @{ref}
+@{fetch_code}
+# the checkout `gcp orchestrator` uploaded (tasks/gcp/code.py), unless it is there already; a
+# new one (`gcp orchestrator` again, then this script again) replaces the old one's files
+fresh=
+if [ "$(cat "$dir/.code-version" 2>/dev/null)" != @{code_version} ]; then
+  fetch_code "$dir"
+  chown -R "$user": "$dir"
+  fresh=1
 fi
 runuser -u "$user" -- make -C "$dir" .venv/.installed-stamp
 # the folders the night reads ([sources], [corpus]): the user's, so its runs can write there
@@ -47,3 +52,5 @@ chown "$user": "$rc"
 @{units}
 systemctl daemon-reload
 systemctl enable --now @{enable}
+# a new checkout: the units run its code from now on
+[ -z "$fresh" ] || systemctl restart @{enable}

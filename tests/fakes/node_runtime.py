@@ -8,7 +8,8 @@ engine's and the worker's command lines exactly as rendered, with only paths map
 modelled (each as the named document says):
 - the metadata server (cloud.google.com/compute/docs/metadata/querying-metadata, …/
   manage-guest-attributes): a local HTTP server per runtime; GET instance/attributes/KEY (404
-  when absent), instance/network-interfaces/0/ip; PUT/DELETE instance/guest-attributes/NS/KEY
+  when absent), instance/network-interfaces/0/ip, instance/service-accounts/default/token (the
+  instance's account's token, 404 without one); PUT/DELETE instance/guest-attributes/NS/KEY
   into the fake (refused while metadata enable-guest-attributes is not TRUE); every request
   needs `Metadata-Flavor: Google` (403 otherwise).
 - `systemctl` (systemd.service(5), systemd.exec(5)): daemon-reload, enable, start, stop,
@@ -280,6 +281,17 @@ class FakeNode:
                 if inst is None:
                     return self._answer(404, "not found")
                 body = self.read_body().decode()
+                if method == "GET" and rest == "service-accounts/default/token":
+                    # an access token for the instance's account (cloud.google.com/compute/docs/
+                    # access/authenticate-workloads): 404 without an account; with the shared
+                    # FakeProject, a token its IAM (the bucket's proxy) reads as that account
+                    if not inst.service_account:
+                        return self._answer(404, "not found")
+                    gcp = getattr(node.fake, "gcp", None)
+                    member = f"serviceAccount:{inst.service_account}"
+                    token = gcp.token_for(member) if gcp is not None else "ya29.fake"
+                    return self.send_json(200, {"access_token": token, "expires_in": 3599,
+                                                "token_type": "Bearer"})
                 if method == "GET" and rest == "network-interfaces/0/ip":
                     return self._answer(200, inst.network_ip)  # the fake's networkIP
                 if method == "GET" and rest.startswith("attributes/"):

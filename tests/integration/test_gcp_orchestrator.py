@@ -14,12 +14,14 @@ import httpx
 import pytest
 
 from tasks.gcp import orchestrator
+from tasks.gcp.code import Checkout
 from tasks.gcp.spec import GcpSpec
 from tests.support.paths import ROOT
 from tests.support.prefect import prefect_server
 
 SPEC = GcpSpec(project="acme", zones=["us-central1-a"], bucket="acme-slm")
-REPO = "https://github.com/acme/slm-nightly"
+# a packed checkout (tasks/gcp/code.py pack; the fetch runs for real in test_checkout_fetch.py)
+CHECKOUT = Checkout("acme-slm", ("Makefile", "pyproject.toml"), b"a tar.gz")
 
 
 def unit(text: str) -> dict[str, list[str]]:
@@ -56,36 +58,41 @@ def test_the_cloud_path_has_no_server_and_the_same_worker() -> None:
     units = orchestrator.units(cloud)
     assert list(units) == ["slm-orchestrator-worker"]
     assert unit(units["slm-orchestrator-worker"])["After"] == ["network-online.target"]
-    text = orchestrator.script(cloud, repo=REPO, cloud_url="https://api.prefect.cloud/api/"
+    text = orchestrator.script(cloud, CHECKOUT, cloud_url="https://api.prefect.cloud/api/"
                                "accounts/a/workspaces/w")
     assert "gcloud secrets versions access latest --secret=prefect-key" in text
     assert "PREFECT_API_URL=https://api.prefect.cloud/api/accounts/a/workspaces/w\n" \
            "PREFECT_API_KEY=$PREFECT_API_KEY\n" in text
     with pytest.raises(Exception, match="needs --cloud-url"):
-        orchestrator.script(cloud, repo=REPO)
+        orchestrator.script(cloud, CHECKOUT)
 
 
 def test_the_script_installs_as_the_service_user_and_is_valid_bash(tmp_path: Path) -> None:
-    text = orchestrator.script(SPEC, repo=REPO, ref="v1.2")
+    text = orchestrator.script(SPEC, CHECKOUT)
     path = tmp_path / "o.sh"
     path.write_text(text)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
-    # every command that writes into the checkout runs as the user (finding 5)
-    assert "runuser -u \"$user\" -- git clone --quiet https://github.com/acme/slm-nightly " \
-           "\"$dir\"" in text
-    assert "runuser -u \"$user\" -- git -C \"$dir\" checkout --quiet v1.2" in text
+    # the checkout from the bucket, not a clone (finding 11): fetched when the folder holds
+    # another version (or none), then the user's; every command that writes into it after
+    # that runs as the user (finding 5)
+    assert "git " not in text
+    assert (f'if [ "$(cat "$dir/.code-version" 2>/dev/null)" != {CHECKOUT.version} ]; then\n'
+            '  fetch_code "$dir"\n  chown -R "$user": "$dir"\n  fresh=1\nfi\n') in text
+    assert f"gs://acme-slm/code/checkout-{CHECKOUT.version}.tar.gz" in text
     assert "runuser -u \"$user\" -- make -C \"$dir\" .venv/.installed-stamp" in text
     assert not re.search(r"^(sudo |git |make )", text, re.M)
     # the install is `make`, which Debian's cloud images lack: the script installs it first
-    assert "for pkg in python3-venv make cmake g++ git; do" in text
+    assert "for pkg in python3-venv make cmake g++ curl; do" in text
     # finding 7: the folders the night reads exist, the user's (the profile's [sources], [corpus])
     with_dirs = SPEC.model_copy(update={"data_dirs": ["/srv/slm/transcripts", "/srv/slm/c d"]})
     assert "install -d -o \"$user\" -g \"$user\" /srv/slm/transcripts '/srv/slm/c d'\n" in \
-        orchestrator.script(with_dirs, repo=REPO)
+        orchestrator.script(with_dirs, CHECKOUT)
     # the auth string comes from Secret Manager, never from the command line or metadata
     assert "PREFECT_AUTH=$(gcloud secrets versions access latest --secret=slm-prefect-auth)" \
            in text
-    assert text.rstrip().endswith("systemctl enable --now prefect-server "
+    assert text.rstrip().endswith("systemctl enable --now prefect-server slm-orchestrator-worker"
+                                  "\n# a new checkout: the units run its code from now on\n"
+                                  '[ -z "$fresh" ] || systemctl restart prefect-server '
                                   "slm-orchestrator-worker")
 
 
@@ -97,7 +104,7 @@ def _env_file(text: str, auth: str) -> dict[str, str]:
 
 def test_the_server_and_worker_environment_run_for_real(tmp_path: Path) -> None:
     auth = "slm:s3cret-from-secret-manager"
-    text = orchestrator.script(SPEC, repo=REPO)
+    text = orchestrator.script(SPEC, CHECKOUT)
     env_file = _env_file(text, auth)
     assert set(env_file) == {"PREFECT_API_URL", "PREFECT_API_AUTH_STRING",
                              "PREFECT_SERVER_API_AUTH_STRING"}

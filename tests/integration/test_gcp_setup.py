@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tasks.gcp.code import Checkout
 from tasks.gcp.reconcile import GcpError
 from tasks.gcp.setup import ApplyOptions, apply
 from tests.support.gcp_world import BUCKET, PROJECT, World, empty_project, gcp_profile, spec_of
@@ -244,7 +245,7 @@ def test_orchestrator_vm_runs_as_its_account_on_the_static_address(world: World)
                                     project="debian-cloud")
     setup(world)
     spec = spec_of(gcp_profile(world.tmp / "p.toml"))
-    text = orchestrator.script(spec, repo="https://github.com/acme/slm-nightly")
+    text = orchestrator.script(spec, Checkout(spec.bucket, ("Makefile",), b"v1"))
     vm = orchestrator.OrchestratorVm(spec, world.clients(), text)
     assert [o.state for o in run([vm], "setup", lambda _: None)] == ["created"]
     inst = world.clients().compute("InstancesClient").get(
@@ -260,6 +261,17 @@ def test_orchestrator_vm_runs_as_its_account_on_the_static_address(world: World)
     before = len(world.gcp.calls)
     assert [o.state for o in run([vm], "setup", lambda _: None)] == ["ok"]
     assert world.gcp.mutations(before) == []
+    # another checkout (an upgrade): its script replaces the old one in the VM's metadata,
+    # the other items kept (setMetadata replaces them all: gcloud compute ssh's keys)
+    world.compute.instances[("us-central1-a", "slm-orchestrator")].metadata["ssh-keys"] = "k"
+    newer = orchestrator.script(spec, Checkout(spec.bucket, ("Makefile",), b"v2"))
+    said: list[str] = []
+    run([orchestrator.OrchestratorVm(spec, world.clients(), newer)], "setup", said.append)
+    assert said == [f"  repaired      vm slm-orchestrator — {orchestrator.STALE_SCRIPT}"]
+    inst = world.clients().compute("InstancesClient").get(
+        project=PROJECT, zone="us-central1-a", instance="slm-orchestrator")
+    assert {i.key: i.value for i in inst.metadata.items} == {"startup-script": newer,
+                                                             "ssh-keys": "k"}
 
 
 def test_the_node_reads_the_bucket_and_writes_only_its_own_results(world: World) -> None:

@@ -10,11 +10,13 @@ errors; the real `make install` runs from / in tests/integration/test_node_insta
 here is this project's), slm-nightly (prepare-weights: it refuses a tokenizer folder without
 tokenizer.json, as the real one does; tests/integration/test_weights.py runs the real one), the
 disk tools (blkid knows a file system once mkfs made one), ldd and ldconfig. The final poweroff
-is the runtime's. Real: bash, the script line by line from /, as Google's runner starts it, git
-(a bare clone of this repository's HEAD, tagged), the `hf` CLI against the fake Hugging Face
-Hub (tests/fakes/hf_hub.py) serving a tiny random OLMo 3 (tests/support/olmo3_tiny.py), llama.cpp's
-convert_hf_to_gguf.py and quantizer on what it downloaded, curl to the metadata server, the
-fake's API as the client library calls it."""
+is the runtime's. Real: bash, the script line by line from /, as Google's runner starts it;
+curl and tar fetching this checkout (packed and uploaded by the command: tasks/gcp/code.py)
+from the bucket, through its IAM (tests/fakes/gcs_iam.py), with the metadata server's token for
+the builder's account; the `hf` CLI against the fake Hugging Face Hub (tests/fakes/hf_hub.py)
+serving a tiny random OLMo 3 (tests/support/olmo3_tiny.py); llama.cpp's convert_hf_to_gguf.py
+and quantizer on what it downloaded; curl to the metadata server; the fake's API as the client
+library calls it."""
 
 from __future__ import annotations
 
@@ -27,16 +29,12 @@ from typing import Any
 
 import pytest
 
+from tasks.gcp.code import pack, push
 from tasks.gcp.image import BUILDER, BuildOptions, ImageBuild, build_image, image_build
 from tasks.gcp.reconcile import GcpError
 from tests.support.gcp_world import PROJECT, World, empty_project, gcp_profile, spec_of
-from tests.support.image_builder import (
-    REF,
-    REPO,
-    BuilderNode,
-    builder_node,
-    origin,
-)
+from tests.support.image_builder import BuilderNode, builder_node
+from tests.support.paths import ROOT
 
 ZONE = "us-central1-a"
 
@@ -55,11 +53,13 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 
 def _build(world: World, **kw: object) -> ImageBuild:
+    """The build of this checkout, packed as `gcp image build` packs it."""
     from blocks.node_serve import NodeServeSettings
 
-    return image_build(spec_of(world.tmp / "p.toml"), NodeServeSettings(),
+    spec = spec_of(world.tmp / "p.toml")
+    return image_build(spec, NodeServeSettings(),
                        "allenai/Olmo-3-7B-Think@main", "/opt/models/olmo-3-7b-think-f16.gguf",
-                       BuildOptions(repo=REPO, ref=REF,
+                       BuildOptions(checkout=pack(ROOT, spec.bucket),
                                     model="allenai/Olmo-3-32B-Think@0123abc",
                                     image="slm-node-test-1", **kw))  # type: ignore[arg-type]
 
@@ -71,7 +71,7 @@ def model(olmo3_tiny: dict[str, Any]) -> Path:
 
 
 def _node(world: World, model: Path) -> BuilderNode:
-    node = builder_node(world.tmp, PROJECT, model)
+    node = builder_node(world.tmp, PROJECT, model, world.storage.url)
     return node.attach(world.compute)
 
 
@@ -85,12 +85,13 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     old = world.compute.network.add_image("slm-node-20261101", "slm-node", disk_size_gb=200,
                                           created=time.time() - 3600)
     said: list[str] = []
+    build = _build(world)
     try:
-        name = build_image(_build(world), world.clients(), say=said.append, poll_seconds=0.2)
+        name = build_image(build, world.clients(), say=said.append, poll_seconds=0.2)
     finally:
         node.close()
     tmp = world.tmp
-    commit = origin(tmp)
+    version = build.checkout.version
     assert name == "slm-node-test-1"
     calls = _calls(tmp)
     # the step order, each step once; no driver installer, no reboot
@@ -112,7 +113,7 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     assert f"make-env CUDACXX={tmp}/cuda/bin/nvcc SLM_BUILD_CACHE={tmp}/scratch/build-cache" \
         in calls
     assert ("apt-get -o DPkg::Lock::Timeout=600 install -y -q python3.11-venv python3.11-dev "
-            "make cmake g++ git curl") in calls
+            "make cmake g++ curl") in calls
     assert "hf download allenai/Olmo-3-32B-Think --revision 0123abc --local-dir " \
         f"{tmp}/scratch/model-st" in calls
     # one pattern a --include (huggingface_hub's cli/download.py takes further words as file
@@ -142,9 +143,19 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
                                                      "general.file_type"))
     assert fields("Olmo-3-32B-Think-Q3_K_M.gguf") == ("olmo2", 12)
     assert fields("olmo-3-7b-think-f16.gguf") == ("olmo2", 1)
-    # the real clone at the tag
-    assert subprocess.run(["git", "-C", str(tmp / "checkout"), "rev-parse", "HEAD"],
-                          capture_output=True, text=True).stdout.strip() == commit
+    # this checkout, uploaded by the command and fetched by the builder's account with curl
+    # from the bucket (through its IAM), unpacked whole; nothing cloned
+    got_files = sorted(p.relative_to(tmp / "checkout").as_posix()
+                       for p in (tmp / "checkout").rglob("*") if p.is_file()
+                       and not p.relative_to(tmp / "checkout").as_posix().startswith(".venv/"))
+    assert got_files == sorted([*build.checkout.files, ".code-files", ".code-version"])
+    assert (tmp / "checkout" / "Makefile").read_bytes() == (ROOT / "Makefile").read_bytes()
+    assert (tmp / "checkout" / ".code-version").read_text() == version + "\n"
+    fetched = [c for c in world.gcp.calls if c["api"] == "storage" and c["method"] == "GET"
+               and "/o/code/checkout-" in c["path"]]
+    assert [(c["member"], c["status"]) for c in fetched] == [
+        (f"serviceAccount:{spec_of(tmp / 'p.toml').node_email}", 200)]
+    assert f"  the checkout {build.checkout.describe()}: uploaded" in said
     # intermediates deleted as the steps went; the checkout given to the service user
     assert not (tmp / "scratch" / "model-f16.gguf").exists()
     assert not (tmp / "scratch" / "src").exists()
@@ -156,7 +167,7 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
                                .read_bytes()).hexdigest()
     base = hashlib.sha256((tmp / "models" / "olmo-3-7b-think-f16.gguf").read_bytes()).hexdigest()
     assert (img.name, img.disk_size_gb) == ("slm-node-test-1", 100)
-    assert dict(img.labels) == {"made-by": "slm-nightly", "commit": commit[:12],
+    assert dict(img.labels) == {"made-by": "slm-nightly", "code": version,
                                 "llama-cpp-python": "0-3-36", "cuda": "12-8",
                                 "model-sha256": model_sha[:16], "base-sha256": base[:16]}
     assert model_sha in img.description and base in img.description
@@ -165,7 +176,7 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     # the builder and both its disks are gone
     assert (ZONE, BUILDER) not in world.compute.instances
     assert not [k for k in world.compute.network.disks if k[1].startswith(BUILDER)]
-    assert "  builder: cuda 12.8" in said and f"  builder: commit {commit}" in said
+    assert "  builder: cuda 12.8" in said and f"  builder: code {version}" in said
     assert "  builder: step 10/10 seal" in said
 
 
@@ -203,12 +214,12 @@ def test_a_builder_nobody_finishes_is_deleted_at_its_maximum_run_time(world: Wor
     assert not [k for k in world.compute.network.disks if k[1].startswith(BUILDER)]
 
 
-def test_dry_run_prints_the_plan_and_a_script_bash_accepts(world: World,
-                                                          capsys: pytest.CaptureFixture[str]
-                                                          ) -> None:
+def test_dry_run_prints_the_plan_and_a_script_bash_accepts(
+        world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.cli import main
 
-    assert main(["gcp", "image", "build", "--repo", REPO,
+    monkeypatch.chdir(ROOT)  # the checkout the command packs
+    assert main(["gcp", "image", "build",
                  "--profile", str(world.tmp / "p.toml"), "--name", "slm-node-x",
                  "--base-model", "allenai/Olmo-3-7B-Think@main", "--base-gguf",
                  "/opt/models/olmo-3-7b-think-f16.gguf", "--dry-run"]) == 0
@@ -229,11 +240,16 @@ def test_dry_run_prints_the_plan_and_a_script_bash_accepts(world: World,
     assert "cuda_installer" not in script and "\nreboot" not in script
     assert 'make -C "$PROJECT_DIR" install PYTHON=python3.11 LLAMA_VARIANT=cuda' in script
     assert (ZONE, BUILDER) not in world.compute.instances
+    # the checkout it would fetch is named, and nothing was uploaded
+    bucket = spec_of(world.tmp / "p.toml").bucket
+    assert f"  its startup script: the checkout gs://{bucket}/code/checkout-" in plan
+    assert not [c for c in world.gcp.calls if c["api"] == "storage" and c["method"] == "POST"
+                and "checkout-" in str(c["path"]) + str(c["body"])]
 
 
 def test_a_checkout_folder_the_build_did_not_make_is_never_deleted(world: World,
                                                                    model: Path) -> None:
-    """The checkout step deletes its folder to clone again after an interrupted run: only a
+    """The checkout step deletes its folder to unpack again after an interrupted run: only a
     folder this build started. One that was there before (not a fresh builder) stops the
     build, untouched."""
     keep = world.tmp / "checkout" / "precious.txt"
@@ -285,7 +301,9 @@ def test_a_finished_builder_nobody_stops_powers_itself_off(
     monkeypatch.setattr(image, "LINGER_SECONDS", 1)
     node = _node(world, model)
     try:
-        builder = Builder(_build(world), world.clients(), say=lambda _: None)
+        build = _build(world)
+        push(build.checkout, world.clients())
+        builder = Builder(build, world.clients(), say=lambda _: None)
         builder.insert()
         deadline = time.monotonic() + 120
         while builder.status() != "TERMINATED" and time.monotonic() < deadline:
@@ -293,7 +311,7 @@ def test_a_finished_builder_nobody_stops_powers_itself_off(
     finally:
         node.close()
     assert builder.status() == "TERMINATED"
-    assert builder.attributes()["done"].endswith(f"{origin(world.tmp)} cuda 12.8")
+    assert builder.attributes()["done"].endswith(f"{build.checkout.version} cuda 12.8")
     ops = [op.op_type for op in world.compute.operations.values() if op.target.name == BUILDER]
     assert ops[-1] == "compute.instances.guestTerminate", ops
     assert (ZONE, BUILDER) in world.compute.network.disks
@@ -342,3 +360,25 @@ def test_ctrl_c_leaves_the_builder_working_and_says_how_to_delete_it(world: Worl
         Builder(_build(world), world.clients(), say=lambda _: None).delete()
         node.close()
     assert (ZONE, BUILDER) not in world.compute.instances
+
+
+def test_a_builder_whose_account_cannot_read_the_bucket_fails_at_the_checkout_naming_it(
+        world: World, model: Path) -> None:
+    """Without storage.objects.get on the bucket (its objectViewer binding taken away, as an
+    operator's hand edit might), Cloud Storage answers 403 and curl -f fails: the build stops
+    at its checkout step with the object and the fix, and the builder is deleted."""
+    spec = spec_of(world.tmp / "p.toml")
+    policy = world.gcp.policies[f"projects/_/buckets/{spec.bucket}"]
+    policy.bindings["roles/storage.objectViewer"].discard(f"serviceAccount:{spec.node_email}")
+    node = _node(world, model)
+    try:
+        with pytest.raises(GcpError) as e:
+            build_image(_build(world), world.clients(), say=lambda _: None, poll_seconds=0.2)
+    finally:
+        node.close()
+    msg = str(e.value)
+    assert "step checkout: " in msg
+    assert f"could not download gs://{spec.bucket}/code/checkout-" in msg
+    assert "The requested URL returned error: 403" in msg
+    assert (ZONE, BUILDER) not in world.compute.instances
+    assert [c.split()[0] for c in _calls(world.tmp)][-2:] == ["nvcc", "ldconfig"]  # no make

@@ -133,11 +133,9 @@ def test_every_command_of_the_guide_is_classified() -> None:
         "slm-nightly gcp setup --dry-run --profile gcp",
         "slm-nightly gcp setup --profile gcp",
         "slm-nightly gcp check --profile gcp",
-        "slm-nightly gcp orchestrator --profile gcp --repo "
-        "https://github.com/YOUR-ORG/slm-nightly",
+        "slm-nightly gcp orchestrator --profile gcp",
         "prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api",
-        "slm-nightly gcp image build --profile gcp --repo "
-        "https://github.com/YOUR-ORG/slm-nightly",
+        "slm-nightly gcp image build --profile gcp",
         "prefect work-pool create slm-orchestrator --type process --overwrite",
         "prefect work-pool create slm-node --type process --overwrite",
         "slm-nightly deploy",
@@ -217,8 +215,7 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
             # §3's builder runs its script with stand-ins (tests/support/image_builder.py)
             # (its checkout mapped under tmp: the profile's project_dir is this repository)
             builder = builder_node(tmp_path / "builder", GCP_PROJECT, Path(olmo3_tiny["hf"]),
-                                   project_dir=str(ROOT),
-                                   repo="https://github.com/YOUR-ORG/slm-nightly")
+                                   world.storage.url, project_dir=str(ROOT))
             ByName(node.runtime, **{BUILDER: builder}).attach(world.compute)
             with temporary_settings({PREFECT_API_URL: api}):
                 from prefect.blocks.notifications import SlackWebhook

@@ -11,7 +11,8 @@ from tests.support.paths import ROOT
 
 def orchestrator_checkout(dest: Path) -> Path:
     """A checkout of this repository's files as they are now (tracked, and new files git does
-    not ignore), without its .venv, state or caches."""
+    not ignore), without its .venv, state or caches; a git repository with nothing committed,
+    so git lists the same files in it (tasks/gcp/code.py packs what git lists)."""
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for rel in files:
@@ -19,4 +20,5 @@ def orchestrator_checkout(dest: Path) -> Path:
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, dest / rel)
+    subprocess.run(["git", "init", "-q", str(dest)], check=True)
     return dest

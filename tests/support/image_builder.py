@@ -4,7 +4,6 @@ real and which stand in), and the fake node runtime that runs the builder with t
 from __future__ import annotations
 
 import os
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -12,8 +11,6 @@ from tests.fakes.hf_hub import FakeHub
 from tests.fakes.node_runtime import FakeNode
 from tests.support.paths import ROOT
 
-REPO = "https://github.com/acme/slm-nightly"
-REF = "v1.4"
 NVCC_VERSION = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA "
                 "Corporation\nBuilt on Fri_Feb_21_20:23:50_PST_2025\nCuda compilation tools, "
                 "release 12.8, V12.8.93\nBuild cuda_12.8.r12.8/compiler.35583870_0\n")
@@ -27,19 +24,7 @@ def _standin(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def origin(tmp: Path) -> str:
-    """A bare clone of this repository's HEAD with the tag REF: what the builder clones (real
-    git); its commit."""
-    bare = tmp / "origin.git"
-    if not bare.exists():
-        subprocess.run(["git", "clone", "-q", "--bare", str(ROOT), str(bare)], check=True)
-        subprocess.run(["git", "-C", str(bare), "tag", "-f", REF, "HEAD"], check=True,
-                       capture_output=True)
-    return subprocess.run(["git", "-C", str(bare), "rev-parse", f"{REF}^{{commit}}"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-
-
-def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
+def standins(tmp: Path) -> dict[str, str]:
     """The stand-ins and the node paths they replace."""
     bin_ = tmp / "standins"
     calls = tmp / "CALLS"
@@ -158,8 +143,7 @@ def standins(tmp: Path, repo: str = REPO) -> dict[str, str]:
             "/opt/slm-nightly": f"{tmp}/checkout",
             "/var/lib/slm-image-build": f"{tmp}/state", "/mnt/slm-scratch": f"{tmp}/scratch",
             "/opt/models": f"{tmp}/models", "/opt/slm-hf": f"{tmp}/hf",
-            "/dev/disk/by-id/google-slm-scratch": f"{tmp}/dev-scratch",
-            repo: f"file://{tmp}/origin.git"}
+            "/dev/disk/by-id/google-slm-scratch": f"{tmp}/dev-scratch"}
 
 
 def hub(model: Path) -> FakeHub:
@@ -180,21 +164,22 @@ class BuilderNode(FakeNode):
         self.hub.__exit__()
 
 
-def builder_node(tmp: Path, project: str, model: Path, project_dir: str = "/opt/slm-nightly",
-                 repo: str = REPO) -> BuilderNode:
+def builder_node(tmp: Path, project: str, model: Path, storage: str,
+                 project_dir: str = "/opt/slm-nightly") -> BuilderNode:
     """A FakeNode that runs the builder's script with the stand-ins under `tmp`, not attached:
     attach it, or route the builder's instance to it with tests/fakes/node_runtime.py ByName
     (either gives it the fake). `project_dir`:
-    the profile's node checkout (the builder clones into it), mapped under `tmp` like every
-    path the script writes; the script is refused if it still names this repository, this
-    machine's home or a disk device (it runs as root: the checkout step deletes its folder).
-    `repo`: the URL the build clones, served by a bare clone of this repository (origin()).
-    `model`: the HF folder the hub serves (hub())."""
-    origin(tmp)
+    the profile's node checkout (the builder unpacks the checkout into it), mapped under `tmp`
+    like every path the script writes; the script is refused if it still names this
+    repository, this machine's home or a disk device (it runs as root: the checkout step deletes
+    its folder). `storage`: the URL of the Cloud Storage API the builder fetches the checkout
+    from (the world's bucket proxy, tests/fakes/gcs_iam.py). `model`: the HF folder the hub
+    serves (hub())."""
     served = hub(model).__enter__()
     env = {"PATH": f"{tmp / 'standins'}:{os.environ['PATH']}", "HF_ENDPOINT": served.url,
            "HF_HUB_DISABLE_TELEMETRY": "1"}
-    paths = {**standins(tmp, repo), project_dir: f"{tmp}/checkout"}
+    paths = {**standins(tmp), project_dir: f"{tmp}/checkout",
+             "https://storage.googleapis.com": storage}
     node = BuilderNode(tmp / "nodes", paths=paths, env=env, project=project,
                        forbid=(str(ROOT), str(Path.home()), "/dev/disk"))
     node.hub = served

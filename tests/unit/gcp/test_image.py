@@ -8,15 +8,17 @@ from dataclasses import replace
 import pytest
 
 from blocks.node_serve import NodeServeSettings
+from tasks.gcp.code import Checkout
 from tasks.gcp.image import STEPS, BuildOptions, ImageBuild, _label, image_build, labels
 from tasks.gcp.reconcile import GcpError
 from tasks.gcp.spec import GcpSpec
 
 SPEC = GcpSpec(project="acme-ml", zones=["us-central1-a"], bucket="acme-slm")
+CHECKOUT = Checkout("acme-slm", ("Makefile", "pyproject.toml"), b"a tar.gz")  # code.py pack
 
 
 def _build(**kw: object) -> ImageBuild:
-    args: dict[str, object] = dict(repo="https://github.com/acme/slm-nightly", ref="v2",
+    args: dict[str, object] = dict(checkout=CHECKOUT,
                                    model="allenai/Olmo-3-32B-Think@abc123", image="slm-node-x")
     args.update(kw)
     return image_build(SPEC, NodeServeSettings(), "allenai/Olmo-3-7B-Think@def456",
@@ -33,10 +35,9 @@ def test_label_values_are_what_compute_accepts() -> None:
 
 
 def test_labels_take_the_builders_attributes() -> None:
-    attrs = {"commit": "4f2a9c1e7b3d5a6f8e0c2b4d6f8a0c2e4b6d8f0a", "cuda": "12.8",
-             "sha256": "a" * 64 + " " + "b" * 64}
+    attrs = {"code": "4f2a9c1e7b3d5a6f", "cuda": "12.8", "sha256": "a" * 64 + " " + "b" * 64}
     assert labels(attrs, "0.3.36") == {
-        "made-by": "slm-nightly", "commit": "4f2a9c1e7b3d", "llama-cpp-python": "0-3-36",
+        "made-by": "slm-nightly", "code": "4f2a9c1e7b3d5a6f", "llama-cpp-python": "0-3-36",
         "cuda": "12-8", "model-sha256": "a" * 16, "base-sha256": "b" * 16}
 
 
@@ -87,13 +88,13 @@ def test_a_base_that_is_not_a_hub_id_or_no_base_gguf_is_refused() -> None:
                        ("allenai/Olmo-3-7B-Think@main", None)):
         with pytest.raises(GcpError, match="pass --base-model and --base-gguf"):
             image_build(SPEC, NodeServeSettings(), base, gguf,
-                        BuildOptions(repo="r", ref="main", model="allenai/Olmo-3-32B-Think"))
+                        BuildOptions(checkout=CHECKOUT, model="allenai/Olmo-3-32B-Think"))
 
 
 def test_a_model_path_without_a_type_in_its_name_is_refused() -> None:
     node = NodeServeSettings(model_path="/opt/models/olmo.gguf")
     b = image_build(SPEC, node, "allenai/Olmo-3-7B-Think@main", "/opt/b.gguf",
-                    BuildOptions(repo="r", ref="main", model="allenai/Olmo-3-32B-Think"))
+                    BuildOptions(checkout=CHECKOUT, model="allenai/Olmo-3-32B-Think"))
     with pytest.raises(GcpError, match=r"model_path /opt/models/olmo.gguf: no quantization "
                        r"type in its name \(…-Q3_K_M.gguf\)"):
         _ = b.quant
@@ -108,7 +109,8 @@ def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
         "address, as slm-node@acme-ml.iam.gserviceaccount.com, guest attributes on, at most "
         "3 h then deleted by Compute")
     assert plan[1] == (
-        "  its startup script: https://github.com/acme/slm-nightly@v2 into /opt/slm-nightly; "
+        "  its startup script: the checkout gs://acme-slm/code/checkout-"
+        f"{CHECKOUT.version}.tar.gz (2 files, 0.0 MB) into /opt/slm-nightly; "
         "allenai/Olmo-3-32B-Think@abc123 → /opt/models/Olmo-3-32B-Think-Q3_K_M.gguf (Q3_K_M); "
         "allenai/Olmo-3-7B-Think@def456 → /opt/slm-hf and /opt/models/olmo-3-7b-think-f16.gguf;"
         " `make install LLAMA_VARIANT=cuda` (llama-cpp-python 0.3.36 for CUDA, architecture 89)")
@@ -116,7 +118,7 @@ def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
     assert plan[7] == "  step 6/10 convert: ~30 min (scratch ~95 GB after)"
     assert plan[12:15] == [
         "images.insert slm-node-x in family slm-node from the boot disk (100 GB), labels "
-        "commit, llama-cpp-python, cuda, model-sha256, base-sha256; the family's other images "
+        "code, llama-cpp-python, cuda, model-sha256, base-sha256; the family's other images "
         "are kept",
         "instances.stop slm-image-builder once it reports done; instances.delete "
         "slm-image-builder (both disks with it)",
@@ -126,7 +128,7 @@ def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
 
 def test_labels_of_a_builder_that_wrote_nothing_are_still_valid() -> None:
     assert labels({}, "0.3.36") == {
-        "made-by": "slm-nightly", "commit": "", "llama-cpp-python": "0-3-36", "cuda": "",
+        "made-by": "slm-nightly", "code": "", "llama-cpp-python": "0-3-36", "cuda": "",
         "model-sha256": "-", "base-sha256": "-"}
 
 
@@ -136,10 +138,10 @@ def test_the_run_time_bounds_are_inclusive_and_every_setting_lands() -> None:
     node = NodeServeSettings(tokenizer="/m/tok", hf_home="/m/hf", project_dir="/srv/slm",
                              service_user="svc")
     b = image_build(SPEC, node, "org/base@r1", "/m/base.gguf",
-                    BuildOptions(repo="R", ref="F", model="org/model@r2", profile="prod"))
-    assert (b.repo, b.ref, b.model, b.base, b.tokenizer, b.hf_home, b.base_gguf,
+                    BuildOptions(checkout=CHECKOUT, model="org/model@r2", profile="prod"))
+    assert (b.checkout, b.model, b.base, b.tokenizer, b.hf_home, b.base_gguf,
             b.project_dir, b.user, b.profile, b.pin, b.max_run_hours) == (
-        "R", "F", "org/model@r2", "org/base@r1", "/m/tok", "/m/hf", "/m/base.gguf",
+        CHECKOUT, "org/model@r2", "org/base@r1", "/m/tok", "/m/hf", "/m/base.gguf",
         "/srv/slm", "svc", "prod", "0.3.36", 6)
     assert b.image.startswith("slm-node-") and len(b.image) == len("slm-node-20261204-2030")
 
@@ -163,8 +165,9 @@ def test_the_script_names_each_value_where_the_steps_use_it() -> None:
             "'chat_template*' \\",
             "id -u slm >/dev/null 2>&1 || useradd --system --create-home --home-dir "
             "/var/lib/slm slm",
-            "git clone -q https://github.com/acme/slm-nightly \"$PROJECT_DIR\"",
-            "git -C \"$PROJECT_DIR\" checkout -q v2",
+            "fetch_code \"$PROJECT_DIR\"",
+            f"tar -tzf \"$archive\" > \"$1/.code-files\" && echo {CHECKOUT.version} > "
+            "\"$1/.code-version\"",
             "--local-dir \"$SCRATCH/src/Olmo-3-32B-Think\"",
             "\"$VENV/bin/hf\" download allenai/Olmo-3-7B-Think --revision def456 \\",
             "--local-dir \"$SCRATCH/src/Olmo-3-7B-Think\"",
@@ -183,7 +186,7 @@ def test_a_hub_id_without_a_revision_downloads_main() -> None:
     """`org/name` alone is the hub's default branch: the script asks for `main`, and the repo
     keeps its full name (a revision is what follows the first '@')."""
     b = image_build(SPEC, NodeServeSettings(), "allenai/Olmo-3-7B-Think", "/opt/b.gguf",
-                    BuildOptions(repo="r", ref="main", model="allenai/Olmo-3-32B-Think"))
+                    BuildOptions(checkout=CHECKOUT, model="allenai/Olmo-3-32B-Think"))
     lines = script_lines(b)
     assert ("\"$VENV/bin/hf\" download allenai/Olmo-3-32B-Think --revision main --local-dir "
             "\"$SCRATCH/model-st\"") in lines
@@ -200,7 +203,7 @@ def test_a_revision_may_hold_slashes() -> None:
     """Hub revisions such as refs/pr/3 contain '/': only the id before the '@' must be
     org/name."""
     b = image_build(SPEC, NodeServeSettings(), "allenai/Olmo-3-7B-Think@refs/pr/3",
-                    "/opt/b.gguf", BuildOptions(repo="r", ref="main", model="o/m@refs/pr/1"))
+                    "/opt/b.gguf", BuildOptions(checkout=CHECKOUT, model="o/m@refs/pr/1"))
     lines = script_lines(b)
     assert "\"$VENV/bin/hf\" download allenai/Olmo-3-7B-Think --revision refs/pr/3 \\" in lines
     assert ("\"$VENV/bin/hf\" download o/m --revision refs/pr/1 --local-dir "
@@ -216,7 +219,7 @@ def test_a_tokenizer_folder_given_with_a_trailing_slash_keeps_its_name() -> None
 def test_a_training_base_that_is_a_gguf_file_is_refused_with_the_fix() -> None:
     with pytest.raises(GcpError) as e:
         image_build(SPEC, NodeServeSettings(), "models/base.gguf", "/opt/b.gguf",
-                    BuildOptions(repo="r", ref="main", model="allenai/Olmo-3-32B-Think"))
+                    BuildOptions(checkout=CHECKOUT, model="allenai/Olmo-3-32B-Think"))
     assert str(e.value) == (
         "gcp image build: the training base 'models/base.gguf' and its GGUF '/opt/b.gguf': "
         "the recipe's base_model must be a hub id org/name@revision and its base_gguf the "
