@@ -87,9 +87,37 @@ def _graph(args: argparse.Namespace) -> int:
             print(json.dumps(falkordb_server.compact(port, force=True)))
         elif args.graph_command == "evidence":
             return _evidence(store, args)
+        elif args.graph_command == "merges":
+            _merges(store, args)
+        elif args.graph_command == "split":
+            docs = store.split(args.key, args.forms)
+            ledger.record(store.stats(), note=f"graph split {args.key}: {', '.join(args.forms)}")
+            print(f"split {', '.join(repr(f) for f in args.forms)} from {args.key}: "
+                  f"{len(docs)} document(s) retracted, extracted again by the next run without "
+                  "the join (later runs keep them apart too)")
+            for d in docs:
+                print(f"  {d}")
         else:
             print_rows(store.query(args.cypher), args.json)
     return 0
+
+
+def _merges(store: Any, args: argparse.Namespace) -> None:
+    """The joins, newest first, with their evidence; then the forms kept apart by a split."""
+    rows = store.merges(args.key, args.limit)
+    splits = [{"key": k, "form": f} for k, forms in sorted(store.splits().items())
+              for f in sorted(forms) if args.key in (None, k)]
+    if args.json:
+        print(json.dumps({"joins": rows, "splits": splits}, indent=2, ensure_ascii=False))
+        return
+    if not rows:
+        print("no joins: no document's name was put under an entity by an address, its "
+              "context or a surname")
+    for r in rows:
+        print(f"{r['at']}  {r['key']} ({r['name']}) ← {r['form']!r}: {r['evidence']} "
+              f"[{r['document']}]")
+    for sp in splits:
+        print(f"split: {sp['form']!r} is kept apart from {sp['key']}")
 
 
 def _evidence(store: Any, args: argparse.Namespace) -> int:
@@ -160,6 +188,18 @@ def add_graph(sub: Any) -> None:
     g_ev.add_argument("entity", help="its key ('Person:anita anand') or its name as stored")
     g_ev.add_argument("--rel", help="a relationship type from the entity (with --to)")
     g_ev.add_argument("--to", help="the relationship's target key")
+    g_merges = gsub.add_parser("merges", help="the joins, newest first: each document's name "
+                               "put under an entity by evidence beside the name (an e-mail "
+                               "address, the document's context, a surname), with that "
+                               "evidence; then the forms kept apart by `graph split`")
+    g_merges.add_argument("--key", help="only the joins into this entity (its key)")
+    g_merges.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    g_split = gsub.add_parser("split", help="undo joins: no evidence joins these forms to the "
+                              "entity any more; the documents that joined them are retracted "
+                              "and extracted again by the next run")
+    g_split.add_argument("key", help="the entity's key, as `graph merges` shows it")
+    g_split.add_argument("forms", nargs="+", metavar="FORM",
+                         help="a joined form of the name, as `graph merges` shows it (any case)")
     g_snap = gsub.add_parser("snapshot", help="snapshot the graph now (the embedded FalkorDB's "
                              "RDB image, or Neo4j's logical export)")
     g_list = gsub.add_parser("snapshots", help="list the graph snapshots kept")
@@ -180,6 +220,6 @@ def add_graph(sub: Any) -> None:
     g_neo.add_argument("--heap", default="1g", help="the JVM's maximum heap (default 1g)")
     g_neo.add_argument("--workdir", help="where its data and log go (default: a new temporary "
                        "folder)")
-    for p in (stats, query, g_ev, g_snap, g_list, g_rest, g_acc, g_comp):
+    for p in (stats, query, g_ev, g_merges, g_split, g_snap, g_list, g_rest, g_acc, g_comp):
         add_profile(p)
         add_json(p)

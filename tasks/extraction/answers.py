@@ -18,7 +18,7 @@ from tasks.extraction.documents import Document
 from tasks.extraction.llm import Usage
 from tasks.extraction.prompt import document_version
 from tasks.extraction.resolve import normalize
-from tasks.extraction.rows import DocRows, entity
+from tasks.extraction.rows import DocRows, Join, entity
 from tasks.graph.ontology import GraphSchema, default_schema
 from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, RelRow, now_iso
 from tasks.records import FailedDocument, UnlinkedMention
@@ -226,13 +226,19 @@ def _namesakes(docs: list[DocRows], people: PeopleLookup) -> dict[str, list[Cand
             for name, cs in found.items() if len(cs) > 1}
 
 
-def _fitting(candidates: list[Candidate], rows: DocRows) -> Candidate | None:
+def _fitting(candidates: list[Candidate], rows: DocRows) -> tuple[Candidate, str] | None:
     """The one candidate the document's context fits — its address in the text, or an
-    organization it works for among the document's — or None when several or none do."""
+    organization it works for among the document's — with that evidence, or None when several
+    or none do."""
     text = rows.doc.text.casefold()
     orgs = {row.key for row, _ in rows.entities if row.type == "Organization"}
-    fit = [c for c in candidates
-           if c.employers & orgs or any(e.casefold() in text for e in c.emails)]
+    fit = []
+    for c in candidates:
+        employer = sorted(c.employers & orgs)
+        address = sorted(e for e in c.emails if e.casefold() in text)
+        if employer or address:
+            fit.append((c, f"employer {employer[0]} in the document" if employer
+                        else f"e-mail {address[0]} in the text"))
     return fit[0] if len(fit) == 1 else None
 
 
@@ -240,33 +246,41 @@ def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candi
             report: BatchReport) -> dict[str, str | None]:
     """Where a name alone of this document has namesakes: its key → the one its context fits,
     or → None (linked to none; listed in the report). A document that names the person with
-    evidence too (a contact of that key) means that one."""
+    evidence too (a contact of that key) means that one. A candidate `graph split` keeps this
+    name apart from is none; the link made is recorded as a join."""
     evidenced = {keys.get(row.key, row.key) for row, _ in rows.entities if not _name_only(row)}
     out: dict[str, str | None] = {}
     for row, _ in rows.entities:
         key = keys.get(row.key, row.key)
         if key in out or key in evidenced or key not in namesakes or not _name_only(row):
             continue
-        pick = _fitting(namesakes[key], rows)
-        out[key] = pick.key if pick else None
+        candidates = [c for c in namesakes[key] if not rows.split(c.key, row.name)]
+        pick = _fitting(candidates, rows)
+        out[key] = pick[0].key if pick else None
         if pick:
             report.namesakes_linked += 1
+            rows.joins.append(Join(pick[0].key, row.name, pick[1]))
         else:
             facts = sum(key in (keys.get(r.src, r.src), keys.get(r.dst, r.dst))
                         for r in rows.relationships)
             report.unlinked.append(UnlinkedMention(
                 document=rows.doc.id, name=row.name, relationships=facts,
-                candidates=[c.key for c in namesakes[key]]))
+                candidates=[c.key for c in candidates]))
     return out
 
 
 def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
           namesakes: dict[str, list[Candidate]]) -> None:
     """The document's rows into the batch, each one-word alias under its full name, and each
-    name alone of a name with namesakes under the one its context fits (or left out)."""
-    aliases = _surname_aliases(rows)
-    report.aliases_resolved += len(aliases)
+    name alone of a name with namesakes under the one its context fits (or left out); each
+    such join, and the document's joins by address, recorded with its evidence. `graph split`
+    keeps a form from the entity it names."""
     names = {row.key: row.name for row, _ in rows.entities}
+    aliases = {one: full for one, full in _surname_aliases(rows).items()
+               if not rows.split(full, names[one])}
+    report.aliases_resolved += len(aliases)
+    rows.joins += [Join(full, names[one], f"surname of {names[full]} in the document")
+                   for one, full in aliases.items()]
     settled = _settle(rows, aliases, namesakes, report)
 
     def final(key: str) -> str | None:
@@ -291,13 +305,19 @@ def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
             report.dangling_relationships += 1
             continue
         batch.add_relationship(replace(rel, src=src, dst=dst))
+    for j in rows.joins:
+        key = final(j.key)
+        if key is not None:
+            batch.joins[key, rows.doc.id, j.form] = j.evidence
 
 
 def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, str],
                 report: BatchReport, ontology: GraphSchema | None = None,
-                gleanings: int = 0, people: PeopleLookup = _nobody) -> GraphBatch:
+                gleanings: int = 0, people: PeopleLookup = _nobody,
+                splits: dict[str, set[str]] | None = None) -> GraphBatch:
     """The batch the documents of `outcomes` write; `email_keys`: e-mail address → Person key
-    (a contact's evidence), `people`: the graph's Persons of a name (a name alone's)."""
+    (a contact's evidence), `people`: the graph's Persons of a name (a name alone's), `splits`:
+    entity key → the forms `graph split` keeps apart from it."""
     ontology = ontology or default_schema()
     batch = GraphBatch()
     now = now_iso()
@@ -314,7 +334,7 @@ def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, st
             c = ca.chunk
             batch.add_chunk(ChunkRow(id=f"{d.id}#{c.index}", document=d.id, index=c.index,
                                      start=c.start, end=c.end, text=c.text))
-        rows = DocRows(d)
+        rows = DocRows(d, splits=splits or {})
         _deterministic(d, rows, email_keys, ontology, report)
         _from_llm(o, rows, report, ontology)
         report.gleaning_failures += o.gleaning_failures

@@ -102,7 +102,7 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, as
     def write() -> tuple[GraphBatch, BatchReport]:
         labels = BatchReport()  # label counts of this attempt only
         batch = build_batch(outcomes, model, known_people(store, written), labels, ontology,
-                            gleanings, people_named(store))
+                            gleanings, people_named(store), store.splits())
         retract = [d["id"] for d in batch.documents if d["id"] in changed]
         if retract:
             store.retract(retract)

@@ -32,13 +32,30 @@ def entity(entity_type: str, raw: str, description: str = "") -> EntityRow:
                      description=description.strip(), affiliation=r.affiliation)
 
 
+@dataclass(frozen=True)
+class Join:
+    """A form of a name this document put under an entity by evidence beyond the name: what
+    `graph merges` lists and `graph split` undoes (tasks/graph/store.py GraphBatch.joins)."""
+
+    key: str
+    form: str
+    evidence: str
+
+
 @dataclass
 class DocRows:
-    """What one document contributes, before aliases are resolved and it joins the batch."""
+    """What one document contributes, before aliases are resolved and it joins the batch.
+    `splits`: entity key → the forms (lower case) no evidence may join to it (`graph split`)."""
 
     doc: Document
     entities: list[tuple[EntityRow, int | None]] = field(default_factory=list)  # chunk index
     relationships: list[RelRow] = field(default_factory=list)
+    joins: list[Join] = field(default_factory=list)
+    splits: dict[str, set[str]] = field(default_factory=dict)
+
+    def split(self, key: str, form: str) -> bool:
+        """Whether `graph split` keeps `form` apart from the entity `key`."""
+        return form.strip().lower() in self.splits.get(key, ())
 
     def add(self, row: EntityRow, chunk: int | None = None) -> None:
         self.entities.append((row, chunk))
@@ -84,7 +101,8 @@ def contact_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
     this contact's, the contact is a second Person, keyed by the name and its first address
     ("Person:john smith <john.smith@contoso.com>"), which later runs find by that address.
     `email_keys` holds the batch's addresses and those of the graph's Persons of these
-    names (tasks/extraction/batch.py)."""
+    names (tasks/extraction/batch.py). A join by address is recorded (rows.joins), and none is
+    made where `graph split` keeps the name apart from that Person."""
     if not ontology.node("Person"):
         return
     held: dict[str, set[str]] = {}  # Person key → its addresses
@@ -93,8 +111,13 @@ def contact_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
     for rec in doc.records:
         person = entity("Person", rec["name"], rec.get("title") or "")
         emails = list(rec["emails"])
-        known = next((email_keys[e] for e in emails if e in email_keys), None)
+        address, known = next(((e, email_keys[e]) for e in emails if e in email_keys),
+                              (None, None))
+        if known and rows.split(known, person.name):
+            known = None  # as if the address were not known: the name's own Person
         if known and known != person.key:
+            if not known.startswith(person.key + " <"):  # a namesake's own address: no join
+                rows.joins.append(Join(known, person.name, f"e-mail {address}"))
             person.aliases = sorted({*person.aliases, person.name})
             person.key = known
         elif known is None and emails and held.get(person.key):  # the name is another's

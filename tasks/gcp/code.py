@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from google.api_core.exceptions import PreconditionFailed
+
 from tasks.gcp.reconcile import GcpError
 from tasks.shared.files import sha256_hex
 
@@ -95,8 +97,6 @@ def pack(root: Path, bucket: str) -> Checkout:
 def push(checkout: Checkout, clients: Any) -> bool:
     """Upload the archive unless the bucket has it (its name is its content); whether it
     uploaded."""
-    from google.api_core.exceptions import PreconditionFailed
-
     blob = clients.storage.bucket(checkout.bucket).blob(checkout.name)
     try:
         blob.upload_from_string(checkout.data, content_type="application/gzip",

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.graph import queries as q
+from tasks.graph.ontology import RESERVED_TYPES
 from tasks.graph.store import GraphStore, sized_batches
 from tasks.shared.errors import GraphError
 from tasks.shared.files import replacing
@@ -154,7 +155,7 @@ def replay(store: GraphStore, path: Path) -> Stats:
         for run in sized_batches(rows, store.batch_size, store.batch_bytes):
             store._write(stmt, {"rows": list(run)})
     for (rel, src, dst), rows in sorted(rels.items()):
-        name = rel if rel in ("MENTIONED_IN", "CHUNK_OF") else q.relationship_type(rel)
+        name = rel if rel in RESERVED_TYPES else q.relationship_type(rel)
         stmt = (f"UNWIND $rows AS row MATCH (a:{src} {{{KEY_OF[src]}: row.a}}) "
                 f"MATCH (b:{dst} {{{KEY_OF[dst]}: row.b}}) CREATE (a)-[r:{name}]->(b) "
                 "SET r = row.props")

@@ -38,8 +38,8 @@ from tasks.shared.files import sha256_hex
 DEFAULT_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "graph.toml"
 WILDCARD = "*"
 # The graph's own labels and relationship types (tasks/graph/queries.py): never a schema's.
-RESERVED_LABELS = frozenset({"Entity", "Document", "Chunk"})
-RESERVED_TYPES = frozenset({"MENTIONED_IN", "CHUNK_OF"})
+RESERVED_LABELS = frozenset({"Entity", "Document", "Chunk", "Split"})
+RESERVED_TYPES = frozenset({"MENTIONED_IN", "CHUNK_OF", "JOINED"})
 # An entity's own fields (tasks/graph/store.py EntityRow): no schema property may shadow one.
 RESERVED_PROPERTIES = frozenset({"key", "type", "name", "aliases", "description", "affiliation",
                                  "emails", "phones", "first_seen", "last_seen", "properties"})

@@ -17,8 +17,11 @@ Dialect = Literal["falkordb", "neo4j"]  # which schema statements a store runs
 
 # Each node kind's key: MERGE finds a node by it. Neo4j enforces each with a unique constraint
 # (which also indexes it); FalkorDB indexes each (tasks/graph/falkordb_store.py).
+# A Split (an operator's `graph split`: this form never joins that entity) is keyed by its
+# entity's key and the form, "<key>\n<form>".
 UNIQUE_KEYS: tuple[tuple[str, str, str], ...] = (
-    ("entity_key", "Entity", "key"), ("document_id", "Document", "id"), ("chunk_id", "Chunk", "id"))
+    ("entity_key", "Entity", "key"), ("document_id", "Document", "id"), ("chunk_id", "Chunk", "id"),
+    ("split_id", "Split", "id"))
 
 SCHEMA: dict[Dialect, list[str]] = {
     # and the Persons' addresses: KEYS_BY_EMAIL's `em IN e.emails` uses a range index on an
@@ -149,6 +152,39 @@ ON MATCH SET m.chunks = [i IN range(0, reduce(top = -1, x IN (coalesce(m.chunks,
 """
 
 
+# A join: a document's name put under an entity by evidence beyond the name (an e-mail address,
+# the document's context, a surname) — (entity)-[:JOINED {form}]->(document), what `graph
+# merges` lists and `graph split` undoes. Retracted with the document's mentions.
+UPSERT_JOINS = """
+UNWIND $rows AS row
+MATCH (e:Entity {key: row.key})
+MATCH (d:Document {id: row.doc})
+MERGE (e)-[j:JOINED {form: row.form}]->(d)
+ON CREATE SET j.evidence = row.evidence, j.at = $now
+ON MATCH SET j.evidence = row.evidence
+"""
+
+MERGES = """
+MATCH (e:Entity)-[j:JOINED]->(d:Document)
+WHERE $key IS NULL OR e.key = $key
+RETURN j.at AS at, e.key AS key, e.name AS name, j.form AS form, j.evidence AS evidence,
+       d.id AS document
+ORDER BY at DESC, key, form, document
+LIMIT $limit
+"""
+
+SPLITS = "MATCH (s:Split) RETURN s.key AS key, s.form AS form, s.at AS at ORDER BY at DESC, key"
+
+ADD_SPLIT = """
+UNWIND $forms AS form
+MERGE (s:Split {id: $key + '\n' + form})
+ON CREATE SET s.key = $key, s.form = form, s.at = $now
+WITH DISTINCT $key AS key
+MATCH (e:Entity {key: key})
+SET e.aliases = [a IN e.aliases WHERE NOT toLower(a) IN $forms]
+"""
+
+
 def upsert_relationships(rel: str) -> str:
     return f"""
 UNWIND $rows AS row
@@ -194,6 +230,12 @@ DELETE_MENTIONS = """
 UNWIND $ids AS id
 MATCH (:Document {id: id})<-[m:MENTIONED_IN]-()
 DELETE m
+"""
+
+DELETE_JOINS = """
+UNWIND $ids AS id
+MATCH (:Document {id: id})<-[j:JOINED]-()
+DELETE j
 """
 
 # A document's chunks are deleted in transactions bounded like the upserts (the store reads

@@ -202,6 +202,9 @@ class GraphBatch:
     mentions: dict[tuple[str, str], set[int]] = field(default_factory=dict)
     relationships: dict[tuple[str, str, str], RelRow] = field(default_factory=dict)
     chunks: dict[str, ChunkRow] = field(default_factory=dict)
+    # (entity key, document id, the document's form of the name) → the evidence that joined
+    # that form to the entity (q.UPSERT_JOINS)
+    joins: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     def add_chunk(self, row: ChunkRow) -> None:
         self.chunks[row.id] = row
@@ -320,6 +323,38 @@ class GraphStore(ABC):
         keys = sorted(set(keys))
         return self._read(q.PEOPLE_NAMED, {"keys": keys}) if keys else []
 
+    def merges(self, key: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """The joins (GraphBatch.joins), newest first: {at, key, name, form, evidence,
+        document}; of one entity when `key` is given."""
+        return self._read(q.MERGES, {"key": key, "limit": limit})
+
+    def splits(self) -> dict[str, set[str]]:
+        """Entity key → the forms `split` keeps apart from it (lower case)."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for r in self._read(q.SPLITS):
+            out[r["key"]].add(r["form"])
+        return dict(out)
+
+    def split(self, key: str, forms: Sequence[str]) -> list[str]:
+        """Undo the joins of `forms` (any case) into the entity `key`: from now on no evidence
+        joins them to it (q.ADD_SPLIT), its aliases lose them, and the documents that joined
+        them are retracted and unmarked, so the next run extracts them again without the
+        join. The documents, sorted; GraphError naming the entity's joins when a form has
+        none (a form split before is no error: its documents were retracted then)."""
+        wanted = {f.strip().lower() for f in forms if f.strip()}
+        joined = self.merges(key, limit=1_000_000)
+        docs = sorted({j["document"] for j in joined if j["form"].lower() in wanted})
+        done = self.splits().get(key, set())
+        missing = sorted(wanted - {j["form"].lower() for j in joined} - done)
+        if not wanted or missing:
+            forms_of = sorted({j["form"] for j in joined})
+            raise GraphError(f"graph split {key!r}: no join of {missing or list(forms)} to it "
+                             f"— its joined forms are {forms_of or 'none'} (`slm-nightly graph "
+                             "merges` lists every join with its entity's key)")
+        self._write(q.ADD_SPLIT, {"key": key, "forms": sorted(wanted), "now": now_iso()})
+        self.retract(docs)
+        return docs
+
     def retract(self, doc_ids: Sequence[str], delete: bool = False) -> None:
         """Remove what these documents contributed: provenance on relationships (doc ids
         and chunk ids; deleting relationships left unsupported), mentions, chunks, and the
@@ -327,7 +362,8 @@ class GraphStore(ABC):
         unmentioned are pruned separately."""
         for chunk in batched(list(doc_ids), self.batch_size):
             ids = list(chunk)
-            for stmt in (q.RETRACT_REL_PROVENANCE, q.DELETE_UNSUPPORTED_RELS, q.DELETE_MENTIONS):
+            for stmt in (q.RETRACT_REL_PROVENANCE, q.DELETE_UNSUPPORTED_RELS, q.DELETE_MENTIONS,
+                         q.DELETE_JOINS):
                 self._write(stmt, {"ids": ids})
             self._delete_chunks(ids)
             self._write(q.DELETE_DOCUMENTS if delete else q.UNMARK_DOCUMENTS, {"ids": ids})
@@ -344,6 +380,8 @@ class GraphStore(ABC):
             by_label[e.type].append(e.__dict__)
         mentions = [{"key": k, "doc": d, "chunks": sorted(batch.mentions[k, d])}
                     for k, d in sorted(batch.mentions)]
+        joins = [{"key": k, "doc": d, "form": f, "evidence": e}
+                 for (k, d, f), e in sorted(batch.joins.items())]
         by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in batch.relationships.values():
             by_type[r.type].append({"src": r.src, "dst": r.dst, "doc_ids": r.doc_ids,
@@ -356,6 +394,8 @@ class GraphStore(ABC):
             check_row(f"entity {ent['key']!r}", ent, ("properties",))
         for m in mentions:
             check_row(f"mention of {m['key']!r} in {m['doc']!r}", m)
+        for j in joins:
+            check_row(f"join of {j['form']!r} to {j['key']!r} in {j['doc']!r}", j)
         for rel, rows in by_type.items():
             for row in rows:
                 check_row(f"relationship {row['src']!r} {rel} {row['dst']!r}", row)
@@ -365,6 +405,7 @@ class GraphStore(ABC):
             self._write_batched(q.upsert_entities(label), by_label[label], checked=True,
                                now=now)
         self._write_batched(q.UPSERT_MENTIONS, mentions, checked=True)
+        self._write_batched(q.UPSERT_JOINS, joins, checked=True, now=now)
         for rel in sorted(by_type):
             self._write_batched(q.upsert_relationships(rel), by_type[rel], checked=True,
                                now=now)

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from tasks.extraction import streams
 from tasks.gcp.grants import NODE_CONDITION, NODE_WRITES
+from tasks.graph import queries as q
 from tasks.graph.open import graph_server
 from tasks.graph.store import GraphStore
 from tasks.shared.checks import Check, failure, passed, skipped
@@ -178,7 +179,7 @@ def graph_checks(cfg: Profile) -> Iterator[Check]:
 
 
 def schema_check(store: GraphStore, where: str) -> Check | None:
-    """Neo4j: the three unique constraints phase 1 merges by. Missing ones are created now, as
+    """Neo4j: the unique constraints phase 1 merges by. Missing ones are created now, as
     phase 1's first step would (IF NOT EXISTS: nothing else changes), so that a refusal — no
     CREATE CONSTRAINT privilege, an index in the way, duplicate keys — is said tonight, with
     its fix, and not at 2 a.m. None for FalkorDB, whose indexes phase 1 makes as it opens."""
@@ -186,8 +187,9 @@ def schema_check(store: GraphStore, where: str) -> Check | None:
     if missing is None:
         return None
     if not missing:
-        return passed("graph schema", f"{where}: unique constraints on Entity.key, "
-                      "Document.id and Chunk.id")
+        keys = [f"{label}.{prop}" for _, label, prop in q.UNIQUE_KEYS]
+        return passed("graph schema", f"{where}: unique constraints on "
+                      f"{', '.join(keys[:-1])} and {keys[-1]}")
     try:
         store.ensure_schema()
     except GraphError as e:

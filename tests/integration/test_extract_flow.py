@@ -422,6 +422,61 @@ def test_phase_1_links_a_name_alone_to_the_namesake_its_document_fits_and_lists_
     assert fake.calls == 0 and dump(store) == before and again.unlinked_people == []
 
 
+@BOTH
+def test_graph_merges_lists_each_join_and_graph_split_undoes_it_for_good(
+        setup, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 52, item 3, on both stores: a contact's second spelling joined by its address,
+    and a name alone joined to the namesake whose address its note gives, are listed with
+    their evidence. Splitting the second retracts its note at once (its fact goes); the next
+    run extracts the note again and links the name to no one, and the run after changes
+    nothing."""
+    from flows.cli import main
+
+    profile, src, store, fake = setup
+    for p in src.rglob("*.*"):
+        p.unlink()
+    (src / "contacts" / "people.json").write_text(json.dumps([
+        {"name": "John Smith", "emails": ["john.smith@contoso.test"], "organization": "Contoso"},
+        {"name": "John Smith", "emails": ["jsmith@northwind.test"], "organization": "Northwind"},
+        {"name": "J. Smith", "emails": ["JSmith@northwind.test"]}]))
+    (src / "research" / "mail.md").write_text(
+        "# Mail\n\nJohn Smith (jsmith@northwind.test) wrote to Ada Lovelace.\n")
+    extract(profile=str(profile))
+    north = "Person:john smith <jsmith@northwind.test>"
+    capsys.readouterr()
+    assert main(["graph", "merges", "--profile", str(profile), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted((j["key"], j["form"], j["evidence"], j["document"])
+                  for j in listed["joins"]) == [
+        (north, "J. Smith", "e-mail jsmith@northwind.test", "contacts/people.json"),
+        (north, "John Smith", "e-mail jsmith@northwind.test in the text", "research/mail.md")]
+    assert listed["splits"] == []
+
+    assert main(["graph", "split", north, "john SMITH", "--profile", str(profile)]) == 0
+    said = capsys.readouterr().out
+    assert "1 document(s) retracted" in said and "  research/mail.md" in said
+    assert store.query("MATCH (:Person)-[r:RELATED_TO]->() RETURN count(r) AS n") == [{"n": 0}]
+    with pytest.raises(Exception, match="no join of \\['nobody'\\] to it — its joined forms are "
+                       "\\['J. Smith'\\]"):
+        store.split(north, ["Nobody"])
+
+    fake.reset()
+    again = extract(profile=str(profile))
+    assert fake.calls == 1  # the note, again; the contacts are unchanged
+    assert [u.model_dump() for u in again.unlinked_people] == [{
+        "document": "research/mail.md", "name": "John Smith", "relationships": 1,
+        "candidates": ["Person:john smith"]}]
+    assert store.query("MATCH (:Person)-[r:RELATED_TO]->() RETURN count(r) AS n") == [{"n": 0}]
+    assert [(j["form"], j["document"]) for j in store.merges()] == [
+        ("J. Smith", "contacts/people.json")]
+    assert main(["graph", "merges", "--profile", str(profile)]) == 0
+    assert f"split: 'john smith' is kept apart from {north}" in capsys.readouterr().out
+    fake.reset()
+    before = dump(store)
+    extract(profile=str(profile))
+    assert fake.calls == 0 and dump(store) == before
+
+
 def test_one_edited_type_description_re_extracts_exactly_what_the_model_reads(setup) -> None:
     """The extraction version comes from the schema file: edit one description and the
     documents whose text the model reads are extracted again, the contact records it never

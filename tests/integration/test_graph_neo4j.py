@@ -44,15 +44,16 @@ def bare(neo4j_server: LocalNeo4j) -> Iterator[Neo4jStore]:
     store.close()
 
 
-def test_ensure_schema_creates_the_three_constraints_and_is_idempotent(bare: Neo4jStore) -> None:
-    assert bare.missing_keys() == ["Entity.key", "Document.id", "Chunk.id"]
+def test_ensure_schema_creates_the_four_constraints_and_is_idempotent(bare: Neo4jStore) -> None:
+    assert bare.missing_keys() == ["Entity.key", "Document.id", "Chunk.id", "Split.id"]
     bare.ensure_schema()
     bare.ensure_schema()  # IF NOT EXISTS: no error the second time
     assert bare.missing_keys() == []
     rows = bare._read("SHOW CONSTRAINTS YIELD name, type RETURN name, type ORDER BY name")
     assert rows == [{"name": "chunk_id", "type": "UNIQUENESS"},
                     {"name": "document_id", "type": "UNIQUENESS"},
-                    {"name": "entity_key", "type": "UNIQUENESS"}]
+                    {"name": "entity_key", "type": "UNIQUENESS"},
+                    {"name": "split_id", "type": "UNIQUENESS"}]
 
 
 def test_an_index_in_the_way_fails_loudly_and_names_the_fix(bare: Neo4jStore) -> None:
@@ -64,7 +65,7 @@ def test_an_index_in_the_way_fails_loudly_and_names_the_fix(bare: Neo4jStore) ->
         bare.ensure_schema()
     assert "Neo4j refused the unique constraint entity_key on :Entity(key)" in str(err.value)
     assert "run `DROP INDEX old_key` and run again" in str(err.value)
-    assert bare.missing_keys() == ["Entity.key", "Document.id", "Chunk.id"]
+    assert bare.missing_keys() == ["Entity.key", "Document.id", "Chunk.id", "Split.id"]
 
 
 def test_a_same_named_constraint_of_another_shape_is_not_taken_for_ours(bare: Neo4jStore) -> None:
@@ -73,7 +74,7 @@ def test_a_same_named_constraint_of_another_shape_is_not_taken_for_ours(bare: Ne
     bare._write("CREATE CONSTRAINT entity_key FOR (e:Entity) REQUIRE e.name IS UNIQUE")
     with pytest.raises(GraphError, match=r"no unique constraint on Entity\.key after creating "
                        r"them \(constraints present: \['chunk_id', 'document_id', "
-                       r"'entity_key'\]\) — a constraint named like ours"):
+                       r"'entity_key', 'split_id'\]\) — a constraint named like ours"):
         bare.ensure_schema()
 
 
@@ -91,16 +92,16 @@ def test_preflight_creates_missing_constraints_or_says_why_it_cannot(bare: Neo4j
     check = schema_check(bare, where)
     assert check is not None and check.status == "failed"
     assert check.detail.startswith("Neo4j at test: no unique constraint on Entity.key, "
-                                   "Document.id, Chunk.id, and creating it failed: ")
+                                   "Document.id, Chunk.id, Split.id, and creating it failed: ")
     assert "DROP INDEX old_key" in check.detail
     bare._write("DROP INDEX old_key")
     check = schema_check(bare, where)
     assert check is not None and (check.status, check.detail) == (
         "ok", "Neo4j at test: created the unique constraints on Entity.key, Document.id, "
-        "Chunk.id")
+        "Chunk.id, Split.id")
     check = schema_check(bare, where)
     assert check is not None and check.detail == (
-        "Neo4j at test: unique constraints on Entity.key, Document.id and Chunk.id")
+        "Neo4j at test: unique constraints on Entity.key, Document.id, Chunk.id and Split.id")
 
 
 def _long_chunks(n: int, size: int) -> GraphBatch:

@@ -212,13 +212,13 @@ def test_checked_name_formats_the_value_and_the_reserved_names_into_its_refusals
     assert checked_name("Person", "label", "{name!r} bad", "{name!r} taken") == "Person"
     with pytest.raises(ValueError) as e:
         checked_name("not a label", "label", "{name!r}: not one of ours ({reserved})", "-")
-    assert str(e.value) == "'not a label': not one of ours (Chunk, Document, Entity)"
+    assert str(e.value) == "'not a label': not one of ours (Chunk, Document, Entity, Split)"
     with pytest.raises(ValueError) as e:
         checked_name(7, "type", "{name!r} is no type; reserved: {reserved}", "-")
-    assert str(e.value) == "7 is no type; reserved: CHUNK_OF, MENTIONED_IN"
+    assert str(e.value) == "7 is no type; reserved: CHUNK_OF, JOINED, MENTIONED_IN"
     with pytest.raises(ValueError) as e:
         checked_name("MENTIONED_IN", "type", "-", "{name} is taken ({reserved})")
-    assert str(e.value) == "MENTIONED_IN is taken (CHUNK_OF, MENTIONED_IN)"
+    assert str(e.value) == "MENTIONED_IN is taken (CHUNK_OF, JOINED, MENTIONED_IN)"
 
 
 @pytest.mark.parametrize(("kind", "good", "bad", "says"), [

@@ -260,6 +260,9 @@ def test_a_document_that_only_timed_out_is_failed_but_not_held() -> None:
         def keys_by_email(self, emails: Any, keys: Any = ()) -> dict[str, str]:
             return {}
 
+        def splits(self) -> dict[str, set[str]]:
+            return {}
+
         def retract(self, ids: Any) -> None: ...
 
         def upsert(self, batch: Any) -> None: ...

@@ -103,3 +103,44 @@ def test_a_name_with_one_person_links_as_before_and_a_namesake_made_in_the_batch
     assert report.unlinked == [UnlinkedMention(
         document="research/a.md", name="John Smith", candidates=[JOHN, NORTH], relationships=1)]
     assert sorted(batch.relationships) == [(NORTH, "WORKS_FOR", NORTHWIND)]
+
+
+def test_each_join_is_recorded_with_its_evidence_and_a_split_form_joins_no_more() -> None:
+    """Issue 52, item 3: what put a document's name under an entity beside the name itself — an
+    address a contact shares, the document's context, a surname — is a join with its
+    evidence. With `graph split` keeping that form from that entity, the same documents make
+    no such join: the contact is its own name's Person, the name alone links to none, the
+    surname stays its own."""
+    contacts = Document("contacts/c.json", "contacts", "/x/c.json", "h-c", "", {}, [
+        {"name": "Priya Raman", "title": "", "emails": ["p.raman@contoso.com"], "phones": [],
+         "organization": ""},
+        {"name": "P. Raman", "title": "", "emails": ["p.raman@contoso.com"], "phones": [],
+         "organization": ""}])
+    mail = research("m.md", "Write to John Smith at jsmith@NORTHWIND.example.",
+                     [("John Smith", "Person")])
+    talk = research("t.md", "Arnold Viersen spoke. Mr. Viersen then left.",
+                    [("Arnold Viersen", "Person"), ("Mr. Viersen", "Person")])
+    docs = [DocOutcome(contacts), mail, talk]
+    priya, viersen = "Person:priya raman", "Person:arnold viersen"
+
+    def people(names: set[str]) -> dict[str, list[Candidate]]:
+        return {JOHN: GRAPH} if JOHN in names else {}
+
+    batch = build_batch(docs, "m", {}, BatchReport(), people=people)
+    assert batch.joins == {
+        (priya, "contacts/c.json", "P. Raman"): "e-mail p.raman@contoso.com",
+        (NORTH, "research/m.md", "John Smith"): "e-mail JSmith@northwind.example in the text",
+        (viersen, "research/t.md", "Viersen"): "surname of Arnold Viersen in the document"}
+
+    report = BatchReport()
+    split = build_batch(docs, "m", {}, report, people=people, splits={
+        priya: {"p. raman"}, NORTH: {"john smith"}, viersen: {"viersen"}})
+    assert split.joins == {}
+    assert mentioned(split, "Person:p raman") == ["contacts/c.json"]
+    assert split.entities["Person:p raman"].emails == ["p.raman@contoso.com"]
+    assert mentioned(split, priya) == ["contacts/c.json"]
+    assert mentioned(split, NORTH) == [] and mentioned(split, JOHN) == []
+    assert report.unlinked == [UnlinkedMention(
+        document="research/m.md", name="John Smith", candidates=[JOHN], relationships=0)]
+    assert mentioned(split, "Person:viersen") == ["research/t.md"]
+    assert report.aliases_resolved == 0
