@@ -7,10 +7,10 @@ form), each with a note beside it that names every fifth of its people alone (as
 would), into an empty graph, a file and its note per batch, the way tasks/extraction/batch.py
 does: the graph lookups, build_batch, upsert. "without" is resolution before issue 52 (the
 Persons holding the batch's addresses; a name alone joins its name's Person); "with" is
-known_people (also every address of the Persons of the batch's names) and people_named (the
-namesakes of each name written alone). Then the same files again: the unchanged night. Prints
-both sides, the ratios, the Persons and Organizations each side made, and the names alone
-linked to no one.
+known_people (also every address of the Persons of the batch's names), people_named (the
+namesakes of each name written alone) and the graph's splits, with each join recorded. Then
+the same files again: the unchanged night. Prints both sides, the ratios, the Persons and
+Organizations each side made, the names alone linked to no one and the joins recorded.
 
     python bench/resolution.py [N]      # N people (default 100000)
 """
@@ -73,7 +73,7 @@ def write(store: GraphStore, docs: list[Document], resolve: bool) -> tuple[float
         report = BatchReport()
         if resolve:
             batch = build_batch([DocOutcome(d, []), note(d)], "m", known_people(store, [d]),
-                                report, people=people_named(store))
+                                report, people=people_named(store), splits=store.splits())
         else:
             known = store.keys_by_email([e for r in d.records for e in r["emails"]])
             batch = build_batch([DocOutcome(d, []), note(d)], "m", known, report)
@@ -87,12 +87,14 @@ def side(port: int, docs: list[Document], resolve: bool) -> dict[str, Any]:
     store.ensure_schema()
     first, unlinked = write(store, docs, resolve)
     again, _ = write(store, docs, resolve)
-    nodes = store.stats()["nodes"]
+    stats = store.stats()
+    nodes = stats["nodes"]
     store.close()
     return {"first_night_s": first, "unchanged_night_s": again,
             "people_per_s": sum(len(d.records) for d in docs) / first,
             "persons": nodes.get("Person", 0), "organizations": nodes.get("Organization", 0),
-            "unlinked_first_night": unlinked}
+            "unlinked_first_night": unlinked,
+            "joins": stats["relationships"].get("JOINED", 0)}
 
 
 def main() -> None:
