@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tasks.gcp.code import checkout_files
 from tests.support.paths import ROOT
 
 
@@ -13,11 +14,7 @@ def orchestrator_checkout(dest: Path) -> Path:
     """A checkout of this repository's files as they are now (tracked, and new files git does
     not ignore), without its .venv, state or caches; a git repository with nothing committed,
     so git lists the same files in it (tasks/gcp/code.py packs what git lists)."""
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    for rel in files:
-        if not (ROOT / rel).is_file():  # deleted in the working tree
-            continue
+    for rel in checkout_files(ROOT):  # what `gcp orchestrator` packs (tasks/gcp/code.py)
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, dest / rel)
     subprocess.run(["git", "init", "-q", str(dest)], check=True)
