@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from flows.cli.parsing import add_profile, command_group
-
-GOLD_RESOLUTION = Path(__file__).resolve().parents[2] / "evals" / "resolution"
 
 
 def _resolution(args: argparse.Namespace) -> int:
     """Resolution on a gold set: figures printed (or JSON), exit 1 under the gate."""
     from tasks.evaluation import resolution
 
-    result = resolution.evaluate(Path(args.gold), say=lambda m: print(m, file=sys.stderr))
+    result = resolution.evaluate(Path(args.gold) if args.gold else resolution.GOLD / "dev")
     short = resolution.gate(result)
     print(json.dumps({**result, "gate": short or "passed"}, indent=2) if args.json
           else resolution.render(result) + "\n" + (
@@ -47,7 +44,7 @@ def add_eval(sub: Any) -> None:
                               "recall for people and organizations and the namesakes merged; "
                               "exit 1 under the gate (precision 0.98, recall 0.95, no "
                               "namesake merged)")
-    ev_res.add_argument("--gold", default=str(GOLD_RESOLUTION / "dev"),
+    ev_res.add_argument("--gold",
                         help="the gold set's folder (default evals/resolution/dev; report "
                         "evals/resolution/heldout)")
     ev_res.add_argument("--json", action="store_true", help="the figures as JSON")

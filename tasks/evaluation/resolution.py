@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping
@@ -120,8 +121,13 @@ def _namesakes_merged(pred: dict[str, str], truth: dict[str, str]) -> int:
     return sum(1 for ids in ids_of.values() if len(ids) > 1)
 
 
-def evaluate(gold: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the gold set through resolution on a scratch embedded FalkorDB; the figures."""
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def evaluate(gold: Path, say: Callable[[str], None] = _to_stderr) -> dict[str, Any]:
+    """Run the gold set through resolution on a scratch embedded FalkorDB; the figures (progress
+    to stderr, so stdout stays the figures)."""
     docs, truth = _load(gold)
     data = Path(tempfile.mkdtemp(prefix="eval-resolution-"))
     server, _ = falkordb_server.start(data)

@@ -91,10 +91,14 @@ class Run:
 
     def watch(self) -> None:
         try:
-            for p in psutil.Process(self.proc.pid).children(recursive=True):
-                self.seen.setdefault(p.pid, " ".join(p.cmdline())[:120])
+            children = psutil.Process(self.proc.pid).children(recursive=True)
         except psutil.Error:
-            pass
+            return
+        for p in children:
+            try:  # read again each time: a child caught between fork and exec shows its parent's
+                self.seen[p.pid] = " ".join(p.cmdline())[:120] or self.seen.get(p.pid, "")
+            except psutil.Error:
+                pass
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

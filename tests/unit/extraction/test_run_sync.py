@@ -63,7 +63,7 @@ def test_a_signal_landing_in_a_plain_callback_stops_the_work() -> None:
 
     async def work() -> None:
         asyncio.get_running_loop().call_soon(terminate_me)
-        await asyncio.sleep(5)
+        await asyncio.sleep(30)  # far past the bound below, which a loaded host needs slack in
         finished.append("the work")
 
     old = signal.signal(signal.SIGTERM, handler)
@@ -71,7 +71,7 @@ def test_a_signal_landing_in_a_plain_callback_stops_the_work() -> None:
         started = time.monotonic()
         with pytest.raises(TerminationSignal) as info:
             run_sync(work())
-        assert time.monotonic() - started < 2 and finished == []
+        assert time.monotonic() - started < 10 and finished == []
         assert info.value.signal == signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, old)
@@ -90,10 +90,10 @@ def test_a_signal_raised_in_a_task_nobody_awaits_stops_the_work() -> None:
         import gc
 
         gc.collect()  # the task's exception, never retrieved, reaches the loop's handler
-        await asyncio.sleep(5)
+        await asyncio.sleep(30)  # far past the bound below, which a loaded host needs slack in
         return "finished"
 
     started = time.monotonic()
     with pytest.raises(TerminationSignal):
         run_sync(work())
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10
