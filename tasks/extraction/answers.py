@@ -51,6 +51,10 @@ class BatchReport:
     dropped_ungrounded: Counter[str] = field(default_factory=Counter)
     gleaning_failures: int = 0
     namesakes_linked: int = 0  # a name alone linked to the one namesake its document fits
+    namesakes_apart: int = 0  # a contact kept apart from its name's Person (another address)
+    # the joins written (graph merges lists them), by their evidence's kind: "e-mail" (a
+    # contact's address, or one in the text), "employer", "surname"
+    joins: Counter[str] = field(default_factory=Counter)
     unlinked: list[UnlinkedMention] = field(default_factory=list)  # … that fits several or none
     write_seconds: float = 0.0  # the graph writes' time (phase 1 keeps it back from its budget)
 
@@ -67,10 +71,12 @@ class BatchReport:
     def add_labels(self, other: BatchReport) -> None:
         """Take over the answer-quality counts of `other` (one write attempt's)."""
         for name in ("rejected_entity_types", "remapped_relationship_types", "dropped_fields",
-                     "pruned_relationships", "reversed_relationships", "dropped_ungrounded"):
+                     "pruned_relationships", "reversed_relationships", "dropped_ungrounded",
+                     "joins"):
             getattr(self, name).update(getattr(other, name))
         for name in ("dangling_relationships", "grounded_names", "ungrounded_names",
-                     "aliases_resolved", "gleaning_failures", "namesakes_linked"):
+                     "aliases_resolved", "gleaning_failures", "namesakes_linked",
+                     "namesakes_apart"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.unlinked.extend(other.unlinked)
         self.ungrounded.extend(other.ungrounded[:UNGROUNDED_SAMPLES - len(self.ungrounded)])
@@ -309,6 +315,8 @@ def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
         key = final(j.key)
         if key is not None:
             batch.joins[key, rows.doc.id, j.form] = j.evidence
+            report.joins[j.evidence.split()[0]] += 1
+    report.namesakes_apart += sum(row.namesake_of is not None for row, _ in rows.entities)
 
 
 def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, str],

@@ -310,6 +310,8 @@ def extraction_report(setup: Phase1Setup, run: Phase1Run,
         dangling_relationships=t.dangling_relationships,
         namesakes_linked=t.namesakes_linked,
         unlinked_people=t.unlinked,
+        namesakes_apart=t.namesakes_apart,
+        joins=dict(t.joins),
         quality=AnswerQuality(
             grounded_names=t.grounded_names, ungrounded_names=t.ungrounded_names,
             grounded_precision=grounded_precision(t.grounded_names, t.ungrounded_names),

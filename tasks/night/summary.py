@@ -121,11 +121,15 @@ def quality_lines(q: AnswerQuality | None) -> list[str]:
 
 
 def namesake_lines(x: ExtractionReport) -> list[str]:
-    """Names alone whose name several Persons hold: linked by their document's context, or to
-    none and listed with the Persons they could be."""
-    if not (x.namesakes_linked or x.unlinked_people):
+    """Resolution's night: the joins written by their evidence (`graph merges` lists them),
+    contacts kept apart from a namesake, and names alone whose name several Persons hold,
+    linked by their document's context or to none and listed with the Persons they could be."""
+    if not (x.joins or x.namesakes_apart or x.namesakes_linked or x.unlinked_people):
         return []
-    out = [f"Namesakes: {x.namesakes_linked} names alone linked by their document, "
+    joins = ", ".join(f"{n} by {kind}" for kind, n in sorted(x.joins.items()))
+    out = [f"Resolution: {_plural(sum(x.joins.values()), 'join')}"
+           + (f" ({joins})" if joins else "") + f", {x.namesakes_apart} contacts kept apart from "
+           f"a namesake, {x.namesakes_linked} names alone linked by their document, "
            f"{len(x.unlinked_people)} linked to none (their document fits several or none)"]
     for u in x.unlinked_people[:10]:
         out.append(f"  {u.document}: {u.name} — one of {', '.join(u.candidates)}; "

@@ -175,6 +175,11 @@ class ExtractionReport(_Strict):
     # fits, or to none and listed (tasks/extraction/answers.py)
     namesakes_linked: int = 0
     unlinked_people: list[UnlinkedMention] = []
+    # contacts kept apart from their name's Person (another address: a second Person), and the
+    # joins written (`graph merges` lists them) by their evidence's kind: e-mail, employer,
+    # surname (tasks/extraction/answers.py)
+    namesakes_apart: int = 0
+    joins: dict[str, int] = {}
 
     @classmethod
     def empty(cls) -> ExtractionReport:

@@ -231,13 +231,15 @@ def test_merge_extraction_takes_over_the_phase_1_counts() -> None:
 
 def test_the_summary_lists_the_names_linked_to_no_one() -> None:
     s = new_summary("local")
-    assert "Namesakes" not in render_text(s)
+    assert "Resolution:" not in render_text(s)
     s.merge_extraction(ExtractionReport.empty().model_copy(update={
-        "namesakes_linked": 3, "unlinked_people": [UnlinkedMention(
+        "namesakes_linked": 3, "namesakes_apart": 2, "joins": {"surname": 1, "e-mail": 4},
+        "unlinked_people": [UnlinkedMention(
             document="research/d.md", name="John Smith", relationships=2,
             candidates=["Person:john smith", "Person:john smith <js@n.example>"])]}))
     again = RunSummary.parse(json.loads(s.to_json()), "test")
-    want = ["Namesakes: 3 names alone linked by their document, 1 linked to none (their "
+    want = ["Resolution: 5 joins (4 by e-mail, 1 by surname), 2 contacts kept apart from a "
+            "namesake, 3 names alone linked by their document, 1 linked to none (their "
             "document fits several or none)",
             "  research/d.md: John Smith — one of Person:john smith, Person:john smith "
             "<js@n.example>; 2 facts not written"]

@@ -103,6 +103,8 @@ def test_a_name_with_one_person_links_as_before_and_a_namesake_made_in_the_batch
     assert report.unlinked == [UnlinkedMention(
         document="research/a.md", name="John Smith", candidates=[JOHN, NORTH], relationships=1)]
     assert sorted(batch.relationships) == [(NORTH, "WORKS_FOR", NORTHWIND)]
+    # the night's summary counts: one contact kept apart, w.md by its address, x.md by employer
+    assert (report.namesakes_apart, report.joins) == (1, {"e-mail": 1, "employer": 1})
 
 
 def test_each_join_is_recorded_with_its_evidence_and_a_split_form_joins_no_more() -> None:
@@ -126,7 +128,9 @@ def test_each_join_is_recorded_with_its_evidence_and_a_split_form_joins_no_more(
     def people(names: set[str]) -> dict[str, list[Candidate]]:
         return {JOHN: GRAPH} if JOHN in names else {}
 
-    batch = build_batch(docs, "m", {}, BatchReport(), people=people)
+    joined = BatchReport()
+    batch = build_batch(docs, "m", {}, joined, people=people)
+    assert (joined.joins, joined.namesakes_apart) == ({"e-mail": 2, "surname": 1}, 0)
     assert batch.joins == {
         (priya, "contacts/c.json", "P. Raman"): "e-mail p.raman@contoso.com",
         (NORTH, "research/m.md", "John Smith"): "e-mail JSmith@northwind.example in the text",
@@ -143,4 +147,4 @@ def test_each_join_is_recorded_with_its_evidence_and_a_split_form_joins_no_more(
     assert report.unlinked == [UnlinkedMention(
         document="research/m.md", name="John Smith", candidates=[JOHN], relationships=0)]
     assert mentioned(split, "Person:viersen") == ["research/t.md"]
-    assert report.aliases_resolved == 0
+    assert (report.aliases_resolved, report.joins) == (0, {})
