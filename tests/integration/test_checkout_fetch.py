@@ -21,19 +21,14 @@ import pytest
 from tasks.gcp.code import Checkout, fetch_function, pack, push
 from tasks.gcp.reconcile import GcpError
 from tests.fakes.node_runtime import FakeNode
-from tests.support.gcp_world import World, empty_project, gcp_profile, spec_of
+from tests.support.gcp_world import World, set_up_project, spec_of
 
 ZONE = "us-central1-a"
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    from tasks.gcp.setup import ApplyOptions, apply
-
-    with empty_project(tmp_path) as w:
-        spec = spec_of(gcp_profile(tmp_path / "p.toml"))
-        apply(spec, w.clients(), "setup", state_dir=tmp_path / "state-setup",
-              options=ApplyOptions(values={"prefect-api-key": b"pnu_x"}), say=lambda _: None)
+    with set_up_project(tmp_path) as w:
         yield w
 
 

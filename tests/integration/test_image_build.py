@@ -32,7 +32,7 @@ import pytest
 from tasks.gcp.code import pack, push
 from tasks.gcp.image import BUILDER, BuildOptions, ImageBuild, build_image, image_build
 from tasks.gcp.reconcile import GcpError
-from tests.support.gcp_world import PROJECT, World, empty_project, gcp_profile, spec_of
+from tests.support.gcp_world import PROJECT, World, set_up_project, spec_of
 from tests.support.image_builder import BuilderNode, builder_node
 from tests.support.paths import ROOT
 
@@ -40,12 +40,7 @@ ZONE = "us-central1-a"
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    from tasks.gcp.setup import ApplyOptions, apply
-
-    with empty_project(tmp_path) as w:
-        spec = spec_of(gcp_profile(tmp_path / "p.toml"))
-        apply(spec, w.clients(), "setup", state_dir=tmp_path / "state-setup",
-              options=ApplyOptions(values={"prefect-api-key": b"pnu_x"}), say=lambda _: None)
+    with set_up_project(tmp_path) as w:
         w.compute.network.add_image("common-cu128-ubuntu-2204-nvidia-570-v20261120",
                                     "common-cu128-ubuntu-2204-nvidia-570", disk_size_gb=50,
                                     project="deeplearning-platform-release")

@@ -112,3 +112,16 @@ def spec_of(path: Path) -> GcpSpec:
     import tomllib
 
     return spec_from_profile(path, tomllib.loads(path.read_text()))
+
+
+@contextmanager
+def set_up_project(tmp: Path) -> Iterator[World]:
+    """An empty project after `gcp setup` of the profile tmp/p.toml (gcp_profile): its network,
+    accounts, grants and bucket, as an operator's first command leaves them."""
+    from tasks.gcp.setup import ApplyOptions, apply
+
+    with empty_project(tmp) as world:
+        spec = spec_of(gcp_profile(tmp / "p.toml"))
+        apply(spec, world.clients(), "setup", state_dir=tmp / "state-setup",
+              options=ApplyOptions(values={"prefect-api-key": b"pnu_x"}), say=lambda _: None)
+        yield world
