@@ -31,7 +31,8 @@ from google.api_core.exceptions import PreconditionFailed
 from tasks.gcp.reconcile import GcpError
 from tasks.shared.files import sha256_hex
 
-API = "https://storage.googleapis.com/storage/v1"
+STORAGE = "https://storage.googleapis.com"
+API = f"{STORAGE}/storage/v1"
 TOKEN_URL = ("http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/"
              "default/token")
 VERSION_CHARS = 16
@@ -107,21 +108,28 @@ def push(checkout: Checkout, clients: Any) -> bool:
 
 
 def fetch_function(checkout: Checkout) -> str:
-    """The bash function `fetch_code DIR` that the VMs' startup scripts call: the archive from
+    """The bash functions `gcs_token` and `fetch_code DIR` that the VMs' startup scripts call:
+    the archive from
     the bucket (module docstring), checked, unpacked into DIR; its version in DIR/.code-version
     and its files in DIR/.code-files, so the next checkout deletes those it no longer has.
     Each failure returns non-zero with curl's or sha256sum's message."""
     q = shlex.quote
     url = f"{API}/b/{checkout.bucket}/o/{checkout.name.replace('/', '%2F')}?alt=media"
     return f"""\
+# gcs_token: an access token of the VM's service account, from the metadata server
+gcs_token() {{
+  local token
+  token=$(curl -sSf --retry 5 -H 'Metadata-Flavor: Google' {q(TOKEN_URL)} \\
+    | sed -n 's/.*"access_token" *: *"\\([^"]*\\)".*/\\1/p') || return 1
+  [ -n "$token" ] || {{ echo "gcs_token: no access token from the metadata server" >&2; return 1; }}
+  echo "$token"
+}}
 # fetch_code DIR: the checkout {checkout.version} from gs://{checkout.bucket}/{checkout.name}
 # (tasks/gcp/code.py), as the VM's service account, checked and unpacked into DIR
 fetch_code() {{
   local token archive
   archive=$(mktemp) || return 1
-  token=$(curl -sSf --retry 5 -H 'Metadata-Flavor: Google' {q(TOKEN_URL)} \\
-    | sed -n 's/.*"access_token" *: *"\\([^"]*\\)".*/\\1/p') || return 1
-  [ -n "$token" ] || {{ echo "fetch_code: no access token from the metadata server" >&2; return 1; }}
+  token=$(gcs_token) || return 1
   curl -sSf --retry 5 -H "Authorization: Bearer $token" -o "$archive" {q(url)} || {{
     echo "fetch_code: could not download gs://{checkout.bucket}/{checkout.name} (the VM's \\
 account needs storage.objects.get on the bucket: gcp setup grants it)" >&2; rm -f "$archive"

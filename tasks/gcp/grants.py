@@ -17,6 +17,12 @@ datasets, the graph snapshots or the run records that the orchestrator acts on
 (cloud.google.com/storage/docs/access-control/using-iam-conditions; the bucket has uniform
 access, which conditions need).
 
+The image builder runs as the node's account and publishes the weights it converted under
+weights/ (tasks/gcp/image.py): roles/storage.objectCreator under a second condition
+(NODE_PUBLISHES), which creates objects and cannot overwrite or delete one (an overwrite needs
+storage.objects.delete: cloud.google.com/storage/docs/access-control/iam-roles), so no node can
+change weights a later build takes.
+
 Storage: roles/storage.objectAdmin has no storage.buckets.get, and prefect-gcp's GcsBucket calls
 client.get_bucket() before each read and write (googleapis/google-cloud-python#9065); the
 bucket-level roles/storage.legacyBucketReader adds buckets.get (and objects.list), nothing more.
@@ -27,8 +33,8 @@ from __future__ import annotations
 from typing import Literal
 
 Who = Literal["orchestrator", "node"]
-Where = Literal["project", "instance", "bucket", "node-results", "node-account", "secrets",
-                "auth-secret"]
+Where = Literal["project", "instance", "bucket", "node-results", "node-weights", "node-account",
+                "secrets", "auth-secret"]
 
 # the objects a node run writes, relative to the bucket (the slm-gcs block has no folder:
 # docs/operator-gcp.md, section 4): the artifact store's adapters, checkpoints and promotion
@@ -37,7 +43,13 @@ Where = Literal["project", "instance", "bucket", "node-results", "node-account",
 # prefix
 NODE_WRITES = ("artifacts/adapters/", "artifacts/checkpoints/", "artifacts/promoted/",
                "records/node-environment.json")
-NODE_CONDITION = "slm-node-results"  # the title of node_writes_condition
+NODE_CONDITION = "slm-node-results"  # the title of the condition on NODE_WRITES
+NODE_PUBLISHES = ("weights/",)  # what the image builder creates (tasks/gcp/image.py)
+# where → the IAM Condition's title, description and objects (a name ending in / is a prefix)
+CONDITIONS: dict[Where, tuple[str, str, tuple[str, ...]]] = {
+    "node-results": (NODE_CONDITION, "the objects a node run writes", NODE_WRITES),
+    "node-weights": ("slm-node-weights", "the weights an image build converted, created once",
+                     NODE_PUBLISHES)}
 
 # (who, call, permission, role, where the role is granted)
 CALLS: list[tuple[Who, str, str, str, Where]] = [
@@ -71,6 +83,8 @@ CALLS: list[tuple[Who, str, str, str, Where]] = [
      "bucket"),
     ("node", "adapters, checkpoints, its environment record up", "storage.objects.create",
      "roles/storage.objectAdmin", "node-results"),
+    ("node", "the image builder publishes the weights it converted", "storage.objects.create",
+     "roles/storage.objectCreator", "node-weights"),
     ("node", "the startup script reads its keys", "secretmanager.versions.access",
      "roles/secretmanager.secretAccessor", "secrets"),
     ("node", "its logs", "logging.logEntries.create", "roles/logging.logWriter", "project"),
@@ -88,11 +102,11 @@ def roles(who: Who, where: Where) -> list[str]:
     return sorted({role for w, _, _, role, at in CALLS if w == who and at == where})
 
 
-def node_writes_condition(bucket: str) -> dict[str, str]:
-    """The IAM Condition of the node's objectAdmin on `bucket`: the NODE_WRITES objects only
-    (CEL on resource.name, "projects/_/buckets/B/objects/O")."""
+def condition(bucket: str, where: Where) -> dict[str, str]:
+    """The IAM Condition of the node's role granted on `where` (CONDITIONS) in `bucket`: those
+    objects only (CEL on resource.name, "projects/_/buckets/B/objects/O")."""
+    title, description, objects = CONDITIONS[where]
     at = f"projects/_/buckets/{bucket}/objects/"
     terms = [f'resource.name.startsWith("{at}{w}")' if w.endswith("/") else
-             f'resource.name == "{at}{w}"' for w in NODE_WRITES]
-    return {"title": NODE_CONDITION, "description": "the objects a node run writes",
-            "expression": " || ".join(terms)}
+             f'resource.name == "{at}{w}"' for w in objects]
+    return {"title": title, "description": description, "expression": " || ".join(terms)}

@@ -45,11 +45,12 @@ from google.api_core.exceptions import NotFound
 from tasks.compute.gce.api_errors import transient
 from tasks.engine.llama_build import pin
 from tasks.gcp.clients import Clients
-from tasks.gcp.code import Checkout, fetch_function, push
+from tasks.gcp.code import STORAGE, Checkout, fetch_function, push
 from tasks.gcp.network import get_or_none, wait_operation
 from tasks.gcp.nodes import FAMILY
 from tasks.gcp.reconcile import GcpError, api_call, retry
 from tasks.gcp.spec import GcpSpec
+from tasks.shared.files import sha256_hex
 
 BUILDER = "slm-image-builder"
 MACHINE_TYPE = "n2-standard-8"
@@ -68,11 +69,12 @@ READ_RETRY_SECONDS = 600.0
 LINGER_SECONDS = 3600  # after `done`, for the command to stop it; then the script powers off
 # (step, minutes, GB on scratch at its end) — ESTIMATES for n2-standard-8 and pd-balanced disks
 # (none of this has run on Google Cloud): the 32B is 32.2e9 parameters, 64.5 GB in bf16/f16.
+# `cached` takes the weights an earlier build of the same pins published (~10 min for ~47 GB)
+# and marks download, convert, quantize and publish done; the minutes here are a first build's.
 STEPS: tuple[tuple[str, int, int], ...] = (
     ("packages", 2, 0), ("nvcc", 0, 0), ("checkout", 1, 0), ("install", 33, 6),
-    ("download", 20, 95),
-    ("convert", 30, 95), ("quantize", 20, 47), ("weights", 10, 1), ("checks", 3, 1),
-    ("seal", 1, 1))
+    ("cached", 0, 0), ("download", 20, 95), ("convert", 30, 95), ("quantize", 20, 47),
+    ("publish", 10, 47), ("weights", 10, 1), ("checks", 3, 1), ("seal", 1, 1))
 SCRATCH_PEAK_GB = 160  # during convert: safetensors 64.5 + f16 GGUF 64.5 + the 7B's 14.6 x 2
 # us-central1 list prices (cloud.google.com/compute/all-pricing, 2026): assumed, not read
 USD_PER_HOUR = {"n2-standard-8": 0.3885}
@@ -113,6 +115,16 @@ class ImageBuild:
         "%Y%m%d-%H%M"))
 
     @property
+    def weights(self) -> str:
+        """Where the bucket keeps what download, convert and quantize make for these pins (the
+        two repositories at their revisions, the type, the file names, llama.cpp's converter):
+        weights/<16 hex digits of their digest>. A build that finds it takes it from there
+        (step cached); one that does not publishes it (step publish)."""
+        pins = [self.model, self.base, self.quant, self.model_path, self.tokenizer,
+                self.base_gguf, self.pin]
+        return "weights/" + sha256_hex("\n".join(pins).encode())[:16]
+
+    @property
     def quant(self) -> str:
         m = QUANT.search(self.model_path)
         if m is None:
@@ -132,6 +144,7 @@ class ImageBuild:
             project_dir=q(self.project_dir), steps=" ".join(s for s, _, _ in STEPS),
             base_image=q(self.base_image), variant=q(self.variant), nvcc=NVCC,
             user=q(self.user), fetch_code=fetch_function(self.checkout),
+            storage=STORAGE, bucket=self.checkout.bucket, weights=self.weights,
             model_repo=q(model_repo), model_revision=q(model_rev or "main"),
             base_repo=q(base_repo), base_revision=q(base_rev or "main"),
             tokenizer_name=q(self.tokenizer.rstrip("/").rsplit("/", 1)[-1]),
@@ -161,6 +174,9 @@ class ImageBuild:
             f"{self.model} → {self.model_path} ({self.quant}); {self.base} → {self.hf_home} "
             f"and {self.base_gguf}; `make install LLAMA_VARIANT={self.variant}` (llama-cpp-python "
             f"{self.pin} for CUDA, architecture 89)",
+            f"  the converted weights from gs://{self.checkout.bucket}/{self.weights}/ where an "
+            "earlier build of these pins published them (download, convert, quantize and "
+            "publish skipped), else made from the hub and published there",
         ]
         lines += [f"  step {i}/{len(STEPS)} {name}: ~{minutes} min (scratch ~{gb} GB after)"
                   for i, (name, minutes, gb) in enumerate(STEPS, 1)]

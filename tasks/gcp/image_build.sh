@@ -94,6 +94,56 @@ do_install() {
   CUDACXX=@{nvcc} SLM_BUILD_CACHE="$SCRATCH/build-cache" \
     make -C "$PROJECT_DIR" install PYTHON=python3.11 LLAMA_VARIANT=@{variant}
 }
+# The weights of these pins, converted once: gs://@{bucket}/@{weights}/ holds what download,
+# convert and quantize leave in $SCRATCH/src, and SHA256SUMS, written last (tasks/gcp/image.py
+# ImageBuild.weights). Through the Cloud Storage JSON API as the builder's account (objects.get,
+# objects.insert with ifGenerationMatch=0: cloud.google.com/storage/docs/json_api/v1/objects).
+WEIGHTS_URL=@{storage}/storage/v1/b/@{bucket}/o/$(printf %s '@{weights}/' | sed 's|/|%2F|g')
+enc() { printf %s "$1" | sed 's|/|%2F|g'; }
+gcs_get() {  # gcs_get NAME FILE: the object @{weights}/NAME into FILE; prints the HTTP status
+  curl -sS --retry 5 -o "$2" -w '%{http_code}' -H "Authorization: Bearer $(gcs_token)" \
+    "$WEIGHTS_URL$(enc "$1")?alt=media"
+}
+gcs_put() {  # gcs_put NAME FILE: FILE as the object @{weights}/NAME, unless the bucket has it
+  local got
+  got=$(curl -sS --retry 5 -o /dev/null -w '%{http_code}' \
+    -H "Authorization: Bearer $(gcs_token)" "$WEIGHTS_URL$(enc "$1")")
+  [ "$got" = 200 ] && return 0  # an interrupted publish's: the next build checks it by SHA256SUMS
+  got=$(curl -sS --retry 5 -o "$STATE/upload.json" -w '%{http_code}' -X POST -T "$2" \
+    -H "Authorization: Bearer $(gcs_token)" -H 'Content-Type: application/octet-stream' \
+    "@{storage}/upload/storage/v1/b/@{bucket}/o?uploadType=media&ifGenerationMatch=0&name=$(
+      enc "@{weights}/$1")")
+  [ "$got" = 200 ] || fail "could not upload gs://@{bucket}/@{weights}/$1: HTTP $got \
+$(head -c 300 "$STATE/upload.json") (the builder's account creates objects under weights/: \
+gcp setup grants it)"
+}
+do_cached() {
+  local got name sum
+  got=$(gcs_get SHA256SUMS "$STATE/SHA256SUMS")
+  case "$got" in
+    404) echo "gs://@{bucket}/@{weights}/ holds no weights: made from the hub, then published"
+      return 0 ;;
+    200) ;;
+    *) fail "could not read gs://@{bucket}/@{weights}/SHA256SUMS: HTTP $got \
+$(head -c 300 "$STATE/SHA256SUMS")" ;;
+  esac
+  rm -rf "$SCRATCH/src" && mkdir -p "$SCRATCH/src"
+  while read -r sum name; do
+    mkdir -p "$(dirname "$SCRATCH/src/$name")"
+    got=$(gcs_get "$name" "$SCRATCH/src/$name")
+    [ "$got" = 200 ] || fail "could not download gs://@{bucket}/@{weights}/$name: HTTP $got"
+  done < "$STATE/SHA256SUMS"
+  (cd "$SCRATCH/src" && sha256sum --check --quiet "$STATE/SHA256SUMS") || fail "the weights in \
+gs://@{bucket}/@{weights}/ differ from its SHA256SUMS: delete that folder and build again"
+  for s in download convert quantize publish; do touch "$STATE/done-$s"; done
+}
+do_publish() {
+  local name sum
+  (cd "$SCRATCH/src" && find . -type f -printf '%P\n' | LC_ALL=C sort | tr '\n' '\0' \
+    | xargs -0 sha256sum) > "$STATE/SHA256SUMS"
+  while read -r sum name; do gcs_put "$name" "$SCRATCH/src/$name"; done < "$STATE/SHA256SUMS"
+  gcs_put SHA256SUMS "$STATE/SHA256SUMS"  # last: a build takes the folder only once it is whole
+}
 # The published safetensors, at the pinned revisions; intermediates are deleted as they go.
 do_download() {
   export HF_HOME="$SCRATCH/hf-dl"

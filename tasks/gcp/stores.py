@@ -86,32 +86,36 @@ class BucketGrants(Resource):
         super().__init__(f"gs://{spec.bucket}")
         self.spec, self.clients = spec, clients
         self.want = _want(spec, "bucket")
-        # the node's writes, under a condition (grants.py NODE_WRITES)
-        self.condition = grants.node_writes_condition(spec.bucket)
-        self.want_conditional = _want(spec, "node-results")
+        # the node's writes, each role under its condition (grants.py CONDITIONS)
+        self.conditional = [(grants.condition(spec.bucket, where), _want(spec, where))
+                            for where in grants.CONDITIONS]
 
     def _bucket(self) -> Any:
         return self.clients.storage.bucket(self.spec.bucket)
 
-    def _gap(self, policy: Any, conditional: bool = False) -> dict[str, set[str]]:
-        """What the unconditional bindings lack of `want`, or (`conditional`) what the bindings
-        under the node's condition lack of `want_conditional` — judged on the expression alone:
-        a title or description edited by hand is no drift."""
-        expression = self.condition["expression"] if conditional else None
+    def _gap(self, policy: Any, condition: dict[str, str] | None = None,
+             want: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+        """What the unconditional bindings lack of `want`, or (`condition`) what the bindings
+        under that condition lack of its `want` — judged on the expression alone: a title or
+        description edited by hand is no drift."""
+        expression = condition["expression"] if condition else None
         return _missing([(b["role"], list(b["members"])) for b in policy.bindings
                          if (b.get("condition") or {}).get("expression") == expression],
-                        self.want_conditional if conditional else self.want)
+                        self.want if want is None else want)
 
     def read(self) -> Found:
         policy = get_or_none(f"{self}: getIamPolicy", lambda: self._bucket().get_iam_policy(
             requested_policy_version=3))
-        want = sum(map(len, self.want.values())) + sum(map(len, self.want_conditional.values()))
+        want = sum(len(m) for w in (self.want, *(w for _, w in self.conditional))
+                   for m in w.values())
         if policy is None:  # the bucket is not made yet
-            return Found(True, _describe(self.want) + _describe(self.want_conditional,
-                                                                " (on its own results)"),
-                         "not made yet")
-        return Found(True, _describe(self._gap(policy)) + _describe(
-            self._gap(policy, conditional=True), " (on its own results)"), f"{want} member binding(s)")
+            return Found(True, _describe(self.want) + [
+                d for c, w in self.conditional for d in _describe(w, f" (on {c['title']})")],
+                "not made yet")
+        return Found(True, _describe(self._gap(policy)) + [
+            d for c, w in self.conditional
+            for d in _describe(self._gap(policy, c, w), f" (on {c['title']})")],
+            f"{want} member binding(s)")
 
     def plan(self) -> str:
         return "buckets.setIamPolicy"
@@ -122,9 +126,10 @@ class BucketGrants(Resource):
             policy = bucket.get_iam_policy(requested_policy_version=3)
             for role, members in sorted(self._gap(policy).items()):
                 policy.bindings.append({"role": role, "members": set(members)})
-            for role, members in sorted(self._gap(policy, conditional=True).items()):
-                policy.bindings.append({"role": role, "members": set(members),
-                                        "condition": dict(self.condition)})
+            for condition, want in self.conditional:
+                for role, members in sorted(self._gap(policy, condition, want).items()):
+                    policy.bindings.append({"role": role, "members": set(members),
+                                            "condition": dict(condition)})
             policy.version = 3  # a policy that holds a condition is written as version 3
             bucket.set_iam_policy(policy)
 

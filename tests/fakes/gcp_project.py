@@ -76,6 +76,8 @@ ROLES: dict[str, frozenset[str]] = {
         "storage.objects.create", "storage.objects.delete", "storage.objects.get",
         "storage.objects.list", "storage.objects.update", "storage.objects.getIamPolicy"}),
     "roles/storage.objectViewer": frozenset({"storage.objects.get", "storage.objects.list"}),
+    # creates, and cannot overwrite: an overwrite needs storage.objects.delete too (gcs_iam.py)
+    "roles/storage.objectCreator": frozenset({"storage.objects.create"}),
     # the bucket-level role that holds storage.buckets.get (and objects.list)
     "roles/storage.legacyBucketReader": frozenset({"storage.buckets.get",
                                                    "storage.objects.list"}),

@@ -111,7 +111,19 @@ if TYPE_CHECKING:
 
 SERVICE = "storage.googleapis.com"
 LOCK_SECONDS = 90 * 86400  # [ubla]
-HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
+# hop-by-hop, and Expect: the proxy has read the whole body before it forwards (curl -T sends
+# "Expect: 100-continue" with a large upload, which the client's side of this hop answered)
+HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection",
+       "expect"}
+
+
+def json_body(body: bytes, headers: dict[str, str]) -> Any:
+    """A request's JSON body, or None: an upload's media is the object's bytes, JSON or not
+    (a chat template begins with "{%")."""
+    ctype = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    return json.loads(body) if "json" in ctype and body[:1] == b"{" else None
+
+
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 MULTI = {"US", "EU", "ASIA"}
 DUAL = {"NAM4", "EUR4", "ASIA1", "EUR5", "EUR7", "EUR8"}
@@ -222,7 +234,9 @@ class GcsIamProxy(Served):
                 headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         conn = http.client.HTTPConnection(*self.upstream, timeout=60)
         try:
-            conn.request(method, path, body=body or None, headers=headers)
+            # a zero-byte upload is an object too: its Content-Length 0 is sent
+            conn.request(method, path, body=body if method in ("POST", "PUT", "PATCH")
+                         else body or None, headers=headers)
             resp = conn.getresponse()
             return resp.status, {k: v for k, v in resp.getheaders()
                                  if k.lower() not in HOP}, resp.read()
@@ -446,7 +460,7 @@ class GcsIamProxy(Served):
                                                 needed, g, query)
         self.gcp.record("storage", method, path, member, mutating=mutating,
                         permission=needed[0][0] if needed else None, status=status,
-                        body=json.loads(body) if body[:1] == b"{" else None)
+                        body=json_body(body, headers))
         return status, out_headers, data
 
     def decide(self, method: str, raw: str, body: bytes, headers: dict[str, str],
@@ -461,7 +475,7 @@ class GcsIamProxy(Served):
                 return self.json(*err)
         if member is None and kind != "chunk":
             return self.json(*denied(None, "storage.buckets.get"))
-        payload = json.loads(body) if body[:1] == b"{" else {}
+        payload = json_body(body, headers) or {}
         if kind in ("getIam", "setIam", "testIam") and not self.exists(g["b"]):
             return self.json(*gcs_error(404, "The specified bucket does not exist.",
                                         "notFound"))

@@ -93,7 +93,11 @@ def test_setup_makes_the_project_and_a_second_setup_only_reads(world: World) -> 
                       "expression": f'resource.name.startsWith("{at}artifacts/adapters/") || '
                                     f'resource.name.startsWith("{at}artifacts/checkpoints/") || '
                                     f'resource.name.startsWith("{at}artifacts/promoted/") || '
-                                    f'resource.name == "{at}records/node-environment.json"'}}]
+                                    f'resource.name == "{at}records/node-environment.json"'}},
+        {"role": "roles/storage.objectCreator", "members": [f"serviceAccount:{NODE}"],
+         "condition": {"title": "slm-node-weights", "description": "the weights an image build "
+                       "converted, created once",
+                       "expression": f'resource.name.startsWith("{at}weights/")'}}]
     assert bound(f"projects/{PROJECT}/secrets/prefect-api-key") == {
         "roles/secretmanager.secretAccessor": {f"serviceAccount:{NODE}"},
         "roles/secretmanager.viewer": {f"serviceAccount:{ORCH}"}}
@@ -331,19 +335,21 @@ def test_each_call_the_code_makes_is_allowed_by_exactly_the_grant_setup_made(
     resource = {"project": f"projects/{PROJECT}", "instance": instance,
                 "bucket": f"projects/_/buckets/{BUCKET}/objects/datasets/x.jsonl",
                 "node-results": f"projects/_/buckets/{BUCKET}/objects/artifacts/adapters/a/x",
+                "node-weights": f"projects/_/buckets/{BUCKET}/objects/weights/0123/a.gguf",
                 "node-account": f"projects/{PROJECT}/serviceAccounts/{NODE}",
                 "secrets": f"projects/{PROJECT}/secrets/prefect-api-key",
                 "auth-secret": f"projects/{PROJECT}/secrets/slm-prefect-auth"}
     granted_on = {"project": f"projects/{PROJECT}", "instance": instance,
                   "bucket": f"projects/_/buckets/{BUCKET}",
                   "node-results": f"projects/_/buckets/{BUCKET}",
+                  "node-weights": f"projects/_/buckets/{BUCKET}",
                   "node-account": resource["node-account"], "secrets": resource["secrets"],
                   "auth-secret": resource["auth-secret"]}
     gcp = world.gcp
     for who, call, permission, role, where in CALLS:
         member = f"serviceAccount:{ORCH if who == 'orchestrator' else NODE}"
         assert gcp.allowed(member, permission, resource[where]), (who, call)
-        if where == "node-results":  # the conditional binding: set aside, then put back
+        if where in ("node-results", "node-weights"):  # conditional: set aside, put back
             policy = gcp.policies[granted_on[where]]
             kept, policy.conditional = policy.conditional, []
             assert not gcp.allowed(member, permission, resource[where]), (who, call, role)
@@ -352,6 +358,9 @@ def test_each_call_the_code_makes_is_allowed_by_exactly_the_grant_setup_made(
             gcp.revoke(member, role, granted_on[where])
             assert not gcp.allowed(member, permission, resource[where]), (who, call, role)
             gcp.grant(member, role, granted_on[where])
+    # the node creates weights and cannot overwrite or delete them (a later build takes them)
+    assert not gcp.allowed(f"serviceAccount:{NODE}", "storage.objects.delete",
+                           resource["node-weights"])
     # the node can touch no instance: none of the orchestrator's compute permissions
     for permission in ("compute.instances.start", "compute.instances.setMetadata"):
         assert not gcp.allowed(f"serviceAccount:{NODE}", permission,

@@ -56,7 +56,7 @@ def _build(world: World, **kw: object) -> ImageBuild:
                        "allenai/Olmo-3-7B-Think@main", "/opt/models/olmo-3-7b-think-f16.gguf",
                        BuildOptions(checkout=pack(ROOT, spec.bucket),
                                     model="allenai/Olmo-3-32B-Think@0123abc",
-                                    image="slm-node-test-1", **kw))  # type: ignore[arg-type]
+                                    **{"image": "slm-node-test-1", **kw}))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -172,7 +172,39 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     assert (ZONE, BUILDER) not in world.compute.instances
     assert not [k for k in world.compute.network.disks if k[1].startswith(BUILDER)]
     assert "  builder: cuda 12.8" in said and f"  builder: code {version}" in said
-    assert "  builder: step 10/10 seal" in said
+    assert "  builder: step 12/12 seal" in said
+    # what download, convert and quantize made, published by the builder's account, whole
+    bucket = world.clients().storage.bucket(build.checkout.bucket)
+    published = {b.name.removeprefix(build.weights + "/"): b
+                 for b in bucket.list_blobs(prefix=build.weights + "/")}
+    sums = dict(reversed(ln.split("  ", 1)) for ln in
+                published.pop("SHA256SUMS").download_as_text().splitlines())
+    assert sorted(sums) == sorted(published)
+    assert {"Olmo-3-32B-Think-Q3_K_M.gguf", "olmo-3-7b-think-f16.gguf",
+            "Olmo-3-32B-Think/tokenizer.json", "Olmo-3-7B-Think/model.safetensors"} <= set(sums)
+    assert sums["Olmo-3-32B-Think-Q3_K_M.gguf"] == model_sha
+    assert all(hashlib.sha256(published[n].download_as_bytes()).hexdigest() == sums[n]
+               for n in sums)
+    node_sa = f"serviceAccount:{spec_of(tmp / 'p.toml').node_email}"
+    uploads = [c["status"] for c in world.gcp.calls if c["api"] == "storage" and c["member"]
+               == node_sa and c["method"] == "POST" and c["path"].startswith("/upload/")]
+    assert uploads == [200] * (len(sums) + 1)  # each file once, then SHA256SUMS
+
+    # a second build of the same pins takes them from the bucket: nothing from the hub, no
+    # conversion, the same weights in the image
+    again = builder_node(tmp / "again", PROJECT, model, world.storage.url).attach(world.compute)
+    try:
+        build_image(_build(world, image="slm-node-test-2"), world.clients(), say=said.append,
+                    poll_seconds=0.2)
+    finally:
+        again.close()
+    assert again.hub.requests == []
+    steps = [c.split()[0] for c in _calls(tmp / "again")]
+    assert "hf" not in steps and "python" not in steps, steps
+    img = world.clients().compute("ImagesClient").get_from_family(project=PROJECT,
+                                                                  family="slm-node")
+    assert (img.name, img.labels["model-sha256"], img.labels["base-sha256"]) == (
+        "slm-node-test-2", model_sha[:16], base[:16])
 
 
 def test_a_missing_cuda_library_fails_the_build_naming_it_and_the_builder_is_deleted(
@@ -223,9 +255,9 @@ def test_dry_run_prints_the_plan_and_a_script_bash_accepts(
     lines = plan.splitlines()
     assert lines[0] == f"gcp image build (dry run): project {PROJECT}, zone {ZONE}"
     assert [ln.split(":")[0].strip() for ln in lines if ln.startswith("  step")] == [
-        f"step {i}/10 {s}" for i, s in enumerate(
-            ["packages", "nvcc", "checkout", "install", "download", "convert", "quantize",
-             "weights", "checks", "seal"], 1)]
+        f"step {i}/12 {s}" for i, s in enumerate(
+            ["packages", "nvcc", "checkout", "install", "cached", "download", "convert",
+             "quantize", "publish", "weights", "checks", "seal"], 1)]
     assert "boot disk 100 GB" in lines[1] and "at most 6 h then deleted by Compute" in lines[1]
     assert "common-cu128-ubuntu-2204-nvidia-570, boot disk" in lines[1]
     assert lines[-2] == ("instances.stop slm-image-builder once it reports done; "
@@ -377,3 +409,26 @@ def test_a_builder_whose_account_cannot_read_the_bucket_fails_at_the_checkout_na
     assert "The requested URL returned error: 403" in msg
     assert (ZONE, BUILDER) not in world.compute.instances
     assert [c.split()[0] for c in _calls(world.tmp)][-2:] == ["nvcc", "ldconfig"]  # no make
+
+
+def test_weights_in_the_bucket_that_differ_from_their_sums_stop_the_build_naming_the_fix(
+        world: World, model: Path) -> None:
+    """A folder of weights/ whose file no longer has the sha256 its SHA256SUMS lists (a partial
+    or altered upload): the build stops at step cached with sha256sum's own warning and says
+    what to delete, before anything reaches the image."""
+    build = _build(world)
+    bucket = world.clients().storage.bucket(build.checkout.bucket)
+    bucket.blob(f"{build.weights}/a.gguf").upload_from_string(b"what was uploaded")
+    bucket.blob(f"{build.weights}/SHA256SUMS").upload_from_string(
+        hashlib.sha256(b"what was converted").hexdigest() + "  a.gguf\n")
+    node = _node(world, model)
+    try:
+        with pytest.raises(GcpError) as e:
+            build_image(build, world.clients(), say=lambda _: None, poll_seconds=0.2)
+    finally:
+        node.close()
+    msg = str(e.value)
+    assert "step cached: the weights in gs://" in msg and "delete that folder" in msg
+    assert "a.gguf: FAILED" in msg and "WARNING: 1 computed checksum did NOT match" in msg
+    assert node.hub.requests == []
+    assert world.compute.network.family_image(PROJECT, "slm-node") is None

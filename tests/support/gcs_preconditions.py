@@ -15,6 +15,7 @@ reference for objects.insert / objects.delete (parameter `ifGenerationMatch`):
 Single-request uploads (media, multipart) and deletes are modelled: what the artifact store
 sends. Preconditions this fake does not model (resumable uploads with ifGenerationMatch,
 ifGenerationNotMatch, the metageneration ones) get 501, so nothing silently passes unchecked.
+A zero-byte media upload, which the emulator cannot store, is stored (_empty_media).
 The emulator serves one request at a time (http.server.HTTPServer), so the check and the write
 cannot interleave with another request — as GCS makes them atomic.
 """
@@ -84,9 +85,21 @@ def _checked(handler: Any) -> Any:
     return run
 
 
+def _empty_media(handler: Any) -> Any:
+    """GCS stores a zero-byte object (a download folder's lock files are empty); the emulator
+    reads an empty body as None and its media upload fails on len(None): the body is b""."""
+    def run(request: Any, response: Any, storage: Any, *args: Any, **kwargs: Any) -> Any:
+        if request.query.get("uploadType", [""])[0] == "media" and request.data is None:
+            request._data = b""
+        return handler(request, response, storage, *args, **kwargs)
+
+    return run
+
+
 def install() -> None:
     """Wrap the routes' insert and delete handlers (the route table holds the functions)."""
-    wrapped = {objects.insert: _checked(objects.insert), objects.delete: _checked(objects.delete)}
+    wrapped = {objects.insert: _checked(_empty_media(objects.insert)),
+               objects.delete: _checked(objects.delete)}
     for _, handlers in server.HANDLERS:
         for method, handler in list(handlers.items()):
             if handler in wrapped:

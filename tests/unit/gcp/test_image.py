@@ -3,6 +3,7 @@ against the wire fakes in tests/integration/test_image_build.py)."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 import pytest
@@ -56,22 +57,29 @@ def test_the_build_reads_the_node_settings_and_the_pins() -> None:
     script = b.script()
     assert "--revision abc123 --local-dir \"$SCRATCH/model-st\"" in script
     assert "allenai/Olmo-3-7B-Think --revision def456" in script
-    assert 'STEPS=(packages nvcc checkout install download convert quantize weights checks ' \
-        'seal)' in script
+    assert 'STEPS=(packages nvcc checkout install cached download convert quantize publish ' \
+        'weights checks seal)' in script
+    # the bucket's folder for these pins: a digest of what the conversion depends on
+    assert b.weights == "weights/" + hashlib.sha256("\n".join([
+        "allenai/Olmo-3-32B-Think@abc123", "allenai/Olmo-3-7B-Think@def456", "Q3_K_M",
+        "/opt/models/Olmo-3-32B-Think-Q3_K_M.gguf", b.tokenizer, b.base_gguf, b.pin]).encode()
+    ).hexdigest()[:16]
+    assert f"WEIGHTS_URL=https://storage.googleapis.com/storage/v1/b/acme-slm/o/$(printf %s " \
+        f"'{b.weights}/'" in script
     assert "\"$SCRATCH/src/Olmo-3-32B-Think-Q3_K_M.gguf\" Q3_K_M" in script
 
 
 def test_the_estimates_are_the_steps_sum() -> None:
     b = _build()
-    minutes = 2 + 0 + 1 + 33 + 20 + 30 + 20 + 10 + 3 + 1
-    assert sum(m for _, m, _ in STEPS) == minutes == 120
-    assert b.hours() == pytest.approx(2.0)
+    minutes = 2 + 0 + 1 + 33 + 0 + 20 + 30 + 20 + 10 + 10 + 3 + 1
+    assert sum(m for _, m, _ in STEPS) == minutes == 130
+    assert b.hours() == pytest.approx(130 / 60)
     # n2-standard-8 $0.3885/h; 350 GB of pd-balanced at $0.10 per GB-month of 730 h; 85 GB
     # through Cloud NAT at $0.045 a GB
-    assert b.cost_usd() == pytest.approx(2.0 * (0.3885 + 350 * 0.10 / 730) + 85 * 0.045)
+    assert b.cost_usd() == pytest.approx(130 / 60 * (0.3885 + 350 * 0.10 / 730) + 85 * 0.045)
     plan = b.plan()
-    assert plan[-1].startswith("estimate: ~2.0 h, ~$4.70 for the build, then ~$5.00/month")
-    assert len([ln for ln in plan if ln.startswith("  step ")]) == 10
+    assert plan[-1].startswith("estimate: ~2.2 h, ~$4.77 for the build, then ~$5.00/month")
+    assert len([ln for ln in plan if ln.startswith("  step ")]) == 12
 
 
 @pytest.mark.parametrize(("kw", "message"), [
@@ -114,15 +122,20 @@ def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
         "allenai/Olmo-3-32B-Think@abc123 → /opt/models/Olmo-3-32B-Think-Q3_K_M.gguf (Q3_K_M); "
         "allenai/Olmo-3-7B-Think@def456 → /opt/slm-hf and /opt/models/olmo-3-7b-think-f16.gguf;"
         " `make install LLAMA_VARIANT=cuda` (llama-cpp-python 0.3.36 for CUDA, architecture 89)")
-    assert plan[2] == "  step 1/10 packages: ~2 min (scratch ~0 GB after)"
-    assert plan[7] == "  step 6/10 convert: ~30 min (scratch ~95 GB after)"
-    assert plan[12:15] == [
+    weights = _build().weights
+    assert plan[2] == (
+        f"  the converted weights from gs://acme-slm/{weights}/ where an earlier build of these "
+        "pins published them (download, convert, quantize and publish skipped), else made "
+        "from the hub and published there")
+    assert plan[3] == "  step 1/12 packages: ~2 min (scratch ~0 GB after)"
+    assert plan[9] == "  step 7/12 convert: ~30 min (scratch ~95 GB after)"
+    assert plan[15:18] == [
         "images.insert slm-node-x in family slm-node from the boot disk (100 GB), labels "
         "code, llama-cpp-python, cuda, model-sha256, base-sha256; the family's other images "
         "are kept",
         "instances.stop slm-image-builder once it reports done; instances.delete "
         "slm-image-builder (both disks with it)",
-        "estimate: ~2.0 h, ~$4.70 for the build, then ~$5.00/month for the image at most "
+        "estimate: ~2.2 h, ~$4.77 for the build, then ~$5.00/month for the image at most "
         "(list prices, us-central1; none of it measured)"]
 
 
