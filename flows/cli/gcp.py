@@ -100,7 +100,7 @@ def _orchestrator(args: argparse.Namespace, spec: Any) -> int:
     ssh = (f"gcloud compute ssh {spec.orchestrator} --zone={spec.home_zone} "
            "--tunnel-through-iap -- sudo")
     if out[0].state == "created":
-        print(f"its first boot installs everything (~10 min); follow it with `{ssh} journalctl "
+        print(f"its first boot installs everything (10–20 min); follow it with `{ssh} journalctl "
               "-fu google-startup-scripts`")
     elif out[0].state == "repaired":
         print(f"outside the night, install it: `{ssh} google_metadata_script_runner startup`")

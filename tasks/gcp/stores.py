@@ -37,7 +37,16 @@ class Bucket(Resource):
         self.keep = delete_named != spec.bucket
 
     def _get(self) -> Any:
-        return api_call(str(self), lambda: self.clients.storage.lookup_bucket(self.name))
+        try:
+            return api_call(str(self), lambda: self.clients.storage.lookup_bucket(self.name))
+        except GcpError as e:
+            # a bucket that does not exist is a 404 to anyone; a 403 to a project owner is
+            # another project's bucket (cloud.google.com/storage/docs/buckets: names are global)
+            if e.api_off or ": 403 " not in str(e):
+                raise
+            raise GcpError(f"{e} — bucket names are global: gs://{self.name} most likely "
+                           "belongs to another project; set another [gcp] bucket (if it is "
+                           "yours, run setup as a project owner)") from None
 
     def read(self) -> Found:
         b = self._get()

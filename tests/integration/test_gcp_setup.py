@@ -56,6 +56,21 @@ EVERYTHING = ["apis 8 services", f"service account {ORCH}", f"service account {N
               "grants secret prefect-api-key"]
 
 
+def test_a_bucket_name_another_project_holds_is_named_as_such(world: World) -> None:
+    """Bucket names are global: GCS answers a 403 for another project's bucket, not a 404, and
+    setup says to pick another name instead of asking for an owner's credentials it has."""
+    status, _, _ = world.storage.forward(
+        "POST", "/storage/v1/b?project=someone-else", json.dumps({"name": BUCKET}).encode(),
+        {"Content-Type": "application/json"})
+    assert status == 200
+    world.gcp.adopt(f"projects/_/buckets/{BUCKET}", "projects/someone-else")
+    with pytest.raises(GcpError) as e:
+        setup(world)
+    assert f"gs://{BUCKET} most likely belongs to another project; set another [gcp] bucket" \
+        in str(e.value)
+    assert "storage.buckets.get" in str(e.value)  # GCS's own 403 kept before the fix
+
+
 def test_setup_makes_the_project_and_a_second_setup_only_reads(world: World) -> None:
     result, said = setup(world)
     assert list(states(result)) == EVERYTHING
