@@ -211,8 +211,8 @@ def _name_only(row: EntityRow) -> bool:
 
 
 def _namesakes(docs: list[DocRows], people: PeopleLookup) -> dict[str, list[Candidate]]:
-    """The names the batch mentions alone that several Persons hold — the graph's, and the
-    contacts of this batch — each with its candidates in key order."""
+    """The names the batch mentions alone that Persons hold — the graph's, and the contacts of
+    this batch — each with its candidates in key order (namesakes where there are several)."""
     names = {row.key for rows in docs for row, _ in rows.entities if _name_only(row)}
     if not names:
         return {}
@@ -228,8 +228,7 @@ def _namesakes(docs: list[DocRows], people: PeopleLookup) -> dict[str, list[Cand
                 had = found.setdefault(name, {}).get(row.key, Candidate(row.key))
                 found[name][row.key] = Candidate(row.key, had.emails | set(row.emails),
                                                  had.employers | employers[row.key])
-    return {name: sorted(cs.values(), key=lambda c: c.key)
-            for name, cs in found.items() if len(cs) > 1}
+    return {name: sorted(cs.values(), key=lambda c: c.key) for name, cs in found.items() if cs}
 
 
 def _fitting(candidates: list[Candidate], rows: DocRows) -> tuple[Candidate, str] | None:
@@ -248,19 +247,42 @@ def _fitting(candidates: list[Candidate], rows: DocRows) -> tuple[Candidate, str
     return fit[0] if len(fit) == 1 else None
 
 
+def _employed_elsewhere(rows: DocRows, key: str, candidates: list[Candidate]) -> str | None:
+    """The employer a contact record without an address gives for `key` when it conflicts
+    with every Person of that name (each has employers, none of them this one): a namesake.
+    Only a record is such evidence; a WORKS_FOR the model wrote is not."""
+    if not rows.doc.records or not candidates:
+        return None
+    employers = {r.dst for r in rows.relationships if r.type == "WORKS_FOR" and r.src == key}
+    if employers and all(c.employers and not c.employers & employers for c in candidates):
+        return min(employers)
+    return None
+
+
 def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candidate]],
-            report: BatchReport) -> dict[str, str | None]:
+            report: BatchReport) -> tuple[dict[str, str | None], dict[str, str]]:
     """Where a name alone of this document has namesakes: its key → the one its context fits,
     or → None (linked to none; listed in the report). A document that names the person with
     evidence too (a contact of that key) means that one. A candidate `graph split` keeps this
-    name apart from is none; the link made is recorded as a join."""
+    name apart from is none; the link made is recorded as a join. A contact whose employer
+    conflicts with every Person of its name is a namesake of its own, keyed by the name and
+    that employer (second mapping: its key → the name's)."""
     evidenced = {keys.get(row.key, row.key) for row, _ in rows.entities if not _name_only(row)}
     out: dict[str, str | None] = {}
+    apart: dict[str, str] = {}
     for row, _ in rows.entities:
         key = keys.get(row.key, row.key)
-        if key in out or key in evidenced or key not in namesakes or not _name_only(row):
+        if key in out or key in evidenced or not _name_only(row):
             continue
-        candidates = [c for c in namesakes[key] if not rows.split(c.key, row.name)]
+        candidates = [c for c in namesakes.get(key, []) if not rows.split(c.key, row.name)]
+        employer = _employed_elsewhere(rows, row.key, candidates)
+        if employer:
+            out[key] = f"{key} ({employer})"
+            apart[f"{key} ({employer})"] = key
+            report.namesakes_apart += 1
+            continue
+        if len(namesakes.get(key, [])) < 2:
+            continue  # one Person of the name (or none): the name is it
         pick = _fitting(candidates, rows)
         out[key] = pick[0].key if pick else None
         if pick:
@@ -272,7 +294,7 @@ def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candi
             report.unlinked.append(UnlinkedMention(
                 document=rows.doc.id, name=row.name, relationships=facts,
                 candidates=[c.key for c in candidates]))
-    return out
+    return out, apart
 
 
 def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
@@ -287,7 +309,7 @@ def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
     report.aliases_resolved += len(aliases)
     rows.joins += [Join(full, names[one], f"surname of {names[full]} in the document")
                    for one, full in aliases.items()]
-    settled = _settle(rows, aliases, namesakes, report)
+    settled, apart = _settle(rows, aliases, namesakes, report)
 
     def final(key: str) -> str | None:
         key = aliases.get(key, key)
@@ -301,7 +323,7 @@ def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
             row = replace(row, name=names[aliases[row.key]],
                           aliases=list(dict.fromkeys([*row.aliases, row.name])))
         if key != row.key:
-            row = replace(row, key=key)
+            row = replace(row, key=key, namesake_of=apart.get(key, row.namesake_of))
         batch.add_entity(row, rows.doc.id, index)
     for rel in rows.relationships:
         src, dst = final(rel.src), final(rel.dst)

@@ -230,8 +230,18 @@ def sandbox(tmp_path: Path, falkordb: int, base_cache: dict[str, Any],
                 (orch / "profiles" / "gcp.toml").write_text(profile.read_text() + gcp_table())
                 gcp_env = operator_env(world, home)
                 _hand_over(home)
-                yield {"orch": orch, "env": env, "api": api, "node": node, "tmp": home,
-                       "bucket": GCP_BUCKET, "port": port, "gcp": world, "gcp_env": gcp_env}
+                try:
+                    yield {"orch": orch, "env": env, "api": api, "node": node, "tmp": home,
+                           "bucket": GCP_BUCKET, "port": port, "gcp": world, "gcp_env": gcp_env}
+                finally:
+                    # what this process queued for the guide's server, sent while it answers: a
+                    # worker left holding it after the server stops kept the session's Prefect
+                    # test harness waiting in its final drain
+                    from prefect.events.worker import EventsWorker
+                    from prefect.logging.handlers import APILogWorker
+
+                    EventsWorker.drain_all(timeout=30)
+                    APILogWorker.drain_all(timeout=30)
             node.runtime.close()
             builder.close()
 

@@ -148,3 +148,38 @@ def test_each_join_is_recorded_with_its_evidence_and_a_split_form_joins_no_more(
         document="research/m.md", name="John Smith", candidates=[JOHN], relationships=0)]
     assert mentioned(split, "Person:viersen") == ["research/t.md"]
     assert (report.aliases_resolved, report.joins) == (0, {})
+
+
+def test_a_contact_without_an_address_whose_employer_conflicts_is_a_namesake_of_its_own() -> None:
+    """Issue 52, item 1: a contact record with no address, at Northwind, where the graph's one
+    John Smith works for Contoso: its evidence conflicts, so it is a second Person keyed by the
+    name and its employer. At Contoso it is the graph's John Smith. A WORKS_FOR the model wrote
+    is no such evidence: the research note's John Smith stays the name's."""
+    def record(org: str) -> dict[str, object]:
+        return {"name": "John Smith", "title": "", "emails": [], "phones": [],
+                "organization": org}
+
+    elsewhere = Document("contacts/n.json", "contacts", "/x/n.json", "h-n", "", {},
+                         [record("Northwind Analytics, Inc.")])
+    same = Document("contacts/c.json", "contacts", "/x/c.json", "h-c", "", {},
+                    [record("Contoso")])
+    note = research("r.md", "John Smith works for Northwind Analytics.",
+                    [("John Smith", "Person"), ("Northwind Analytics", "Organization")],
+                    [("John Smith", "WORKS_FOR", "Northwind Analytics")])
+    report = BatchReport()
+    batch = build_batch([DocOutcome(elsewhere), DocOutcome(same), note], "m", {}, report,
+                        people=lambda names: {JOHN: GRAPH[:1]})
+    apart = f"{JOHN} ({NORTHWIND})"
+    assert batch.entities[apart].namesake_of == JOHN
+    assert batch.entities[apart].name == "John Smith"
+    assert mentioned(batch, apart) == ["contacts/n.json"]
+    assert mentioned(batch, JOHN) == ["contacts/c.json", "research/r.md"]
+    assert sorted(batch.relationships) == [(JOHN, "WORKS_FOR", CONTOSO),
+                                           (JOHN, "WORKS_FOR", NORTHWIND),
+                                           (apart, "WORKS_FOR", NORTHWIND)]
+    assert (report.namesakes_apart, report.joins, report.unlinked) == (1, {}, [])
+    # a graph that knows no employer of its John Smith: nothing conflicts, one person
+    report = BatchReport()
+    batch = build_batch([DocOutcome(elsewhere)], "m", {}, report,
+                        people=lambda names: {JOHN: [Candidate(JOHN)]})
+    assert mentioned(batch, JOHN) == ["contacts/n.json"] and report.namesakes_apart == 0
