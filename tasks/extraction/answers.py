@@ -51,7 +51,7 @@ class BatchReport:
     dropped_ungrounded: Counter[str] = field(default_factory=Counter)
     gleaning_failures: int = 0
     namesakes_linked: int = 0  # a name alone linked to the one namesake its document fits
-    namesakes_apart: int = 0  # a contact kept apart from its name's Person (another address)
+    namesakes_apart: int = 0  # a contact kept apart from its name's Person (address, employer)
     # the joins written (graph merges lists them), by their evidence's kind: "e-mail" (a
     # contact's address, or one in the text), "employer", "surname"
     joins: Counter[str] = field(default_factory=Counter)

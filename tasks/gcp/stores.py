@@ -94,37 +94,34 @@ class BucketGrants(Resource):
     def __init__(self, spec: Any, clients: Clients) -> None:
         super().__init__(f"gs://{spec.bucket}")
         self.spec, self.clients = spec, clients
-        self.want = _want(spec, "bucket")
-        # the node's writes, each role under its condition (grants.py CONDITIONS)
-        self.conditional = [(grants.condition(spec.bucket, where), _want(spec, where))
-                            for where in grants.CONDITIONS]
+        # (condition, role → members): the bindings without one, then the node's writes, each
+        # role under its condition (grants.py CONDITIONS)
+        self.wants: list[tuple[dict[str, str] | None, dict[str, set[str]]]] = [
+            (None, _want(spec, "bucket")),
+            *((grants.condition(spec.bucket, where), _want(spec, where))
+              for where in grants.CONDITIONS)]
 
     def _bucket(self) -> Any:
         return self.clients.storage.bucket(self.spec.bucket)
 
-    def _gap(self, policy: Any, condition: dict[str, str] | None = None,
-             want: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
-        """What the unconditional bindings lack of `want`, or (`condition`) what the bindings
-        under that condition lack of its `want` — judged on the expression alone: a title or
-        description edited by hand is no drift."""
+    @staticmethod
+    def _gap(policy: Any, condition: dict[str, str] | None,
+             want: dict[str, set[str]]) -> dict[str, set[str]]:
+        """What the bindings under `condition` (None: none) lack of `want` — judged on the
+        expression alone: a title or description edited by hand is no drift."""
         expression = condition["expression"] if condition else None
         return _missing([(b["role"], list(b["members"])) for b in policy.bindings
-                         if (b.get("condition") or {}).get("expression") == expression],
-                        self.want if want is None else want)
+                         if (b.get("condition") or {}).get("expression") == expression], want)
 
     def read(self) -> Found:
         policy = get_or_none(f"{self}: getIamPolicy", lambda: self._bucket().get_iam_policy(
             requested_policy_version=3))
-        want = sum(len(m) for w in (self.want, *(w for _, w in self.conditional))
-                   for m in w.values())
-        if policy is None:  # the bucket is not made yet
-            return Found(True, _describe(self.want) + [
-                d for c, w in self.conditional for d in _describe(w, f" (on {c['title']})")],
-                "not made yet")
-        return Found(True, _describe(self._gap(policy)) + [
-            d for c, w in self.conditional
-            for d in _describe(self._gap(policy, c, w), f" (on {c['title']})")],
-            f"{want} member binding(s)")
+        want = sum(len(m) for _, w in self.wants for m in w.values())
+        gaps = [(c, w if policy is None else self._gap(policy, c, w)) for c, w in self.wants]
+        missing = [d for c, gap in gaps
+                   for d in _describe(gap, f" (on {c['title']})" if c else "")]
+        return Found(True, missing, "not made yet" if policy is None else
+                     f"{want} member binding(s)")
 
     def plan(self) -> str:
         return "buckets.setIamPolicy"
@@ -133,12 +130,10 @@ class BucketGrants(Resource):
         def write() -> None:
             bucket = self._bucket()
             policy = bucket.get_iam_policy(requested_policy_version=3)
-            for role, members in sorted(self._gap(policy).items()):
-                policy.bindings.append({"role": role, "members": set(members)})
-            for condition, want in self.conditional:
+            for condition, want in self.wants:
                 for role, members in sorted(self._gap(policy, condition, want).items()):
-                    policy.bindings.append({"role": role, "members": set(members),
-                                            "condition": dict(condition)})
+                    policy.bindings.append({"role": role, "members": set(members)} | (
+                        {"condition": dict(condition)} if condition else {}))
             policy.version = 3  # a policy that holds a condition is written as version 3
             bucket.set_iam_policy(policy)
 
