@@ -101,6 +101,12 @@ class ExtractionSettings(BaseModel):
     gleanings: int = Field(default=0, ge=0, le=3,
                            description="Extra passes per chunk asking the model what it "
                            "missed (0 = none); each costs about one more request.")
+    judge: bool = Field(default=False,
+                        description="A name alone that several Persons of that name hold, "
+                        "which its document's evidence does not settle, goes to the serving "
+                        "model: it gives its reasons, then one of them or none "
+                        "(tasks/extraction/judge.py); a link it makes is recorded like any "
+                        "other join. Off: such a name is linked to none and listed.")
 
     def ontology(self) -> GraphSchema:
         """The graph schema this profile names (ConfigError naming the file and the fix)."""
@@ -217,7 +223,7 @@ class Profile:
         ex, ontology = self.extraction, self.extraction.ontology()
         return Phase1Setup(
             profile=named, endpoint=self.inference,
-            ask=ask_for(self.inference, ontology, ex.gleanings),
+            ask=ask_for(self.inference, ontology, ex.gleanings, ex.judge),
             roots=source_roots(self.sources), max_bytes=int(self.sources.max_document_mb * 1e6),
             batch_documents=ex.batch_documents,
             max_failed_share=ex.max_failed_share if max_failed_share is None

@@ -15,6 +15,7 @@ from typing import Any
 from tasks.extraction import streams
 from tasks.extraction.calls import DocOutcome
 from tasks.extraction.documents import Document
+from tasks.extraction.judge import Candidate, Judge
 from tasks.extraction.llm import Usage
 from tasks.extraction.prompt import document_version
 from tasks.extraction.resolve import normalize
@@ -94,16 +95,6 @@ def grounded(name: str, text: str) -> bool:
     aside): what grounded precision counts."""
     form = _ground_form(name)
     return form.strip() != "" and form in _ground_form(text)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A Person a name alone could be: its key, and the evidence a document's context meets —
-    its e-mail addresses and the keys of the organizations it works for."""
-
-    key: str
-    emails: frozenset[str] = frozenset()
-    employers: frozenset[str] = frozenset()
 
 
 # name keys ("Person:john smith") → the graph's Persons of each name: the one of that key and
@@ -260,11 +251,14 @@ def _employed_elsewhere(rows: DocRows, key: str, candidates: list[Candidate]) ->
 
 
 def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candidate]],
-            report: BatchReport) -> tuple[dict[str, str | None], dict[str, str]]:
+            report: BatchReport, judge: Judge | None = None
+            ) -> tuple[dict[str, str | None], dict[str, str]]:
     """Where a name alone of this document has namesakes: its key → the one its context fits,
     or → None (linked to none; listed in the report). A document that names the person with
     evidence too (a contact of that key) means that one. A candidate `graph split` keeps this
-    name apart from is none; the link made is recorded as a join. A contact whose employer
+    name apart from is none; the link made is recorded as a join. Where the context fits no
+    single one, `judge` (the serving model, tasks/extraction/judge.py) decides, if given. A
+    contact whose employer
     conflicts with every Person of its name is a namesake of its own, keyed by the name and
     that employer (second mapping: its key → the name's)."""
     evidenced = {keys.get(row.key, row.key) for row, _ in rows.entities if not _name_only(row)}
@@ -283,7 +277,12 @@ def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candi
             continue
         if len(namesakes.get(key, [])) < 2:
             continue  # one Person of the name (or none): the name is it
-        pick = _fitting(candidates, rows)
+        pick, verdict = _fitting(candidates, rows), None
+        if pick is None and judge is not None and candidates:
+            verdict = judge(rows.doc, row.name, candidates)
+            if verdict.key is not None:
+                pick = (next(c for c in candidates if c.key == verdict.key),
+                        f"judge: {verdict.reasons}")
         out[key] = pick[0].key if pick else None
         if pick:
             report.namesakes_linked += 1
@@ -293,12 +292,13 @@ def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candi
                         for r in rows.relationships)
             report.unlinked.append(UnlinkedMention(
                 document=rows.doc.id, name=row.name, relationships=facts,
-                candidates=[c.key for c in candidates]))
+                candidates=[c.key for c in candidates],
+                judge=verdict.reasons if verdict else ""))
     return out, apart
 
 
 def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
-          namesakes: dict[str, list[Candidate]]) -> None:
+          namesakes: dict[str, list[Candidate]], judge: Judge | None = None) -> None:
     """The document's rows into the batch, each one-word alias under its full name, and each
     name alone of a name with namesakes under the one its context fits (or left out); each
     such join, and the document's joins by address, recorded with its evidence. `graph split`
@@ -309,7 +309,7 @@ def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
     report.aliases_resolved += len(aliases)
     rows.joins += [Join(full, names[one], f"surname of {names[full]} in the document")
                    for one, full in aliases.items()]
-    settled, apart = _settle(rows, aliases, namesakes, report)
+    settled, apart = _settle(rows, aliases, namesakes, report, judge)
 
     def final(key: str) -> str | None:
         key = aliases.get(key, key)
@@ -337,17 +337,19 @@ def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
         key = final(j.key)
         if key is not None:
             batch.joins[key, rows.doc.id, j.form] = j.evidence
-            report.joins[j.evidence.split()[0]] += 1
+            report.joins[j.evidence.split()[0].rstrip(":")] += 1
     report.namesakes_apart += sum(row.namesake_of is not None for row, _ in rows.entities)
 
 
 def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, str],
                 report: BatchReport, ontology: GraphSchema | None = None,
                 gleanings: int = 0, people: PeopleLookup = _nobody,
-                splits: dict[str, set[str]] | None = None) -> GraphBatch:
+                splits: dict[str, set[str]] | None = None,
+                judge: Judge | None = None) -> GraphBatch:
     """The batch the documents of `outcomes` write; `email_keys`: e-mail address → Person key
     (a contact's evidence), `people`: the graph's Persons of a name (a name alone's), `splits`:
-    entity key → the forms `graph split` keeps apart from it."""
+    entity key → the forms `graph split` keeps apart from it, `judge`: what settles a name
+    alone that evidence leaves open (None: it is linked to none)."""
     ontology = ontology or default_schema()
     batch = GraphBatch()
     now = now_iso()
@@ -371,5 +373,5 @@ def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, st
         docs.append(rows)
     namesakes = _namesakes(docs, people)
     for rows in docs:
-        _join(rows, batch, report, namesakes)
+        _join(rows, batch, report, namesakes, judge)
     return batch

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tasks.extraction.answers import BatchReport, Candidate, PeopleLookup, build_batch
+from tasks.extraction.answers import BatchReport, PeopleLookup, build_batch
 from tasks.extraction.calls import DocOutcome, ExtractionConfig, extract_documents, run_sync
 from tasks.extraction.documents import Document, LoadFailure
+from tasks.extraction.judge import Candidate, Judge
 from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.prompt import document_version
 from tasks.extraction.resolve import resolve
@@ -98,11 +99,12 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, as
                                                     d, ontology, gleanings),
                                                 held=not o.unanswered))
     written = [o.doc for o in outcomes if not (o.error or o.deferred)]
+    judge = Judge(client) if ask.judge else None  # asked once per name, whatever write() retries
 
     def write() -> tuple[GraphBatch, BatchReport]:
         labels = BatchReport()  # label counts of this attempt only
         batch = build_batch(outcomes, model, known_people(store, written), labels, ontology,
-                            gleanings, people_named(store), store.splits())
+                            gleanings, people_named(store), store.splits(), judge)
         retract = [d["id"] for d in batch.documents if d["id"] in changed]
         if retract:
             store.retract(retract)

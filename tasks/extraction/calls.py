@@ -31,7 +31,8 @@ MAX_SPLIT_DEPTH = 2
 class ExtractionConfig:
     """What phase 1 asks of the model and how a document is cut for it: the model, the bounded
     response schema, the graph schema (ontology), the gleaning passes per chunk, and the chunk
-    size and overlap in tokens (tasks/extraction/setup.py builds it from the profile)."""
+    size and overlap in tokens (tasks/extraction/setup.py builds it from the profile), and whether
+    the model judges namesakes."""
 
     model: str
     schema: dict[str, Any]
@@ -39,6 +40,7 @@ class ExtractionConfig:
     overlap_tokens: int = 0
     ontology: GraphSchema = field(default_factory=default_schema)
     gleanings: int = 0
+    judge: bool = False  # namesakes the evidence leaves open go to the model (judge.py)
 
 
 @dataclass(frozen=True)

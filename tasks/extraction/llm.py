@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import ValidationError
@@ -30,6 +30,7 @@ from tasks.shared.errors import ChunkTooLong, Deferred, LLMError, ServerDied
 from tasks.shared.waiting import backoff_seconds
 
 Dialect = Literal["vllm", "llama.cpp", "openai"]
+A = TypeVar("A")  # what a reader makes of the model's JSON
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 # Statuses that say the server (or a proxy) had no room or time for the request: the model
 # never saw it. (A 500 may be the document's doing: it counts as an answer.)
@@ -333,20 +334,26 @@ class LLMClient:
         `resample_cut`: the chunk cannot be split further, so an answer cut at max_tokens is
         treated as unusable (resent with other sampling) before ChunkTooLong is raised.
         `history`: messages after the user's (a gleaning pass: the first answer, then the ask
-        for what it missed). `ontology`: the graph schema the answer's labels map onto.
+        for what it missed). `ontology`: the graph schema the answer's labels map onto."""
+        return await self.ask(self.request_body(system, user, schema, history),
+                              functools.partial(parse_answer, schema=schema, ontology=ontology),
+                              resample_cut)
 
-        Each attempt: `_send` (paced, to the endpoint with room), `_judge` (the answer parsed,
-        or why not), then `_wait_to_retry`; `_given_up` says why when none was usable."""
+    async def ask(self, body: dict[str, Any], read: Callable[[Any], A],
+                  resample_cut: bool = False) -> A:
+        """`body` sent until `read` takes the model's JSON (it raises SchemaViolation or
+        pydantic's ValidationError for an unusable answer), with extract's errors and retries.
+
+        Each attempt: `_send` (paced, to the endpoint with room), `_judge` (the answer read, or
+        why not), then `_wait_to_retry`; `_given_up` says why when none was usable."""
         assert self._clients and self.pacing is not None, "use 'async with LLMClient'"
-        body = self.request_body(system, user, schema, history)
         tries = _Attempts()
         for attempt in range(self.max_retries + 1):
             tries.cut = False  # (of this attempt: the last one decides what is raised)
             resp = await self._send(body, attempt, tries)
             retry_after = None
             if resp is not None:
-                answer, retry_after = self._judge(resp, schema, ontology, resample_cut,
-                                                  attempt, tries)
+                answer, retry_after = self._judge(resp, read, resample_cut, attempt, tries)
                 if answer is not None:
                     return answer
             if attempt < self.max_retries:
@@ -415,14 +422,13 @@ class LLMClient:
         await self.pacing.release(ep, ticket, outcome, tokens)
         return resp
 
-    def _judge(self, resp: httpx.Response, schema: dict[str, Any],
-               ontology: GraphSchema | None, resample_cut: bool, attempt: int,
-               tries: _Attempts) -> tuple[Extraction | None, str | None]:
+    def _judge(self, resp: httpx.Response, read: Callable[[Any], A], resample_cut: bool,
+               attempt: int, tries: _Attempts) -> tuple[A | None, str | None]:
         """(the answer, None) when usable; (None, Retry-After) when another attempt may do
         better (why: `tries.last_error`); raises what no retry can mend."""
         if resp.status_code == 200:
             try:
-                return self._parse(resp.json(), schema, ontology), None
+                return self._parse(resp.json(), read), None
             except ChunkTooLong as e:
                 if not resample_cut:
                     raise
@@ -486,8 +492,7 @@ class LLMClient:
                         self.max_retries + 1, endpoint_down=tries.down,
                         unanswered=not tries.answered)
 
-    def _parse(self, payload: dict[str, Any], schema: dict[str, Any],
-               ontology: GraphSchema | None = None) -> Extraction:
+    def _parse(self, payload: dict[str, Any], read: Callable[[Any], A]) -> A:
         choice = payload["choices"][0]
         usage = payload.get("usage") or {}
         self.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
@@ -496,4 +501,4 @@ class LLMClient:
             raise ChunkTooLong("the model hit max_tokens before closing the JSON")
         content = strip_reasoning(choice["message"].get("content") or "")
         # strict=False: small models put raw newlines inside JSON strings; grammars allow it.
-        return parse_answer(json.loads(content, strict=False), schema, ontology)
+        return read(json.loads(content, strict=False))

@@ -20,13 +20,14 @@ from tasks.graph.snapshots import GraphCounts, SnapshotConfig
 DEAD_LETTER_FILE = "dead-letter.jsonl"  # <state_dir>/…: every failure row, appended
 
 
-def ask_for(endpoint: InferenceEndpoint, ontology: GraphSchema, gleanings: int = 0) -> ExtractionConfig:
+def ask_for(endpoint: InferenceEndpoint, ontology: GraphSchema, gleanings: int = 0,
+            judge: bool = False) -> ExtractionConfig:
     """What each request of `endpoint` asks under `ontology`: the endpoint's model, the
     bounded response schema, and the chunk size that leaves room for the prompt, the answer
-    and `gleanings` passes."""
+    and `gleanings` passes; with `judge`, the model also settles namesakes."""
     return ExtractionConfig(endpoint.model, response_schema(endpoint, ontology),
                             chunk_tokens(endpoint, ontology, gleanings),
-                            endpoint.chunk_overlap_tokens, ontology, gleanings)
+                            endpoint.chunk_overlap_tokens, ontology, gleanings, judge)
 
 
 @dataclass(frozen=True)

@@ -96,10 +96,12 @@ def markdown_report(report: ExtractionReport, top: list[dict[str, Any]]) -> str:
     if r.unlinked_people:
         lines += ["## Names linked to no one", "",
                   "Each names a person that several Persons of the graph could be; its document "
-                  "fits none or several of them, so it is linked to none.", "",
-                  "| document | name | could be | facts not written |", "|---|---|---|---:|"]
-        lines += [f"| {u.document} | {u.name} | {', '.join(u.candidates)} | {u.relationships} |"
-                  for u in r.unlinked_people]
+                  "fits none or several of them, so it is linked to none (the judge's reasons, "
+                  "where [extraction] judge asked the model).", "",
+                  "| document | name | could be | facts not written | the judge |",
+                  "|---|---|---|---:|---|"]
+        lines += [f"| {u.document} | {u.name} | {', '.join(u.candidates)} | {u.relationships} "
+                  f"| {u.judge.replace('|', '/') or '—'} |" for u in r.unlinked_people]
         lines.append("")
     if r.failures:
         lines += ["## Failed documents and records", "",

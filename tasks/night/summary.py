@@ -133,7 +133,8 @@ def namesake_lines(x: ExtractionReport) -> list[str]:
            f"{len(x.unlinked_people)} linked to none (their document fits several or none)"]
     for u in x.unlinked_people[:10]:
         out.append(f"  {u.document}: {u.name} — one of {', '.join(u.candidates)}; "
-                   f"{_plural(u.relationships, 'fact')} not written")
+                   f"{_plural(u.relationships, 'fact')} not written"
+                   + (f"; the judge: {u.judge[:160]}" if u.judge else ""))
     if len(x.unlinked_people) > 10:
         out.append(f"  … {len(x.unlinked_people) - 10} more (the run summary's unlinked_people)")
     return out

@@ -136,6 +136,7 @@ class UnlinkedMention(_Strict):
     name: str
     candidates: list[str]  # the Persons' keys
     relationships: int  # the document's facts about it, left out
+    judge: str = ""  # the judge's reasons for none, or why it gave no verdict ("" : not asked)
 
 
 class ExtractionReport(_Strict):

@@ -19,6 +19,12 @@ Markers in the document text script faults, per document:
                       sampled request (temperature > 0 or a seed) gets the normal answer
     FAULT:longname    one entity name of 300 characters (over maxLength)
 
+Asked to judge (tasks/extraction/judge.py: a user message of "Name:", passages and "Candidates:"),
+it answers as a careful model would from what the prompt shows: its reasons, then the one
+candidate an employer or e-mail domain of which the passages mention, else "none". The marker
+    FAULT:judgeoff    in a passage: an answer outside the candidates (a server that does not hold
+                      the model to the enum)
+
 Why the fake may break the schema's bounds at all: the client cannot count on the server to
 hold the model to the schema. llama.cpp's json-schema-to-grammar does compile maxItems and
 maxLength into the grammar when it applies the schema (grammars/README.md), but
@@ -69,6 +75,29 @@ def flood(n: int = 3000) -> dict[str, Any]:
                                "description": "z" * 400} for m in names[1:]]}
 
 
+def judgement(user: str) -> dict[str, str]:
+    """The judge's answer to its prompt (module docstring): reasons first."""
+    passages, candidates = user.split("\nCandidates:\n", 1)
+    text = passages.casefold()
+    if "FAULT:judgeoff" in passages:
+        return {"reasons": "a guess", "answer": "Person:somebody else"}
+    fits = []
+    for line in candidates.splitlines():
+        key, _, evidence = line.removeprefix("- ").partition(": e-mail ")
+        emails, _, employers = evidence.partition("; works for ")
+        clues = [e.strip() for e in employers.split(",") if e.strip() != "none known"]
+        clues += [e.split("@")[-1].split(".")[0] for e in emails.split(",") if "@" in e]
+        seen = [c for c in clues if c.casefold() in text]
+        if seen:
+            fits.append((key, seen[0]))
+    if len(fits) == 1:
+        key, clue = fits[0]
+        return {"reasons": f"The passages mention {clue}, which only {key} is tied to.",
+                "answer": key}
+    return {"reasons": "The passages name no employer or address that tells them apart.",
+            "answer": "none"}
+
+
 class FakeOpenAI(Served):
     def __init__(self, latency: float = 0.0, slow_seconds: float = 3.0, port: int = 0,
                  host: str = "127.0.0.1", answered_log: Path | None = None) -> None:
@@ -99,6 +128,8 @@ class FakeOpenAI(Served):
         """(status, payload, delay) for one chat request."""
         users = [m["content"] for m in body["messages"] if m["role"] == "user"]
         user = users[0]
+        if user.startswith("Name: ") and "\nCandidates:\n" in user:
+            return 200, self._payload(json.dumps(judgement(user)), "stop"), self.latency
         doc = user.split("\n", 1)[0]
         content = extraction_for(user.split("---", 1)[-1])
         answered = [m["content"] for m in body["messages"] if m["role"] == "assistant"]

@@ -409,13 +409,13 @@ def test_phase_1_links_a_name_alone_to_the_namesake_its_document_fits_and_lists_
     assert typed.namesakes_linked == 1
     assert [u.model_dump() for u in typed.unlinked_people] == [{
         "document": "research/alone.md", "name": "John Smith", "relationships": 1,
-        "candidates": ["Person:john smith", north]}]
+        "candidates": ["Person:john smith", north], "judge": ""}]
     facts = store.query("MATCH (p:Person)-[r:RELATED_TO]->(q:Person) "
                         "RETURN p.key AS p, q.key AS q, r.doc_ids AS docs")
     assert facts == [{"p": north, "q": "Person:ada lovelace", "docs": ["research/mail.md"]}]
     report = markdown_report(typed, [])
     assert ("| research/alone.md | John Smith | Person:john smith, Person:john smith "
-            "<jsmith@northwind.test> | 1 |") in report
+            "<jsmith@northwind.test> | 1 | — |") in report
     fake.reset()
     before = dump(store)
     again = extract(profile=str(profile))
@@ -465,12 +465,67 @@ def test_graph_merges_lists_each_join_and_graph_split_undoes_it_for_good(
     assert fake.calls == 1  # the note, again; the contacts are unchanged
     assert [u.model_dump() for u in again.unlinked_people] == [{
         "document": "research/mail.md", "name": "John Smith", "relationships": 1,
-        "candidates": ["Person:john smith"]}]
+        "candidates": ["Person:john smith"], "judge": ""}]
     assert store.query("MATCH (:Person)-[r:RELATED_TO]->() RETURN count(r) AS n") == [{"n": 0}]
     assert [(j["form"], j["document"]) for j in store.merges()] == [
         ("J. Smith", "contacts/people.json")]
     assert main(["graph", "merges", "--profile", str(profile)]) == 0
     assert f"split: 'john smith' is kept apart from {north}" in capsys.readouterr().out
+    fake.reset()
+    before = dump(store)
+    extract(profile=str(profile))
+    assert fake.calls == 0 and dump(store) == before
+
+
+@BOTH
+def test_the_judge_links_what_the_evidence_leaves_open_and_its_join_is_listed_and_split(
+        setup, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 52, item 4, through phase 1 on both stores with `[extraction] judge = true`: a
+    note that names John Smith at the Contoso office (no organization the model wrote, no
+    address) goes to the fake's judge, which links it to the Contoso John Smith; `graph
+    merges` lists the join with the judge's reasons. A note that gives the judge nothing is
+    linked to no one, listed with its reasons. Split, the note is asked again and linked to no
+    one; the run after changes nothing."""
+    from flows.cli import main
+
+    profile, src, store, fake = setup
+    profile.write_text(profile.read_text() + "judge = true\n")
+    for p in src.rglob("*.*"):
+        p.unlink()
+    (src / "contacts" / "smiths.json").write_text(json.dumps([
+        {"name": "John Smith", "emails": ["john.smith@contoso.test"], "organization": "Contoso"},
+        {"name": "John Smith", "emails": ["jsmith@northwind.test"], "organization": "Northwind"}]))
+    (src / "research" / "office.md").write_text(
+        "# Office\n\nJohn Smith met Ada Lovelace at the Contoso office.\n")
+    (src / "research" / "alone.md").write_text("# Alone\n\nJohn Smith met Ada Lovelace.\n")
+    typed = extract(profile=str(profile))
+    john, north = "Person:john smith", "Person:john smith <jsmith@northwind.test>"
+    reasons = f"The passages mention contoso, which only {john} is tied to."
+    asked = [r["messages"][1]["content"].split("\n")[1] for r in fake.requests
+             if r["messages"][1]["content"].startswith("Name: ")]
+    assert asked == ["Document: research/alone.md", "Document: research/office.md"]
+    assert typed.llm_calls == 4  # the two notes, and the judge twice
+    assert [u.model_dump() for u in typed.unlinked_people] == [{
+        "document": "research/alone.md", "name": "John Smith", "relationships": 1,
+        "candidates": [john, north],
+        "judge": "The passages name no employer or address that tells them apart."}]
+    facts = store.query("MATCH (p:Person)-[r:RELATED_TO]->(q:Person) "
+                        "RETURN p.key AS p, q.key AS q, r.doc_ids AS docs")
+    assert facts == [{"p": john, "q": "Person:ada lovelace", "docs": ["research/office.md"]}]
+    capsys.readouterr()
+    assert main(["graph", "merges", "--profile", str(profile), "--json"]) == 0
+    assert [(j["key"], j["form"], j["evidence"], j["document"])
+            for j in json.loads(capsys.readouterr().out)["joins"]] == [
+        (john, "John Smith", f"judge: {reasons}", "research/office.md")]
+
+    assert main(["graph", "split", john, "John Smith", "--profile", str(profile)]) == 0
+    fake.reset()
+    again = extract(profile=str(profile))
+    assert fake.calls == 2  # the note, and the judge of its one candidate left: none
+    assert [(u.document, u.candidates, u.judge) for u in again.unlinked_people] == [
+        ("research/office.md", [north],
+         "The passages name no employer or address that tells them apart.")]
+    assert store.query("MATCH (:Person)-[r:RELATED_TO]->() RETURN count(r) AS n") == [{"n": 0}]
     fake.reset()
     before = dump(store)
     extract(profile=str(profile))

@@ -3,10 +3,11 @@ hold links to the one its document's context fits — that Person's address in t
 organization it works for among the document's — and to none when several or none fit, listed
 in the report with the facts left out. Exact rows, worked out by hand."""
 
-from tasks.extraction.answers import BatchReport, Candidate, build_batch
+from tasks.extraction.answers import BatchReport, build_batch
 from tasks.extraction.calls import ChunkAnswer, DocOutcome
 from tasks.extraction.chunking import Chunk
 from tasks.extraction.documents import Document
+from tasks.extraction.judge import Candidate
 from tasks.extraction.schema import Extraction
 from tasks.records import UnlinkedMention
 
