@@ -236,15 +236,20 @@ def test_the_summary_lists_the_names_linked_to_no_one() -> None:
         "namesakes_linked": 3, "namesakes_apart": 2, "joins": {"surname": 1, "e-mail": 4},
         "unlinked_people": [UnlinkedMention(
             document="research/d.md", name="John Smith", relationships=2,
-            candidates=["Person:john smith", "Person:john smith <js@n.example>"])]}))
+            candidates=["Person:john smith", "Person:john smith <js@n.example>"]),
+            UnlinkedMention(document="research/e.md", name="Sam Lee", relationships=0,
+                            candidates=["Person:sam lee", "Person:sam lee <s@l.example>"],
+                            judge="Nothing tells them apart.")]}))
     again = RunSummary.parse(json.loads(s.to_json()), "test")
     want = ["Resolution: 5 joins (4 by e-mail, 1 by surname), 2 contacts kept apart from a "
-            "namesake, 3 names alone linked by their document, 1 linked to none (their "
+            "namesake, 3 names alone linked by their document, 2 linked to none (their "
             "document fits several or none)",
             "  research/d.md: John Smith — one of Person:john smith, Person:john smith "
-            "<js@n.example>; 2 facts not written"]
+            "<js@n.example>; 2 facts not written",
+            "  research/e.md: Sam Lee — one of Person:sam lee, Person:sam lee <s@l.example>; "
+            "0 facts not written; the judge: Nothing tells them apart."]
     text = render_text(again).splitlines()
-    assert text[text.index(want[0]):text.index(want[0]) + 2] == want
+    assert text[text.index(want[0]):text.index(want[0]) + 3] == want
     assert f"{want[0]}.\n- {want[1].strip()}" in render_markdown(again)
 
 
