@@ -18,7 +18,7 @@ from tasks.extraction.documents import Document
 from tasks.extraction.judge import Candidate, Judge
 from tasks.extraction.llm import Usage
 from tasks.extraction.prompt import document_version
-from tasks.extraction.resolve import normalize
+from tasks.extraction.resolve import normalize, phone_key, phones_in
 from tasks.extraction.rows import DocRows, Join, entity
 from tasks.graph.ontology import GraphSchema, default_schema
 from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, RelRow, now_iso
@@ -217,24 +217,29 @@ def _namesakes(docs: list[DocRows], people: PeopleLookup) -> dict[str, list[Cand
             name = row.namesake_of or row.key
             if row.type == "Person" and row.emails and name in names:
                 had = found.setdefault(name, {}).get(row.key, Candidate(row.key))
+                phones = {k for p in row.phones if (k := phone_key(p))}
                 found[name][row.key] = Candidate(row.key, had.emails | set(row.emails),
-                                                 had.employers | employers[row.key])
+                                                 had.employers | employers[row.key],
+                                                 had.phones | phones)
     return {name: sorted(cs.values(), key=lambda c: c.key) for name, cs in found.items() if cs}
 
 
 def _fitting(candidates: list[Candidate], rows: DocRows) -> tuple[Candidate, str] | None:
-    """The one candidate the document's context fits — its address in the text, or an
-    organization it works for among the document's — with that evidence, or None when several
-    or none do."""
+    """The one candidate the document's context fits — its address or phone in the text, or
+    an organization it works for among the document's — with that evidence, or None when
+    several or none do."""
     text = rows.doc.text.casefold()
+    phones = phones_in(text)
     orgs = {row.key for row, _ in rows.entities if row.type == "Organization"}
     fit = []
     for c in candidates:
         employer = sorted(c.employers & orgs)
         address = sorted(e for e in c.emails if e.casefold() in text)
-        if employer or address:
+        phone = sorted(c.phones & phones)
+        if employer or address or phone:
             fit.append((c, f"employer {employer[0]} in the document" if employer
-                        else f"e-mail {address[0]} in the text"))
+                        else f"e-mail {address[0]} in the text" if address
+                        else f"phone {phone[0]} in the text"))
     return fit[0] if len(fit) == 1 else None
 
 

@@ -18,7 +18,8 @@ from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.judge import Candidate, Judge
 from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.prompt import document_version
-from tasks.extraction.resolve import resolve
+from tasks.extraction.resolve import phone_key, resolve
+from tasks.extraction.rows import TEL
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.records import FailedDocument
 from tasks.shared.errors import GraphError
@@ -52,11 +53,14 @@ def record_failures(docs: Iterable[Document]) -> list[FailedDocument]:
 def known_people(store: GraphStore, docs: Iterable[Document]) -> dict[str, str]:
     """E-mail address → Person key, of what the graph holds for these documents' contacts: the
     Persons that hold their addresses, and every address of the Persons of their names (a
-    namesake's evidence: tasks/extraction/rows.py contact_rows)."""
-    records = [r for d in docs for r in d.records]
-    return store.keys_by_email([e for r in records for e in r["emails"]],
-                               [resolve("Person", r["name"])[0] for r in records
-                                if r["emails"] and r.get("name")])
+    namesake's evidence: tasks/extraction/rows.py contact_rows); and "tel:" + phone key →
+    Person key for the phones of the Persons of the names of contacts that give one."""
+    records = [r for d in docs for r in d.records if r.get("name")]
+    known = store.keys_by_email([e for r in records for e in r["emails"]],
+                                [resolve("Person", r["name"])[0] for r in records if r["emails"]])
+    names = [resolve("Person", r["name"])[0] for r in records if r["phones"]]
+    phones = store.phones_of_names(names) if names else []
+    return known | {TEL + k: key for phone, key in phones if (k := phone_key(phone))}
 
 
 def people_named(store: GraphStore) -> PeopleLookup:
@@ -65,7 +69,8 @@ def people_named(store: GraphStore) -> PeopleLookup:
         out: dict[str, list[Candidate]] = {}
         for r in store.people_named(names):
             out.setdefault(r["name"], []).append(Candidate(
-                r["key"], frozenset(r["emails"] or ()), frozenset(r["employers"])))
+                r["key"], frozenset(r["emails"] or ()), frozenset(r["employers"]),
+                frozenset(k for p in r["phones"] or () if (k := phone_key(p)))))
         return out
     return lookup
 

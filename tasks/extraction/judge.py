@@ -41,11 +41,13 @@ SYSTEM = (
 @dataclass(frozen=True)
 class Candidate:
     """A Person a name alone could be: its key, and the evidence a document's context meets —
-    its e-mail addresses and the keys of the organizations it works for."""
+    its e-mail addresses, the keys of the organizations it works for, its phones' keys
+    (tasks/extraction/resolve.py phone_key)."""
 
     key: str
     emails: frozenset[str] = frozenset()
     employers: frozenset[str] = frozenset()
+    phones: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

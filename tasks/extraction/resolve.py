@@ -6,7 +6,8 @@ becomes the affiliation, and every spelling seen is kept as an alias. "Northwind
 Inc.", "Northwind Analytics Inc." and "The Northwind Analytics" are one Organization: a
 leading "The", a trailing legal form and the difference between `&` and "and" are dropped
 from its key. People who share a name but not an e-mail address are kept apart where the
-contacts are read (tasks/extraction/rows.py `contact_rows`).
+contacts are read (tasks/extraction/rows.py `contact_rows`), unless a phone number agrees
+(`phone_key`).
 """
 
 from __future__ import annotations
@@ -118,6 +119,24 @@ def organization_name_key(name: str) -> str:
             break
         core = core[:-len(form)]
     return " ".join(core) if core else " ".join(words)
+
+
+def phone_key(raw: str) -> str | None:
+    """What two spellings of one phone number share: its last eight digits ("+1 (555)
+    010-0100" and "555.010.0100" → "50100100"; "+44 20 7946 0958" and "020 7946 0958" →
+    "79460958": a country code or trunk 0 drops out, whatever its length); None under eight
+    digits (an extension, a typo). Two numbers that end alike collide: a phone is compared only
+    among the Persons of one name, and the candidates of one document."""
+    digits = re.sub(r"\D", "", raw)
+    return digits[-8:] if len(digits) >= 8 else None
+
+
+_PHONE_IN_TEXT = re.compile(r"\+?\d[\d ().-]{5,}\d")
+
+
+def phones_in(text: str) -> set[str]:
+    """The phone keys of the numbers written in `text`."""
+    return {k for m in _PHONE_IN_TEXT.finditer(text) if (k := phone_key(m.group()))}
 
 
 def entity_key(entity_type: str, name: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tasks.extraction.loaders import Document
-from tasks.extraction.resolve import looks_like_person_name, resolve
+from tasks.extraction.resolve import looks_like_person_name, phone_key, resolve
 from tasks.graph.ontology import GraphSchema
 from tasks.graph.store import EntityRow, RelRow
 
@@ -30,6 +30,9 @@ def entity(entity_type: str, raw: str, description: str = "") -> EntityRow:
         aliases.append(r.name)
     return EntityRow(key=key, type=entity_type, name=r.name, aliases=aliases,
                      description=description.strip(), affiliation=r.affiliation)
+
+
+TEL = "tel:"  # an evidence key of a phone: TEL + resolve.phone_key(number)
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,9 @@ class DocRows:
         self.entities.append((row, chunk))
 
 
-# A stream's rows written without the model: (document, its rows so far, e-mail address →
-# Person key across the batch, the graph schema, pruned relationships by pattern) → None.
+# A stream's rows written without the model: (document, its rows so far, e-mail address (or
+# TEL + phone key) → Person key across the batch, the graph schema, pruned relationships by
+# pattern) → None.
 RowsWriter = Callable[[Document, DocRows, dict[str, str], GraphSchema, Counter[str]], None]
 
 
@@ -93,39 +97,62 @@ def transcript_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
                                              [doc.id]))
 
 
+def _kin_by_phone(name_key: str, name: str, phones: list[str], evidence: dict[str, str],
+                  rows: DocRows) -> tuple[str, str] | None:
+    """(the phone as written, the Person of this name — the name's own or a namesake — that
+    holds it), or None. Only a Person of the same name: a phone alone never joins two names."""
+    for phone in phones:
+        kin = evidence.get(TEL + (phone_key(phone) or ""))
+        if kin and (kin == name_key or kin.startswith((name_key + " <", name_key + " ("))) \
+                and not rows.split(kin, name):
+            return phone, kin
+    return None
+
+
 def contact_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
                  ontology: GraphSchema, pruned: Counter[str]) -> None:
     """Each contact a Person (with e-mail addresses and phones), who WORKS_FOR their
     organization. Contacts unify by e-mail: a known address wins over the spelling of the
     name. A namesake is kept apart: when the name's Person holds other addresses and none of
     this contact's, the contact is a second Person, keyed by the name and its first address
-    ("Person:john smith <john.smith@contoso.com>"), which later runs find by that address.
-    `email_keys` holds the batch's addresses and those of the graph's Persons of these
-    names (tasks/extraction/batch.py). A join by address is recorded (rows.joins), and none is
-    made where `graph split` keeps the name apart from that Person."""
+    ("Person:john smith <john.smith@contoso.com>"), which later runs find by that address —
+    unless a phone of the contact is one a Person of its name holds: then it is that Person
+    (a second address of the same person). `email_keys` holds the batch's addresses and
+    phones ("tel:" + resolve.phone_key) and those of the graph's Persons of these names
+    (tasks/extraction/batch.py). A join by address or phone is recorded (rows.joins), and none
+    is made where `graph split` keeps the name apart from that Person."""
     if not ontology.node("Person"):
         return
     held: dict[str, set[str]] = {}  # Person key → its addresses
     for e, k in email_keys.items():
-        held.setdefault(k, set()).add(e)
+        if not e.startswith(TEL):
+            held.setdefault(k, set()).add(e)
     for rec in doc.records:
         person = entity("Person", rec["name"], rec.get("title") or "")
-        emails = list(rec["emails"])
+        emails, phones = list(rec["emails"]), list(rec["phones"])
         address, known = next(((e, email_keys[e]) for e in emails if e in email_keys),
                               (None, None))
         if known and rows.split(known, person.name):
             known = None  # as if the address were not known: the name's own Person
+        kin = None if known else _kin_by_phone(person.key, person.name, phones, email_keys, rows)
+        apart = known is None and emails and held.get(person.key)  # the name is another's
         if known and known != person.key:
             if not known.startswith(person.key + " <"):  # a namesake's own address: no join
                 rows.joins.append(Join(known, person.name, f"e-mail {address}"))
             person.aliases = sorted({*person.aliases, person.name})
             person.key = known
-        elif known is None and emails and held.get(person.key):  # the name is another's
+        elif kin and (apart or kin[1] != person.key):  # the phone says which one it is
+            rows.joins.append(Join(kin[1], person.name, f"phone {kin[0]}"))
+            person.key = kin[1]
+        elif apart:
             person.namesake_of, person.key = person.key, f"{person.key} <{emails[0]}>"
-        person.emails, person.phones = emails, list(rec["phones"])
+        person.emails, person.phones = emails, phones
         for e in emails:
             email_keys.setdefault(e, person.key)
             held.setdefault(person.key, set()).add(e)
+        for phone in phones:
+            if phone_key(phone):
+                email_keys.setdefault(TEL + str(phone_key(phone)), person.key)
         rows.add(person)
         if rec.get("organization") and ontology.node("Organization"):
             org = entity("Organization", rec["organization"])

@@ -299,13 +299,20 @@ RETURN em AS email, e.key AS key
 """
 
 # The Persons a name-only mention of each name key could be: the one of that key and its
-# namesakes (each with its addresses and employers: the evidence a document's context meets).
+# namesakes (each with its addresses, phones and employers: the evidence a document's context
+# meets).
 _PERSON_EVIDENCE = """
 OPTIONAL MATCH (p)-[:WORKS_FOR]->(o:Entity)
-RETURN k AS name, p.key AS key, p.emails AS emails, collect(o.key) AS employers
+RETURN k AS name, p.key AS key, p.emails AS emails, p.phones AS phones,
+       collect(o.key) AS employers
 """
 PEOPLE_NAMED = ("UNWIND $keys AS k\nMATCH (p:Entity {key: k})" + _PERSON_EVIDENCE + "UNION ALL\n"
                 "UNWIND $keys AS k\nMATCH (p:Person {namesake_of: k})" + _PERSON_EVIDENCE)
+
+# The phones of the Persons of each name key: the one of that key and its namesakes.
+_PHONES = "UNWIND coalesce(p.phones, []) AS ph\nRETURN ph AS phone, p.key AS key\n"
+PHONES_OF_NAMES = ("UNWIND $keys AS k\nMATCH (p:Person {key: k})\n" + _PHONES + "UNION ALL\n"
+                   "UNWIND $keys AS k\nMATCH (p:Person {namesake_of: k})\n" + _PHONES)
 
 EMAILS_OF_KEYS = """
 UNWIND $keys AS k

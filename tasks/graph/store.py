@@ -316,9 +316,16 @@ class GraphStore(ABC):
             out |= {r["email"]: r["key"] for r in self._read(q.KEYS_BY_EMAIL, {"emails": emails})}
         return out
 
+    def phones_of_names(self, keys: Iterable[str]) -> list[tuple[str, str]]:
+        """(phone as written, Person key) of the Persons of each name key ("Person:john
+        smith"): the one of that key and its namesakes."""
+        keys = sorted(set(keys))
+        return [(r["phone"], r["key"]) for r in self._read(q.PHONES_OF_NAMES, {"keys": keys})] \
+            if keys else []
+
     def people_named(self, keys: Iterable[str]) -> list[dict[str, Any]]:
         """For each name key ("Person:john smith"), the Persons a mention of that name alone
-        could be — the one of that key and its namesakes — each {name, key, emails,
+        could be — the one of that key and its namesakes — each {name, key, emails, phones,
         employers} (the keys of the organizations it WORKS_FOR)."""
         keys = sorted(set(keys))
         return self._read(q.PEOPLE_NAMED, {"keys": keys}) if keys else []

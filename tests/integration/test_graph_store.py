@@ -227,3 +227,74 @@ def test_a_name_alone_links_to_the_namesake_its_document_fits_on_both_stores(
                     {"p": "Person:john smith", "d": "contacts/a.json"},
                     {"p": north, "d": "contacts/a.json"},
                     {"p": north, "d": "research/b.md"}]
+
+
+def test_a_phone_a_person_of_its_name_holds_joins_a_new_address_on_both_stores(
+        store: GraphStore) -> None:
+    """Issue 52, item 1, phones, through the real store and phase 1's lookups: the graph holds
+    John Smith of Contoso and his Northwind namesake, each with a phone. A John Smith with a
+    new address and Contoso's number, written another way, is the first one (a second
+    address), not a third; one with no address and the namesake's number is the namesake; one
+    with a new address and a number nobody holds is a namesake of its own; a Jane Smith with
+    John's number stays Jane (a phone never joins two names). A note that gives the namesake's
+    number is his. Each join is recorded with the phone as written."""
+    from tasks.extraction.answers import BatchReport, build_batch
+    from tasks.extraction.batch import known_people, people_named
+    from tasks.extraction.calls import ChunkAnswer, DocOutcome
+    from tasks.extraction.chunking import Chunk
+    from tasks.extraction.documents import Document
+    from tasks.extraction.schema import Extraction
+
+    john, north = "Person:john smith", "Person:john smith <jsmith@northwind.example>"
+
+    def contacts(doc_id: str, *people: tuple[str, str | None, str]) -> Document:
+        records = [{"name": n, "title": "", "emails": [e] if e else [], "phones": [p],
+                    "organization": ""} for n, e, p in people]
+        return Document(doc_id, "contacts", f"/x/{doc_id}", "h", "", {}, records)
+
+    def night(*outcomes: DocOutcome) -> BatchReport:
+        report = BatchReport()
+        docs = [o.doc for o in outcomes]
+        batch = build_batch(list(outcomes), "m", known_people(store, docs), report,
+                            people=people_named(store))
+        store.upsert(batch)
+        mark(store, *(d.id for d in docs))
+        return report
+
+    night(DocOutcome(contacts("contacts/a.json",
+                              ("John Smith", "john.smith@contoso.com", "+1 (555) 010-0100"),
+                              ("John Smith", "jsmith@northwind.example", "+44 20 7946 0958"))))
+    report = night(DocOutcome(contacts(
+        "contacts/b.json",
+        ("John Smith", "john@home.example", "555.010.0100"),
+        ("John Smith", None, "020 7946 0958"),
+        ("John Smith", "jsmith@fabrikam.example", "555 019 9999"),
+        ("Jane Smith", "jane@contoso.com", "(555) 010-0100"))))
+    people = {r["k"]: (sorted(r["e"]), sorted(r["p"])) for r in store.query(
+        "MATCH (p:Person) RETURN p.key AS k, p.emails AS e, p.phones AS p")}
+    assert people == {
+        john: (["john.smith@contoso.com", "john@home.example"],
+               ["+1 (555) 010-0100", "555.010.0100"]),
+        north: (["jsmith@northwind.example"], ["+44 20 7946 0958", "020 7946 0958"]),
+        "Person:john smith <jsmith@fabrikam.example>": (["jsmith@fabrikam.example"],
+                                                        ["555 019 9999"]),
+        "Person:jane smith": (["jane@contoso.com"], ["(555) 010-0100"])}
+    assert (report.joins, report.namesakes_apart) == ({"phone": 2}, 1)
+    assert sorted((j["key"], j["form"], j["evidence"], j["document"])
+                  for j in store.merges()) == [
+        (john, "John Smith", "phone 555.010.0100", "contacts/b.json"),
+        (north, "John Smith", "phone 020 7946 0958", "contacts/b.json")]
+
+    text = "Call John Smith on 020-7946-0958 about Ada Lovelace."
+    note = Document("research/n.md", "research", "/x/n.md", "h", text, {})
+    answer = Extraction.model_validate({
+        "entities": [{"name": n, "type": "Person", "description": ""}
+                     for n in ("John Smith", "Ada Lovelace")],
+        "relationships": [{"source": "John Smith", "type": "RELATED_TO",
+                           "target": "Ada Lovelace", "description": ""}]})
+    report = night(DocOutcome(note, [ChunkAnswer(Chunk(0, 0, len(text), text), [answer])]))
+    assert (report.namesakes_linked, report.unlinked) == (1, [])
+    assert store.query("MATCH (p:Person)-[:RELATED_TO]->(q:Person) RETURN p.key AS p, "
+                       "q.key AS q") == [{"p": north, "q": "Person:ada lovelace"}]
+    assert [(j["key"], j["evidence"]) for j in store.merges() if j["document"] ==
+            "research/n.md"] == [(north, "phone 79460958 in the text")]

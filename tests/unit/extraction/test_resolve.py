@@ -1,7 +1,11 @@
+import pytest
+
 from tasks.extraction.resolve import (
     entity_key,
     looks_like_person_name,
     normalize,
+    phone_key,
+    phones_in,
     resolve,
     split_name,
 )
@@ -123,3 +127,26 @@ def test_participant_names_need_two_capitalised_words_unless_something_came_off(
     assert not looks_like_person_name("User Interface")
     assert not looks_like_person_name("Marketing")
     assert looks_like_person_name("Ann Lee Smith")
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("+1 (555) 010-0100", "555.010.0100"),  # a country code drops out
+    ("+44 20 7946 0958", "020 7946 0958"),  # so does a trunk 0
+    ("+49 30 901820", "030-901820"),  # a short national number, with its code and without
+])
+def test_two_spellings_of_one_phone_share_a_key(a: str, b: str) -> None:
+    assert phone_key(a) == phone_key(b) is not None
+
+
+def test_a_phone_key_is_the_last_eight_digits_and_none_under_eight() -> None:
+    assert phone_key("+1 (555) 010-0100") == "50100100"
+    assert phone_key("+44 20 7946 0958") == "79460958"
+    assert phone_key("ext. 1234567") is None
+    assert phone_key("555-01001") == "55501001"
+    assert phone_key("+1 555 010 0101") != phone_key("+1 555 010 0100")
+
+
+def test_the_phones_written_in_a_text() -> None:
+    text = ("Call 020-7946-0958 or +1 (555) 010-0100; the meeting is on 2026-12-06 in room "
+            "12, ticket 4417.")
+    assert phones_in(text) == {"79460958", "50100100", "20261206"}  # a date looks like one
