@@ -8,11 +8,13 @@ identity of every person and organization mention in them (evals/resolution/READ
   names, found by `person_of` (written here, apart from the pipeline's resolver: a chair's
   label gives the member in its parentheses, a title, a riding or role in parentheses and a
   trailing AM/MS/MP come off). Labels that name no one ("The Chair") are no mention.
-- contacts: generated from SEED (dev 1, heldout 2): people in four contact files, some written
-  again in other spellings (case, a title, accents dropped, an initial) with the same address;
-  namesakes (the same name, their own address and employer); every organization written in
-  several legal forms; and call notes (transcripts) that name a namesake alone, with the
-  address that tells which one in their text.
+- contacts: generated from SEED (dev 1, heldout 2): people in four contact files, each with a
+  phone, some written again in other spellings (case, a title, accents dropped, an initial)
+  with the same address, some again with a new address and their phone written another way;
+  namesakes (the same name, their own address, phone and employer), each written once more by
+  its phone alone in a fifth file; every organization written in several legal forms; and
+  call notes (transcripts) that name a namesake alone, with the address that tells which one
+  in their text.
 
 The heldout set is built the same way from other meetings and another seed, and is not to be
 looked at while tuning: report it.
@@ -108,21 +110,32 @@ def _contacts(seed: int, out: Path, people: dict[str, str], orgs: dict[str, str]
         other = (org + 1 + j % (len(ORGS) - 1)) % len(ORGS)
         who.append((f"n{j}", g, f, f"{_fold(g).lower()[0]}{_fold(f).lower()}@other{j}.example",
                     other))
-    files: list[list[tuple[str, dict[str, object]]]] = [[] for _ in range(FILES)]
+    files: list[list[tuple[str, dict[str, object]]]] = [[] for _ in range(FILES + 1)]
+    phones = random.Random(seed * 1000)  # the phones' own draws: the rest is as it was
     for n, (pid, g, f, address, org) in enumerate(who):
         first = n % FILES if pid.startswith("p") else (int(pid[1:]) + 2) % FILES
         files[first].append((pid, {"name": f"{g} {f}", "emails": [address],
+                                   "phones": [f"+1 555 {100 + n:03d} {4000 + n:04d}"],
                                    "organization": rng.choice(ORGS[org][1])}))
         if pid.startswith("p") and rng.random() < 0.4:  # written again elsewhere
             files[(first + 1) % FILES].append((pid, {"name": _variant(rng, g, f),
                                                      "emails": [address.upper()],
                                                      "organization": rng.choice(ORGS[org][1])}))
+        national = f"(555) {100 + n:03d}-{4000 + n:04d}"
+        if pid.startswith("p") and phones.random() < 0.25:  # a new address, the same phone
+            files[(first + 2) % FILES].append((pid, {
+                "name": f"{g} {f}", "emails": [f"{_fold(g).lower()}{n}@home.example"],
+                "phones": [national], "organization": phones.choice(ORGS[org][1])}))
+        if pid.startswith("n"):  # a namesake by its phone alone, after its first record
+            files[FILES].append((pid, {"name": f"{g} {f}", "phones": [national]}))
     for k, rows in enumerate(files):
         doc = f"contacts/team-{k}.json"
         (out / doc).write_text(json.dumps([r for _, r in rows], ensure_ascii=False, indent=1))
         for i, (pid, r) in enumerate(rows):
             people[f"{doc}#{i}"] = pid
-            orgs[f"{doc}#{i}"] = "org:" + next(o for o, forms in ORGS if r["organization"] in forms)
+            if "organization" in r:
+                orgs[f"{doc}#{i}"] = "org:" + next(o for o, forms in ORGS
+                                                   if r["organization"] in forms)
     # call notes naming a namesake alone, with the address that tells which one
     for j in range(NAMESAKES):
         pid, g, f, address, _ = rng.choice([w for w in who if w[0] in (f"p{j}", f"n{j}")])

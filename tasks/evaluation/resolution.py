@@ -52,7 +52,8 @@ def pairwise(pred: Mapping[str, Hashable], truth: Mapping[str, Hashable]) -> tup
 
 def bcubed(pred: Mapping[str, Hashable], truth: Mapping[str, Hashable]) -> tuple[float, float]:
     """B-cubed precision and recall: each mention's share of its predicted cluster that is
-    truly its, and of its true cluster that was predicted with it, averaged over mentions."""
+    truly its, and of its true cluster that was predicted with it, averaged over mentions (1.0
+    where there is no mention, as `pairwise` where there is no pair)."""
     by_pred, by_true = defaultdict(set), defaultdict(set)
     for m in truth:
         by_pred[pred[m]].add(m)
@@ -62,8 +63,9 @@ def bcubed(pred: Mapping[str, Hashable], truth: Mapping[str, Hashable]) -> tuple
         both = len(by_pred[pred[m]] & by_true[truth[m]])
         p += both / len(by_pred[pred[m]])
         r += both / len(by_true[truth[m]])
-    n = len(truth) or 1
-    return p / n, r / n
+    if not truth:
+        return 1.0, 1.0
+    return p / len(truth), r / len(truth)
 
 
 def _load(gold: Path) -> tuple[list[Document], dict[str, dict[str, str]]]:
@@ -98,9 +100,13 @@ def _predicted(docs: list[Document], store: FalkorDBStore,
     records = {f"{d.id}#{i}": r for d in docs for i, r in enumerate(d.records)}
     people: dict[str, str] = {}
     for m in truth["people"]:
-        if "#" in m:
+        if "#" in m and records[m]["emails"]:
             email = records[m]["emails"][0]
             people[m] = store.keys_by_email([email]).get(email, m)
+        elif "#" in m:  # a record with a phone alone: the one Person holding it as written
+            found = store.query("MATCH (p:Person) WHERE $phone IN p.phones RETURN p.key AS k",
+                                {"phone": records[m]["phones"][0]})
+            people[m] = found[0]["k"] if len(found) == 1 else m
         else:
             doc, _, label = m.partition("@")
             key = entity("Person", label).key

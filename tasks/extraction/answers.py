@@ -266,7 +266,8 @@ def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candi
     contact whose employer
     conflicts with every Person of its name is a namesake of its own, keyed by the name and
     that employer (second mapping: its key → the name's)."""
-    evidenced = {keys.get(row.key, row.key) for row, _ in rows.entities if not _name_only(row)}
+    evidenced = {keys.get(row.key, row.key) for row, _ in rows.entities
+                 if not _name_only(row)} | rows.settled
     out: dict[str, str | None] = {}
     apart: dict[str, str] = {}
     for row, _ in rows.entities:

@@ -48,13 +48,16 @@ class Join:
 @dataclass
 class DocRows:
     """What one document contributes, before aliases are resolved and it joins the batch.
-    `splits`: entity key → the forms (lower case) no evidence may join to it (`graph split`)."""
+    `splits`: entity key → the forms (lower case) no evidence may join to it (`graph split`);
+    `settled`: the Person keys a contact's phone chose among the Persons of its name (no name
+    alone to settle: tasks/extraction/answers.py `_settle`)."""
 
     doc: Document
     entities: list[tuple[EntityRow, int | None]] = field(default_factory=list)  # chunk index
     relationships: list[RelRow] = field(default_factory=list)
     joins: list[Join] = field(default_factory=list)
     splits: dict[str, set[str]] = field(default_factory=dict)
+    settled: set[str] = field(default_factory=set)
 
     def split(self, key: str, form: str) -> bool:
         """Whether `graph split` keeps `form` apart from the entity `key`."""
@@ -141,9 +144,11 @@ def contact_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
                 rows.joins.append(Join(known, person.name, f"e-mail {address}"))
             person.aliases = sorted({*person.aliases, person.name})
             person.key = known
-        elif kin and (apart or kin[1] != person.key):  # the phone says which one it is
-            rows.joins.append(Join(kin[1], person.name, f"phone {kin[0]}"))
+        elif kin:  # the phone says which Person of the name it is
+            if apart or kin[1] != person.key:
+                rows.joins.append(Join(kin[1], person.name, f"phone {kin[0]}"))
             person.key = kin[1]
+            rows.settled.add(kin[1])
         elif apart:
             person.namesake_of, person.key = person.key, f"{person.key} <{emails[0]}>"
         person.emails, person.phones = emails, phones

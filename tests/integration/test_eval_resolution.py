@@ -54,3 +54,21 @@ def test_a_folder_without_truth_is_refused_naming_the_fix(
     assert main(["eval", "resolution", "--gold", str(tmp_path)]) == 2
     assert (f"eval resolution: {tmp_path}/truth.json is missing — give a gold set folder"
             in capsys.readouterr().err)
+
+
+def test_a_record_with_a_phone_alone_is_scored_by_the_person_holding_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two Ann Lees with their own addresses and phones, then a record of the first one's
+    phone alone (written another way): three mentions of two people, all as the truth says."""
+    (tmp_path / "contacts").mkdir()
+    (tmp_path / "contacts" / "c.json").write_text(json.dumps([
+        {"name": "Ann Lee", "emails": ["a@x.example"], "phones": ["+1 555 100 2000"]},
+        {"name": "Ann Lee", "emails": ["b@y.example"], "phones": ["+44 20 7946 0958"]},
+        {"name": "Ann Lee", "phones": ["(555) 100-2000"]}]))
+    (tmp_path / "truth.json").write_text(json.dumps({
+        "people": {"contacts/c.json#0": "p1", "contacts/c.json#1": "p2",
+                   "contacts/c.json#2": "p1"}, "organizations": {}}))
+    assert main(["eval", "resolution", "--gold", str(tmp_path), "--json"]) == 0
+    people = json.loads(capsys.readouterr().out)["people"]
+    assert (people["mentions"], people["identities"], people["entities"]) == (3, 2, 2)
+    assert people["pairwise_precision"] == people["pairwise_recall"] == 1.0

@@ -32,3 +32,7 @@ def test_the_gate_names_each_figure_under_its_floor_and_any_namesake_merged() ->
     assert gate(bad) == ["people bcubed_precision 0.979 < 0.98",
                          "organizations pairwise_recall 0.900 < 0.95",
                          "2 entities hold namesakes"]
+
+
+def test_no_mention_is_nothing_wrong() -> None:
+    assert bcubed({}, {}) == pairwise({}, {}) == (1.0, 1.0)
