@@ -26,7 +26,7 @@ from typing import Any
 from _common import report
 
 from tasks.extraction.answers import BatchReport, build_batch
-from tasks.extraction.batch import known_people, people_named
+from tasks.extraction.batch import resolved_batch
 from tasks.extraction.calls import ChunkAnswer, DocOutcome
 from tasks.extraction.chunking import Chunk
 from tasks.extraction.documents import Document
@@ -72,8 +72,7 @@ def write(store: GraphStore, docs: list[Document], resolve: bool) -> tuple[float
     for d in docs:
         report = BatchReport()
         if resolve:
-            batch = build_batch([DocOutcome(d, []), note(d)], "m", known_people(store, [d]),
-                                report, people=people_named(store), splits=store.splits())
+            batch = resolved_batch([DocOutcome(d, []), note(d)], store, "m", report)
         else:
             known = store.keys_by_email([e for r in d.records for e in r["emails"]])
             batch = build_batch([DocOutcome(d, []), note(d)], "m", known, report)

@@ -12,7 +12,8 @@ identity of every person and organization mention in them (evals/resolution/READ
   phone, some written again in other spellings (case, a title, accents dropped, an initial)
   with the same address, some again with a new address and their phone written another way;
   namesakes (the same name, their own address, phone and employer), each written once more by
-  its phone alone in a fifth file; every organization written in several legal forms; and
+  its phone alone in a fifth file, where 15 % of the others are written once more by an initial
+  and their employer alone; every organization written in several legal forms; and
   call notes (transcripts) that name a namesake alone, with the address that tells which one
   in their text.
 
@@ -123,11 +124,14 @@ def _contacts(seed: int, out: Path, people: dict[str, str], orgs: dict[str, str]
                                                      "organization": rng.choice(ORGS[org][1])}))
         national = f"(555) {100 + n:03d}-{4000 + n:04d}"
         if pid.startswith("p") and phones.random() < 0.25:  # a new address, the same phone
-            files[(first + 2) % FILES].append((pid, {
+            files[FILES].append((pid, {
                 "name": f"{g} {f}", "emails": [f"{_fold(g).lower()}{n}@home.example"],
                 "phones": [national], "organization": phones.choice(ORGS[org][1])}))
         if pid.startswith("n"):  # a namesake by its phone alone, after its first record
             files[FILES].append((pid, {"name": f"{g} {f}", "phones": [national]}))
+        elif phones.random() < 0.15:  # an initial at the same employer, no address or phone
+            files[FILES].append((pid, {"name": f"{g[0]}. {f}",
+                                       "organization": phones.choice(ORGS[org][1])}))
     for k, rows in enumerate(files):
         doc = f"contacts/team-{k}.json"
         (out / doc).write_text(json.dumps([r for _, r in rows], ensure_ascii=False, indent=1))

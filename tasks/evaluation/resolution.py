@@ -1,17 +1,18 @@
 """`slm-nightly eval resolution`: phase 1's entity resolution against known identities.
 
-The gold set (evals/resolution/<set>/, made by evals/resolution/make_gold.py) is documents phase
-1 writes without the model — contact files and transcripts — and `truth.json`: the true
+The gold set (evals/resolution/<set>/, made by evals/resolution/make_gold.py) is documents
+phase 1 writes without the model — contact files and transcripts — and `truth.json`: the true
 identity of each person mention (a contact record, "DOC#i"; a transcript's participant label,
 "DOC@LABEL") and of each contact's organization ("DOC#i"). The eval loads them with phase 1's
 loaders and writes them into a scratch graph on an embedded FalkorDB, one document a batch, as
-phase 1 does (tasks/extraction/batch.py: known_people, people_named, the splits, build_batch,
-upsert). Then it reads back the entity each mention became — a record's Person by its address,
-a participant's by the document's mentions (its name's Person or a namesake of it; none when it
-was linked to no one, a cluster of its own), an organization by its key — and scores the
-clusters against the truth: pairwise and B-cubed precision and recall (Bagga and Baldwin 1998)
-for people and for organizations, and the namesakes merged (two identities of one name in one
-entity). The gate: every precision ≥ PRECISION, every recall ≥ RECALL, no namesake merged.
+phase 1 does (tasks/extraction/batch.py resolved_batch, then upsert). Then it reads back the
+entity each mention became — a record's Person by its address (by its phone, or by its spelling
+among its document's Persons, where it has no address), a participant's by the document's
+mentions (its name's Person or a namesake of it; none when it was linked to no one, a cluster
+of its own), an organization by its key — and scores the clusters against the truth: pairwise
+and B-cubed precision and recall (Bagga and Baldwin 1998) for people and for organizations, and
+the namesakes merged (two identities of one name in one entity). The gate: every precision ≥
+PRECISION, every recall ≥ RECALL, no namesake merged.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from tasks.extraction.answers import BatchReport, build_batch
-from tasks.extraction.batch import known_people, people_named
+from tasks.extraction.answers import BatchReport
+from tasks.extraction.batch import resolved_batch
 from tasks.extraction.calls import DocOutcome
 from tasks.extraction.documents import Document, scan
 from tasks.extraction.rows import entity
@@ -87,9 +88,7 @@ def _write(docs: list[Document], store: FalkorDBStore) -> int:
     unlinked = 0
     for doc in docs:
         report = BatchReport()
-        batch = build_batch([DocOutcome(doc, [])], "eval", known_people(store, [doc]), report,
-                            people=people_named(store), splits=store.splits())
-        store.upsert(batch)
+        store.upsert(resolved_batch([DocOutcome(doc, [])], store, "eval", report))
         unlinked += len(report.unlinked)
     return unlinked
 
@@ -103,9 +102,15 @@ def _predicted(docs: list[Document], store: FalkorDBStore,
         if "#" in m and records[m]["emails"]:
             email = records[m]["emails"][0]
             people[m] = store.keys_by_email([email]).get(email, m)
-        elif "#" in m:  # a record with a phone alone: the one Person holding it as written
+        elif "#" in m and records[m]["phones"]:  # a phone alone: the Person holding it
             found = store.query("MATCH (p:Person) WHERE $phone IN p.phones RETURN p.key AS k",
                                 {"phone": records[m]["phones"][0]})
+            people[m] = found[0]["k"] if len(found) == 1 else m
+        elif "#" in m:  # a name alone: the Person of its document holding that spelling
+            name = entity("Person", records[m]["name"]).name
+            found = store.query("MATCH (p:Person)-[:MENTIONED_IN]->(:Document {id: $doc}) "
+                                "WHERE p.name = $name OR $name IN p.aliases "
+                                "RETURN p.key AS k", {"doc": m.partition("#")[0], "name": name})
             people[m] = found[0]["k"] if len(found) == 1 else m
         else:
             doc, _, label = m.partition("@")

@@ -18,7 +18,7 @@ from tasks.extraction.documents import Document
 from tasks.extraction.judge import Candidate, Judge
 from tasks.extraction.llm import Usage
 from tasks.extraction.prompt import document_version
-from tasks.extraction.resolve import normalize, phone_key, phones_in
+from tasks.extraction.resolve import normalize, phone_key, phones_in, variant_of
 from tasks.extraction.rows import DocRows, Join, entity
 from tasks.graph.ontology import GraphSchema, default_schema
 from tasks.graph.store import ChunkRow, EntityRow, GraphBatch, RelRow, now_iso
@@ -103,6 +103,15 @@ PeopleLookup = Callable[[set[str]], dict[str, list[Candidate]]]
 
 
 def _nobody(names: set[str]) -> dict[str, list[Candidate]]:
+    return {}
+
+
+# organization keys → the Persons who work for each: person key → name (the graph's;
+# tasks/extraction/batch.py colleagues_of reads them from the store)
+ColleagueLookup = Callable[[set[str]], dict[str, dict[str, str]]]
+
+
+def _no_colleagues(orgs: set[str]) -> dict[str, dict[str, str]]:
     return {}
 
 
@@ -224,6 +233,41 @@ def _namesakes(docs: list[DocRows], people: PeopleLookup) -> dict[str, list[Cand
     return {name: sorted(cs.values(), key=lambda c: c.key) for name, cs in found.items() if cs}
 
 
+def _employers(rows: DocRows, key: str) -> set[str]:
+    return {r.dst for r in rows.relationships if r.type == "WORKS_FOR" and r.src == key}
+
+
+def _colleagues(docs: list[DocRows], namesakes: dict[str, list[Candidate]],
+                lookup: ColleagueLookup) -> dict[str, dict[str, str]]:
+    """For the employers of the contacts without an address whose name no Person holds: who
+    works there — the graph's (one lookup a batch) and this batch's contacts."""
+    orgs = {org for rows in docs if rows.doc.records for row, _ in rows.entities
+            if _name_only(row) and row.key not in namesakes
+            for org in _employers(rows, row.key)}
+    if not orgs:
+        return {}
+    found = lookup(orgs)
+    for rows in docs:
+        for row, _ in rows.entities:
+            for org in _employers(rows, row.key) & orgs if row.type == "Person" else ():
+                found.setdefault(org, {}).setdefault(row.key, row.name)
+    return found
+
+
+def _colleague(rows: DocRows, row: EntityRow, colleagues: dict[str, dict[str, str]]
+               ) -> tuple[str, str, str] | None:
+    """The one Person, at the employer this contact record gives, whose name this one can be
+    a shorter spelling of (an initial, a nickname: resolve.variant_of) — its key, its name and
+    that evidence — or None when none or several are."""
+    fits: dict[str, tuple[str, str, str]] = {}
+    for org in sorted(_employers(rows, row.key)):
+        for key, name in sorted(colleagues.get(org, {}).items()):
+            kind = variant_of(row.name, name) if key != row.key else None
+            if kind and not rows.split(key, row.name):
+                fits.setdefault(key, (key, name, f"{kind} of {name}, employer {org}"))
+    return next(iter(fits.values())) if len(fits) == 1 else None
+
+
 def _fitting(candidates: list[Candidate], rows: DocRows) -> tuple[Candidate, str] | None:
     """The one candidate the document's context fits — its address or phone in the text, or
     an organization it works for among the document's — with that evidence, or None when
@@ -249,14 +293,15 @@ def _employed_elsewhere(rows: DocRows, key: str, candidates: list[Candidate]) ->
     Only a record is such evidence; a WORKS_FOR the model wrote is not."""
     if not rows.doc.records or not candidates:
         return None
-    employers = {r.dst for r in rows.relationships if r.type == "WORKS_FOR" and r.src == key}
+    employers = _employers(rows, key)
     if employers and all(c.employers and not c.employers & employers for c in candidates):
         return min(employers)
     return None
 
 
 def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candidate]],
-            report: BatchReport, judge: Judge | None = None
+            report: BatchReport, judge: Judge | None = None,
+            colleagues: dict[str, dict[str, str]] | None = None
             ) -> tuple[dict[str, str | None], dict[str, str]]:
     """Where a name alone of this document has namesakes: its key → the one its context fits,
     or → None (linked to none; listed in the report). A document that names the person with
@@ -265,7 +310,9 @@ def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candi
     single one, `judge` (the serving model, tasks/extraction/judge.py) decides, if given. A
     contact whose employer
     conflicts with every Person of its name is a namesake of its own, keyed by the name and
-    that employer (second mapping: its key → the name's)."""
+    that employer (second mapping: its key → the name's). A contact record without an
+    address whose name no Person holds joins the one colleague at its employer whose name it
+    can be another spelling of (an initial, a nickname: `colleagues`)."""
     evidenced = {keys.get(row.key, row.key) for row, _ in rows.entities
                  if not _name_only(row)} | rows.settled
     out: dict[str, str | None] = {}
@@ -280,6 +327,15 @@ def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candi
             out[key] = f"{key} ({employer})"
             apart[f"{key} ({employer})"] = key
             report.namesakes_apart += 1
+            continue
+        if key not in namesakes and rows.doc.records:
+            colleague = _colleague(rows, row, colleagues or {})
+            if colleague:
+                joined, name, evidence = colleague
+                out[key] = joined
+                rows.joins.append(Join(joined, row.name, evidence))
+                # the longer name is the entity's, whichever row of a batch comes first
+                row.aliases, row.name = list(dict.fromkeys([*row.aliases, row.name])), name
             continue
         if len(namesakes.get(key, [])) < 2:
             continue  # one Person of the name (or none): the name is it
@@ -304,7 +360,8 @@ def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candi
 
 
 def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
-          namesakes: dict[str, list[Candidate]], judge: Judge | None = None) -> None:
+          namesakes: dict[str, list[Candidate]], judge: Judge | None = None,
+          colleagues: dict[str, dict[str, str]] | None = None) -> None:
     """The document's rows into the batch, each one-word alias under its full name, and each
     name alone of a name with namesakes under the one its context fits (or left out); each
     such join, and the document's joins by address, recorded with its evidence. `graph split`
@@ -315,7 +372,7 @@ def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
     report.aliases_resolved += len(aliases)
     rows.joins += [Join(full, names[one], f"surname of {names[full]} in the document")
                    for one, full in aliases.items()]
-    settled, apart = _settle(rows, aliases, namesakes, report, judge)
+    settled, apart = _settle(rows, aliases, namesakes, report, judge, colleagues)
 
     def final(key: str) -> str | None:
         key = aliases.get(key, key)
@@ -325,11 +382,12 @@ def _join(rows: DocRows, batch: GraphBatch, report: BatchReport,
         key = final(row.key)
         if key is None:
             continue  # linked to none: listed in the report
+        spelled = list(dict.fromkeys([*row.aliases, row.name]))  # kept where it joins another
         if row.key in aliases:
-            row = replace(row, name=names[aliases[row.key]],
-                          aliases=list(dict.fromkeys([*row.aliases, row.name])))
+            row = replace(row, name=names[aliases[row.key]], aliases=spelled)
         if key != row.key:
-            row = replace(row, key=key, namesake_of=apart.get(key, row.namesake_of))
+            row = replace(row, key=key, namesake_of=apart.get(key, row.namesake_of),
+                          aliases=[a for a in spelled if a != row.name])
         batch.add_entity(row, rows.doc.id, index)
     for rel in rows.relationships:
         src, dst = final(rel.src), final(rel.dst)
@@ -351,11 +409,13 @@ def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, st
                 report: BatchReport, ontology: GraphSchema | None = None,
                 gleanings: int = 0, people: PeopleLookup = _nobody,
                 splits: dict[str, set[str]] | None = None,
-                judge: Judge | None = None) -> GraphBatch:
+                judge: Judge | None = None,
+                colleagues: ColleagueLookup = _no_colleagues) -> GraphBatch:
     """The batch the documents of `outcomes` write; `email_keys`: e-mail address → Person key
     (a contact's evidence), `people`: the graph's Persons of a name (a name alone's), `splits`:
     entity key → the forms `graph split` keeps apart from it, `judge`: what settles a name
-    alone that evidence leaves open (None: it is linked to none)."""
+    alone that evidence leaves open (None: it is linked to none), `colleagues`: the graph's
+    Persons at an organization (a contact's other spelling of a name)."""
     ontology = ontology or default_schema()
     batch = GraphBatch()
     now = now_iso()
@@ -378,6 +438,7 @@ def build_batch(outcomes: list[DocOutcome], model: str, email_keys: dict[str, st
         report.gleaning_failures += o.gleaning_failures
         docs.append(rows)
     namesakes = _namesakes(docs, people)
+    at = _colleagues(docs, namesakes, colleagues)
     for rows in docs:
-        _join(rows, batch, report, namesakes, judge)
+        _join(rows, batch, report, namesakes, judge, at)
     return batch

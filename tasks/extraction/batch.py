@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tasks.extraction.answers import BatchReport, PeopleLookup, build_batch
+from tasks.extraction.answers import BatchReport, ColleagueLookup, PeopleLookup, build_batch
 from tasks.extraction.calls import DocOutcome, ExtractionConfig, extract_documents, run_sync
 from tasks.extraction.documents import Document, LoadFailure
 from tasks.extraction.judge import Candidate, Judge
@@ -20,6 +20,7 @@ from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.prompt import document_version
 from tasks.extraction.resolve import phone_key, resolve
 from tasks.extraction.rows import TEL
+from tasks.graph.ontology import GraphSchema
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.records import FailedDocument
 from tasks.shared.errors import GraphError
@@ -75,6 +76,27 @@ def people_named(store: GraphStore) -> PeopleLookup:
     return lookup
 
 
+def colleagues_of(store: GraphStore) -> ColleagueLookup:
+    """The graph's Persons at each organization, as build_batch asks for them."""
+    def lookup(orgs: set[str]) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for r in store.colleagues(orgs):
+            out.setdefault(r["org"], {})[r["key"]] = r["name"]
+        return out
+    return lookup
+
+
+def resolved_batch(outcomes: list[DocOutcome], store: GraphStore, model: str,
+                   report: BatchReport, ontology: GraphSchema | None = None, gleanings: int = 0,
+                   judge: Judge | None = None) -> GraphBatch:
+    """The batch `outcomes` write, resolved against what `store` holds: the addresses and
+    phones of their contacts' names, the Persons of the names written alone, the splits, the
+    colleagues at a contact's employer (build_batch)."""
+    docs = [o.doc for o in outcomes if not (o.error or o.deferred)]
+    return build_batch(outcomes, model, known_people(store, docs), report, ontology, gleanings,
+                       people_named(store), store.splits(), judge, colleagues_of(store))
+
+
 def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, ask: ExtractionConfig,
                   changed: set[str], on_done: Callable[[DocOutcome], None] | None = None
                   ) -> BatchReport:
@@ -103,13 +125,11 @@ def process_batch(docs: list[Document], store: GraphStore, client: LLMClient, as
                                                 model=model, prompt_version=document_version(
                                                     d, ontology, gleanings),
                                                 held=not o.unanswered))
-    written = [o.doc for o in outcomes if not (o.error or o.deferred)]
     judge = Judge(client) if ask.judge else None  # asked once per name, whatever write() retries
 
     def write() -> tuple[GraphBatch, BatchReport]:
         labels = BatchReport()  # label counts of this attempt only
-        batch = build_batch(outcomes, model, known_people(store, written), labels, ontology,
-                            gleanings, people_named(store), store.splits(), judge)
+        batch = resolved_batch(outcomes, store, model, labels, ontology, gleanings, judge)
         retract = [d["id"] for d in batch.documents if d["id"] in changed]
         if retract:
             store.retract(retract)

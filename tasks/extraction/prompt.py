@@ -89,9 +89,10 @@ def prompt_digest(schema: GraphSchema) -> str:
 
 # What deterministic rows (front matter, contact records) depend on, besides the resolver:
 # the labels and patterns they write. Bump the "d" number when _deterministic's logic changes.
-_DETERMINISTIC = "d4"  # d2: joins by address recorded, `graph split` respected; d3: a contact
+_DETERMINISTIC = "d5"  # d2: joins by address recorded, `graph split` respected; d3: a contact
 # without an address whose employer conflicts with every Person of its name is a namesake; d4: a
-# phone a Person of the contact's name holds joins it (issue 52)
+# phone a Person of the contact's name holds joins it; d5: an initial or nickname joins the one
+# colleague at its employer it can be (issue 52)
 _DETERMINISTIC_ROWS = (("Person", "PARTICIPATED_IN", "Event"),
                        ("Person", "WORKS_FOR", "Organization"))
 

@@ -139,6 +139,44 @@ def phones_in(text: str) -> set[str]:
     return {k for m in _PHONE_IN_TEXT.finditer(text) if (k := phone_key(m.group()))}
 
 
+# Common English nicknames and the given names they stand for (normalised), for joins that
+# agreeing evidence backs (`variant_of`); a name may stand for several.
+_NICKNAMES = {
+    "bob": {"robert"}, "rob": {"robert"}, "robbie": {"robert"}, "bobby": {"robert"},
+    "bill": {"william"}, "will": {"william"}, "billy": {"william"}, "liam": {"william"},
+    "jim": {"james"}, "jimmy": {"james"}, "jamie": {"james"}, "mike": {"michael"},
+    "mick": {"michael"}, "dave": {"david"}, "steve": {"stephen", "steven"},
+    "tom": {"thomas"}, "tommy": {"thomas"}, "chris": {"christopher", "christine", "christina"},
+    "dan": {"daniel"}, "danny": {"daniel"}, "joe": {"joseph"}, "sam": {"samuel", "samantha"},
+    "ben": {"benjamin"}, "alex": {"alexander", "alexandra"}, "andy": {"andrew"},
+    "drew": {"andrew"}, "tony": {"anthony"}, "nick": {"nicholas"}, "matt": {"matthew"},
+    "pat": {"patrick", "patricia"}, "ed": {"edward"}, "ted": {"edward"}, "rick": {"richard"},
+    "dick": {"richard"}, "kate": {"katherine", "catherine"}, "katie": {"katherine"},
+    "cathy": {"catherine"}, "liz": {"elizabeth"}, "beth": {"elizabeth"},
+    "betty": {"elizabeth"}, "jen": {"jennifer"}, "jenny": {"jennifer"},
+    "meg": {"margaret"}, "maggie": {"margaret"}, "peggy": {"margaret"}, "sue": {"susan"},
+    "becky": {"rebecca"}, "vicky": {"victoria"}, "debbie": {"deborah"}, "jess": {"jessica"},
+    "greg": {"gregory"}, "jeff": {"jeffrey"}, "ken": {"kenneth"}, "larry": {"lawrence"},
+    "tim": {"timothy"}, "fred": {"frederick"}, "charlie": {"charles"}, "chuck": {"charles"},
+}
+
+
+def variant_of(a: str, b: str) -> str | None:
+    """How the person's name `a` can be a shorter spelling of `b` — "initial" ("P. Raman" of
+    "Priya Raman"), "nickname" ("Bob Smith" of "Robert Smith") — or None: the same family
+    name, `a`'s given name the initial of `b`'s or a nickname of it. One way only, so that two
+    spellings never join each other: "Priya Raman" is no variant of "P. Raman". Only agreeing
+    evidence may join such a pair (tasks/extraction/answers.py `_colleague`)."""
+    x, y = normalize(a).split(), normalize(b).split()
+    if len(x) < 2 or len(y) < 2 or x[-1] != y[-1]:
+        return None
+    if len(x[0]) == 1 < len(y[0]) and x[0] == y[0][0]:
+        return "initial"
+    if y[0] in _NICKNAMES.get(x[0], ()):
+        return "nickname"
+    return None
+
+
 def entity_key(entity_type: str, name: str) -> str:
     """Canonical key: 'Person:anita anand', 'Organization:northwind analytics'. `name` must
     already be cleaned by split_name."""

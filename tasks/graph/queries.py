@@ -314,6 +314,14 @@ _PHONES = "UNWIND coalesce(p.phones, []) AS ph\nRETURN ph AS phone, p.key AS key
 PHONES_OF_NAMES = ("UNWIND $keys AS k\nMATCH (p:Person {key: k})\n" + _PHONES + "UNION ALL\n"
                    "UNWIND $keys AS k\nMATCH (p:Person {namesake_of: k})\n" + _PHONES)
 
+# The Persons who work for each organization key, with their names: the candidates a contact
+# with another spelling of a name (an initial, a nickname) and that employer could be.
+COLLEAGUES = """
+UNWIND $orgs AS k
+MATCH (p:Person)-[:WORKS_FOR]->(:Entity {key: k})
+RETURN k AS org, p.key AS key, p.name AS name
+"""
+
 EMAILS_OF_KEYS = """
 UNWIND $keys AS k
 MATCH (e:Entity {key: k})

@@ -323,6 +323,11 @@ class GraphStore(ABC):
         return [(r["phone"], r["key"]) for r in self._read(q.PHONES_OF_NAMES, {"keys": keys})] \
             if keys else []
 
+    def colleagues(self, orgs: Iterable[str]) -> list[dict[str, Any]]:
+        """The Persons who work for each organization key: {org, key, name}."""
+        orgs = sorted(set(orgs))
+        return self._read(q.COLLEAGUES, {"orgs": orgs}) if orgs else []
+
     def people_named(self, keys: Iterable[str]) -> list[dict[str, Any]]:
         """For each name key ("Person:john smith"), the Persons a mention of that name alone
         could be — the one of that key and its namesakes — each {name, key, emails, phones,

@@ -72,3 +72,26 @@ def test_a_record_with_a_phone_alone_is_scored_by_the_person_holding_it(
     people = json.loads(capsys.readouterr().out)["people"]
     assert (people["mentions"], people["identities"], people["entities"]) == (3, 2, 2)
     assert people["pairwise_precision"] == people["pairwise_recall"] == 1.0
+
+
+def test_a_record_with_an_initial_and_an_employer_alone_is_scored_by_its_spelling(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Priya and Paul Raman, both at Contoso; "P. Raman" at Contoso could be either (no join:
+    an entity of its own), "Q. Lee" at Contoso is Quinn Lee: four mentions of three people."""
+    (tmp_path / "contacts").mkdir()
+    (tmp_path / "contacts" / "c.json").write_text(json.dumps([
+        {"name": "Priya Raman", "emails": ["p@c.example"], "organization": "Contoso"},
+        {"name": "Paul Raman", "emails": ["pr@c.example"], "organization": "Contoso Ltd"},
+        {"name": "Quinn Lee", "emails": ["q@c.example"], "organization": "Contoso"},
+        {"name": "P. Raman", "organization": "Contoso Limited"},
+        {"name": "Q. Lee", "organization": "Contoso Limited"}]))
+    (tmp_path / "truth.json").write_text(json.dumps({
+        "people": {"contacts/c.json#0": "p1", "contacts/c.json#1": "p2",
+                   "contacts/c.json#2": "p3", "contacts/c.json#3": "p1",
+                   "contacts/c.json#4": "p3"},
+        "organizations": {f"contacts/c.json#{i}": "o1" for i in range(5)}}))
+    assert main(["eval", "resolution", "--gold", str(tmp_path), "--json"]) == 1
+    people = json.loads(capsys.readouterr().out)["people"]
+    assert (people["mentions"], people["identities"], people["entities"]) == (5, 3, 4)
+    # pairs: (0,3) and (2,4) are true; only (2,4) was made
+    assert (people["pairwise_precision"], people["pairwise_recall"]) == (1.0, 0.5)

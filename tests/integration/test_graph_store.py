@@ -298,3 +298,49 @@ def test_a_phone_a_person_of_its_name_holds_joins_a_new_address_on_both_stores(
                        "q.key AS q") == [{"p": north, "q": "Person:ada lovelace"}]
     assert [(j["key"], j["evidence"]) for j in store.merges() if j["document"] ==
             "research/n.md"] == [(north, "phone 79460958 in the text")]
+
+
+def test_a_nickname_at_the_same_employer_joins_and_is_listed_on_both_stores(
+        store: GraphStore) -> None:
+    """Issue 52, item 2, through the real store and phase 1's lookups (colleagues_of): Robert
+    Smith and William Jones of Contoso in the graph; a later contact list without addresses
+    names "Bob Smith" at Contoso Ltd (Robert: one Person, the nickname as an alias, the join
+    listed with its evidence) and "Bill Jones" at Northwind (not William: the employer does not
+    agree)."""
+    from tasks.extraction.answers import BatchReport, build_batch
+    from tasks.extraction.batch import colleagues_of, known_people, people_named
+    from tasks.extraction.calls import DocOutcome
+    from tasks.extraction.documents import Document
+
+    def contacts(doc_id: str, *people: tuple[str, str, str | None]) -> Document:
+        records = [{"name": n, "title": "", "emails": [e] if e else [], "phones": [],
+                    "organization": o} for n, o, e in people]
+        return Document(doc_id, "contacts", f"/x/{doc_id}", "h", "", {}, records)
+
+    def night(doc: Document) -> BatchReport:
+        report = BatchReport()
+        store.upsert(build_batch([DocOutcome(doc)], "m", known_people(store, [doc]), report,
+                                 people=people_named(store), colleagues=colleagues_of(store)))
+        mark(store, doc.id)
+        return report
+
+    night(contacts("contacts/a.json", ("Robert Smith", "Contoso", "rs@contoso.example"),
+                   ("William Jones", "Contoso", "wj@contoso.example")))
+    report = night(contacts("contacts/b.json", ("Bob Smith", "Contoso Ltd", None),
+                            ("Bill Jones", "Northwind Analytics", None)))
+    assert report.joins == {"nickname": 1}
+    people = {r["k"]: (r["n"], r["a"]) for r in store.query(
+        "MATCH (p:Person) RETURN p.key AS k, p.name AS n, p.aliases AS a")}
+    assert people == {"Person:robert smith": ("Robert Smith", ["Bob Smith"]),
+                      "Person:william jones": ("William Jones", []),
+                      "Person:bill jones": ("Bill Jones", [])}
+    assert [(j["key"], j["form"], j["evidence"], j["document"]) for j in store.merges()] == [
+        ("Person:robert smith", "Bob Smith",
+         "nickname of Robert Smith, employer Organization:contoso", "contacts/b.json")]
+    works = sorted((r["p"], r["o"], r["d"]) for r in store.query(
+        "MATCH (p:Person)-[w:WORKS_FOR]->(o:Organization) RETURN p.key AS p, o.key AS o, "
+        "w.doc_ids AS d"))
+    assert works == [
+        ("Person:bill jones", "Organization:northwind analytics", ["contacts/b.json"]),
+        ("Person:robert smith", "Organization:contoso", ["contacts/a.json", "contacts/b.json"]),
+        ("Person:william jones", "Organization:contoso", ["contacts/a.json"])]

@@ -184,3 +184,50 @@ def test_a_contact_without_an_address_whose_employer_conflicts_is_a_namesake_of_
     batch = build_batch([DocOutcome(elsewhere)], "m", {}, report,
                         people=lambda names: {JOHN: [Candidate(JOHN)]})
     assert mentioned(batch, JOHN) == ["contacts/n.json"] and report.namesakes_apart == 0
+
+
+def test_a_contact_with_another_spelling_joins_the_one_colleague_it_can_be() -> None:
+    """Issue 52, item 2: contact records without an address whose name no Person holds. "Bob
+    Smith" at Contoso is the graph's Robert Smith of Contoso (a nickname and an agreeing
+    employer); "P. Raman" at Contoso is this batch's Priya Raman of Contoso (an initial). "Bill
+    Jones" at Northwind is not Contoso's William Jones (the employer does not agree); "Chris
+    Lee" could be Christopher or Christine, both at Contoso: neither. Split, Bob is his own."""
+    def record(name: str, org: str) -> dict[str, object]:
+        return {"name": name, "title": "", "emails": [], "phones": [], "organization": org}
+
+    contacts = Document("contacts/c.json", "contacts", "/x/c.json", "h-c", "", {}, [
+        record("P. Raman", "Contoso"), record("Bob Smith", "Contoso Ltd"),
+        record("Priya Raman", "Contoso Limited"), record("Bill Jones", "Northwind Analytics"),
+        record("Chris Lee", "Contoso")])
+    robert = "Person:robert smith"
+    graph = {CONTOSO: {robert: "Robert Smith", "Person:william jones": "William Jones",
+                       "Person:christopher lee": "Christopher Lee",
+                       "Person:christine lee": "Christine Lee"}}
+    asked: list[set[str]] = []
+
+    def colleagues(orgs: set[str]) -> dict[str, dict[str, str]]:
+        asked.append(orgs)
+        return {o: dict(graph[o]) for o in orgs if o in graph}
+
+    report = BatchReport()
+    batch = build_batch([DocOutcome(contacts)], "m", {}, report, colleagues=colleagues)
+    assert asked == [{CONTOSO, NORTHWIND}]  # the employers of the names no Person holds
+    assert batch.joins == {
+        (robert, "contacts/c.json", "Bob Smith"): f"nickname of Robert Smith, employer {CONTOSO}",
+        ("Person:priya raman", "contacts/c.json", "P. Raman"):
+            f"initial of Priya Raman, employer {CONTOSO}"}
+    assert report.joins == {"nickname": 1, "initial": 1}
+    assert sorted(k for k in batch.entities if k.startswith("Person:")) == [
+        "Person:bill jones", "Person:chris lee", "Person:priya raman", robert]
+    assert (batch.entities[robert].name, batch.entities[robert].aliases) == (
+        "Robert Smith", ["Bob Smith"])
+    # P. Raman's row came first: the entity still takes the longer name
+    assert (batch.entities["Person:priya raman"].name,
+            batch.entities["Person:priya raman"].aliases) == ("Priya Raman", ["P. Raman"])
+    assert sorted(batch.relationships) == [
+        ("Person:bill jones", "WORKS_FOR", NORTHWIND), ("Person:chris lee", "WORKS_FOR", CONTOSO),
+        ("Person:priya raman", "WORKS_FOR", CONTOSO), (robert, "WORKS_FOR", CONTOSO)]
+
+    split = build_batch([DocOutcome(contacts)], "m", {}, BatchReport(), colleagues=colleagues,
+                        splits={robert: {"bob smith"}})
+    assert "Person:bob smith" in split.entities and robert not in split.entities

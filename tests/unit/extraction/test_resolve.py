@@ -8,6 +8,7 @@ from tasks.extraction.resolve import (
     phones_in,
     resolve,
     split_name,
+    variant_of,
 )
 
 
@@ -150,3 +151,20 @@ def test_the_phones_written_in_a_text() -> None:
     text = ("Call 020-7946-0958 or +1 (555) 010-0100; the meeting is on 2026-12-06 in room "
             "12, ticket 4417.")
     assert phones_in(text) == {"79460958", "50100100", "20261206"}  # a date looks like one
+
+
+@pytest.mark.parametrize(("a", "b", "kind"), [
+    ("P. Raman", "Priya Raman", "initial"),
+    ("p raman", "Priya K. Raman", "initial"),  # a middle initial between
+    ("Bob Smith", "Robert Smith", "nickname"),
+    ("BILL JONES", "William Jones", "nickname"),
+    ("Priya Raman", "P. Raman", None),  # one way only: the longer is no variant of the shorter
+    ("Robert Smith", "Bob Smith", None),
+    ("Bob Smith", "Robert Smyth", None),  # another family name
+    ("Bob Smith", "Roberta Smith", None),  # not a nickname of hers
+    ("Q. Raman", "Priya Raman", None),
+    ("Raman", "Priya Raman", None),  # a surname alone (a document's own rule: its surnames)
+    ("Priya Raman", "Priya Raman", None),  # the same name joins by its key, not as a variant
+])
+def test_a_shorter_spelling_of_a_name(a: str, b: str, kind: str | None) -> None:
+    assert variant_of(a, b) == kind
