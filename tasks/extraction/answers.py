@@ -308,11 +308,11 @@ def _settle(rows: DocRows, keys: dict[str, str], namesakes: dict[str, list[Candi
     evidence too (a contact of that key) means that one. A candidate `graph split` keeps this
     name apart from is none; the link made is recorded as a join. Where the context fits no
     single one, `judge` (the serving model, tasks/extraction/judge.py) decides, if given. A
-    contact whose employer
-    conflicts with every Person of its name is a namesake of its own, keyed by the name and
-    that employer (second mapping: its key → the name's). A contact record without an
-    address whose name no Person holds joins the one colleague at its employer whose name it
-    can be another spelling of (an initial, a nickname: `colleagues`)."""
+    contact whose employer conflicts with every Person of its name is a namesake of its own,
+    keyed by the name and that employer (second mapping: its key → the name's). A contact
+    record without an address whose name no Person holds joins the one colleague at its
+    employer whose name it can be a shorter spelling of (an initial, a nickname:
+    `colleagues`)."""
     evidenced = {keys.get(row.key, row.key) for row, _ in rows.entities
                  if not _name_only(row)} | rows.settled
     out: dict[str, str | None] = {}
