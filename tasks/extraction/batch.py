@@ -19,7 +19,7 @@ from tasks.extraction.judge import Candidate, Judge
 from tasks.extraction.llm import LLMClient, Usage
 from tasks.extraction.prompt import document_version
 from tasks.extraction.resolve import phone_key, resolve
-from tasks.extraction.rows import TEL
+from tasks.extraction.rows import tel
 from tasks.graph.ontology import GraphSchema
 from tasks.graph.store import GraphBatch, GraphStore
 from tasks.records import FailedDocument
@@ -61,7 +61,7 @@ def known_people(store: GraphStore, docs: Iterable[Document]) -> dict[str, str]:
                                 [resolve("Person", r["name"])[0] for r in records if r["emails"]])
     names = [resolve("Person", r["name"])[0] for r in records if r["phones"]]
     phones = store.phones_of_names(names) if names else []
-    return known | {TEL + k: key for phone, key in phones if (k := phone_key(phone))}
+    return known | {k: key for phone, key in phones if (k := tel(phone))}
 
 
 def people_named(store: GraphStore) -> PeopleLookup:

@@ -35,6 +35,12 @@ def entity(entity_type: str, raw: str, description: str = "") -> EntityRow:
 TEL = "tel:"  # an evidence key of a phone: TEL + resolve.phone_key(number)
 
 
+def tel(phone: str) -> str | None:
+    """The evidence key of a phone number (None: too short to compare)."""
+    key = phone_key(phone)
+    return TEL + key if key else None
+
+
 @dataclass(frozen=True)
 class Join:
     """A form of a name this document put under an entity by evidence beyond the name: what
@@ -105,7 +111,8 @@ def _kin_by_phone(name_key: str, name: str, phones: list[str], evidence: dict[st
     """(the phone as written, the Person of this name — the name's own or a namesake — that
     holds it), or None. Only a Person of the same name: a phone alone never joins two names."""
     for phone in phones:
-        kin = evidence.get(TEL + (phone_key(phone) or ""))
+        key = tel(phone)
+        kin = evidence.get(key) if key else None
         if kin and (kin == name_key or kin.startswith((name_key + " <", name_key + " ("))) \
                 and not rows.split(kin, name):
             return phone, kin
@@ -156,8 +163,8 @@ def contact_rows(doc: Document, rows: DocRows, email_keys: dict[str, str],
             email_keys.setdefault(e, person.key)
             held.setdefault(person.key, set()).add(e)
         for phone in phones:
-            if phone_key(phone):
-                email_keys.setdefault(TEL + str(phone_key(phone)), person.key)
+            if key := tel(phone):
+                email_keys.setdefault(key, person.key)
         rows.add(person)
         if rec.get("organization") and ontology.node("Organization"):
             org = entity("Organization", rec["organization"])

@@ -386,6 +386,16 @@ def test_a_hostile_endpoint_leaves_only_bounded_valid_answers(setup) -> None:
     assert {f["id"] for f in s["failures"]} == set(reasons)
 
 
+def two_smiths(src: Path) -> None:
+    """Only a contacts file of two John Smiths, one at Contoso, one at Northwind, each with
+    their own address."""
+    for p in src.rglob("*.*"):
+        p.unlink()
+    (src / "contacts" / "smiths.json").write_text(json.dumps([
+        {"name": "John Smith", "emails": ["john.smith@contoso.test"], "organization": "Contoso"},
+        {"name": "John Smith", "emails": ["jsmith@northwind.test"], "organization": "Northwind"}]))
+
+
 @BOTH
 def test_phase_1_links_a_name_alone_to_the_namesake_its_document_fits_and_lists_the_rest(
         setup) -> None:
@@ -396,11 +406,7 @@ def test_phase_1_links_a_name_alone_to_the_namesake_its_document_fits_and_lists_
     from tasks.extraction.stages import markdown_report
 
     profile, src, store, fake = setup
-    for p in src.rglob("*.*"):
-        p.unlink()
-    (src / "contacts" / "smiths.json").write_text(json.dumps([
-        {"name": "John Smith", "emails": ["john.smith@contoso.test"], "organization": "Contoso"},
-        {"name": "John Smith", "emails": ["jsmith@northwind.test"], "organization": "Northwind"}]))
+    two_smiths(src)
     (src / "research" / "mail.md").write_text(
         "# Mail\n\nJohn Smith (jsmith@northwind.test) wrote to Ada Lovelace.\n")
     (src / "research" / "alone.md").write_text("# Alone\n\nJohn Smith met Ada Lovelace.\n")
@@ -490,11 +496,7 @@ def test_the_judge_links_what_the_evidence_leaves_open_and_its_join_is_listed_an
 
     profile, src, store, fake = setup
     profile.write_text(profile.read_text() + "judge = true\n")
-    for p in src.rglob("*.*"):
-        p.unlink()
-    (src / "contacts" / "smiths.json").write_text(json.dumps([
-        {"name": "John Smith", "emails": ["john.smith@contoso.test"], "organization": "Contoso"},
-        {"name": "John Smith", "emails": ["jsmith@northwind.test"], "organization": "Northwind"}]))
+    two_smiths(src)
     (src / "research" / "office.md").write_text(
         "# Office\n\nJohn Smith met Ada Lovelace at the Contoso office.\n")
     (src / "research" / "alone.md").write_text("# Alone\n\nJohn Smith met Ada Lovelace.\n")
