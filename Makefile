@@ -41,6 +41,9 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/engine/llama_build.py t
 	# so does llama-server: a build this CPU cannot run fails here, with the signal, the library
 	# and its flags.
 	$(PY) -m tasks.engine.llama_build check
+	# The GPU node (the cuda variant): its NVIDIA driver runs PyTorch's CUDA, or the image build
+	# stops here naming the fix (tasks/engine/cuda_driver.py)
+	test $(LLAMA_VARIANT) != cuda || $(PY) -m tasks.engine.cuda_driver
 	touch $(STAMP)
 
 run: $(STAMP)

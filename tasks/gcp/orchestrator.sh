@@ -31,7 +31,7 @@ if [ "$(cat "$dir/.code-version" 2>/dev/null)" != @{code_version} ]; then
   chown -R "$user": "$dir"
   fresh=1
 fi
-runuser -u "$user" -- make -C "$dir" .venv/.installed-stamp
+runuser -u "$user" -- make -C "$dir" install
 # the folders the night reads ([sources], [corpus]): the user's, so its runs can write there
 @{data_dirs}
 

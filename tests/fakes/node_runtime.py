@@ -27,7 +27,8 @@ modelled (each as the named document says):
   success; `+` runs it with full privileges, else as User=).
 - `gcloud secrets versions access latest --secret=NAME` from a dict; a missing secret exits 1
   with gcloud's NOT_FOUND text.
-- `useradd`, `id -u`, `chown` (useradd(8), chown(1)): `useradd` gives the user the next uid
+- `useradd`, `id -u`, `chown`, `chgrp`, `install -o/-g`, `runuser -u` (useradd(8), chown(1),
+  install(1), runuser(1)): `useradd` gives the user the next uid
   from FIRST_UID (no entry in this machine's /etc/passwd: `stat -c %U` prints UNKNOWN for it,
   where a node prints the name), `id -u NAME` prints it. Without `ownership` they are recorded
   only. With `ownership` (and this process root), they are applied: `useradd --create-home`
@@ -37,6 +38,9 @@ modelled (each as the named document says):
   systemd.exec(5) sets for it ($HOME, $USER, $LOGNAME, $SHELL), keeping only
   CAP_DAC_READ_SEARCH — it reads anything (the interpreter under root's home), and writes only
   where the user may: a folder the script left to root refuses the unit, as on a node.
+  `chgrp` and `install` are the real programs with the user's name turned into its id;
+  `runuser -u USER -- CMD` runs CMD as the user the same way, with the variables su(1) sets.
+  `systemctl enable --now` starts what it enables; a unit without a file is refused.
 Power-off (stop, preemption) stops every unit and the script; the pid files of a boot live in
 the mapped /run, cleared at the next boot as a reboot clears /run. The guest's own `reboot`
 (the instance stays RUNNING: units and script end, the script runs again, counted in the
@@ -70,7 +74,8 @@ from tests.fakes.loopback import JsonHandler, LoopbackServer
 from tests.support.paths import ROOT
 
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance"
-SHIMS = ("systemctl", "gcloud", "useradd", "id", "chown", "journalctl", "reboot", "poweroff")
+SHIMS = ("systemctl", "gcloud", "useradd", "id", "chown", "chgrp", "install", "runuser",
+         "journalctl", "reboot", "poweroff")
 FIRST_UID = 61000  # useradd's users: above any a test machine's /etc/passwd holds
 STRIPPED_ENV = ("PREFECT_API_URL", "PREFECT_API_KEY", "HF_HUB_OFFLINE", "HF_HOME",
                 "TRANSFORMERS_OFFLINE", "PYTHONPATH")
@@ -462,6 +467,9 @@ def start_unit(d: Path, unit: str, config: dict[str, Any]) -> None:
         # systemd.exec(5): a unit with User= gets that user's $HOME, $USER, $LOGNAME, $SHELL
         env |= {"HOME": str(d / "home" / user), "USER": user, "LOGNAME": user,
                 "SHELL": "/usr/sbin/nologin"}
+        # the test process's PREFECT_HOME (tests/conftest.py) is no machine's: the unit's
+        # Prefect keeps its files where a node's does, under the user's ~/.prefect
+        env.pop("PREFECT_HOME", None)
         as_user = drop_to(uid, [])
         argv = [*as_user, *argv]
     (d / "journal").mkdir(exist_ok=True)
@@ -575,8 +583,17 @@ def _systemctl(d: Path, config: dict[str, Any], args: list[str]) -> int:
     quiet = "--quiet" in args or "-q" in args
     words = [a for a in args if not a.startswith("-")]
     verb, units = words[0], [u.removesuffix(".service") for u in words[1:]]
-    if verb in ("daemon-reload", "enable"):
+    if verb == "daemon-reload":
         return 0
+    if verb == "enable":  # systemctl(1): --now starts the units too; a missing one is refused
+        for unit in units:
+            if not (d / "etc" / "systemd" / "system" / f"{unit}.service").exists():
+                print(f"Failed to enable unit: Unit file {unit}.service does not exist.",
+                      file=sys.stderr)
+                return 1
+        if "--now" not in args:
+            return 0
+        verb = "start"
     for unit in units:
         if verb in ("stop", "restart"):
             stop_unit(d, unit)
@@ -653,6 +670,51 @@ def _chown(d: Path, config: dict[str, Any], args: list[str]) -> int:
     return 0
 
 
+def _numeric(d: Path, config: dict[str, Any], cmd: str, args: list[str]) -> int:
+    """install(1) -o USER -g GROUP / chgrp(1) GROUP PATH…: the real program, with the names
+    useradd gave resolved to their ids, as the node's NSS would (this machine's /etc/passwd
+    has no such user); without `ownership`, the owner is left as it is."""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        named = (cmd == "install" and a in ("-o", "-g")) or (cmd == "chgrp" and i == 0)
+        value = args[i + 1] if cmd == "install" and named else a
+        if named:
+            ident = _uid_of(d, value)
+            if ident is None:
+                print(f"{cmd}: invalid {'user' if a == '-o' else 'group'}: '{value}'",
+                      file=sys.stderr)
+                return 1
+            if config.get("ownership"):
+                out += [a, str(ident)] if cmd == "install" else [str(ident)]
+            elif cmd == "chgrp":
+                return 0
+            i += 2 if cmd == "install" else 1
+            continue
+        out.append(a)
+        i += 1
+    return subprocess.run([f"/usr/bin/{cmd}" if cmd == "install" else f"/bin/{cmd}", *out]
+                          ).returncode
+
+
+def _runuser(d: Path, config: dict[str, Any], args: list[str]) -> int:
+    """runuser(1) -u USER [--] COMMAND…: COMMAND as USER, with HOME, SHELL, USER and LOGNAME
+    set as su(1) sets them for a user other than root (util-linux login-utils/su-common.c);
+    an unknown user is refused, exit 1."""
+    user = args[args.index("-u") + 1]
+    rest = args[args.index("-u") + 2:]
+    command = rest[1:] if rest[:1] == ["--"] else rest
+    uid = _uid_of(d, user)
+    if uid is None:
+        print(f"runuser: user {user} does not exist or the user entry does not contain all "
+              "the required fields", file=sys.stderr)
+        return 1
+    env = {**os.environ, "HOME": str(d / "home" / user), "SHELL": "/bin/bash", "USER": user,
+           "LOGNAME": user}
+    argv = drop_to(uid, command) if config.get("ownership") else command
+    return subprocess.run(argv, env=env).returncode
+
+
 def _journalctl(d: Path, args: list[str]) -> int:
     """journalctl(1) -u UNIT [-n N] [--no-pager] [-o cat]: the unit's last N lines (all
     units' output also goes to the machine's log, FakeNode.log)."""
@@ -681,7 +743,10 @@ def main(argv: list[str]) -> int:
         return _gcloud(config, args)
     if cmd == "useradd":
         return _useradd(d, config, args)
-    if cmd == "id":
+    if cmd == "id":  # id(1) -u [USER]: without USER, the caller's
+        if args == ["-u"]:
+            print(os.getuid())
+            return 0
         uid = _uid_of(d, args[-1]) if args else None
         if uid is not None:
             print(uid)
@@ -692,6 +757,10 @@ def main(argv: list[str]) -> int:
         with open(d / "chown.log", "a") as f:
             f.write(" ".join(args) + "\n")
         return _chown(d, config, args) if config.get("ownership") else 0
+    if cmd in ("install", "chgrp"):
+        return _numeric(d, config, cmd, args)
+    if cmd == "runuser":
+        return _runuser(d, config, args)
     if cmd in ("reboot", "poweroff"):  # systemd's: the machine goes down; this never returns
         import urllib.request
 

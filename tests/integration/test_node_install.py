@@ -68,3 +68,49 @@ def test_the_install_step_is_makes_install_and_runs_from_root(tmp_path: Path) ->
                          cwd="/", env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(clone / "tasks" / "__init__.py")
+
+
+# kmod's modinfo (tools/modinfo.c): `-F version NAME` prints the field of the installed module;
+# a module the kernel's tree lacks is "modinfo: ERROR: Module NAME not found.", exit 1
+MODINFO = """#!/bin/bash
+[ "$1 $2" = "-F version" ] || { echo "modinfo stand-in: -F version NAME only" >&2; exit 2; }
+if [ -n "$DRIVER" ] && [ "$3" = nvidia ]; then echo "$DRIVER"; exit 0; fi
+echo "modinfo: ERROR: Module $3 not found." >&2; exit 1
+"""
+
+
+def test_the_cuda_install_ends_by_checking_that_the_driver_runs_pytorchs_cuda(
+        tmp_path: Path) -> None:
+    """A driver too old for the installed PyTorch's CUDA stops the node's install naming the
+    fix (the Deep Learning VM family's driver branch), minutes into an image build rather than
+    at a night's training; the cpu variant does not ask."""
+    import torch
+
+    recipe = {v: subprocess.run(["make", "-n", "-B", "-C", str(ROOT), "install",
+                                 f"LLAMA_VARIANT={v}"], capture_output=True, text=True,
+                                check=True).stdout for v in ("cpu", "cuda")}
+    assert "test cuda != cuda || .venv/bin/python -m tasks.engine.cuda_driver" in recipe["cuda"]
+    assert "test cpu != cuda || " in recipe["cpu"]
+    (tmp_path / "modinfo").write_text(MODINFO)
+    (tmp_path / "modinfo").chmod(0o755)
+
+    def run(driver: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "DRIVER": driver}
+        return subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m",
+                               "tasks.engine.cuda_driver"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    cuda = torch.version.cuda
+    assert cuda is not None and cuda.split(".")[0] in ("12", "13")  # PyPI's default build
+    none = run("")
+    assert none.returncode == 1
+    assert none.stderr.startswith("no NVIDIA driver on this machine (modinfo: ERROR: Module "
+                                  "nvidia not found.) — ")
+    old = run("520.61.05")  # older than either branch's minimum
+    assert old.returncode == 1
+    assert (f"PyTorch {torch.__version__} is built for CUDA {cuda}, which needs an NVIDIA "
+            "driver of ") in old.stderr and "set [gcp] base_image" in old.stderr
+    fits = run("580.95.05")
+    assert fits.returncode == 0, fits.stderr
+    assert fits.stdout.startswith(f"cuda driver: 580.95.05 runs PyTorch {torch.__version__}'s "
+                                  f"CUDA {cuda}")

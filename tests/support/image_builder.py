@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.fakes.hf_hub import FakeHub
 from tests.fakes.node_runtime import FakeNode
+from tests.support import apt
 from tests.support.paths import ROOT
 
 NVCC_VERSION = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA "
@@ -31,36 +32,7 @@ def standins(tmp: Path) -> dict[str, str]:
     rec = f'echo "$(basename "$0") $*" >> {calls}\n'
     for tool in ("ldconfig", "mount", "umount"):
         _standin(bin_ / tool, rec)
-    # apt-get, modelled on apt-get(8) and apt's cmdline parsing: -o takes KEY=VALUE (else "E:
-    # Option … requires an argument" / "E: Missing an equals sign …"), the operation is update
-    # or install ("E: Invalid operation X"), a package the archive does not have is "E: Unable
-    # to locate package X"; every error exits 100. The archive: Ubuntu 22.04's (the DLVM base),
-    # the packages the builder may ask for.
-    _standin(bin_ / "apt-get", rec + """\
-        archive=" python3.11-venv python3.11-dev make cmake g++ git curl python3-venv "
-        op=; pkgs=()
-        while [ $# -gt 0 ]; do
-          case "$1" in
-            -o) case "${2:-}" in
-                  "") echo "E: Option -o requires an argument." >&2; exit 100 ;;
-                  *=*) shift ;;
-                  *) echo "E: Missing an equals sign in the -o option: $2" >&2; exit 100 ;;
-                esac ;;
-            -y|-q|-qq|--yes|--quiet|--no-install-recommends) ;;
-            -*) echo "E: Command line option '$1' is not understood" >&2; exit 100 ;;
-            *) if [ -z "$op" ]; then op=$1; else pkgs+=("$1"); fi ;;
-          esac
-          shift
-        done
-        case "$op" in
-          update) exit 0 ;;
-          install) for p in "${pkgs[@]}"; do
-                     case "$archive" in *" $p "*) ;;
-                       *) echo "E: Unable to locate package $p" >&2; exit 100 ;; esac
-                   done ;;
-          *) echo "E: Invalid operation $op" >&2; exit 100 ;;
-        esac
-        """)
+    apt.standins(bin_, calls, apt.UBUNTU_2204)
     _standin(bin_ / "mountpoint", "exit 1\n")  # nothing mounted at any boot
     _standin(bin_ / "blkid", f"[ -e {tmp}/scratch-fs ]\n")
     _standin(bin_ / "mkfs.ext4", rec + f"touch {tmp}/scratch-fs\n")
