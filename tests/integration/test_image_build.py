@@ -9,7 +9,8 @@ text), apt-get (apt-get(8)'s operations, options and exit 100), make (modelled o
 errors; the real `make install` runs from / in tests/integration/test_node_install.py: its venv
 here is this project's), slm-nightly (prepare-weights: it refuses a tokenizer folder without
 tokenizer.json, as the real one does; tests/integration/test_weights.py runs the real one), the
-disk tools (blkid knows a file system once mkfs made one), ldd and ldconfig. The final poweroff
+disk tools (blkid knows a file system once mkfs made one, mount and umount keep a mount
+table that each boot clears, with their exit codes), ldd and ldconfig. The final poweroff
 is the runtime's. Real: bash, the script line by line from /, as Google's runner starts it;
 curl and tar fetching this checkout (packed and uploaded by the command: tasks/gcp/code.py)
 from the bucket, through its IAM (tests/fakes/gcs_iam.py), with the metadata server's token for

@@ -30,12 +30,42 @@ def standins(tmp: Path) -> dict[str, str]:
     bin_ = tmp / "standins"
     calls = tmp / "CALLS"
     rec = f'echo "$(basename "$0") $*" >> {calls}\n'
-    for tool in ("ldconfig", "mount", "umount"):
-        _standin(bin_ / tool, rec)
+    # ldconfig(8) with no argument rebuilds the loader's cache from /etc/ld.so.conf.d (a
+    # missing folder there is only a warning, exit 0); the stand-in takes the plain call alone
+    _standin(bin_ / "ldconfig", rec + """\
+        [ $# = 0 ] || { echo "ldconfig stand-in: only the plain call is modelled" >&2; exit 2; }
+        """)
     apt.standins(bin_, calls, apt.UBUNTU_2204)
-    _standin(bin_ / "mountpoint", "exit 1\n")  # nothing mounted at any boot
-    _standin(bin_ / "blkid", f"[ -e {tmp}/scratch-fs ]\n")
-    _standin(bin_ / "mkfs.ext4", rec + f"touch {tmp}/scratch-fs\n")
+    # The scratch disk, attached empty (a file stands for the device), and the tools that
+    # format and mount it, with their exit codes: mkfs.ext4 (mke2fs(8): a missing device is
+    # "The file DEV does not exist and no size was specified.", exit 1), blkid (blkid(8): 2 when
+    # the device has no file system), mount and umount (mount(8), umount(8): 32, "mount failure",
+    # for a missing mount point or device, a device without a file system, one mounted already;
+    # "not mounted" for umount), mountpoint -q (mountpoint(1): 32, not a mount point). What is
+    # mounted lives in the node's /run ($FAKE_NODE_DIR/run), which each boot clears.
+    (tmp / "dev-scratch").touch()
+    table = '"$FAKE_NODE_DIR/run/mounts"'
+    _standin(bin_ / "mkfs.ext4", rec + """\
+        dev="${@: -1}"
+        [ -e "$dev" ] || { echo "The file $dev does not exist and no size was specified." >&2
+          exit 1; }
+        echo ext4 > "$dev"
+        """)
+    _standin(bin_ / "blkid", '[ "$(cat "$1" 2>/dev/null)" = ext4 ] || exit 2\n')
+    _standin(bin_ / "mountpoint", f'grep -qx -- "${{@: -1}}" {table} 2>/dev/null || exit 32\n')
+    _standin(bin_ / "mount", rec + f"""\
+        dev=$1 dir=$2
+        fail() {{ echo "mount: $dir: $*" >&2; exit 32; }}
+        [ -d "$dir" ] || fail "mount point does not exist."
+        [ -e "$dev" ] || fail "special device $dev does not exist."
+        [ "$(cat "$dev")" = ext4 ] || fail "wrong fs type, bad option, bad superblock on $dev."
+        ! grep -qx -- "$dir" {table} 2>/dev/null || fail "$dev already mounted on $dir."
+        echo "$dir" >> {table}
+        """)
+    _standin(bin_ / "umount", rec + f"""\
+        grep -qx -- "$1" {table} 2>/dev/null || {{ echo "umount: $1: not mounted." >&2; exit 32; }}
+        grep -vx -- "$1" {table} > {table}.new; mv {table}.new {table}
+        """)
     _standin(bin_ / "ldd", rec + f"""\
         echo "	libcudart.so.12 => /usr/local/cuda/lib64/libcudart.so.12 (0x00007f)"
         [ -e {tmp}/ldd-missing ] && echo "	libcublas.so.12 => not found"
