@@ -71,6 +71,20 @@ def _node(world: World, model: Path) -> BuilderNode:
     return node.attach(world.compute)
 
 
+# What the first full build published under weights/ (name → bytes): the tests about something
+# else than making the weights start with them in the bucket, as a second build of the same
+# pins finds them (step cached; the first test shows that path), and skip the conversion. Run
+# alone, such a test converts them itself.
+PUBLISHED: dict[str, bytes] = {}
+
+
+def _with_weights(world: World) -> None:
+    build = _build(world)
+    bucket = world.clients().storage.bucket(build.checkout.bucket)
+    for name, data in PUBLISHED.items():
+        bucket.blob(f"{build.weights}/{name}").upload_from_string(data)
+
+
 def _calls(tmp: Path) -> list[str]:
     return (tmp / "CALLS").read_text().splitlines()
 
@@ -186,6 +200,8 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     assert sums["Olmo-3-32B-Think-Q3_K_M.gguf"] == model_sha
     assert all(hashlib.sha256(published[n].download_as_bytes()).hexdigest() == sums[n]
                for n in sums)
+    PUBLISHED.update({n: published[n].download_as_bytes() for n in sums})
+    PUBLISHED["SHA256SUMS"] = bucket.blob(f"{build.weights}/SHA256SUMS").download_as_bytes()
     node_sa = f"serviceAccount:{spec_of(tmp / 'p.toml').node_email}"
     uploads = [c["status"] for c in world.gcp.calls if c["api"] == "storage" and c["member"]
                == node_sa and c["method"] == "POST" and c["path"].startswith("/upload/")]
@@ -211,6 +227,7 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
 def test_a_missing_cuda_library_fails_the_build_naming_it_and_the_builder_is_deleted(
         world: World, model: Path) -> None:
     (world.tmp / "ldd-missing").touch()
+    _with_weights(world)
     node = _node(world, model)
     try:
         with pytest.raises(GcpError) as e:
@@ -327,6 +344,7 @@ def test_a_finished_builder_nobody_stops_powers_itself_off(
     from tasks.gcp.image import Builder
 
     monkeypatch.setattr(image, "LINGER_SECONDS", 1)
+    _with_weights(world)
     node = _node(world, model)
     try:
         build = _build(world)
@@ -349,6 +367,7 @@ def test_reads_that_fail_for_a_while_are_read_again_and_the_build_finishes(
         world: World, model: Path) -> None:
     """Finding 7 of issue 50: a 503 on the instance, a reset connection and a 429 on the guest
     attributes while the command follows the builder are read again; the build goes on."""
+    _with_weights(world)
     node = _node(world, model)
     world.compute.fail_next("get", 503, "backendError", times=2, kind="instances")
     world.compute.fail_next("getGuestAttributes", 0, times=1)  # the connection reset
