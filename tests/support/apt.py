@@ -20,6 +20,7 @@ DEBIAN_12 = ("python3-venv", "make", "cmake", "g++", "curl", "git")  # the orche
 
 
 def write(path: Path, body: str) -> None:
+    """A stand-in program: `body` (dedented) as an executable bash script at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("#!/bin/bash\n" + textwrap.dedent(body))
     path.chmod(0o755)

@@ -4,7 +4,6 @@ real and which stand in), and the fake node runtime that runs the builder with t
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 
 from tests.fakes.hf_hub import FakeHub
@@ -19,12 +18,6 @@ NVCC_VERSION = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 
 CONVERTERS = ROOT / ".venv" / "share" / "slm-nightly" / "llama.cpp-0.3.36"
 
 
-def _standin(path: Path, body: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/bash\n" + textwrap.dedent(body))
-    path.chmod(0o755)
-
-
 def standins(tmp: Path) -> dict[str, str]:
     """The stand-ins and the node paths they replace."""
     bin_ = tmp / "standins"
@@ -32,7 +25,7 @@ def standins(tmp: Path) -> dict[str, str]:
     rec = f'echo "$(basename "$0") $*" >> {calls}\n'
     # ldconfig(8) with no argument rebuilds the loader's cache from /etc/ld.so.conf.d (a
     # missing folder there is only a warning, exit 0); the stand-in takes the plain call alone
-    _standin(bin_ / "ldconfig", rec + """\
+    apt.write(bin_ / "ldconfig", rec + """\
         [ $# = 0 ] || { echo "ldconfig stand-in: only the plain call is modelled" >&2; exit 2; }
         """)
     apt.standins(bin_, calls, apt.UBUNTU_2204)
@@ -45,15 +38,15 @@ def standins(tmp: Path) -> dict[str, str]:
     # mounted lives in the node's /run ($FAKE_NODE_DIR/run), which each boot clears.
     (tmp / "dev-scratch").touch()
     table = '"$FAKE_NODE_DIR/run/mounts"'
-    _standin(bin_ / "mkfs.ext4", rec + """\
+    apt.write(bin_ / "mkfs.ext4", rec + """\
         dev="${@: -1}"
         [ -e "$dev" ] || { echo "The file $dev does not exist and no size was specified." >&2
           exit 1; }
         echo ext4 > "$dev"
         """)
-    _standin(bin_ / "blkid", '[ "$(cat "$1" 2>/dev/null)" = ext4 ] || exit 2\n')
-    _standin(bin_ / "mountpoint", f'grep -qx -- "${{@: -1}}" {table} 2>/dev/null || exit 32\n')
-    _standin(bin_ / "mount", rec + f"""\
+    apt.write(bin_ / "blkid", '[ "$(cat "$1" 2>/dev/null)" = ext4 ] || exit 2\n')
+    apt.write(bin_ / "mountpoint", f'grep -qx -- "${{@: -1}}" {table} 2>/dev/null || exit 32\n')
+    apt.write(bin_ / "mount", rec + f"""\
         dev=$1 dir=$2
         fail() {{ echo "mount: $dir: $*" >&2; exit 32; }}
         [ -d "$dir" ] || fail "mount point does not exist."
@@ -62,11 +55,11 @@ def standins(tmp: Path) -> dict[str, str]:
         ! grep -qx -- "$dir" {table} 2>/dev/null || fail "$dev already mounted on $dir."
         echo "$dir" >> {table}
         """)
-    _standin(bin_ / "umount", rec + f"""\
+    apt.write(bin_ / "umount", rec + f"""\
         grep -qx -- "$1" {table} 2>/dev/null || {{ echo "umount: $1: not mounted." >&2; exit 32; }}
         grep -vx -- "$1" {table} > {table}.new; mv {table}.new {table}
         """)
-    _standin(bin_ / "ldd", rec + f"""\
+    apt.write(bin_ / "ldd", rec + f"""\
         echo "	libcudart.so.12 => /usr/local/cuda/lib64/libcudart.so.12 (0x00007f)"
         [ -e {tmp}/ldd-missing ] && echo "	libcublas.so.12 => not found"
         exit 0
@@ -78,7 +71,7 @@ def standins(tmp: Path) -> dict[str, str]:
     # target 'T'", both "Stop." with exit 2. The recipe's effect is the venv the Makefile's
     # install leaves (its tools stand in below); its llama_build refuses a variant it lacks
     # (argparse's "invalid choice", exit 2).
-    _standin(bin_ / "make", rec + """\
+    apt.write(bin_ / "make", rec + """\
         dir=$PWD; target=; vars=()
         while [ $# -gt 0 ]; do
           case "$1" in
@@ -115,18 +108,18 @@ def standins(tmp: Path) -> dict[str, str]:
         """)
     # the real `hf` (huggingface_hub's CLI, this project's pin), against the FakeHub at
     # HF_ENDPOINT; its calls recorded
-    _standin(bin_ / "venv-hf", rec + f'exec {ROOT / ".venv" / "bin" / "hf"} "$@"\n')
+    apt.write(bin_ / "venv-hf", rec + f'exec {ROOT / ".venv" / "bin" / "hf"} "$@"\n')
     # the venv's python is this project's (its converters, llama.cpp's quantizer through the
     # pinned llama-cpp-python): convert_hf_to_gguf.py and tasks.image.quantize run for real on
     # the hub's tiny OLMo 3; each call recorded with the compiler the step was given
-    _standin(bin_ / "venv-python", f"""\
+    apt.write(bin_ / "venv-python", f"""\
         [ "$1" = -c ] || echo "python $* CUDACXX=${{CUDACXX:-}}" >> {calls}
         exec {ROOT / ".venv" / "bin" / "python"} "$@"
         """)
     # `node prepare-weights --source`: tasks/image/weights.py loads the tokenizer folder with
     # AutoTokenizer, offline, in a child process; without tokenizer.json (or tokenizer.model)
     # transformers raises OSError and the command fails
-    _standin(bin_ / "venv-slm-nightly", rec + f"""\
+    apt.write(bin_ / "venv-slm-nightly", rec + f"""\
         set -e; [ "${{@: -1}}" = --check ] && exit 0
         src="${{@: -1}}"; mkdir -p {tmp}/models
         if [ ! -f "$src/Olmo-3-32B-Think/tokenizer.json" ]; then
@@ -140,7 +133,7 @@ def standins(tmp: Path) -> dict[str, str]:
         printf '{{"files": {{"model": {{"sha256": "%s"}}, "base_gguf": {{"sha256": "%s"}}}}}}' \
           "$m" "$b" > {tmp}/models/weights-manifest.json
         """)
-    _standin(tmp / "cuda" / "bin" / "nvcc", rec + f"printf '{NVCC_VERSION}'\n")
+    apt.write(tmp / "cuda" / "bin" / "nvcc", rec + f"printf '{NVCC_VERSION}'\n")
     return {"/usr/local/cuda/bin/nvcc": f"{tmp}/cuda/bin/nvcc",
             "/opt/slm-nightly": f"{tmp}/checkout",
             "/var/lib/slm-image-build": f"{tmp}/state", "/mnt/slm-scratch": f"{tmp}/scratch",
