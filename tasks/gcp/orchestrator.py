@@ -34,6 +34,9 @@ PORT = 4200
 MACHINE_TYPE = "e2-standard-2"
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 DISK_GB = 50
+# The API's default is pd-standard, 0.12 MiB/s a GB ("About Persistent Disk performance"): the
+# first boot's install and the Prefect server's database want pd-balanced's IOPS
+DISK_TYPE = "pd-balanced"
 STALE_SCRIPT = ("its startup script is not this one (another checkout or other settings): "
                 "setup replaces it, and it runs at the next boot or by hand")
 
@@ -149,7 +152,7 @@ class OrchestratorVm(ComputeResource):
 
     def plan(self) -> str:
         return (f"instances.insert {MACHINE_TYPE} in {self.spec.home_zone}, Debian 12, "
-                f"{DISK_GB} GB, no external address, as {self.spec.orchestrator_email}")
+                f"{DISK_GB} GB {DISK_TYPE}, no external address, as {self.spec.orchestrator_email}")
 
     def create(self) -> None:
         from google.cloud import compute_v1
@@ -162,7 +165,8 @@ class OrchestratorVm(ComputeResource):
             machine_type=f"zones/{s.home_zone}/machineTypes/{MACHINE_TYPE}",
             disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True,
                                            initialize_params=compute_v1.AttachedDiskInitializeParams(
-                                               source_image=IMAGE, disk_size_gb=DISK_GB))],
+                                               source_image=IMAGE, disk_size_gb=DISK_GB,
+                                               disk_type=f"zones/{s.home_zone}/diskTypes/{DISK_TYPE}"))],
             network_interfaces=[compute_v1.NetworkInterface(subnetwork=s.subnet_url,
                                                             network_i_p=address)],
             service_accounts=[compute_v1.ServiceAccount(

@@ -66,10 +66,14 @@ class GcpSpec(BaseModel):
     prefect: Literal["server", "cloud"] = Field(default="server")
     # Google's Deep Learning VM images ship the NVIDIA driver and a CUDA toolkit with nvcc
     # (cloud.google.com/deep-learning-vm/docs/images: "Base" images, family
-    # common-cu<CUDA>-ubuntu-2204-nvidia-<driver>, project deeplearning-platform-release)
+    # common-cu<CUDA>-ubuntu-2204-nvidia-<driver>, project deeplearning-platform-release). The
+    # driver branch must be 580 or later: PyPI's torch pin is built for CUDA 13
+    # (tasks/engine/cuda_driver.py checks it at install). Google's pages list no families; this
+    # one is what public L4 deployments boot (e.g. image common-cu129-ubuntu-2204-nvidia-580-
+    # v20260818), and the operator guide's appendix says how to confirm it.
     base_image: str = Field(
         default="projects/deeplearning-platform-release/global/images/family/"
-        "common-cu128-ubuntu-2204-nvidia-570",
+        "common-cu129-ubuntu-2204-nvidia-580",
         description="The node image's base (`gcp image build`): a Deep Learning VM family "
         "with the NVIDIA driver and the CUDA toolkit (nvcc) for the L4.")
     secrets: list[str] = Field(default_factory=list, description="Secret Manager secrets the "

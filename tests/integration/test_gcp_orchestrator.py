@@ -159,6 +159,10 @@ def test_the_script_runs_from_root_at_each_boot_and_its_units_serve_with_the_aut
                 spec, checkout))
             assert [o.state for o in run([vm], "setup", lambda _: None)] == ["created"]
             inst = world.compute.instances[(spec.home_zone, spec.orchestrator)]
+            # pd-balanced: the API's default is pd-standard (0.12 MiB/s a GB: 6 MiB/s for the
+            # first boot's install and the Prefect server's database)
+            disk = world.compute.network.disks[(spec.home_zone, spec.orchestrator)]
+            assert (disk["type"], disk["sizeGb"]) == ("pd-balanced", 50), disk
             for boot in (1, 2):
                 if boot == 2:
                     node.power_off(inst)

@@ -4,7 +4,7 @@ maxRunDuration with DELETE, images.insert from a disk), whose node runtime (test
 node_runtime.py) runs the rendered builder script with bash, as google-startup-scripts does.
 
 The builder boots Google's Deep Learning VM family (the driver and nvcc come with it): no
-installer, no reboot. What stands in (recording each call to CALLS): nvcc (CUDA 12.8's --version
+installer, no reboot. What stands in (recording each call to CALLS): nvcc (CUDA 12.9's --version
 text), apt-get (apt-get(8)'s operations, options and exit 100), make (modelled on GNU make's
 errors; the real `make install` runs from / in tests/integration/test_node_install.py: its venv
 here is this project's), slm-nightly (prepare-weights: it refuses a tokenizer folder without
@@ -42,8 +42,8 @@ ZONE = "us-central1-a"
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
     with set_up_project(tmp_path) as w:
-        w.compute.network.add_image("common-cu128-ubuntu-2204-nvidia-570-v20261120",
-                                    "common-cu128-ubuntu-2204-nvidia-570", disk_size_gb=50,
+        w.compute.network.add_image("common-cu129-ubuntu-2204-nvidia-580-v20261120",
+                                    "common-cu129-ubuntu-2204-nvidia-580", disk_size_gb=50,
                                     project="deeplearning-platform-release")
         yield w
 
@@ -178,7 +178,7 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     base = hashlib.sha256((tmp / "models" / "olmo-3-7b-think-f16.gguf").read_bytes()).hexdigest()
     assert (img.name, img.disk_size_gb) == ("slm-node-test-1", 100)
     assert dict(img.labels) == {"made-by": "slm-nightly", "code": version,
-                                "llama-cpp-python": "0-3-36", "cuda": "12-8",
+                                "llama-cpp-python": "0-3-36", "cuda": "12-9",
                                 "model-sha256": model_sha[:16], "base-sha256": base[:16]}
     assert model_sha in img.description and base in img.description
     assert img.source_disk.endswith(f"/zones/{ZONE}/disks/{BUILDER}")
@@ -186,7 +186,7 @@ def test_the_build_runs_every_step_from_root_and_makes_a_labelled_image(world: W
     # the builder and both its disks are gone
     assert (ZONE, BUILDER) not in world.compute.instances
     assert not [k for k in world.compute.network.disks if k[1].startswith(BUILDER)]
-    assert "  builder: cuda 12.8" in said and f"  builder: code {version}" in said
+    assert "  builder: cuda 12.9" in said and f"  builder: code {version}" in said
     assert "  builder: step 12/12 seal" in said
     # what download, convert and quantize made, published by the builder's account, whole
     bucket = world.clients().storage.bucket(build.checkout.bucket)
@@ -277,7 +277,7 @@ def test_dry_run_prints_the_plan_and_a_script_bash_accepts(
             ["packages", "nvcc", "checkout", "install", "cached", "download", "convert",
              "quantize", "publish", "weights", "checks", "seal"], 1)]
     assert "boot disk 100 GB" in lines[1] and "at most 6 h then deleted by Compute" in lines[1]
-    assert "common-cu128-ubuntu-2204-nvidia-570, boot disk" in lines[1]
+    assert "common-cu129-ubuntu-2204-nvidia-580, boot disk" in lines[1]
     assert lines[-2] == ("instances.stop slm-image-builder once it reports done; "
                          "instances.delete slm-image-builder (both disks with it)")
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
@@ -357,7 +357,7 @@ def test_a_finished_builder_nobody_stops_powers_itself_off(
     finally:
         node.close()
     assert builder.status() == "TERMINATED"
-    assert builder.attributes()["done"].endswith(f"{build.checkout.version} cuda 12.8")
+    assert builder.attributes()["done"].endswith(f"{build.checkout.version} cuda 12.9")
     ops = [op.op_type for op in world.compute.operations.values() if op.target.name == BUILDER]
     assert ops[-1] == "compute.instances.guestTerminate", ops
     assert (ZONE, BUILDER) in world.compute.network.disks

@@ -294,8 +294,8 @@ def operator_env(world: Any, home: Path) -> dict[str, str]:
     world.quotas.set_quota("GPUS-ALL-REGIONS-per-project", 1)
     world.compute.network.add_image("debian-12-bookworm-v20261201", "debian-12",
                                     project="debian-cloud")
-    world.compute.network.add_image("common-cu128-ubuntu-2204-nvidia-570-v20261120",
-                                    "common-cu128-ubuntu-2204-nvidia-570",
+    world.compute.network.add_image("common-cu129-ubuntu-2204-nvidia-580-v20261120",
+                                    "common-cu129-ubuntu-2204-nvidia-580",
                                     project="deeplearning-platform-release")
     return {**world.env(owner), **adc(world, owner, home)}
 
@@ -339,7 +339,7 @@ def test_the_guide_runs_as_written(sandbox: dict[str, Any]) -> None:
                                              "profiles.toml").read_text()
     # §3: the image `gcp image build` made, in the family, from the builder's boot disk
     img = sandbox["gcp"].compute.network.family_image(GCP_PROJECT, "slm-node")
-    assert img is not None and img.labels["cuda"] == "12-8", img
+    assert img is not None and img.labels["cuda"] == "12-9", img
     assert (NODE_ZONE, BUILDER) not in sandbox["gcp"].compute.instances
     # §6: `gcp nodes` made the node from §3's image, at the image's size, and left it stopped
     # (the night started and stopped it again)

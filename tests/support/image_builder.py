@@ -12,8 +12,8 @@ from tests.support import apt
 from tests.support.paths import ROOT
 
 NVCC_VERSION = ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA "
-                "Corporation\nBuilt on Fri_Feb_21_20:23:50_PST_2025\nCuda compilation tools, "
-                "release 12.8, V12.8.93\nBuild cuda_12.8.r12.8/compiler.35583870_0\n")
+                "Corporation\nBuilt on Tue_May_27_02:21:03_PDT_2025\nCuda compilation tools, "
+                "release 12.9, V12.9.86\nBuild cuda_12.9.r12.9/compiler.36037853_0\n")
 # llama.cpp's converters as the venv installs them (tasks/engine/llama_build.py)
 CONVERTERS = ROOT / ".venv" / "share" / "slm-nightly" / "llama.cpp-0.3.36"
 

@@ -4,10 +4,27 @@ minor version compatibility table (docs.nvidia.com/deploy/cuda-compatibility: 12
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from tasks.engine.cuda_driver import check
+from tasks.engine.cuda_driver import MINIMUM, check
+from tasks.gcp.spec import GcpSpec
 from tasks.shared.errors import ConfigError
+
+
+def test_the_default_base_images_driver_branch_runs_the_installed_pytorchs_cuda() -> None:
+    """Issue 50: the default family was common-cu128-ubuntu-2204-nvidia-570, whose 570 driver
+    cannot run PyPI's torch 2.13.0 (CUDA 13): every image build stopped at its install step. A
+    Deep Learning VM family's name ends with its driver branch."""
+    import torch
+
+    family = GcpSpec.model_fields["base_image"].default
+    named = re.fullmatch(r"projects/deeplearning-platform-release/global/images/family/"
+                         r"common-cu(\d+)-ubuntu-2204-nvidia-(\d+)", family)
+    assert named is not None, family
+    assert torch.version.cuda == "13.0"
+    assert int(named[2]) >= int(MINIMUM[13].split(".")[0]) == 580
 
 
 def test_the_570_driver_of_the_cu128_family_runs_cuda_12_and_not_cuda_13() -> None:

@@ -112,7 +112,7 @@ def test_the_plan_says_what_is_made_where_and_for_how_long() -> None:
     plan = _build(max_run_hours=3).plan()
     assert plan[0] == (
         "instances.insert slm-image-builder in us-central1-a: n2-standard-8 (no GPU), "
-        "common-cu128-ubuntu-2204-nvidia-570, boot disk 100 GB pd-balanced (the image; each "
+        "common-cu129-ubuntu-2204-nvidia-580, boot disk 100 GB pd-balanced (the image; each "
         "node's disk), scratch disk 250 GB pd-balanced (peak ~160 GB, deleted with the builder), no external "
         "address, as slm-node@acme-ml.iam.gserviceaccount.com, guest attributes on, at most "
         "3 h then deleted by Compute")
@@ -171,7 +171,7 @@ def test_the_script_names_each_value_where_the_steps_use_it() -> None:
             "dev=/dev/disk/by-id/google-slm-scratch",
             "out=$(/usr/local/cuda/bin/nvcc --version) || fail \"/usr/local/cuda/bin/nvcc "
             "--version failed: the base image projects/deeplearning-platform-release/global/"
-            "images/family/common-cu128-ubuntu-2204-nvidia-570 \\",
+            "images/family/common-cu129-ubuntu-2204-nvidia-580 \\",
             "CUDACXX=/usr/local/cuda/bin/nvcc SLM_BUILD_CACHE=\"$SCRATCH/build-cache\" \\",
             "make -C \"$PROJECT_DIR\" install PYTHON=python3.11 LLAMA_VARIANT=cuda",
             "--include 'tokenizer*' --include 'special_tokens_map.json' --include "
