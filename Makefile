@@ -54,7 +54,8 @@ run: $(STAMP)
 # lost a SIGTERM):
 # each worker has its own servers (FalkorDB, Prefect, llama-server, the GCS emulator), ports
 # (tasks/shared/processes.py reserves them machine-wide), PREFECT_HOME and temporary folders; a module
-# stays on one worker (--dist loadfile), so a night it shares among its tests runs once. Then the
+# stays on one worker (--dist loadfile), so a night it shares among its tests runs once; the
+# longest modules go first (tests/conftest.py HEAVY, kept in that order: --no-loadscope-reorder). Then the
 # serial group alone: tests whose point is timing on an otherwise idle machine (a busy core,
 # sub-second deadlines), marked `serial` (Ctrl-C and SIGTERM on a busy run stay in the parallel
 # part: a SIGTERM lost there was a bug, tasks/extraction/calls.py _signals_kept). The 25 slowest tests
@@ -66,7 +67,7 @@ run: $(STAMP)
 TEST_WORKERS ?= auto
 test: lint
 	$(PY) -m tasks.graph.neo4j_local
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25 tests/unit tests/integration
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=25 tests/unit tests/integration
 	$(PY) -m pytest -m serial --durations=25 tests/unit tests/integration
 
 # The unit tier alone on every core (~40 s on 2 cores): no servers, no models, no serial group.

@@ -43,14 +43,17 @@ def fake_llm() -> Iterator[FakeOpenAI]:
 
 
 # Longest first (issue 36): xdist hands each worker whole modules (--dist loadfile) in collection
-# order, so a long module collected last would run alone at the end while the other cores idle.
-# The integration modules go first, the heaviest of them (seconds of worker time, measured on
-# 2 cores in parallel, 2026-12-04) at the head; the many short unit modules fill in at the end.
-HEAVY = {"test_node_path.py": 600, "test_nightly.py": 410, "test_train.py": 370,
-         "test_operator_guide.py": 275, "test_node_preflight.py": 230, "test_quiet.py": 210,
-         "test_interrupt.py": 205, "test_artifact_store_gcs.py": 120, "test_weights.py": 95,
-         "test_graph_persistence.py": 80, "test_teardown.py": 77, "test_convert.py": 73,
-         "test_deployment.py": 66, "test_graph_neo4j.py": 70}
+# order — the Makefile turns off xdist's own reordering by test count (--no-loadscope-reorder),
+# which would put these few-test modules last — so a long module collected last would run alone
+# at the end while the other core idles. The integration modules go first, the heaviest of them
+# (seconds of worker time, measured on 2 cores under -n 2, 2026-12-06) at the head; the many
+# short unit modules fill in at the end.
+HEAVY = {"test_node_path.py": 360, "test_operator_guide.py": 320, "test_nightly.py": 300,
+         "test_interrupt.py": 225, "test_train.py": 215, "test_node_install.py": 175,
+         "test_quiet.py": 120, "test_teardown.py": 95, "test_image_build.py": 90,
+         "test_gcp_orchestrator.py": 90, "test_node_preflight.py": 85, "test_weights.py": 85,
+         "test_convert.py": 75, "test_graph_neo4j.py": 70, "test_deployment.py": 60,
+         "test_alerts.py": 57}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
