@@ -47,7 +47,7 @@ from tasks.engine.llama_build import pin
 from tasks.gcp.clients import Clients
 from tasks.gcp.code import STORAGE, Checkout, fetch_function, push
 from tasks.gcp.network import get_or_none, wait_operation
-from tasks.gcp.nodes import FAMILY
+from tasks.gcp.nodes import DISK_TYPE, FAMILY
 from tasks.gcp.reconcile import GcpError, api_call, retry
 from tasks.gcp.spec import GcpSpec
 from tasks.shared.files import sha256_hex
@@ -274,11 +274,11 @@ class Builder:
             name=BUILDER, machine_type=f"zones/{b.zone}/machineTypes/{MACHINE_TYPE}",
             disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=params(
                        source_image=b.base_image, disk_size_gb=IMAGE_GB,
-                       disk_type=f"zones/{b.zone}/diskTypes/pd-balanced")),
+                       disk_type=f"zones/{b.zone}/diskTypes/{DISK_TYPE}")),
                    compute_v1.AttachedDisk(boot=False, auto_delete=True,
                                            device_name=SCRATCH_DEVICE, initialize_params=params(
                        disk_name=f"{BUILDER}-scratch", disk_size_gb=SCRATCH_GB,
-                       disk_type=f"zones/{b.zone}/diskTypes/pd-balanced"))],
+                       disk_type=f"zones/{b.zone}/diskTypes/{DISK_TYPE}"))],
             network_interfaces=[compute_v1.NetworkInterface(subnetwork=b.subnet_url)],
             service_accounts=[compute_v1.ServiceAccount(
                 email=b.node_email, scopes=["https://www.googleapis.com/auth/cloud-platform"])],

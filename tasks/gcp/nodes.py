@@ -32,7 +32,8 @@ MACHINE_TYPE = "g2-standard-4"
 FAMILY = "slm-node"
 # A disk inserted without diskType is pd-standard (cloud.google.com/compute/docs/disks/performance:
 # 0.12 MiB/s a GiB, ~12 MiB/s on 100 GB, some 20 min to read the 15.6 GB GGUF at every boot);
-# pd-balanced reads 0.28 MiB/s a GiB, at least 140 MiB/s
+# pd-balanced reads 0.28 MiB/s a GiB, at least 140 MiB/s. The orchestrator's and the image
+# builder's disks too (a first install of ~10 GB, the Prefect server's database, the conversion)
 DISK_TYPE = "pd-balanced"
 # the error code of an insert the zone has no capacity for (cloud.google.com/compute/docs/
 # troubleshooting/troubleshooting-resource-availability)

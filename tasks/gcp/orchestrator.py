@@ -25,6 +25,7 @@ from typing import Any
 from tasks.gcp.clients import Clients
 from tasks.gcp.code import Checkout, fetch_function
 from tasks.gcp.network import ComputeResource, get_or_none
+from tasks.gcp.nodes import DISK_TYPE
 from tasks.gcp.reconcile import Found, GcpError
 from tasks.gcp.spec import GcpSpec
 
@@ -34,9 +35,6 @@ PORT = 4200
 MACHINE_TYPE = "e2-standard-2"
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 DISK_GB = 50
-# The API's default is pd-standard, 0.12 MiB/s a GB ("About Persistent Disk performance"): the
-# first boot's install and the Prefect server's database want pd-balanced's IOPS
-DISK_TYPE = "pd-balanced"
 STALE_SCRIPT = ("its startup script is not this one (another checkout or other settings): "
                 "setup replaces it, and it runs at the next boot or by hand")
 
