@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TORCH := torch==2.13.0
+# the installer of the project and its dependencies (the recipe below says why)
+UV := uv==0.13.9
 # llama.cpp's build: cpu here; the GPU node's image build runs `make -C CHECKOUT install
 # LLAMA_VARIANT=cuda` (tasks/gcp/image_build.sh), the same steps with CUDA for the L4
 LLAMA_VARIANT ?= cpu
@@ -14,26 +16,24 @@ LLAMA_VARIANT ?= cpu
 install: $(STAMP)
 
 # convert.py, llama_build.py and llama_cpp.py: their install steps run in existing environments too.
-$(STAMP): pyproject.toml tasks/training/convert.py tasks/engine/llama_build.py tasks/engine/llama_cpp.py \
-		tasks/engine/wheelhouse.py
+$(STAMP): pyproject.toml tasks/training/convert.py tasks/engine/llama_build.py tasks/engine/llama_cpp.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	# torch, pinned here (pyproject has a lower bound only: the GPU node trains on its engine's
-	# torch), installs while llama.cpp compiles: PyPI's default build, +cu130 with its CUDA
-	# libraries (4.7 GB installed; a CPU-only build is not on PyPI), from wheels downloaded once
-	# per machine into the build cache (tasks/engine/wheelhouse.py: pip's own cache keeps nothing here).
-	# llama.cpp before the project, so pip never compiles it with -march=native nor takes an
-	# old wheel from its cache: tasks/engine/llama_build.py holds the flags (the x86-64 baseline,
-	# AVX2/FMA/F16C), compiles the vendored llama.cpp once — its libraries and llama-server —
-	# and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags (~7 min once per
-	# machine on 2 cores; seconds after that, fresh clones included).
-	{ w=$$($(PY) -m tasks.engine.wheelhouse $(TORCH)) && \
-	  $(PY) -m pip install --quiet --no-index --find-links "$$w" $(TORCH); \
-	} > $(VENV)/torch-install.log 2>&1 & torch=$$!; \
-	$(PY) -m tasks.engine.llama_build build --variant $(LLAMA_VARIANT); built=$$?; \
-	wait $$torch || { cat $(VENV)/torch-install.log; exit 1; }; test $$built = 0
+	$(PY) -m pip install --quiet --upgrade pip $(UV)
+	# llama.cpp before the project, so the installer never compiles it with -march=native nor
+	# takes an old wheel from a cache: tasks/engine/llama_build.py holds the flags (the x86-64
+	# baseline, AVX2/FMA/F16C), compiles the vendored llama.cpp once — its libraries and
+	# llama-server — and keeps the wheel in ~/.cache/slm-nightly, keyed by pin and flags (~7 min
+	# once per machine on 2 cores; seconds after that, fresh clones included).
+	$(PY) -m tasks.engine.llama_build build --variant $(LLAMA_VARIANT)
 	$(PY) -m tasks.engine.llama_build install --variant $(LLAMA_VARIANT)
-	$(PY) -m pip install --quiet -e '.[dev]' $(TORCH)
+	# The project, its dependencies and torch (pinned here: pyproject has a lower bound only, the
+	# GPU node trains on its engine's torch; PyPI's default build, +cu130 with its CUDA libraries,
+	# 4.7 GB installed: a CPU-only build is not on PyPI), by uv: its cache (~/.cache/uv) keeps
+	# each wheel it downloaded whatever the index's caching headers say, where pip's HTTP cache
+	# keeps nothing on this project's machines, so a fresh clone installs in ~10 s (pip: ~140 s,
+	# torch's 3 GB downloaded again each time). --system-certs: the machine's trusted certificates,
+	# as pip takes them (uv's default is a list of its own).
+	$(VENV)/bin/uv pip install --quiet --system-certs --python $(PY) -e '.[dev]' $(TORCH)
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
 	# llama-cpp-python's source distribution, into $(VENV)/share/slm-nightly (a few seconds).
 	$(PY) -m tasks.training.convert install

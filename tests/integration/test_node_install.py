@@ -4,7 +4,7 @@ PATH and HOME set (the guest agent's google_metadata_script_runner sets no worki
 on this checkout as the builder gets it: packed by `gcp image build` (tasks/gcp/code.py) and
 unpacked, with no .git (the build installs from the archive alone). Real: bash, make,
 python3.11, pip, the Makefile's install (llama_build's cpu variant from the machine's build
-cache, PyTorch's wheels from the wheelhouse, the project, llama.cpp's converters, the install
+cache, the project and PyTorch by uv, llama.cpp's converters, the install
 check). Only the variant differs from the node
 (cuda needs nvcc): the same line, the same Makefile.
 
