@@ -48,12 +48,12 @@ def fake_llm() -> Iterator[FakeOpenAI]:
 # at the end while the other core idles. The integration modules go first, the heaviest of them
 # (seconds of worker time, measured on 2 cores under -n 2, 2026-12-06) at the head; the many
 # short unit modules fill in at the end.
-HEAVY = {"test_node_path.py": 360, "test_operator_guide.py": 320, "test_nightly.py": 300,
-         "test_interrupt.py": 225, "test_train.py": 215, "test_node_install.py": 175,
-         "test_quiet.py": 120, "test_teardown.py": 95, "test_image_build.py": 90,
-         "test_gcp_orchestrator.py": 90, "test_node_preflight.py": 85, "test_weights.py": 85,
-         "test_convert.py": 75, "test_graph_neo4j.py": 70, "test_deployment.py": 60,
-         "test_alerts.py": 57}
+HEAVY = {"test_node_path.py": 360, "test_operator_guide.py": 290, "test_nightly.py": 300,
+         "test_interrupt.py": 225, "test_train.py": 215, "test_quiet.py": 120,
+         "test_teardown.py": 95, "test_image_build.py": 90, "test_gcp_orchestrator.py": 90,
+         "test_node_preflight.py": 85, "test_weights.py": 85, "test_convert.py": 75,
+         "test_graph_neo4j.py": 70, "test_deployment.py": 60, "test_alerts.py": 57,
+         "test_node_install.py": 50}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
