@@ -30,10 +30,13 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/engine/llama_build.py t
 	# GPU node trains on its engine's torch; PyPI's default build, +cu130 with its CUDA libraries,
 	# 4.7 GB installed: a CPU-only build is not on PyPI), by uv: its cache (~/.cache/uv) keeps
 	# each wheel it downloaded whatever the index's caching headers say, where pip's HTTP cache
-	# keeps nothing on this project's machines, so a fresh clone installs in ~10 s (pip: ~140 s,
-	# torch's 3 GB downloaded again each time). --system-certs: the machine's trusted certificates,
-	# as pip takes them (uv's default is a list of its own).
-	$(VENV)/bin/uv pip install --quiet --system-certs --python $(PY) -e '.[dev]' $(TORCH)
+	# keeps nothing on this project's machines, so a fresh clone installs in ~30 s (pip: ~140 s,
+	# torch's 3 GB downloaded again each time). As pip does: the machine's trusted certificates
+	# (uv's default is a list of its own), and every module compiled to bytecode now — a process
+	# that cannot write its .pyc (PYTHONDONTWRITEBYTECODE, as on these machines, or a service
+	# user) would otherwise compile torch, transformers and Prefect anew at each start.
+	$(VENV)/bin/uv pip install --quiet --system-certs --compile-bytecode --python $(PY) \
+		-e '.[dev]' $(TORCH)
 	# llama.cpp's own converters (HF → GGUF, PEFT LoRA → GGUF) from the installed
 	# llama-cpp-python's source distribution, into $(VENV)/share/slm-nightly (a few seconds).
 	$(PY) -m tasks.training.convert install

@@ -4,6 +4,7 @@ stand-ins."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -111,19 +112,27 @@ def base_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def olmo3_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A tiny random OLMo 3 (tests/support/olmo3_tiny.py) as an HF folder, and its F32 base GGUF
-    written by llama.cpp's own converter: {"hf", "gguf", "config", "build_s", "export_s"}."""
+    written by llama.cpp's own converter: {"hf", "gguf", "config", "build_s", "export_s"}. Made
+    once per session, as base_cache is: the xdist workers share it (read only) and the lock
+    spares the second worker the same work."""
     from tasks.engine.llama_cpp import default_model_path
     from tasks.training.convert import export_base
     from tests.support import olmo3_tiny as tiny
 
-    root = tmp_path_factory.mktemp("olmo3-tiny")
-    t = time.monotonic()
-    built = tiny.build(root / "hf", default_model_path())
-    built["build_s"] = round(time.monotonic() - t, 1)
-    t = time.monotonic()
-    built["gguf"] = export_base(built["hf"], root / "olmo3-tiny.F32.gguf", "f32")
-    built["export_s"] = round(time.monotonic() - t, 1)
-    return built
+    root = shared_dir(tmp_path_factory, "olmo3-tiny")
+    made = root / "made.json"
+    with locked(root.parent / f".{root.name}.lock"):
+        if not made.is_file():
+            t = time.monotonic()
+            built = tiny.build(root / "hf", default_model_path())
+            built["build_s"] = round(time.monotonic() - t, 1)
+            t = time.monotonic()
+            built["gguf"] = export_base(built["hf"], root / "olmo3-tiny.F32.gguf", "f32")
+            built["export_s"] = round(time.monotonic() - t, 1)
+            made.write_text(json.dumps({**built, "hf": str(built["hf"]),
+                                        "gguf": str(built["gguf"])}))
+    built = json.loads(made.read_text())
+    return {**built, "hf": Path(built["hf"]), "gguf": Path(built["gguf"])}
 
 
 # A stand-in for one function of ggml (ggml/include/ggml-backend.h of the llama.cpp vendored in
