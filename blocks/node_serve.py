@@ -5,9 +5,9 @@ which model is tasks/compute/engines.py.
 
 One environment on the node. `project_dir` is the node's checkout of this project with ONE
 virtual environment, `.venv`, holding the project, its GPU build of torch and the engine:
-llama-server and llama-cpp-python built for CUDA (`python -m tasks.engine.llama_build install
---variant cuda`, then `pip install -e .`), plus vLLM
-for the vllm engine (`pip install -e '.[gpu]'`). The worker is `{project_dir}/.venv/bin/prefect`
+llama-server and llama-cpp-python built for CUDA (`make install LLAMA_VARIANT=cuda`: the cuda
+variant of tasks/engine/llama_build.py, then the project by uv), plus vLLM for the vllm engine
+(`.venv/bin/uv pip install -e '.[gpu]'`). The worker is `{project_dir}/.venv/bin/prefect`
 because Prefect's process worker starts each flow run with its own interpreter
 (`sys.executable -m prefect.engine`): a worker from any other environment runs `train/node`
 without torch, peft and prefect-gcp.
