@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -62,6 +63,13 @@ def test_the_install_step_is_makes_install_and_runs_from_root(tmp_path: Path) ->
     assert (venv / ".installed-stamp").is_file()
     assert (venv / "bin" / "llama-server").resolve().is_file()
     assert list((venv / "share" / "slm-nightly").glob("*/convert_hf_to_gguf.py"))
+    # every module compiled at install, as pip does: a process that may not write .pyc (this
+    # machine's PYTHONDONTWRITEBYTECODE, the node's service user) would otherwise compile torch,
+    # transformers and Prefect at each start
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    for package in ("torch", "transformers", "prefect", "polars"):
+        pyc = site / package / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
+        assert pyc.is_file(), f"{pyc} missing: the install compiled no bytecode"
     # the environment is the clone's: its python imports the project and llama.cpp's binding
     out = subprocess.run([str(venv / "bin" / "python"), "-c",
                           "import tasks, llama_cpp; print(tasks.__file__)"],
