@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/engine/llama_build.py t
 	# GPU node trains on its engine's torch; PyPI's default build, +cu130 with its CUDA libraries,
 	# 4.7 GB installed: a CPU-only build is not on PyPI), by uv: its cache (~/.cache/uv) keeps
 	# each wheel it downloaded whatever the index's caching headers say, where pip's HTTP cache
-	# keeps nothing on this project's machines, so a fresh clone installs in ~30 s (pip: ~140 s,
+	# keeps nothing on this project's machines, so a fresh clone installs in ~1 min (pip: ~140 s,
 	# torch's 3 GB downloaded again each time). As pip does: the machine's trusted certificates
 	# (uv's default is a list of its own), and every module compiled to bytecode now — a process
 	# that cannot write its .pyc (PYTHONDONTWRITEBYTECODE, as on these machines, or a service
@@ -124,13 +124,13 @@ mutation: $(STAMP)
 		|| { tail -n 20 mutants.log; exit 1; }
 	$(PY) tests/unit/mutation_score.py --min 92 $(MUTATE)
 
-# mypy's cache lives beside the build cache (tasks/engine/llama_build.py cache_root), outside the
+# mypy's cache lives in the build cache (tasks/engine/llama_build.py cache_root), outside the
 # checkout: mypy checks each cached file by its hash, so a fresh clone reuses it (a cold run, most
 # of it the libraries' types: ~60 s on 2 cores; warm: ~3 s).
-MYPY_CACHE := $(or $(SLM_BUILD_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/slm-nightly)/mypy
 lint: $(STAMP)
 	$(VENV)/bin/ruff check flows tasks blocks tests bench examples
-	$(VENV)/bin/mypy --cache-dir "$(MYPY_CACHE)" --ignore-missing-imports flows tasks blocks
+	$(VENV)/bin/mypy --cache-dir "$$($(PY) -c 'from tasks.engine.llama_build import cache_root; \
+		print(cache_root() / "mypy")')" --ignore-missing-imports flows tasks blocks
 
 # Every bench, one after the other; says which ran, which it skipped (and why: no GPU, say), and
 # fails only when one failed. `make bench BENCH="scorecard_1m rerun_unchanged"` runs those only.
