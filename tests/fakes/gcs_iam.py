@@ -112,7 +112,8 @@ if TYPE_CHECKING:
 SERVICE = "storage.googleapis.com"
 LOCK_SECONDS = 90 * 86400  # [ubla]
 # hop-by-hop, and Expect: the proxy has read the whole body before it forwards (curl -T sends
-# "Expect: 100-continue" with a large upload, which the client's side of this hop answered)
+# "Expect: 100-continue" with an upload, which the client's side of this hop answered: the
+# Handler below speaks HTTP/1.1, as Cloud Storage does)
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection",
        "expect"}
 
@@ -524,6 +525,14 @@ class GcsIamProxy(Served):
         proxy = self
 
         class Handler(JsonHandler):
+            # Cloud Storage answers "Expect: 100-continue" at once (RFC 9110 §10.1.1); stdlib's
+            # server does only as HTTP/1.1 (http.server's parse_request, handle_expect_100):
+            # as HTTP/1.0 it said nothing, and curl -T waited its 1 s expect100-timeout for
+            # every file the image build uploads. Each answer still closes its connection, as
+            # before: server_close joins every handler thread, and one held open by a client's
+            # idle keep-alive would never end.
+            protocol_version = "HTTP/1.1"
+
             def _serve(self) -> None:
                 body = self.read_body()
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
@@ -532,6 +541,7 @@ class GcsIamProxy(Served):
                              "application/octet-stream")
                 rest = {k: v for k, v in out.items() if k.lower() not in ("content-type",
                                                                            "server", "date")}
+                rest["Connection"] = "close"
                 self.send_body(status, data, ctype, rest)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
