@@ -20,7 +20,8 @@ database the slot lives in) while it holds a slot. Whoever wants a slot first ta
 recorded holders that are gone: same host, process gone. It releases the dead lease by id when
 the server still knows it, otherwise — on an ephemeral API only, where no repossessor ever
 freed it — gives the slot back to the limit, and marks the dead flow run Crashed. A holder that
-is alive, or on another host, is never touched: it is waited for.
+is alive, or on another host, is never touched: it is waited for. A holder forgets its record
+only once its lease is released, so a run killed mid-release is taken over like any other.
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ def holders(name: str) -> list[str]:
             for r in recs]
 
 
+def _alive(name: str) -> int:
+    """The recorded holders of `name` whose process runs (or who are on another host)."""
+    return sum(1 for p in _records().glob(f"{name}.*.json") if (r := _read(p)) and not _gone(r))
+
+
 def _release_dead(name: str, rec: dict[str, Any]) -> str | None:
     """Give back a dead holder's slot; mark its flow run Crashed. How it was done, or None
     when there was nothing to give back (another server's holder, or an expired lease)."""
@@ -165,9 +171,12 @@ def _release_dead(name: str, rec: dict[str, Any]) -> str | None:
         if known:
             client.release_concurrency_slots_with_lease(lease_id)
             how = f"released its lease {lease_id}"
-        elif run is not None and prefect_env.ephemeral_api(client):
+        elif run is not None and prefect_env.ephemeral_api(client) and \
+                client.read_global_concurrency_limit_by_name(name).active_slots > _alive(name):
             # The lease lived in the memory of the dead run's temporary server; no repossessor
-            # runs in an ephemeral API, so the limit still counts it.
+            # runs in an ephemeral API, so the limit still counts it — unless the holder died
+            # after its release and before forgetting its record (_Lease): then every slot
+            # counted is a live holder's, and none is given back.
             taken = datetime.fromisoformat(rec["taken_at"])
             client.release_concurrency_slots(
                 [name], 1, max(1.0, (datetime.now(UTC) - taken).total_seconds()))
@@ -204,6 +213,27 @@ def take_over_dead_holders(name: str) -> list[str]:
     return said
 
 
+class _Lease:
+    """A granted slot whose holder record is forgotten once its lease is released, not before:
+    a run killed in between (a second Ctrl-C exits at once, maybe mid-release) or whose release
+    fails (its temporary server already stopped) leaves the record, and the next taker gives
+    the slot back. Forgotten first, such a slot stayed counted with nobody recorded, and the
+    next run on an ephemeral API waited for it forever."""
+
+    def __init__(self, acquired: AbstractContextManager[None]) -> None:
+        self.acquired = acquired
+        self.record: Path | None = None
+
+    def __enter__(self) -> None:
+        self.acquired.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        suppressed = self.acquired.__exit__(*exc)  # the release; raises when it fails
+        if self.record is not None:
+            self.record.unlink(missing_ok=True)
+        return suppressed
+
+
 @contextmanager
 def _slot(name: str, timeout_seconds: float | None) -> Iterator[None]:
     ensure_limit(name)
@@ -215,10 +245,11 @@ def _slot(name: str, timeout_seconds: float | None) -> Iterator[None]:
         while True:  # wait in slices: a holder that dies meanwhile is taken over
             take_over_dead_holders(name)
             wait = 30.0 if deadline is None else min(30.0, max(deadline - time.monotonic(), 0.1))
+            lease = _Lease(concurrency(name, occupy=1, strict=True, timeout_seconds=wait,
+                                      lease_duration=LEASE_SECONDS,
+                                      holder=_holder()))  # type: ignore[arg-type]
             try:
-                stack.enter_context(concurrency(
-                    name, occupy=1, strict=True, timeout_seconds=wait,
-                    lease_duration=LEASE_SECONDS, holder=_holder()))  # type: ignore[arg-type]
+                stack.enter_context(lease)
                 break
             except TimeoutError:
                 if deadline is not None and time.monotonic() >= deadline:
@@ -226,10 +257,7 @@ def _slot(name: str, timeout_seconds: float | None) -> Iterator[None]:
         if leases.cleanup_lease_ids:
             with get_client(sync_client=True) as client:
                 api_url = str(client.api_url)
-            record = _record_holder(name, leases.cleanup_lease_ids[-1], api_url)
-            # Forgotten before the lease is released: a crash in between leaves a slot that
-            # waits for its lease, never a record that frees someone else's slot.
-            stack.callback(record.unlink, missing_ok=True)
+            lease.record = _record_holder(name, leases.cleanup_lease_ids[-1], api_url)
         yield
 
 

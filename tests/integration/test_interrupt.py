@@ -337,3 +337,44 @@ def test_a_holder_on_another_host_is_never_taken_over(slots: Path) -> None:
         assert elsewhere.exists() and active_slots("nightly") == 1
         elsewhere.unlink()
     assert active_slots("nightly") == 0 and list(slots.glob("*.json")) == []
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_holder_keeps_its_record_until_its_lease_is_released(
+        slots: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second Ctrl-C exits at once, maybe while the first one's unwinding releases the gpu
+    slot; a release can also fail when the run's temporary server is gone. Either way the
+    record must still be there for the next run to take over: forgotten first, the slot stayed
+    counted with nobody recorded, and the next night waited for it forever (seen on 3 workers:
+    test_kill_9_mid_extraction_… after test_a_second_ctrl_c_exits_at_once)."""
+    import httpx
+    import prefect.concurrency._sync as prefect_sync
+
+    from tasks.shared.slots import active_slots, gpu_slot, take_over_dead_holders
+
+    release = prefect_sync.release_concurrency_slots_with_lease
+    records_at_release: list[list[str]] = []
+
+    def watched(lease_id: Any) -> None:
+        records_at_release.append(sorted(p.name for p in slots.glob("gpu.*.json")))
+        release(lease_id)
+
+    monkeypatch.setattr(prefect_sync, "release_concurrency_slots_with_lease", watched)
+    with gpu_slot(timeout_seconds=30):
+        [record] = slots.glob("gpu.*.json")
+    assert records_at_release == [[record.name]]  # still recorded while it was released
+    assert not record.exists() and active_slots("gpu") == 0
+
+    def server_gone(lease_id: Any) -> None:
+        raise httpx.ConnectError("All connection attempts failed")
+
+    monkeypatch.setattr(prefect_sync, "release_concurrency_slots_with_lease", server_gone)
+    with pytest.raises(httpx.ConnectError), gpu_slot(timeout_seconds=30):
+        [record] = slots.glob("gpu.*.json")
+    # left for the next taker (here, where the server still answers, Prefect's own context
+    # released the lease on its way out)
+    assert record.exists() and active_slots("gpu") == 0
+    # that taker, once the holder is gone, finds the lease released and gives nothing back
+    record.write_text(json.dumps({**json.loads(record.read_text()), "pid": 4_194_305}))
+    assert take_over_dead_holders("gpu") == [] and not record.exists()
+    assert active_slots("gpu") == 0
