@@ -52,9 +52,12 @@ $(STAMP): pyproject.toml tasks/training/convert.py tasks/engine/llama_build.py t
 run: $(STAMP)
 	$(VENV)/bin/slm-nightly run --profile local --summary .slm-nightly/last-summary.json
 
-# Both tiers on every core (pytest-xdist, one worker per core; `TEST_WORKERS=N` to change it — a
-# third worker on 2 cores was slower, 31 min 45 s for the parallel part against 23 min 42 s, and
-# lost a SIGTERM):
+# Both tiers on every core (pytest-xdist, one worker per core and one more; `TEST_WORKERS=N` to
+# change it): the tests wait on their servers and children, so one worker per core left the
+# cores idle. Measured on 2 cores, 2026-12-06, the parallel part: 2 workers kept the cores 70 %
+# busy and took 1,516 s; 3 kept them 93 % busy and took 1,398 s, one test of it hanging 300 s
+# on a slot bug the third worker found (tasks/shared/slots.py _Lease). On 2026-12-04, before
+# each worker's processes ran on one OpenMP thread (tests/conftest.py), a third was slower.
 # each worker has its own servers (FalkorDB, Prefect, llama-server, the GCS emulator), ports
 # (tasks/shared/processes.py reserves them machine-wide), PREFECT_HOME and temporary folders; a module
 # stays on one worker (--dist loadfile), so a night it shares among its tests runs once; the
@@ -67,7 +70,7 @@ run: $(STAMP)
 # tasks/graph/neo4j_local.py); each worker starts its own when a test needs it.
 # One file: `$(PY) -m pytest tests/integration/test_engine.py`; one test: add `::NAME`; the
 # serial group: `$(PY) -m pytest -m serial tests`.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: lint
 	$(PY) -m tasks.graph.neo4j_local
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=25 tests/unit tests/integration
