@@ -136,17 +136,21 @@ def _describe(rec: dict[str, Any]) -> str:
             f"(pid {rec['pid']} on {rec['hostname']}, slot taken {rec['taken_at']})")
 
 
+def _recorded(name: str) -> list[dict[str, Any]]:
+    """The holder records of a limit that read whole."""
+    return [r for p in sorted(_records().glob(f"{name}.*.json")) if (r := _read(p))]
+
+
 def holders(name: str) -> list[str]:
     """The recorded holders of a limit, said in words (for error messages)."""
-    recs = [r for p in sorted(_records().glob(f"{name}.*.json")) if (r := _read(p))]
     return [_describe(r) + (": process gone" if _gone(r) else
                             ": alive" if r["hostname"] == socket.gethostname() else "")
-            for r in recs]
+            for r in _recorded(name)]
 
 
 def _alive(name: str) -> int:
     """The recorded holders of `name` whose process runs (or who are on another host)."""
-    return sum(1 for p in _records().glob(f"{name}.*.json") if (r := _read(p)) and not _gone(r))
+    return sum(not _gone(r) for r in _recorded(name))
 
 
 def _release_dead(name: str, rec: dict[str, Any]) -> str | None:

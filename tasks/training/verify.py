@@ -412,12 +412,12 @@ def _prompt_ids(tok: Any, prompt: str, chat: bool) -> list[int]:
 def _llama(model_path: str, lora_path: str | None, n_ctx: int, request: dict[str, Any]) -> Any:
     from llama_cpp import Llama
 
+    threads = int(request["n_threads"])
     try:
         # n_threads_batch: llama-cpp-python's default is every core, whose spinning threads
         # made the prompt's decode erratic (1-10 s) beside another job on the same cores
         return Llama(model_path=model_path, lora_path=lora_path, n_ctx=max(n_ctx, 64),
-                     n_batch=max(n_ctx, 64), n_threads=int(request["n_threads"]),
-                     n_threads_batch=int(request["n_threads"]), seed=0,
+                     n_batch=max(n_ctx, 64), n_threads=threads, n_threads_batch=threads, seed=0,
                      n_gpu_layers=int(request.get("n_gpu_layers", 0)), logits_all=False,
                      verbose=True)
     except RuntimeError as e:
