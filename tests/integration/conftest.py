@@ -29,14 +29,21 @@ from tests.support.weights import BASE_GGUF, COMMIT, GGUF_NAME
 def prefect_api() -> Iterator[None]:
     """Prefect's test harness, one server per test process, on a port from tasks.shared.processes'
     reservations: the harness's own pick (bind port 0 in 8000–8999, close, hand it on) gave two
-    xdist workers one number, and the loser's health check was answered by the winner's server."""
+    xdist workers one number, and the loser's health check was answered by the winner's server.
+    Its database (prefect-test.db in a folder of its own) starts as a copy of a migrated one."""
+    import tempfile
     from unittest import mock
 
     from prefect.testing import utilities
 
     from tasks.shared.processes import free_port
+    from tests.support.prefect import seeded
+
+    def folder() -> str:
+        return str(seeded(Path(tempfile.mkdtemp()), "prefect-test.db"))
 
     with mock.patch.object(utilities, "_find_available_port", free_port), \
+            mock.patch.object(utilities, "mkdtemp", folder), \
             utilities.prefect_test_harness(server_startup_timeout=120):
         yield
 

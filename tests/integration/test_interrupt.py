@@ -29,6 +29,7 @@ import psutil
 import pytest
 
 from tasks.shared.processes import ManagedServer, alive
+from tests.support.prefect import seeded
 from tests.support.profiles import toml_profile
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
@@ -41,8 +42,8 @@ PEOPLE = ["Ada Lovelace", "Alan Turing", "Grace Hopper", "Edsger Dijkstra", "Bar
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One PREFECT_HOME for the module's runs (its database is migrated once)."""
-    return tmp_path_factory.mktemp("prefect-home")
+    """One PREFECT_HOME for the module's runs, its database already migrated."""
+    return seeded(tmp_path_factory.mktemp("prefect-home"))
 
 
 def write_profile(tmp: Path) -> Path:

@@ -24,6 +24,7 @@ import yaml
 
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.paths import ROOT
+from tests.support.prefect import seeded
 from tests.support.profiles import extraction_profile
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
@@ -123,7 +124,7 @@ enabled = {'true' if train else 'false'}
 
 def run_cli(tmp: Path, *extra: str) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(PREFECT_HOME=str(tmp / "prefect-home"), PREFECT_LOGGING_LEVEL="INFO")
+    env.update(PREFECT_HOME=str(seeded(tmp / "prefect-home")), PREFECT_LOGGING_LEVEL="INFO")
     r = subprocess.run([SLM, "run", "--profile", str(tmp / "profile.toml"), *extra], env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
     return r.returncode, r.stdout
