@@ -33,7 +33,7 @@ from tests.support.prefect import seeded
 from tests.support.profiles import toml_profile
 
 SLM = str(Path(sys.executable).parent / "slm-nightly")
-DOCS = 5
+DOCS = 3
 EXIT_BOUND = 30.0
 AT_ONCE_BOUND = 15.0
 RUN_TIMEOUT = 420.0
