@@ -28,9 +28,11 @@ from tests.support.gce import PROJECT, gce
 from tests.support.paths import ROOT
 
 NODE_MODEL = "/opt/models/smollm2.gguf"
+# engine_threads 1: the test workers share the cores, and llama.cpp's 2 threads spun against
+# each other (81 s of CPU for one 200-token answer under `make test`, 7 s on an idle machine)
 NODE_SETTINGS = {"project_dir": "/opt/slm-nightly", "model_path": NODE_MODEL,
                  "model_architecture": "llama", "hf_home": "/opt/slm-hf",
-                 "tokenizer": "/opt/models/smollm2-tokenizer"}
+                 "tokenizer": "/opt/models/smollm2-tokenizer", "engine_threads": 1}
 
 
 def node_paths(tmp: Path, model: Path, checkout: Path = ROOT) -> dict[str, str]:

@@ -28,8 +28,11 @@ def sft_parquet(path: Path, n: int = 48, n_eval: int = 8) -> Path:
 def train_profile(tmp: Path, model_cache: Path, margin: float = 0.0, recipe: Path | None = None
                   ) -> Path:
     recipe = recipe or write_recipe(tmp)
+    # one thread for training's export check (torch and llama.cpp): the test workers share the
+    # cores, and 2 threads spinning against each other cost test_flow_trains_exports_verifies_...
+    # 164 s of CPU against 140 s with 1, with two other cores' worth of work running
     return toml_profile(tmp / "train.toml", state_dir=tmp / "state",
-                        compute={"type": "local", "n_threads": 2},
+                        compute={"type": "local", "n_threads": 1},
                         graph={"type": "falkordb", "data_dir": tmp / "graph"},
                         training={"recipe": recipe, "model_cache": model_cache,
                                   "promote_margin": margin})
