@@ -35,6 +35,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.shared.errors import ConfigError, explain_validation
+from tasks.training.offline import import_bitsandbytes_offline
 
 # Found from the code, not the working directory: `slm-nightly` and Prefect workers start anywhere.
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes"
@@ -161,6 +162,7 @@ class Recipe:
 
     def lora_config(self) -> Any:
         """PEFT's `LoraConfig` for this run."""
+        import_bitsandbytes_offline()
         from peft import LoraConfig
 
         return LoraConfig(**self.peft, task_type="CAUSAL_LM")
@@ -350,6 +352,7 @@ _FIELDS: dict[str, Any] = {}
 def _fields() -> dict[str, Any]:
     """Field names of SFTConfig, DPOConfig and LoraConfig, and TRL's defaults (imports TRL once)."""
     if not _FIELDS:
+        import_bitsandbytes_offline()
         from peft import LoraConfig
         from trl import DPOConfig, SFTConfig
 
@@ -365,6 +368,7 @@ def _fields() -> dict[str, Any]:
 
 def _build_trl(method: str, kwargs: dict[str, Any], output_dir: str, cuda: bool, bf16: bool
                ) -> Any:
+    import_bitsandbytes_offline()
     from trl import DPOConfig, SFTConfig
 
     cls = SFTConfig if method == "sft" else DPOConfig

@@ -26,6 +26,7 @@ from prefect.exceptions import TerminationSignal
 from tasks.engine.llama_cpp import default_model_path
 from tasks.shared.errors import ConfigError, SlmNightlyError
 from tasks.training.base_model import hf_from_gguf
+from tasks.training.offline import import_bitsandbytes_offline
 from tasks.training.params import Recipe
 from tasks.training.quiet import quiet_libraries
 
@@ -136,6 +137,8 @@ def load_model(recipe: Recipe, hf_dir: Path, cuda: bool) -> Loaded:
     """The base model (NF4 when `load_in_4bit`) with the recipe's LoRA attached, and its
     tokenizer."""
     import torch
+
+    import_bitsandbytes_offline()
     from peft import get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
