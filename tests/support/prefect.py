@@ -43,8 +43,10 @@ def migrated_db() -> Path:
         if not db.is_file():
             with tempfile.TemporaryDirectory(prefix="prefect-db-") as made:
                 home = Path(made) / "home"
-                server, _ = prefect_env.start_api_server(
-                    Path(made), "template", {**os.environ, "PREFECT_HOME": str(home)})
+                env = {**os.environ, "PREFECT_HOME": str(home),  # its database there
+                       "PREFECT_SERVER_DATABASE_CONNECTION_URL":
+                           f"sqlite+aiosqlite:///{home / 'prefect.db'}"}
+                server, _ = prefect_env.start_api_server(Path(made), "template", env)
                 server.stop(grace=20.0)
                 part = db.with_name("prefect.db.part")
                 # SQLite's backup API reads through a write-ahead log the server left beside it
