@@ -118,7 +118,7 @@ $(head -c 300 "$STATE/upload.json") (the builder's account creates objects under
 gcp setup grants it)"
 }
 do_cached() {
-  local got name sum
+  local got name sum sums
   got=$(gcs_get SHA256SUMS "$STATE/SHA256SUMS")
   case "$got" in
     404) echo "gs://@{bucket}/@{weights}/ holds no weights: made from the hub, then published"
@@ -133,8 +133,11 @@ $(head -c 300 "$STATE/SHA256SUMS")" ;;
     got=$(gcs_get "$name" "$SCRATCH/src/$name")
     [ "$got" = 200 ] || fail "could not download gs://@{bucket}/@{weights}/$name: HTTP $got"
   done < "$STATE/SHA256SUMS"
-  (cd "$SCRATCH/src" && sha256sum --check --quiet "$STATE/SHA256SUMS") || fail "the weights in \
-gs://@{bucket}/@{weights}/ differ from its SHA256SUMS: delete that folder and build again"
+  # sha256sum's own lines in the message: the log's tail that fail() adds is written by tee,
+  # which may not have written them yet
+  sums=$(cd "$SCRATCH/src" && sha256sum --check --quiet "$STATE/SHA256SUMS" 2>&1) || fail "the \
+weights in gs://@{bucket}/@{weights}/ differ from its SHA256SUMS ($(echo "$sums" | tr '\n' ' ')\
+): delete that folder and build again"
   for s in download convert quantize publish; do touch "$STATE/done-$s"; done
 }
 do_publish() {
