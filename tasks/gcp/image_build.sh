@@ -136,7 +136,7 @@ $(head -c 300 "$STATE/SHA256SUMS")" ;;
   # sha256sum's own lines in the message: the log's tail that fail() adds is written by tee,
   # which may not have written them yet
   sums=$(cd "$SCRATCH/src" && sha256sum --check --quiet "$STATE/SHA256SUMS" 2>&1) || fail "the \
-weights in gs://@{bucket}/@{weights}/ differ from its SHA256SUMS ($(echo "$sums" | tr '\n' ' ')\
+weights in gs://@{bucket}/@{weights}/ differ from its SHA256SUMS (${sums//$'\n'/ }\
 ): delete that folder and build again"
   for s in download convert quantize publish; do touch "$STATE/done-$s"; done
 }

@@ -15,13 +15,12 @@ from tests.fakes.hf_hub import FakeHub
 from tests.support.paths import ROOT
 
 PLAIN = "import peft"
-# what the training code does: its recipe's PEFT and TRL configs, then the model's PEFT
+# what the training code does: its recipe's PEFT and TRL configs (the first import of both),
+# then the model's PEFT
 PROJECT = """
 import os
 from tasks.training.params import _fields
-from tasks.training.offline import import_bitsandbytes_offline
 _fields()
-import_bitsandbytes_offline()
 import peft
 assert os.environ.get("HF_HUB_OFFLINE") is None  # nothing a child process would inherit
 from huggingface_hub import constants
